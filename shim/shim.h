@@ -1,0 +1,301 @@
+/* shim.h - the one internal header of libbulkshim.so and the bulkshim CLI. */
+#ifndef BULKSHIM_SHIM_H
+#define BULKSHIM_SHIM_H
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#define BS_EXPORT __attribute__((visibility("default")))
+
+#define BS_VERSION		"0.1.0"
+#define BS_NAME_MAX		64	/* compartment and segment names, with NUL */
+#define BS_HOST_MAX		256	/* host names in rules, with NUL */
+#define BS_UNIX_PATH_MAX	108	/* sizeof(sun_path) */
+#define BS_MAX_COMPARTMENTS	1024
+#define BS_MAX_RULES		100000
+#define BS_MAX_LIMIT		1000000	/* larger limits are taken for typos */
+#define BS_MAX_PROCESSES	65536
+#define BS_MAX_SOCKETS		(1u << 20)
+#define BS_LEARNED_MAX		1024	/* addresses learned from getaddrinfo */
+#define BS_DEFAULT_CONFIG	"/etc/bulkshim/bulkshim.cfg"
+#define BS_EX_CONFIG		78	/* sysexits.h EX_CONFIG */
+#define BS_ERRLEN		1024
+
+/* ---- log.c: levels, async-signal-safe formatting ---- */
+
+enum bs_log_level { LOG_OFF, LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+/* Sets the level from a BULKSHIM_LOG value; returns -EINVAL for an unknown word. */
+int log_set_level(const char *word);
+int log_get_level(void);
+/* Writes "bulkshim[pid]: <message>\n" to stderr with one write(2) if level is
+ * enabled. Supports %s %d %u %ld %lu %lld %llu %x %c %%; async-signal-safe.
+ * Overlong messages are cut and end in "...". */
+void bs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same formatter into a buffer; returns the length written (without NUL). */
+size_t bs_format(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Logs a rejection for compartment `comp`, at most once a second per
+ * compartment, with the count of the lines it suppressed since the last one. */
+void log_rejection(unsigned comp, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Milliseconds of CLOCK_MONOTONIC and CLOCK_REALTIME. */
+uint64_t now_mono_ms(void);
+uint64_t now_real_ms(void);
+
+/* ---- match.c: destination rules, pure ---- */
+
+enum rule_kind { RULE_IP = 1, RULE_UNIX, RULE_HOST };
+
+/* One destination of a compartment. IPv4 is kept as IPv4-mapped IPv6 so that
+ * ::ffff:a.b.c.d and a.b.c.d match the same rules. */
+struct rule {
+	int kind;
+	uint8_t addr[16];	/* RULE_IP: network address, masked */
+	int prefix;		/* RULE_IP: 0..128 */
+	uint16_t port_lo, port_hi;
+	char path[BS_UNIX_PATH_MAX + 1];	/* RULE_UNIX; '@' first = abstract */
+	char host[BS_HOST_MAX];	/* RULE_HOST, lower case */
+	int comp;		/* compartment index */
+	int line;		/* config line, for messages */
+};
+
+struct matcher;
+
+/* Parses one destination string into *r (comp and line are left alone).
+ * Returns 0, or -EINVAL with a reason in err. */
+int match_parse(const char *text, struct rule *r, char *err, size_t errlen);
+/* Builds the lookup tables for n rules. RULE_HOST rules are kept for
+ * match_learn; their resolved addresses are added by the caller as RULE_IP.
+ * Returns NULL with a reason in err (out of memory, duplicate rule). */
+struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_t errlen);
+/* The compartment of the most specific rule matching sa, or -1. Lock-free,
+ * no allocation, async-signal-safe. */
+int match_find(const struct matcher *m, const struct sockaddr *sa, socklen_t len);
+/* Records that `host` resolved to sa: if a RULE_HOST rule names host, sa is
+ * matched from now on with that rule's ports. Returns the compartment, -1 if
+ * no rule names host, or -ENOSPC when the learned table is full. */
+int match_learn(struct matcher *m, const char *host, const struct sockaddr *sa);
+/* True if some RULE_HOST rule names host (case-insensitive). */
+bool match_has_host(const struct matcher *m, const char *host);
+void match_free(struct matcher *m);
+/* Writes "1.2.3.4:80", "[::1]:80" or "unix:/path" for sa into buf. */
+void match_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen);
+
+/* ---- config.c: libconfig parsing and validation, at init only ---- */
+
+struct cfg_compartment {
+	char name[BS_NAME_MAX];
+	int line;
+	uint32_t max_connections;
+	int reject_errno;	/* ECONNREFUSED unless set */
+};
+
+struct bs_config {
+	char path[PATH_MAX];
+	char segment[BS_NAME_MAX];
+	bool has_budget;
+	uint32_t pool, reserved;
+	bool strict;
+	unsigned mode;		/* segment permission bits, default 0600 */
+	bool has_owner, has_group;
+	uid_t owner;
+	gid_t group;
+	uint32_t max_processes;	/* process table of the segment */
+	uint32_t max_sockets;	/* socket table of the segment */
+	unsigned resolve_timeout_ms;
+	size_t ncomp;
+	struct cfg_compartment *comp;
+	size_t nrules;
+	struct rule *rules;
+};
+
+/* Loads and validates path into *cfg (which it zeroes first). Host names are
+ * resolved with a bounded wait when resolve is true. Returns 0; -ENOENT when
+ * the file does not exist; -EINVAL (or another -errno) with one message
+ * "FILE:LINE: what is wrong" in err. On error *cfg holds nothing to free. */
+int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen);
+/* The segment name a config file gets when it names none: its base name
+ * without the extension. */
+void cfg_default_segment(const char *path, char *out, size_t outlen);
+/* Parses "ECONNREFUSED" etc.; returns the errno value or -EINVAL. */
+int cfg_errno_value(const char *name);
+const char *cfg_errno_name(int value);
+void cfg_free(struct bs_config *cfg);
+
+/* ---- segment.c: the shared-memory layout, permits and counters ---- */
+
+#define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
+#define SEG_VERSION	1
+
+enum { SLOT_FREE = 0, SLOT_USED = 1 };
+enum { PROC_FREE = 0, PROC_FORKING = 1, PROC_LIVE = 2, PROC_RECLAIMING = 3 };
+
+struct seg_header {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t header_size;
+	uint64_t total_size;
+	uint32_t ncomp, nslots, nprocs, bitmap_words;
+	uint64_t off_comp, off_slots, off_procs, off_bitmaps;
+	_Atomic uint32_t generation;
+	uint32_t creator_uid;
+	uint64_t created_ms;		/* CLOCK_REALTIME */
+	_Atomic uint64_t last_reclaim_ms;	/* CLOCK_MONOTONIC */
+	char name[BS_NAME_MAX];
+	char config_path[256];
+};
+
+struct seg_comp {
+	char name[BS_NAME_MAX];
+	_Atomic uint32_t limit;		/* max_connections */
+	_Atomic uint32_t in_use;
+	_Atomic uint32_t peak;
+	_Atomic uint32_t waiting;
+	_Atomic int32_t reject_errno;
+	uint32_t pad;
+	_Atomic uint64_t admitted;
+	_Atomic uint64_t rejected;
+	_Atomic uint64_t last_rejection_ms;	/* CLOCK_REALTIME, 0 = never */
+	_Atomic uint64_t reclaimed;	/* permits taken back from dead processes */
+};
+
+/* One counted socket object, shared by every process holding it. */
+struct seg_slot {
+	_Atomic uint32_t state;
+	_Atomic uint32_t holders;	/* processes whose bitmap has this slot */
+	_Atomic uint32_t comp;
+	uint32_t pad;
+	_Atomic uint64_t inode;		/* st_ino of the socket, unique host-wide */
+};
+
+/* One process that holds or held permits; its bitmap row says which slots. */
+struct seg_proc {
+	_Atomic uint32_t state;
+	_Atomic int32_t pid;
+	_Atomic int32_t owner;		/* forking parent, or the reclaimer */
+	uint32_t uid;
+	_Atomic uint64_t start;		/* start time in clock ticks, 0 = unknown */
+};
+
+struct seg;	/* process-local handle */
+
+/* Creates or attaches the segment that cfg names and maps each compartment of
+ * cfg to the segment's compartment of the same name. The descriptor is closed
+ * before returning. Returns 0 or -errno with a message in err. */
+int seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen);
+/* Maps an existing segment by name, for the CLI; writable asks for O_RDWR.
+ * Validates it like seg_attach. Returns 0 or -errno with a message in err. */
+int seg_open(const char *name, bool writable, struct seg **out, char *err, size_t errlen);
+void seg_close(struct seg *s);
+struct seg_header *seg_header(const struct seg *s);
+struct seg_comp *seg_comp(const struct seg *s, uint32_t i);
+struct seg_slot *seg_slot(const struct seg *s, uint32_t i);
+struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
+/* The segment index of config compartment i, or -1. */
+int seg_comp_index(const struct seg *s, size_t cfg_index);
+/* Counts the bits set in a process's bitmap row. */
+uint32_t seg_proc_held(const struct seg *s, uint32_t i);
+
+/* Takes one permit of compartment comp for the socket with inode ino and
+ * records this process as its holder. Returns the slot index, -EBUSY when the
+ * compartment is full, -ENOSPC when the socket or process table is full. */
+int seg_acquire(struct seg *s, uint32_t comp, uint64_t ino);
+/* Another local descriptor refers to slot. */
+void seg_hold(struct seg *s, uint32_t slot);
+/* A local descriptor of slot is gone; the permit goes back when the last
+ * descriptor in the last process holding the socket is gone. */
+void seg_drop(struct seg *s, uint32_t slot);
+/* Takes back the permits of dead processes. When `throttle` is true it runs
+ * at most every 100 ms host-wide. Returns the number of processes reclaimed. */
+int seg_reclaim(struct seg *s, bool throttle);
+/* True if pid is alive and, when start is not 0, started at `start`. */
+bool seg_pid_alive(pid_t pid, uint64_t start);
+/* The start time of pid in clock ticks (field 22 of /proc/PID/stat), 0 if unknown. */
+uint64_t seg_pid_start(pid_t pid);
+/* Finds the slot of a socket inode, or -1. */
+int seg_find_inode(const struct seg *s, uint64_t ino);
+/* Fork support: before fork, builds the child's process record holding every
+ * slot this process holds; returns its index or -1. After fork, call
+ * seg_fork_child(s, rec) in the child and seg_fork_parent(s, rec, pid) in the
+ * parent (pid < 0 undoes the record). */
+int seg_fork_prepare(struct seg *s);
+void seg_fork_child(struct seg *s, int rec);
+void seg_fork_parent(struct seg *s, int rec, pid_t pid);
+/* Adopts the record this PID had before exec (same start time) and slots of
+ * inherited descriptors; `cb` is told each descriptor that refers to a slot.
+ * Slots of the old image without a descriptor left are dropped. */
+void seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot));
+/* Releases everything this process holds and frees its record (normal exit). */
+void seg_detach_all(struct seg *s);
+/* Zeroes the statistics of compartment i (not in_use, limit or permits). */
+void seg_reset_counters(struct seg *s, uint32_t i);
+
+/* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
+
+/* Sizes the table from /proc/sys/fs/nr_open with mmap. Returns 0 or -errno. */
+int fdt_init(void);
+/* The slot + 1 recorded for fd, 0 if untracked. One atomic load. */
+uint32_t fdt_get(int fd);
+/* Records slot for fd and returns what was recorded before (slot + 1 or 0). */
+uint32_t fdt_set(int fd, uint32_t slot);
+/* Forgets fd and returns what was recorded (slot + 1 or 0). */
+uint32_t fdt_take(int fd);
+/* One past the highest fd ever recorded, to bound range scans. */
+int fdt_high(void);
+/* True if fd fits in the table. */
+bool fdt_valid(int fd);
+
+/* ---- real.c: the real libc functions ---- */
+
+struct addrinfo;
+struct msghdr;
+struct real_fns {
+	int (*connect)(int, const struct sockaddr *, socklen_t);
+	int (*close)(int);
+	int (*dup)(int);
+	int (*dup2)(int, int);
+	int (*dup3)(int, int, int);
+	int (*fcntl)(int, int, ...);
+	int (*fcntl64)(int, int, ...);
+	int (*close_range)(unsigned, unsigned, int);
+	void (*closefrom)(int);
+	int (*fclose)(void *);
+	pid_t (*fork)(void);
+	int (*socket)(int, int, int);
+	int (*accept)(int, struct sockaddr *, socklen_t *);
+	int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+	ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+	ssize_t (*sendmsg)(int, const struct msghdr *, int);
+	int (*getaddrinfo)(const char *, const char *, const struct addrinfo *,
+			   struct addrinfo **);
+};
+
+/* Filled by real_bind(); a NULL entry means "not bound yet". */
+extern struct real_fns real;
+
+/* Binds every real function once with dlsym(RTLD_NEXT). Safe to call from
+ * any wrapper at any time; a recursive call (dlsym calling back into a
+ * wrapper) returns at once with the entries still NULL, and the wrappers then
+ * use the raw system calls. Aborts if dlsym returns one of our own wrappers. */
+void real_bind(void);
+bool real_bound(void);
+
+/* ---- interpose.c: the process-wide state ---- */
+
+/* The shim's one global: filled by the constructor, read by the wrappers. */
+struct shim_state {
+	_Atomic int ready;	/* 1 once init finished with a usable segment */
+	pid_t pid;		/* getpid() of this process, updated on fork */
+	struct bs_config cfg;
+	struct matcher *m;
+	struct seg *seg;
+};
+extern struct shim_state shim;
+
+#endif

@@ -1,0 +1,17 @@
+#!/bin/sh
+# deps.sh - installs what `make test` needs on a fresh Debian machine (apt-get as root).
+pkgs=""
+need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || pkgs="$pkgs $1"; }
+for p in gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux procps; do
+	need "$p"
+done
+[ -z "$pkgs" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "bulkshim: missing packages:$pkgs" >&2
+	echo "bulkshim: run: sudo apt-get update && sudo apt-get install -y$pkgs" >&2
+	exit 1
+fi
+echo "bulkshim: installing$pkgs"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null || {
+	echo "bulkshim: apt-get install$pkgs failed" >&2; exit 1; }
