@@ -127,6 +127,9 @@ void cfg_default_segment(const char *path, char *out, size_t outlen);
 int cfg_errno_value(const char *name);
 const char *cfg_errno_name(int value);
 void cfg_free(struct bs_config *cfg);
+/* True if path parses and sets strict = true, so that a config with an error
+ * elsewhere can still ask for strict mode. False on any doubt. */
+bool cfg_wants_strict(const char *path);
 
 /* ---- segment.c: the shared-memory layout, permits and counters ---- */
 
@@ -276,13 +279,13 @@ struct real_fns {
 			   struct addrinfo **);
 };
 
-/* Filled by real_bind(); a NULL entry means "not bound yet". */
+/* Entries start at trampolines that bind on first use, so none is ever NULL. */
 extern struct real_fns real;
 
 /* Binds every real function once with dlsym(RTLD_NEXT). Safe to call from
  * any wrapper at any time; a recursive call (dlsym calling back into a
- * wrapper) returns at once with the entries still NULL, and the wrappers then
- * use the raw system calls. Aborts if dlsym returns one of our own wrappers. */
+ * wrapper) returns at once, and the trampolines then use the raw system
+ * calls. Aborts if dlsym returns one of our own wrappers. */
 void real_bind(void);
 bool real_bound(void);
 

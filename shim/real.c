@@ -1,0 +1,287 @@
+/* real.c - binding the real libc functions behind the wrappers, once. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+/*
+ * Every entry of `real` starts out pointing at a trampoline below. The first
+ * call binds all entries with dlsym(RTLD_NEXT) and then forwards. dlsym may
+ * call malloc, and a preloaded malloc may call back into a wrapper: such a
+ * recursive call (or one from another thread while binding runs) finds the
+ * binding in progress and uses the raw system call instead, so nothing ever
+ * waits or recurses. The entries are never NULL.
+ */
+
+enum { BIND_NONE, BIND_RUNNING, BIND_DONE };
+static _Atomic int bind_state;
+
+static int tr_connect(int, const struct sockaddr *, socklen_t);
+static int tr_close(int);
+static int tr_dup(int);
+static int tr_dup2(int, int);
+static int tr_dup3(int, int, int);
+static int tr_fcntl(int, int, ...);
+static int tr_fcntl64(int, int, ...);
+static int tr_close_range(unsigned, unsigned, int);
+static void tr_closefrom(int);
+static int tr_fclose(void *);
+static pid_t tr_fork(void);
+static int tr_socket(int, int, int);
+static int tr_accept(int, struct sockaddr *, socklen_t *);
+static int tr_accept4(int, struct sockaddr *, socklen_t *, int);
+static ssize_t tr_sendto(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+static ssize_t tr_sendmsg(int, const struct msghdr *, int);
+static int tr_getaddrinfo(const char *, const char *, const struct addrinfo *,
+    struct addrinfo **);
+
+struct real_fns real = {
+	.connect = tr_connect,
+	.close = tr_close,
+	.dup = tr_dup,
+	.dup2 = tr_dup2,
+	.dup3 = tr_dup3,
+	.fcntl = tr_fcntl,
+	.fcntl64 = tr_fcntl64,
+	.close_range = tr_close_range,
+	.closefrom = tr_closefrom,
+	.fclose = tr_fclose,
+	.fork = tr_fork,
+	.socket = tr_socket,
+	.accept = tr_accept,
+	.accept4 = tr_accept4,
+	.sendto = tr_sendto,
+	.sendmsg = tr_sendmsg,
+	.getaddrinfo = tr_getaddrinfo,
+};
+
+/* Our own exported wrappers, to detect dlsym handing them back. */
+extern int connect(int, const struct sockaddr *, socklen_t);
+extern int close(int);
+
+static void *
+bind_one(const char *name, void *self)
+{
+	void *p = dlsym(RTLD_NEXT, name);
+
+	if (p != NULL && p == self) {
+		static const char msg[] =
+		    "bulkshim: dlsym(RTLD_NEXT) returned the shim's own wrapper; aborting\n";
+		syscall(SYS_write, 2, msg, sizeof(msg) - 1);
+		abort();
+	}
+	return p;
+}
+
+#define BIND(field, name, self) do {					\
+	void *p_ = bind_one(name, self);				\
+	if (p_ != NULL)							\
+		memcpy(&fns.field, &p_, sizeof(p_));			\
+} while (0)
+
+void
+real_bind(void)
+{
+	int expected = BIND_NONE;
+	struct real_fns fns = real;
+	int saved = errno;
+
+	if (atomic_load_explicit(&bind_state, memory_order_acquire) == BIND_DONE)
+		return;
+	if (!atomic_compare_exchange_strong(&bind_state, &expected, BIND_RUNNING))
+		return;		/* recursion, or another thread is binding */
+	BIND(connect, "connect", (void *)connect);
+	BIND(close, "close", (void *)close);
+	BIND(dup, "dup", NULL);
+	BIND(dup2, "dup2", NULL);
+	BIND(dup3, "dup3", NULL);
+	BIND(fcntl, "fcntl", NULL);
+	BIND(fcntl64, "fcntl64", NULL);
+	BIND(close_range, "close_range", NULL);
+	BIND(closefrom, "closefrom", NULL);
+	BIND(fclose, "fclose", NULL);
+	BIND(fork, "fork", NULL);
+	BIND(socket, "socket", NULL);
+	BIND(accept, "accept", NULL);
+	BIND(accept4, "accept4", NULL);
+	BIND(sendto, "sendto", NULL);
+	BIND(sendmsg, "sendmsg", NULL);
+	BIND(getaddrinfo, "getaddrinfo", NULL);
+	/* glibc before 2.28 has no fcntl64; fcntl is then the same call. */
+	if (fns.fcntl64 == tr_fcntl64 && fns.fcntl != tr_fcntl)
+		fns.fcntl64 = fns.fcntl;
+	real = fns;
+	atomic_store_explicit(&bind_state, BIND_DONE, memory_order_release);
+	errno = saved;
+}
+
+bool
+real_bound(void)
+{
+	return atomic_load_explicit(&bind_state, memory_order_acquire) == BIND_DONE;
+}
+
+/*
+ * The trampolines. After real_bind() the entry points at libc unless libc
+ * lacks the symbol, in which case it still points here and the raw system
+ * call serves (close_range and closefrom before glibc 2.34).
+ */
+#define FORWARD(field, tramp, ...) do {					\
+	real_bind();							\
+	if (real.field != tramp)					\
+		return real.field(__VA_ARGS__);				\
+} while (0)
+
+static int
+tr_connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	FORWARD(connect, tr_connect, fd, sa, len);
+	return (int)syscall(SYS_connect, fd, sa, len);
+}
+
+static int
+tr_close(int fd)
+{
+	FORWARD(close, tr_close, fd);
+	return (int)syscall(SYS_close, fd);
+}
+
+static int
+tr_dup(int fd)
+{
+	FORWARD(dup, tr_dup, fd);
+	return (int)syscall(SYS_dup, fd);
+}
+
+static int
+tr_dup2(int fd, int fd2)
+{
+	FORWARD(dup2, tr_dup2, fd, fd2);
+	if (fd == fd2)
+		return (int)syscall(SYS_fcntl, fd, F_GETFD) < 0 ? -1 : fd;
+	return (int)syscall(SYS_dup3, fd, fd2, 0);
+}
+
+static int
+tr_dup3(int fd, int fd2, int flags)
+{
+	FORWARD(dup3, tr_dup3, fd, fd2, flags);
+	return (int)syscall(SYS_dup3, fd, fd2, flags);
+}
+
+static int
+tr_fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	FORWARD(fcntl, tr_fcntl, fd, cmd, arg);
+	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+}
+
+static int
+tr_fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	FORWARD(fcntl64, tr_fcntl64, fd, cmd, arg);
+	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+}
+
+static int
+tr_close_range(unsigned first, unsigned last, int flags)
+{
+	FORWARD(close_range, tr_close_range, first, last, flags);
+	return (int)syscall(SYS_close_range, first, last, flags);
+}
+
+static void
+tr_closefrom(int lowfd)
+{
+	real_bind();
+	if (real.closefrom != tr_closefrom) {
+		real.closefrom(lowfd);
+		return;
+	}
+	if (lowfd < 0)
+		lowfd = 0;
+	syscall(SYS_close_range, (unsigned)lowfd, ~0U, 0);
+}
+
+static int
+tr_fclose(void *fp)
+{
+	FORWARD(fclose, tr_fclose, fp);
+	errno = ENOSYS;
+	return EOF;
+}
+
+static pid_t
+tr_fork(void)
+{
+	FORWARD(fork, tr_fork);
+	errno = ENOSYS;
+	return -1;
+}
+
+static int
+tr_socket(int domain, int type, int protocol)
+{
+	FORWARD(socket, tr_socket, domain, type, protocol);
+	return (int)syscall(SYS_socket, domain, type, protocol);
+}
+
+static int
+tr_accept(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	FORWARD(accept, tr_accept, fd, sa, len);
+	return (int)syscall(SYS_accept4, fd, sa, len, 0);
+}
+
+static int
+tr_accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+	FORWARD(accept4, tr_accept4, fd, sa, len, flags);
+	return (int)syscall(SYS_accept4, fd, sa, len, flags);
+}
+
+static ssize_t
+tr_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa,
+    socklen_t len)
+{
+	FORWARD(sendto, tr_sendto, fd, buf, n, flags, sa, len);
+	return syscall(SYS_sendto, fd, buf, n, flags, sa, len);
+}
+
+static ssize_t
+tr_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	FORWARD(sendmsg, tr_sendmsg, fd, msg, flags);
+	return syscall(SYS_sendmsg, fd, msg, flags);
+}
+
+static int
+tr_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+    struct addrinfo **res)
+{
+	FORWARD(getaddrinfo, tr_getaddrinfo, node, service, hints, res);
+	errno = ENOSYS;
+	return EAI_SYSTEM;
+}

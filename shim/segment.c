@@ -1,0 +1,1012 @@
+/* segment.c - the shared-memory segment: layout, validation, permits, reclaim. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+/*
+ * Layout: a header, then ncomp compartments, nslots socket slots, nprocs
+ * process records, and one bitmap row of nslots bits per process record.
+ * Every count in the shared memory is a fixed-width atomic, so 32- and 64-bit
+ * processes and processes of different builds agree on it, and nothing in
+ * it is a lock: a process killed at any instruction leaves no lock behind.
+ *
+ * A permit is one unit of a compartment's in_use. The socket holding it has
+ * a slot; each process that has a descriptor of the socket has the slot's
+ * bit set in its row, and the slot's `holders` counts those rows. The permit
+ * goes back when `holders` drops to zero: when the last descriptor in the
+ * last process is closed, or when the last holder is found dead.
+ */
+
+#define SLOT_INIT	2	/* being filled in by its acquirer */
+#define RECLAIM_EVERY_MS 100
+#define LOCK_WAIT_MS	2000
+
+struct seg {
+	void *base;
+	size_t size;
+	struct seg_header *h;
+	struct seg_comp *comp;
+	struct seg_slot *slots;
+	struct seg_proc *procs;
+	_Atomic uint64_t *bits;
+	_Atomic uint32_t *lcount;	/* per slot: descriptors in this process */
+	int *cmap;			/* config compartment -> segment compartment */
+	size_t ncmap;
+	_Atomic int rec;		/* this process's record, or -1 */
+	_Atomic uint32_t hint;		/* where the next slot search starts */
+	uint64_t my_start;
+};
+
+static size_t
+align_up(size_t v, size_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+/* Fills the layout fields of h for the given counts. */
+static void
+layout(struct seg_header *h, uint32_t ncomp, uint32_t nslots, uint32_t nprocs)
+{
+	h->header_size = sizeof(*h);
+	h->ncomp = ncomp;
+	h->nslots = nslots;
+	h->nprocs = nprocs;
+	h->bitmap_words = (nslots + 63) / 64;
+	h->off_comp = align_up(sizeof(*h), 64);
+	h->off_slots = align_up(h->off_comp + (uint64_t)ncomp * sizeof(struct seg_comp), 64);
+	h->off_procs = align_up(h->off_slots + (uint64_t)nslots * sizeof(struct seg_slot), 64);
+	h->off_bitmaps = align_up(h->off_procs + (uint64_t)nprocs * sizeof(struct seg_proc), 64);
+	h->total_size = align_up(h->off_bitmaps +
+	    (uint64_t)nprocs * h->bitmap_words * sizeof(uint64_t), 4096);
+}
+
+/* Checks that a mapped header describes exactly the layout its counts give
+ * and fits in `size` bytes. Returns NULL or what is wrong. */
+static const char *
+validate(const struct seg_header *h, size_t size)
+{
+	struct seg_header want;
+
+	if (size < sizeof(*h))
+		return "truncated (smaller than its header)";
+	if (h->magic != SEG_MAGIC)
+		return "bad magic (not a bulkshim segment)";
+	if (h->version != SEG_VERSION)
+		return "unsupported layout version";
+	if (h->ncomp == 0 || h->ncomp > BS_MAX_COMPARTMENTS || h->nslots == 0 ||
+	    h->nslots > BS_MAX_SOCKETS || h->nprocs == 0 || h->nprocs > BS_MAX_PROCESSES)
+		return "counts out of range";
+	memset(&want, 0, sizeof(want));
+	layout(&want, h->ncomp, h->nslots, h->nprocs);
+	if (h->header_size != want.header_size || h->bitmap_words != want.bitmap_words ||
+	    h->off_comp != want.off_comp || h->off_slots != want.off_slots ||
+	    h->off_procs != want.off_procs || h->off_bitmaps != want.off_bitmaps ||
+	    h->total_size != want.total_size)
+		return "inconsistent layout";
+	if (h->total_size > size)
+		return "truncated";
+	return NULL;
+}
+
+static void
+set_pointers(struct seg *s)
+{
+	char *b = s->base;
+
+	s->h = s->base;
+	s->comp = (struct seg_comp *)(b + s->h->off_comp);
+	s->slots = (struct seg_slot *)(b + s->h->off_slots);
+	s->procs = (struct seg_proc *)(b + s->h->off_procs);
+	s->bits = (_Atomic uint64_t *)(b + s->h->off_bitmaps);
+}
+
+static _Atomic uint64_t *
+row(const struct seg *s, uint32_t rec)
+{
+	return s->bits + (size_t)rec * s->h->bitmap_words;
+}
+
+/* Reads a small file with raw system calls; returns bytes read or -errno. */
+static long
+read_small(const char *path, char *buf, size_t len)
+{
+	long fd, n;
+
+	fd = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = syscall(SYS_read, fd, buf, len - 1);
+	if (n < 0)
+		n = -errno;
+	syscall(SYS_close, fd);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
+
+/* Parses /proc/PID/stat: the state letter and field 22 (start time). The
+ * command name may hold spaces and parentheses, so parsing starts after the
+ * last ')'. Returns 0, -ENOENT if the process is gone, or another -errno. */
+static int
+proc_stat(pid_t pid, char *state, uint64_t *start)
+{
+	char path[64], buf[1024];
+	char *p;
+	long n;
+	int field = 2;
+
+	bs_format(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	n = read_small(path, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	p = strrchr(buf, ')');
+	if (p == NULL || p[1] != ' ')
+		return -EINVAL;
+	p += 2;
+	*state = *p;
+	for (field = 3; field < 22 && *p; p++) {
+		if (*p == ' ')
+			field++;
+	}
+	*start = 0;
+	while (*p >= '0' && *p <= '9')
+		*start = *start * 10 + (uint64_t)(*p++ - '0');
+	return 0;
+}
+
+uint64_t
+seg_pid_start(pid_t pid)
+{
+	char state;
+	uint64_t start;
+
+	return proc_stat(pid, &state, &start) == 0 ? start : 0;
+}
+
+bool
+seg_pid_alive(pid_t pid, uint64_t start)
+{
+	char state;
+	uint64_t st;
+	int r;
+
+	if (pid <= 0)
+		return false;
+	r = proc_stat(pid, &state, &st);
+	if (r == -ENOENT || r == -ESRCH)
+		return false;
+	if (r < 0) {
+		/* No /proc (or hidepid): fall back to a signal probe, which
+		 * cannot tell a zombie or a reused PID, so it errs on "alive". */
+		return !(kill(pid, 0) < 0 && errno == ESRCH);
+	}
+	/* A zombie has closed all its descriptors: its permits are free. */
+	if (state == 'Z' || state == 'X' || state == 'x')
+		return false;
+	return start == 0 || st == start;
+}
+
+/* ---- attach and open ---- */
+
+static void
+seg_name(const char *segment, char *out, size_t len)
+{
+	bs_format(out, len, "/bulkshim.%s", segment);
+}
+
+/* Takes the segment's flock with a bounded wait so that creation and
+ * attachment never interleave, and a crashed creator cannot hang anyone. */
+static int
+lock_bounded(int fd)
+{
+	struct timespec ms = { 0, 1000000 };
+
+	for (int waited = 0; waited < LOCK_WAIT_MS; waited++) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		nanosleep(&ms, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
+static int
+map_fd(struct seg *s, int fd, size_t size, bool writable)
+{
+	void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	s->base = p;
+	s->size = size;
+	return 0;
+}
+
+/* Writes a fresh segment for cfg into the mapped memory. The magic goes in
+ * last, so a reader that races the creator sees an invalid header, not a
+ * half-written one. */
+static void
+init_segment(struct seg *s, const struct bs_config *cfg)
+{
+	struct seg_header *h = s->base;
+
+	memset(s->base, 0, s->size);
+	layout(h, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
+	h->version = SEG_VERSION;
+	h->creator_uid = (uint32_t)geteuid();
+	h->created_ms = now_real_ms();
+	bs_format(h->name, sizeof(h->name), "%s", cfg->segment);
+	bs_format(h->config_path, sizeof(h->config_path), "%s", cfg->path);
+	set_pointers(s);
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		bs_format(s->comp[i].name, sizeof(s->comp[i].name), "%s", cfg->comp[i].name);
+		atomic_store(&s->comp[i].limit, cfg->comp[i].max_connections);
+		atomic_store(&s->comp[i].reject_errno, cfg->comp[i].reject_errno);
+	}
+	atomic_thread_fence(memory_order_release);
+	h->magic = SEG_MAGIC;
+}
+
+static bool
+any_live(struct seg *s)
+{
+	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		if (atomic_load(&s->procs[i].state) != PROC_FREE)
+			return true;
+	}
+	return false;
+}
+
+/* Maps config compartments to segment compartments by name. Returns the
+ * number of config compartments the segment lacks. */
+static size_t
+map_compartments(struct seg *s, const struct bs_config *cfg)
+{
+	size_t missing = 0;
+
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		s->cmap[i] = -1;
+		for (uint32_t j = 0; j < s->h->ncomp; j++) {
+			if (strncmp(s->comp[j].name, cfg->comp[i].name, BS_NAME_MAX) == 0) {
+				s->cmap[i] = (int)j;
+				break;
+			}
+		}
+		if (s->cmap[i] < 0)
+			missing++;
+	}
+	return missing;
+}
+
+static struct seg *
+seg_new(size_t ncmap)
+{
+	struct seg *s = calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return NULL;
+	s->cmap = calloc(ncmap ? ncmap : 1, sizeof(int));
+	if (s->cmap == NULL) {
+		free(s);
+		return NULL;
+	}
+	s->ncmap = ncmap;
+	atomic_store(&s->rec, -1);
+	return s;
+}
+
+static int
+alloc_local(struct seg *s)
+{
+	s->lcount = calloc(s->h->nslots, sizeof(*s->lcount));
+	return s->lcount == NULL ? -ENOMEM : 0;
+}
+
+int
+seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen)
+{
+	char name[BS_NAME_MAX + 16];
+	struct seg_header want;
+	struct seg *s = NULL;
+	struct stat st;
+	const char *why;
+	bool created = false;
+	int fd, r;
+
+	*out = NULL;
+	seg_name(cfg->segment, name, sizeof(name));
+	/* glibc's shm_open adds O_NOFOLLOW: a symlink planted at the name
+	 * fails with ELOOP instead of being followed. */
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, cfg->mode & 07777);
+	if (fd >= 0) {
+		created = true;
+	} else if (errno == EEXIST) {
+		fd = shm_open(name, O_RDWR, 0);
+	}
+	if (fd < 0) {
+		r = -errno;
+		bs_format(err, errlen, "cannot open segment /dev/shm%s: %s", name,
+		    strerror(-r));
+		return r;
+	}
+	r = lock_bounded(fd);
+	if (r < 0) {
+		bs_format(err, errlen, "segment /dev/shm%s stays locked: %s", name, strerror(-r));
+		goto fail;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		bs_format(err, errlen, "cannot stat segment /dev/shm%s", name);
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = -EINVAL;
+		bs_format(err, errlen, "segment /dev/shm%s is not a regular shared-memory object; not trusted", name);
+		goto fail;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0 &&
+	    !(cfg->has_owner && st.st_uid == cfg->owner)) {
+		r = -EPERM;
+		bs_format(err, errlen, "segment /dev/shm%s belongs to uid %u, not to this user; not trusted",
+		    name, (unsigned)st.st_uid);
+		goto fail;
+	}
+	if (created) {
+		/* The mode given to shm_open was filtered by the umask. */
+		if (fchmod(fd, cfg->mode & 07777) < 0)
+			bs_log(LOG_WARN, "cannot set mode of /dev/shm%s: %s", name, strerror(errno));
+		if ((cfg->has_owner || cfg->has_group) &&
+		    fchown(fd, cfg->has_owner ? cfg->owner : (uid_t)-1,
+		    cfg->has_group ? cfg->group : (gid_t)-1) < 0)
+			bs_log(LOG_WARN, "cannot set owner of /dev/shm%s: %s", name, strerror(errno));
+	}
+	s = seg_new(cfg->ncomp);
+	if (s == NULL) {
+		r = -ENOMEM;
+		bs_format(err, errlen, "out of memory");
+		goto fail;
+	}
+	if (st.st_size == 0) {
+		/* New, or left empty by a creator that died before sizing it:
+		 * whoever holds the lock initialises it. */
+		memset(&want, 0, sizeof(want));
+		layout(&want, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
+		if (ftruncate(fd, (off_t)want.total_size) < 0) {
+			r = -errno;
+			bs_format(err, errlen, "cannot size segment /dev/shm%s: %s", name, strerror(-r));
+			goto fail;
+		}
+		r = map_fd(s, fd, want.total_size, true);
+		if (r < 0) {
+			bs_format(err, errlen, "cannot map segment /dev/shm%s: %s", name, strerror(-r));
+			goto fail;
+		}
+		init_segment(s, cfg);
+	} else {
+		r = map_fd(s, fd, (size_t)st.st_size, true);
+		if (r < 0) {
+			bs_format(err, errlen, "cannot map segment /dev/shm%s: %s", name, strerror(-r));
+			goto fail;
+		}
+		why = validate(s->base, s->size);
+		if (why != NULL) {
+			r = -EINVAL;
+			bs_format(err, errlen, "segment /dev/shm%s: %s; not trusted", name, why);
+			goto fail;
+		}
+		set_pointers(s);
+	}
+	if (map_compartments(s, cfg) != 0) {
+		seg_reclaim(s, false);
+		if (any_live(s)) {
+			r = -EEXIST;
+			bs_format(err, errlen, "segment /dev/shm%s is in use with other compartments "
+			    "(another configuration?)", name);
+			goto fail;
+		}
+		/* Nobody holds anything: start over with this configuration.
+		 * The object is unlinked, not rewritten, so that a process
+		 * still mapping the old one never sees its layout change. */
+		munmap(s->base, s->size);
+		s->base = NULL;
+		shm_unlink(name);
+		flock(fd, LOCK_UN);
+		close(fd);
+		free(s->cmap);
+		free(s);
+		bs_log(LOG_INFO, "segment /dev/shm%s had other compartments and no holders; recreated", name);
+		return seg_attach(cfg, out, err, errlen);
+	}
+	if (!created) {
+		seg_reclaim(s, false);
+		if (!any_live(s)) {
+			/* A segment left by an earlier run: this run's
+			 * configuration is what the operator means now. */
+			for (size_t i = 0; i < cfg->ncomp; i++) {
+				atomic_store(&s->comp[s->cmap[i]].limit, cfg->comp[i].max_connections);
+				atomic_store(&s->comp[s->cmap[i]].reject_errno, cfg->comp[i].reject_errno);
+			}
+		}
+	}
+	r = alloc_local(s);
+	if (r < 0) {
+		bs_format(err, errlen, "out of memory");
+		goto fail;
+	}
+	s->my_start = seg_pid_start(getpid());
+	/* The mapping keeps the open file description alive, and the flock
+	 * with it: closing alone would not unlock. */
+	flock(fd, LOCK_UN);
+	close(fd);
+	*out = s;
+	return 0;
+fail:
+	if (s != NULL) {
+		if (s->base != NULL)
+			munmap(s->base, s->size);
+		free(s->cmap);
+		free(s);
+	}
+	flock(fd, LOCK_UN);
+	close(fd);
+	return r;
+}
+
+int
+seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t errlen)
+{
+	char name[BS_NAME_MAX + 16];
+	struct seg *s;
+	struct stat st;
+	const char *why;
+	int fd, r;
+
+	*out = NULL;
+	seg_name(segment, name, sizeof(name));
+	fd = shm_open(name, writable ? O_RDWR : O_RDONLY, 0);
+	if (fd < 0) {
+		r = -errno;
+		bs_format(err, errlen, "cannot open segment /dev/shm%s: %s", name, strerror(-r));
+		return r;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		bs_format(err, errlen, "/dev/shm%s is not a regular shared-memory object", name);
+		return -EINVAL;
+	}
+	s = seg_new(0);
+	if (s == NULL) {
+		close(fd);
+		return -ENOMEM;
+	}
+	r = st.st_size > 0 ? map_fd(s, fd, (size_t)st.st_size, writable) : -EINVAL;
+	close(fd);
+	if (r < 0) {
+		bs_format(err, errlen, "cannot map segment /dev/shm%s", name);
+		free(s->cmap);
+		free(s);
+		return r;
+	}
+	why = validate(s->base, s->size);
+	if (why != NULL) {
+		bs_format(err, errlen, "segment /dev/shm%s: %s", name, why);
+		seg_close(s);
+		return -EINVAL;
+	}
+	set_pointers(s);
+	*out = s;
+	return 0;
+}
+
+void
+seg_close(struct seg *s)
+{
+	if (s == NULL)
+		return;
+	if (s->base != NULL)
+		munmap(s->base, s->size);
+	free(s->lcount);
+	free(s->cmap);
+	free(s);
+}
+
+struct seg_header *
+seg_header(const struct seg *s)
+{
+	return s->h;
+}
+
+struct seg_comp *
+seg_comp(const struct seg *s, uint32_t i)
+{
+	return i < s->h->ncomp ? &s->comp[i] : NULL;
+}
+
+struct seg_slot *
+seg_slot(const struct seg *s, uint32_t i)
+{
+	return i < s->h->nslots ? &s->slots[i] : NULL;
+}
+
+struct seg_proc *
+seg_proc(const struct seg *s, uint32_t i)
+{
+	return i < s->h->nprocs ? &s->procs[i] : NULL;
+}
+
+int
+seg_comp_index(const struct seg *s, size_t cfg_index)
+{
+	return cfg_index < s->ncmap ? s->cmap[cfg_index] : -1;
+}
+
+uint32_t
+seg_proc_held(const struct seg *s, uint32_t i)
+{
+	uint32_t n = 0;
+
+	if (i >= s->h->nprocs)
+		return 0;
+	for (uint32_t w = 0; w < s->h->bitmap_words; w++)
+		n += (uint32_t)__builtin_popcountll(atomic_load(&row(s, i)[w]));
+	return n;
+}
+
+/* ---- permits ---- */
+
+/* Decrements *v unless it is already 0 (a damaged segment must not wrap
+ * counts around). Returns the new value. */
+static uint32_t
+dec_floor(_Atomic uint32_t *v)
+{
+	uint32_t cur = atomic_load(v);
+
+	while (cur > 0 && !atomic_compare_exchange_weak(v, &cur, cur - 1))
+		;
+	return cur > 0 ? cur - 1 : 0;
+}
+
+/* The last holder of slot is gone: the permit goes back. */
+static void
+release_slot(struct seg *s, uint32_t slot, bool reclaimed)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	uint32_t comp = atomic_load(&sl->comp);
+
+	if (comp < s->h->ncomp) {
+		dec_floor(&s->comp[comp].in_use);
+		if (reclaimed)
+			atomic_fetch_add(&s->comp[comp].reclaimed, 1);
+	}
+	atomic_store(&sl->inode, 0);
+	atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
+}
+
+static void
+unhold_slot(struct seg *s, uint32_t slot, bool reclaimed)
+{
+	if (slot < s->h->nslots && dec_floor(&s->slots[slot].holders) == 0)
+		release_slot(s, slot, reclaimed);
+}
+
+/* Takes every bit of record rec's row and drops its holds, then frees the
+ * record. The caller owns rec exclusively. */
+static void
+empty_record(struct seg *s, uint32_t rec, bool reclaimed)
+{
+	_Atomic uint64_t *r = row(s, rec);
+
+	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
+		uint64_t bits = atomic_exchange(&r[w], 0);
+
+		while (bits != 0) {
+			int b = __builtin_ctzll(bits);
+
+			bits &= bits - 1;
+			unhold_slot(s, w * 64 + (uint32_t)b, reclaimed);
+		}
+	}
+	atomic_store(&s->procs[rec].pid, 0);
+	atomic_store(&s->procs[rec].start, 0);
+	atomic_store(&s->procs[rec].owner, 0);
+	atomic_store_explicit(&s->procs[rec].state, PROC_FREE, memory_order_release);
+}
+
+/* Claims a free process record in state `state` for owner; -ENOSPC if none. */
+static int
+alloc_record(struct seg *s, uint32_t state, pid_t owner)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < s->h->nprocs; i++) {
+			uint32_t expected = PROC_FREE;
+
+			if (atomic_load(&s->procs[i].state) != PROC_FREE)
+				continue;
+			/* The owner is set before the state so that a
+			 * reclaimer never sees a claimed record without one;
+			 * losing the race below only leaves a stale owner on
+			 * a record somebody else claimed, who overwrites it. */
+			if (atomic_compare_exchange_strong(&s->procs[i].state, &expected,
+			    PROC_FORKING)) {
+				atomic_store(&s->procs[i].owner, owner);
+				atomic_store(&s->procs[i].pid, 0);
+				s->procs[i].uid = (uint32_t)geteuid();
+				for (uint32_t w = 0; w < s->h->bitmap_words; w++)
+					atomic_store(&row(s, i)[w], 0);
+				if (state != PROC_FORKING)
+					atomic_store(&s->procs[i].state, state);
+				return (int)i;
+			}
+		}
+		if (pass == 0 && seg_reclaim(s, false) == 0)
+			break;
+	}
+	return -ENOSPC;
+}
+
+/* This process's record, claimed on first need. Two threads may race to
+ * claim one; the loser gives its record back, so nobody waits. */
+static int
+my_record(struct seg *s)
+{
+	int r = atomic_load(&s->rec), mine, expected = -1;
+	pid_t pid = (pid_t)syscall(SYS_getpid);
+
+	if (r >= 0)
+		return r;
+	mine = alloc_record(s, PROC_FORKING, pid);
+	if (mine < 0)
+		return mine;
+	atomic_store(&s->procs[mine].start, s->my_start);
+	atomic_store(&s->procs[mine].pid, pid);
+	atomic_store(&s->procs[mine].state, PROC_LIVE);
+	if (!atomic_compare_exchange_strong(&s->rec, &expected, mine)) {
+		empty_record(s, (uint32_t)mine, false);
+		return expected;
+	}
+	return mine;
+}
+
+static int
+alloc_slot(struct seg *s, uint32_t comp, uint64_t ino)
+{
+	uint32_t n = s->h->nslots;
+	uint32_t start = atomic_fetch_add(&s->hint, 1) % n;
+
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = (start + k) % n, expected = SLOT_FREE;
+		struct seg_slot *sl = &s->slots[i];
+
+		if (atomic_load_explicit(&sl->state, memory_order_relaxed) != SLOT_FREE)
+			continue;
+		if (!atomic_compare_exchange_strong(&sl->state, &expected, SLOT_INIT))
+			continue;
+		atomic_store(&sl->comp, comp);
+		atomic_store(&sl->inode, ino);
+		atomic_store(&sl->holders, 1);
+		atomic_store_explicit(&sl->state, SLOT_USED, memory_order_release);
+		atomic_store(&s->hint, i + 1);
+		return (int)i;
+	}
+	return -ENOSPC;
+}
+
+static void
+set_bit(struct seg *s, int rec, uint32_t slot)
+{
+	atomic_fetch_or(&row(s, (uint32_t)rec)[slot / 64], 1ULL << (slot % 64));
+}
+
+/* Clears this process's bit for slot; true if it was set. */
+static bool
+clear_bit(struct seg *s, int rec, uint32_t slot)
+{
+	uint64_t m = 1ULL << (slot % 64);
+
+	return (atomic_fetch_and(&row(s, (uint32_t)rec)[slot / 64], ~m) & m) != 0;
+}
+
+int
+seg_acquire(struct seg *s, uint32_t comp, uint64_t ino)
+{
+	struct seg_comp *c;
+	uint32_t cur, lim, peak;
+	int rec, slot;
+
+	if (comp >= s->h->ncomp)
+		return -EINVAL;
+	c = &s->comp[comp];
+	rec = my_record(s);
+	if (rec < 0)
+		return rec;
+	for (int attempt = 0;; attempt++) {
+		cur = atomic_load(&c->in_use);
+		for (;;) {
+			lim = atomic_load(&c->limit);
+			if (cur >= lim)
+				break;
+			/* The admission: one compare-and-swap. Whoever moves
+			 * in_use from cur to cur + 1 owns that permit. */
+			if (atomic_compare_exchange_weak(&c->in_use, &cur, cur + 1))
+				goto admitted;
+		}
+		if (attempt > 0 || seg_reclaim(s, true) == 0)
+			break;
+	}
+	atomic_fetch_add(&c->rejected, 1);
+	atomic_store(&c->last_rejection_ms, now_real_ms());
+	return -EBUSY;
+admitted:
+	peak = atomic_load(&c->peak);
+	while (cur + 1 > peak && !atomic_compare_exchange_weak(&c->peak, &peak, cur + 1))
+		;
+	slot = alloc_slot(s, comp, ino);
+	if (slot < 0) {
+		dec_floor(&c->in_use);
+		return slot;
+	}
+	atomic_store(&s->lcount[slot], 1);
+	set_bit(s, rec, (uint32_t)slot);
+	atomic_fetch_add(&c->admitted, 1);
+	return slot;
+}
+
+void
+seg_hold(struct seg *s, uint32_t slot)
+{
+	int rec = atomic_load(&s->rec);
+
+	if (slot >= s->h->nslots || rec < 0)
+		return;
+	atomic_fetch_add(&s->lcount[slot], 1);
+}
+
+void
+seg_drop(struct seg *s, uint32_t slot)
+{
+	int rec = atomic_load(&s->rec);
+
+	if (slot >= s->h->nslots || rec < 0)
+		return;
+	if (dec_floor(&s->lcount[slot]) != 0)
+		return;
+	if (clear_bit(s, rec, slot))
+		unhold_slot(s, slot, false);
+}
+
+int
+seg_reclaim(struct seg *s, bool throttle)
+{
+	pid_t me = (pid_t)syscall(SYS_getpid);
+	int n = 0;
+
+	if (throttle) {
+		uint64_t now = now_mono_ms(), last = atomic_load(&s->h->last_reclaim_ms);
+
+		if (now - last < RECLAIM_EVERY_MS && now >= last)
+			return 0;
+		if (!atomic_compare_exchange_strong(&s->h->last_reclaim_ms, &last, now))
+			return 0;
+	}
+	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		struct seg_proc *p = &s->procs[i];
+		uint32_t st = atomic_load(&p->state), expected = st;
+		pid_t pid = atomic_load(&p->pid), owner = atomic_load(&p->owner);
+
+		switch (st) {
+		case PROC_LIVE:
+			if (pid == me || seg_pid_alive(pid, atomic_load(&p->start)))
+				continue;
+			break;
+		case PROC_FORKING:
+			/* Filled in by a parent around fork(): the child if
+			 * it is known, else the parent, speaks for it. */
+			if (pid != 0 ? seg_pid_alive(pid, 0) : (owner == me || seg_pid_alive(owner, 0)))
+				continue;
+			break;
+		case PROC_RECLAIMING:
+			if (owner == me || seg_pid_alive(owner, 0))
+				continue;
+			break;
+		default:
+			continue;
+		}
+		if (!atomic_compare_exchange_strong(&p->state, &expected, PROC_RECLAIMING))
+			continue;
+		atomic_store(&p->owner, me);
+		empty_record(s, i, true);
+		n++;
+	}
+	return n;
+}
+
+int
+seg_find_inode(const struct seg *s, uint64_t ino)
+{
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load(&s->slots[i].state) == SLOT_USED &&
+		    atomic_load(&s->slots[i].inode) == ino)
+			return (int)i;
+	}
+	return -1;
+}
+
+/* ---- fork, exec and exit ---- */
+
+int
+seg_fork_prepare(struct seg *s)
+{
+	int rec = atomic_load(&s->rec), child;
+	pid_t me = (pid_t)syscall(SYS_getpid);
+
+	if (rec < 0)
+		return -1;
+	child = alloc_record(s, PROC_FORKING, me);
+	if (child < 0) {
+		bs_log(LOG_ERROR, "process table of segment %s is full: a child's "
+		    "inherited sockets are not counted as held by it", s->h->name);
+		return -1;
+	}
+	/* The child holds every socket the parent holds now; the holds are
+	 * taken before fork so the parent closing first cannot free them. */
+	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
+		uint64_t bits = atomic_load(&row(s, (uint32_t)rec)[w]), b = bits;
+
+		while (b != 0) {
+			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(b);
+
+			b &= b - 1;
+			atomic_fetch_add(&s->slots[slot].holders, 1);
+		}
+		atomic_store(&row(s, (uint32_t)child)[w], bits);
+	}
+	return child;
+}
+
+void
+seg_fork_child(struct seg *s, int rec)
+{
+	pid_t me = (pid_t)syscall(SYS_getpid);
+	uint32_t expected = PROC_FORKING;
+
+	if (rec < 0) {
+		atomic_store(&s->rec, -1);
+		return;
+	}
+	s->my_start = seg_pid_start(me);
+	atomic_store(&s->procs[rec].start, s->my_start);
+	atomic_store(&s->procs[rec].pid, me);
+	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_LIVE))
+		atomic_store(&s->rec, rec);
+	else
+		atomic_store(&s->rec, -1);	/* reclaimed: the parent died meanwhile */
+}
+
+void
+seg_fork_parent(struct seg *s, int rec, pid_t pid)
+{
+	int32_t zero = 0;
+
+	if (rec < 0)
+		return;
+	if (pid < 0) {
+		empty_record(s, (uint32_t)rec, false);
+		return;
+	}
+	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, pid);
+}
+
+void
+seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
+{
+	pid_t me = (pid_t)syscall(SYS_getpid);
+	int rec = -1;
+	DIR *d;
+	struct dirent *e;
+
+	/* The record of the image this process was before exec. */
+	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		struct seg_proc *p = &s->procs[i];
+
+		if (atomic_load(&p->state) != PROC_LIVE || atomic_load(&p->pid) != me)
+			continue;
+		if (atomic_load(&p->start) == s->my_start && rec < 0) {
+			rec = (int)i;
+		} else {
+			uint32_t expected = PROC_LIVE;
+
+			/* A dead process whose PID we now have. */
+			if (atomic_compare_exchange_strong(&p->state, &expected, PROC_RECLAIMING))
+				empty_record(s, i, true);
+		}
+	}
+	if (rec >= 0)
+		atomic_store(&s->rec, rec);
+	d = opendir("/proc/self/fd");
+	if (d != NULL) {
+		while ((e = readdir(d)) != NULL) {
+			struct stat st;
+			int fd = atoi(e->d_name), slot;
+
+			if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d))
+				continue;
+			if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+				continue;
+			slot = seg_find_inode(s, (uint64_t)st.st_ino);
+			if (slot < 0)
+				continue;
+			if (rec < 0 || !(atomic_load(&row(s, (uint32_t)rec)[slot / 64]) &
+			    (1ULL << (slot % 64)))) {
+				/* Inherited from another process (posix_spawn,
+				 * or a fork the shim did not see): hold it too,
+				 * unless its permit was freed meanwhile. */
+				struct seg_slot *sl = &s->slots[slot];
+				uint32_t h = atomic_load(&sl->holders);
+
+				if (rec < 0 && (rec = my_record(s)) < 0)
+					break;
+				while (h > 0 && !atomic_compare_exchange_weak(&sl->holders, &h, h + 1))
+					;
+				if (h == 0)
+					continue;
+				if (atomic_load(&sl->inode) != (uint64_t)st.st_ino) {
+					unhold_slot(s, (uint32_t)slot, false);
+					continue;
+				}
+				set_bit(s, rec, (uint32_t)slot);
+			}
+			atomic_fetch_add(&s->lcount[slot], 1);
+			cb(fd, (uint32_t)slot);
+		}
+		closedir(d);
+	}
+	if (rec < 0)
+		return;
+	/* Sockets the old image held whose descriptors did not survive exec
+	 * (close-on-exec) are no longer held by this process. */
+	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
+		if (atomic_load(&s->lcount[slot]) == 0 && clear_bit(s, rec, slot))
+			unhold_slot(s, slot, false);
+	}
+}
+
+void
+seg_detach_all(struct seg *s)
+{
+	int rec = atomic_exchange(&s->rec, -1);
+	uint32_t expected = PROC_LIVE;
+
+	if (rec < 0)
+		return;
+	for (uint32_t i = 0; i < s->h->nslots; i++)
+		atomic_store(&s->lcount[i], 0);
+	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_RECLAIMING))
+		empty_record(s, (uint32_t)rec, false);
+}
+
+void
+seg_reset_counters(struct seg *s, uint32_t i)
+{
+	struct seg_comp *c = seg_comp(s, i);
+
+	if (c == NULL)
+		return;
+	atomic_store(&c->admitted, 0);
+	atomic_store(&c->rejected, 0);
+	atomic_store(&c->reclaimed, 0);
+	atomic_store(&c->last_rejection_ms, 0);
+	atomic_store(&c->peak, atomic_load(&c->in_use));
+}

@@ -1,0 +1,933 @@
+/* test_config.c - unit tests of config parsing, validation, messages and host resolution. */
+#include "../../shim/config.c"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+static char path[64];
+static char err[BS_ERRLEN];
+
+/* A compartment that is valid on its own, for configs testing something else. */
+#define COMPS "compartments = ( { name = \"a\"; destinations = [ \"10.0.0.1:80\" ]; " \
+	      "max_connections = 5; } );\n"
+
+static void write_cfg(const char *text)
+{
+	size_t len = strlen(text), done = 0;
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/bulkshim-test-XXXXXX.cfg");
+	fd = mkstemps(path, 4);
+	assert_true(fd >= 0);
+	while (done < len) {
+		ssize_t n = write(fd, text + done, len - done);
+
+		assert_true(n > 0);
+		done += (size_t)n;
+	}
+	assert_int_equal(close(fd), 0);
+}
+
+static int load(const char *text, struct bs_config *cfg, bool resolve)
+{
+	int rc;
+
+	write_cfg(text);
+	err[0] = '\0';
+	rc = cfg_load(path, cfg, resolve, err, sizeof(err));
+	unlink(path);
+	return rc;
+}
+
+static void assert_zeroed(const struct bs_config *cfg)
+{
+	static const struct bs_config zero;
+
+	assert_memory_equal(cfg, &zero, sizeof(zero));
+}
+
+/* Loads text, which must fail with one message that starts with the file
+ * name and the tag (":7: "), contains each needle, and leaves cfg zeroed. */
+static void expect_error(const char *text, const char *tag, const char *needle,
+			 const char *needle2)
+{
+	struct bs_config cfg;
+	char want[128];
+
+	assert_int_equal(load(text, &cfg, false), -EINVAL);
+	snprintf(want, sizeof(want), "%s%s", path, tag);
+	if (strncmp(err, want, strlen(want)) != 0)
+		fail_msg("message \"%s\" does not start with \"%s\"", err, want);
+	if (strstr(err, needle) == NULL)
+		fail_msg("message \"%s\" lacks \"%s\"", err, needle);
+	if (needle2 != NULL && strstr(err, needle2) == NULL)
+		fail_msg("message \"%s\" lacks \"%s\"", err, needle2);
+	assert_null(strchr(err, '\n'));
+	assert_zeroed(&cfg);
+}
+
+static const char good[] =
+	"segment = \"shop\";\n"							/* 1 */
+	"budget  = { pool = 100; reserved = 10; };\n"				/* 2 */
+	"strict = true;\n"							/* 3 */
+	"mode = \"0660\";\n"							/* 4 */
+	"owner = \"root\"; group = \"root\";\n"					/* 5 */
+	"max_processes = 512;\n"						/* 6 */
+	"max_sockets = 4096;\n"							/* 7 */
+	"resolve_timeout_ms = 250;\n"						/* 8 */
+	"compartments = (\n"							/* 9 */
+	"  { name = \"payments\"; destinations = [ \"10.0.0.5:443\",\n"	/* 10 */
+	"        \"payments.internal:443\" ];\n"				/* 11 */
+	"    max_connections = 15; },\n"					/* 12 */
+	"  { name = \"recommendations\";\n"					/* 13 */
+	"    destinations = [ \"10.2.0.0/16:8080\", \"[::1]:9001\", \"unix:/run/recs.sock\" ];\n"
+	"    max_connections = 10; errno = \"ETIMEDOUT\"; }\n"			/* 15 */
+	");\n";
+
+static void good_config_sets_every_field(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	if (load(good, &cfg, false) != 0)
+		fail_msg("%s", err);
+	assert_string_equal(cfg.path, path);
+	assert_string_equal(cfg.segment, "shop");
+	assert_true(cfg.has_budget);
+	assert_int_equal(cfg.pool, 100);
+	assert_int_equal(cfg.reserved, 10);
+	assert_true(cfg.strict);
+	assert_int_equal(cfg.mode, 0660);
+	assert_true(cfg.has_owner);
+	assert_true(cfg.has_group);
+	assert_int_equal(cfg.owner, 0);
+	assert_int_equal(cfg.group, 0);
+	assert_int_equal(cfg.max_processes, 512);
+	assert_int_equal(cfg.max_sockets, 4096);
+	assert_int_equal(cfg.resolve_timeout_ms, 250);
+	assert_int_equal(cfg.ncomp, 2);
+	assert_string_equal(cfg.comp[0].name, "payments");
+	assert_int_equal(cfg.comp[0].line, 10);
+	assert_int_equal(cfg.comp[0].max_connections, 15);
+	assert_int_equal(cfg.comp[0].reject_errno, ECONNREFUSED);
+	assert_string_equal(cfg.comp[1].name, "recommendations");
+	assert_int_equal(cfg.comp[1].line, 13);
+	assert_int_equal(cfg.comp[1].max_connections, 10);
+	assert_int_equal(cfg.comp[1].reject_errno, ETIMEDOUT);
+	assert_int_equal(cfg.nrules, 5);
+	assert_int_equal(cfg.rules[0].kind, RULE_IP);
+	assert_int_equal(cfg.rules[0].comp, 0);
+	assert_int_equal(cfg.rules[0].line, 10);
+	assert_int_equal(cfg.rules[1].kind, RULE_HOST);
+	assert_string_equal(cfg.rules[1].host, "payments.internal");
+	assert_int_equal(cfg.rules[1].line, 11);
+	assert_int_equal(cfg.rules[2].prefix, 96 + 16);
+	assert_int_equal(cfg.rules[2].comp, 1);
+	assert_int_equal(cfg.rules[2].line, 14);
+	assert_int_equal(cfg.rules[3].prefix, 128);
+	assert_int_equal(cfg.rules[4].kind, RULE_UNIX);
+	assert_string_equal(cfg.rules[4].path, "/run/recs.sock");
+	cfg_free(&cfg);
+}
+
+static void absent_keys_get_their_defaults(void **state)
+{
+	struct bs_config cfg;
+	char seg[BS_NAME_MAX];
+
+	(void)state;
+	assert_int_equal(load(COMPS, &cfg, false), 0);
+	cfg_default_segment(path, seg, sizeof(seg));
+	assert_string_equal(cfg.segment, seg);
+	assert_non_null(strstr(seg, "bulkshim-test-"));
+	assert_false(cfg.has_budget);
+	assert_false(cfg.strict);
+	assert_int_equal(cfg.mode, 0600);
+	assert_false(cfg.has_owner);
+	assert_false(cfg.has_group);
+	assert_int_equal(cfg.max_processes, 1024);
+	assert_int_equal(cfg.max_sockets, 256);
+	assert_int_equal(cfg.resolve_timeout_ms, 1000);
+	assert_int_equal(cfg.comp[0].reject_errno, ECONNREFUSED);
+	cfg_free(&cfg);
+}
+
+static void default_max_sockets_is_twice_the_limits(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(load("compartments = (\n"
+			      "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 300; },\n"
+			      "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 200; });\n",
+			      &cfg, false), 0);
+	assert_int_equal(cfg.max_sockets, 1000);
+	cfg_free(&cfg);
+	assert_int_equal(load("compartments = (\n"
+			      "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 1000000; });\n",
+			      &cfg, false), 0);
+	assert_int_equal(cfg.max_sockets, BS_MAX_SOCKETS);
+	cfg_free(&cfg);
+}
+
+static void missing_file_is_enoent(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(cfg_load("/nonexistent/bulkshim.cfg", &cfg, false, err, sizeof(err)),
+			 -ENOENT);
+	assert_string_equal(err, "/nonexistent/bulkshim.cfg: no such file");
+	assert_zeroed(&cfg);
+}
+
+static void directory_or_bad_path_is_an_error(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(cfg_load("/etc/passwd/x.cfg", &cfg, false, err, sizeof(err)), -ENOTDIR);
+	assert_non_null(strstr(err, "/etc/passwd/x.cfg: "));
+	assert_zeroed(&cfg);
+	assert_int_equal(cfg_load("/tmp", &cfg, false, err, sizeof(err)), -EISDIR);
+	assert_string_equal(err, "/tmp: is a directory");
+	assert_zeroed(&cfg);
+}
+
+/* Loads path, which must be unreadable; returns 0 when it failed right. */
+static int check_unreadable(void)
+{
+	struct bs_config cfg;
+
+	if (cfg_load(path, &cfg, false, err, sizeof(err)) != -EACCES)
+		return 1;
+	return strstr(err, ": cannot read: ") == NULL || cfg.comp != NULL;
+}
+
+static void unreadable_file_is_an_error(void **state)
+{
+	int status;
+	pid_t pid;
+
+	(void)state;
+	write_cfg(COMPS);
+	assert_int_equal(chmod(path, 0), 0);
+	if (geteuid() != 0) {
+		status = check_unreadable();
+		unlink(path);
+		assert_int_equal(status, 0);
+		return;
+	}
+	/* Root reads any file: check as nobody in a child instead. */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(2);
+		_exit(check_unreadable());
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	unlink(path);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void syntax_error_names_its_line(void **state)
+{
+	(void)state;
+	expect_error("segment = \"x\";\n" COMPS "max_sockets = ;\n", ":3: ", "syntax error", NULL);
+}
+
+static void unknown_top_level_key_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMPS "\nsegmnt = \"x\";\n", ":3: ", "unknown key \"segmnt\"",
+		     "(did you mean \"segment\"?)");
+}
+
+static void unknown_key_in_budget_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMPS "budget = {\n pool = 10;\n reservd = 1; };\n", ":4: ",
+		     "unknown key \"reservd\" in budget", "(did you mean \"reserved\"?)");
+}
+
+static void unknown_key_in_compartment_suggests_the_close_one(void **state)
+{
+	char want[256];
+
+	(void)state;
+	expect_error("segment = \"s\";\n"
+		     "compartments = (\n"
+		     "  {\n"
+		     "    name = \"payments\";\n"
+		     "    destinations = [ \"10.0.0.5:443\" ];\n"
+		     "    max_connections = 15;\n"
+		     "    max_conections = 15;\n"
+		     "  }\n"
+		     ");\n", ":7: ", "unknown key", NULL);
+	snprintf(want, sizeof(want), "%s:7: unknown key \"max_conections\" in compartment "
+		 "\"payments\" (did you mean \"max_connections\"?)", path);
+	assert_string_equal(err, want);
+}
+
+static void unknown_key_unlike_any_known_has_no_suggestion(void **state)
+{
+	(void)state;
+	expect_error(COMPS "colour = \"blue\";\n", ":2: ", "unknown key \"colour\"", NULL);
+	assert_null(strstr(err, "did you mean"));
+}
+
+static void wrong_type_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n"
+		     "{ name = \"a\"; destinations = [\"10.0.0.1\"];\n"
+		     "  max_connections = \"15\"; });\n", ":3: ",
+		     "\"max_connections\" must be an integer, not a string", NULL);
+	expect_error(COMPS "max_processes = 1.5;\n", ":2: ", "\"max_processes\" must be an integer",
+		     NULL);
+	expect_error(COMPS "segment = 7;\n", ":2: ", "\"segment\" must be a string", NULL);
+	expect_error(COMPS "budget = 7;\n", ":2: ", "\"budget\" must be a group", NULL);
+}
+
+static void missing_compartments_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("segment = \"x\";\n", ": ", "no \"compartments\"", NULL);
+}
+
+static void empty_compartments_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("segment = \"x\";\ncompartments = ( );\n", ":2: ", "\"compartments\" is empty",
+		     NULL);
+	expect_error("segment = \"x\";\ncompartments = [ ];\n", ":2: ", "\"compartments\" is empty",
+		     NULL);
+	expect_error("segment = \"x\";\ncompartments = { };\n", ":2: ", "must be a list", NULL);
+}
+
+static void compartment_must_be_a_group(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n \"a\" );\n", ":2: ", "compartment 1 must be a group",
+		     NULL);
+}
+
+static void compartment_without_name_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n"
+		     "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 1; },\n"
+		     "{ destinations = [\"10.0.0.2\"]; max_connections = 1; });\n", ":3: ",
+		     "compartment 2 has no \"name\"", NULL);
+}
+
+static void empty_compartment_name_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n"
+		     "{ name = \"\"; destinations = [\"10.0.0.1\"]; max_connections = 1; });\n",
+		     ":2: ", "empty compartment name", NULL);
+}
+
+static void long_compartment_name_is_an_error(void **state)
+{
+	char text[512];
+
+	(void)state;
+	snprintf(text, sizeof(text), "compartments = (\n{ name = \"%064d\"; "
+		 "destinations = [\"10.0.0.1\"]; max_connections = 1; });\n", 0);
+	expect_error(text, ":2: ", "is 64 characters, more than 63", NULL);
+	/* 63 characters are fine. */
+	snprintf(text, sizeof(text), "compartments = (\n{ name = \"%063d\"; "
+		 "destinations = [\"10.0.0.1\"]; max_connections = 1; });\n", 0);
+	struct bs_config cfg;
+	assert_int_equal(load(text, &cfg, false), 0);
+	cfg_free(&cfg);
+}
+
+static void compartment_name_with_bad_character_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("\ncompartments = (\n"
+		     "{ name = \"pay ments\"; destinations = [\"10.0.0.1\"]; max_connections = 1; });\n",
+		     ":3: ", "\"pay ments\" has a character outside [A-Za-z0-9_.-]", NULL);
+}
+
+static void duplicate_compartment_name_names_both_lines(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n"
+		     "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 1; },\n"
+		     "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 1; },\n"
+		     "{ name = \"a\"; destinations = [\"10.0.0.3\"]; max_connections = 1; });\n",
+		     ":4: ", "duplicate compartment name \"a\"", "line 2");
+}
+
+static void missing_destinations_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n{ name = \"a\";\n max_connections = 1; });\n", ":2: ",
+		     "compartment \"a\" has no \"destinations\"", NULL);
+}
+
+static void empty_destinations_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n{ name = \"a\";\n destinations = [ ];\n"
+		     " max_connections = 1; });\n", ":3: ", "compartment \"a\" has no destinations",
+		     NULL);
+}
+
+static void bad_destination_gives_the_reason(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n{ name = \"a\";\n destinations = [ \"10.0.0.2\",\n"
+		     "   \"10.0.0.1:99999\" ];\n max_connections = 1; });\n", ":4: ",
+		     "compartment \"a\": bad port \"99999\" in \"10.0.0.1:99999\"", NULL);
+	expect_error("compartments = (\n{ name = \"a\";\n destinations = [ 80 ];\n"
+		     " max_connections = 1; });\n", ":3: ", "must be a string, not an integer",
+		     NULL);
+}
+
+static void destination_lines_are_where_the_strings_are(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	/* libconfig itself would put the last one on the line of "]". */
+	assert_int_equal(load("compartments = ( { name = \"a\"; max_connections = 1;\n"
+			      "  destinations = [\n"
+			      "    \"10.0.0.1\",\n"
+			      "    \"10.0.0.2\"\n"
+			      "  ]; } );\n", &cfg, false), 0);
+	assert_int_equal(cfg.rules[0].line, 3);
+	assert_int_equal(cfg.rules[1].line, 4);
+	cfg_free(&cfg);
+	expect_error("compartments = ( { name = \"a\"; max_connections = 1;\n"
+		     "  destinations = [ \"10.0.0.1\"\n"
+		     "    , \"10.0.0.1:0\"\n"
+		     "\n"
+		     "  ]; } );\n", ":3: ", "bad port \"0\"", NULL);
+}
+
+static void missing_max_connections_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n\n{ name = \"a\"; destinations = [\"10.0.0.1\"]; });\n",
+		     ":3: ", "compartment \"a\" has no \"max_connections\"", NULL);
+}
+
+static void max_connections_below_one_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n{ name = \"a\"; destinations = [\"10.0.0.1\"];\n"
+		     " max_connections = 0; });\n", ":3: ", "must be at least 1, not 0", NULL);
+	expect_error("compartments = (\n{ name = \"a\"; destinations = [\"10.0.0.1\"];\n"
+		     " max_connections = -4; });\n", ":3: ", "must be at least 1, not -4", NULL);
+}
+
+static void absurd_max_connections_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n{ name = \"a\"; destinations = [\"10.0.0.1\"];\n"
+		     " max_connections = 1000001; });\n", ":3: ", "absurd", "1000001");
+}
+
+static void unknown_errno_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n{ name = \"a\"; destinations = [\"10.0.0.1\"];\n"
+		     " max_connections = 1;\n errno = \"EPERM\"; });\n", ":4: ",
+		     "unknown errno \"EPERM\"", NULL);
+}
+
+static void every_allowed_errno_is_accepted(void **state)
+{
+	static const char *const names[] = { "ECONNREFUSED", "EAGAIN", "ETIMEDOUT",
+					     "EHOSTUNREACH", "ENETUNREACH" };
+	static const int values[] = { ECONNREFUSED, EAGAIN, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH };
+	struct bs_config cfg;
+	char text[256];
+
+	(void)state;
+	for (size_t i = 0; i < 5; i++) {
+		snprintf(text, sizeof(text), "compartments = ({ name = \"a\"; destinations = "
+			 "[\"10.0.0.1\"]; max_connections = 1; errno = \"%s\"; });\n", names[i]);
+		assert_int_equal(load(text, &cfg, false), 0);
+		assert_int_equal(cfg.comp[0].reject_errno, values[i]);
+		cfg_free(&cfg);
+		assert_int_equal(cfg_errno_value(names[i]), values[i]);
+		assert_string_equal(cfg_errno_name(values[i]), names[i]);
+	}
+	assert_int_equal(cfg_errno_value("EPERM"), -EINVAL);
+	assert_int_equal(cfg_errno_value(NULL), -EINVAL);
+	assert_null(cfg_errno_name(EPERM));
+}
+
+static void bad_segment_name_is_an_error(void **state)
+{
+	char text[512];
+
+	(void)state;
+	expect_error(COMPS "segment = \"shop/1\";\n", ":2: ", "segment name \"shop/1\"", NULL);
+	snprintf(text, sizeof(text), COMPS "\nsegment = \"%070d\";\n", 0);
+	expect_error(text, ":3: ", "segment name", "more than 63");
+	expect_error(COMPS "segment = \"\";\n", ":2: ", "empty segment name", NULL);
+}
+
+static void mode_string_is_octal(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(load(COMPS "mode = \"0660\";\n", &cfg, false), 0);
+	assert_int_equal(cfg.mode, 0660);
+	cfg_free(&cfg);
+	assert_int_equal(load(COMPS "mode = \"640\";\n", &cfg, false), 0);
+	assert_int_equal(cfg.mode, 0640);
+	cfg_free(&cfg);
+}
+
+static void mode_integer_is_read_as_octal_digits(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(load(COMPS "mode = 600;\n", &cfg, false), 0);
+	assert_int_equal(cfg.mode, 0600);
+	cfg_free(&cfg);
+	assert_int_equal(load(COMPS "mode = 0660;\n", &cfg, false), 0);
+	assert_int_equal(cfg.mode, 0660);
+	cfg_free(&cfg);
+}
+
+static void mode_with_digit_8_or_9_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMPS "mode = 680;\n", ":2: ", "bad mode \"680\"", "octal");
+	expect_error(COMPS "mode = \"0609\";\n", ":2: ", "bad mode \"0609\"", "octal");
+}
+
+static void other_bad_modes_are_errors(void **state)
+{
+	(void)state;
+	expect_error(COMPS "mode = \"rw-rw----\";\n", ":2: ", "bad mode", NULL);
+	expect_error(COMPS "mode = \"1777\";\n", ":2: ", "bad mode \"1777\"", NULL);
+	expect_error(COMPS "mode = -600;\n", ":2: ", "bad mode", NULL);
+	expect_error(COMPS "mode = 0x1b0;\n", ":2: ", "bad mode", "hex");
+	expect_error(COMPS "mode = true;\n", ":2: ", "\"mode\" must be", NULL);
+}
+
+static void owner_and_group_take_names_or_ids(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(load(COMPS "owner = \"root\";\ngroup = 65534;\n", &cfg, false), 0);
+	assert_true(cfg.has_owner && cfg.has_group);
+	assert_int_equal(cfg.owner, 0);
+	assert_int_equal(cfg.group, 65534);
+	cfg_free(&cfg);
+	assert_int_equal(load(COMPS "owner = \"1234\";\ngroup = \"root\";\n", &cfg, false), 0);
+	assert_int_equal(cfg.owner, 1234);
+	assert_int_equal(cfg.group, 0);
+	cfg_free(&cfg);
+}
+
+static void unknown_owner_or_group_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMPS "owner = \"no-such-user-xyz\";\n", ":2: ",
+		     "unknown user \"no-such-user-xyz\"", NULL);
+	expect_error(COMPS "\ngroup = \"no-such-group-xyz\";\n", ":3: ",
+		     "unknown group \"no-such-group-xyz\"", NULL);
+	expect_error(COMPS "owner = -1;\n", ":2: ", "bad user id", NULL);
+}
+
+static void budget_pool_must_be_positive(void **state)
+{
+	(void)state;
+	expect_error(COMPS "budget = {\n pool = 0; };\n", ":3: ", "budget pool", "not 0");
+	expect_error(COMPS "budget = {\n pool = -5; };\n", ":3: ", "budget pool", "not -5");
+	expect_error(COMPS "budget = { reserved = 1; };\n", ":2: ", "budget has no \"pool\"", NULL);
+}
+
+static void budget_reserved_must_be_below_the_pool(void **state)
+{
+	(void)state;
+	expect_error(COMPS "budget = { pool = 10;\n reserved = -1; };\n", ":3: ", "budget reserved",
+		     "not -1");
+	expect_error(COMPS "budget = { pool = 10;\n reserved = 10; };\n", ":3: ",
+		     "budget reserved", "not 10");
+}
+
+static const char overrun[] =
+	"segment = \"s\";\n"
+	"budget = { pool = 100; reserved = 20; };\n"
+	"compartments = (\n"
+	" { name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 40; },\n"
+	" { name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 25; },\n"
+	" { name = \"c\"; destinations = [\"10.0.0.3\"]; max_connections = 15; },\n"
+	" { name = \"d\"; destinations = [\"10.0.0.4\"]; max_connections = 10; }\n"
+	");\n";
+
+static void budget_overrun_lists_each_allocation(void **state)
+{
+	char want[256];
+
+	(void)state;
+	expect_error(overrun, ":2: ", "budget exceeded", NULL);
+	snprintf(want, sizeof(want),
+		 "%s:2: budget exceeded: 40 + 25 + 15 + 10 = 90 > 100 - 20 reserved", path);
+	assert_string_equal(err, want);
+}
+
+static void budget_that_fits_exactly_is_accepted(void **state)
+{
+	struct bs_config cfg;
+	char text[sizeof(overrun)];
+
+	(void)state;
+	snprintf(text, sizeof(text), "%s", overrun);
+	memcpy(strstr(text, "reserved = 20"), "reserved = 10", 13);
+	assert_int_equal(load(text, &cfg, false), 0);
+	assert_int_equal(cfg.reserved, 10);
+	cfg_free(&cfg);
+}
+
+static void budget_overrun_too_long_to_list_gives_the_sum(void **state)
+{
+	size_t cap = 200 * 100 + 128, len;
+	char *text = malloc(cap);
+
+	(void)state;
+	assert_non_null(text);
+	len = (size_t)snprintf(text, cap, "budget = { pool = 10; };\ncompartments = (\n");
+	for (int i = 0; i < 200; i++)
+		len += (size_t)snprintf(text + len, cap - len, "%s{ name = \"c%d\"; destinations = "
+					"[\"10.1.0.%d\"]; max_connections = 1000; }\n",
+					i ? "," : "", i, i);
+	snprintf(text + len, cap - len, ");\n");
+	expect_error(text, ":1: ", "budget exceeded: the 200 compartments' max_connections "
+		     "sum to 200000 > 10", NULL);
+	free(text);
+}
+
+static void too_many_compartments_is_an_error(void **state)
+{
+	size_t cap = (BS_MAX_COMPARTMENTS + 1) * 100 + 64, len;
+	char *text = malloc(cap);
+
+	(void)state;
+	assert_non_null(text);
+	len = (size_t)snprintf(text, cap, "segment = \"s\";\ncompartments = (\n");
+	for (int i = 0; i <= BS_MAX_COMPARTMENTS; i++)
+		len += (size_t)snprintf(text + len, cap - len, "%s{ name = \"c%d\"; destinations = "
+					"[\"10.1.%d.%d\"]; max_connections = 1; }\n", i ? "," : "",
+					i, i / 256, i % 256);
+	snprintf(text + len, cap - len, ");\n");
+	expect_error(text, ":2: ", "1025 compartments, more than the limit of 1024", NULL);
+	free(text);
+}
+
+static void too_many_destinations_is_an_error(void **state)
+{
+	size_t cap = (size_t)(BS_MAX_RULES + 1) * 24 + 256, len;
+	char *text = malloc(cap);
+
+	(void)state;
+	assert_non_null(text);
+	len = (size_t)snprintf(text, cap, "compartments = ( { name = \"a\"; max_connections = 1; "
+			       "destinations = [\n");
+	for (int i = 0; i <= BS_MAX_RULES; i++)
+		len += (size_t)snprintf(text + len, cap - len, "\"10.%d.%d.%d\"%s\n", i / 65536,
+					(i / 256) % 256, i % 256, i < BS_MAX_RULES ? "," : "");
+	snprintf(text + len, cap - len, "]; } );\n");
+	/* The 100,001st destination is on line 100,002. */
+	expect_error(text, ":100002: ", "more than 100000 destinations", NULL);
+	free(text);
+}
+
+static void duplicate_destination_names_both_compartments(void **state)
+{
+	(void)state;
+	expect_error("compartments = (\n"
+		     "{ name = \"payments\"; destinations = [\"10.0.0.5:443\"]; max_connections = 1; },\n"
+		     "{ name = \"other\"; destinations = [\"10.0.0.9\"]; max_connections = 1; },\n"
+		     "{ name = \"recs\"; destinations = [\"[::ffff:10.0.0.5]:443\"];\n"
+		     "  max_connections = 1; });\n", ":4: ",
+		     "duplicate destination \"[::ffff:10.0.0.5]:443\" in compartment \"recs\"",
+		     "(already in compartment \"payments\" on line 2)");
+	expect_error("compartments = (\n"
+		     "{ name = \"a\"; destinations = [\"unix:@sock\"]; max_connections = 1; },\n"
+		     "{ name = \"b\"; destinations = [\"unix:@sock\"]; max_connections = 1; });\n",
+		     ":3: ", "duplicate destination \"unix:@sock\"", "\"a\" on line 2");
+}
+
+static void duplicate_destination_in_one_compartment_is_fine(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(load("compartments = ({ name = \"a\"; max_connections = 1;\n"
+			      " destinations = [\"10.0.0.5:443\", \"10.0.0.5:443\", \"h.example\","
+			      " \"H.example.\"]; });\n", &cfg, false), 0);
+	assert_int_equal(cfg.nrules, 4);
+	cfg_free(&cfg);
+}
+
+static void numeric_settings_out_of_range_are_errors(void **state)
+{
+	(void)state;
+	expect_error(COMPS "max_processes = 0;\n", ":2: ", "\"max_processes\" must be between 1 and 65536",
+		     NULL);
+	expect_error(COMPS "max_sockets = 1048577;\n", ":2: ", "\"max_sockets\" must be between 1",
+		     NULL);
+	expect_error(COMPS "resolve_timeout_ms = 60001;\n", ":2: ",
+		     "\"resolve_timeout_ms\" must be between 0 and 60000", NULL);
+}
+
+static void strict_must_be_a_boolean(void **state)
+{
+	(void)state;
+	expect_error(COMPS "strict = 1;\n", ":2: ", "\"strict\" must be true or false", NULL);
+}
+
+static bool has_rule(const struct bs_config *cfg, const char *ip, uint16_t port, int comp)
+{
+	uint8_t want[16] = { 0 };
+	struct in_addr in;
+
+	if (inet_pton(AF_INET, ip, &in) == 1) {
+		want[10] = want[11] = 0xff;
+		memcpy(want + 12, &in, 4);
+	} else {
+		assert_int_equal(inet_pton(AF_INET6, ip, want), 1);
+	}
+	for (size_t i = 0; i < cfg->nrules; i++) {
+		const struct rule *r = &cfg->rules[i];
+
+		if (r->kind == RULE_IP && r->prefix == 128 && memcmp(r->addr, want, 16) == 0 &&
+		    r->port_lo == port && r->port_hi == port && r->comp == comp)
+			return true;
+	}
+	return false;
+}
+
+static bool hosts_file_has(const char *addr, const char *name)
+{
+	FILE *f = fopen("/etc/hosts", "r");
+	char line[512];
+	bool found = false;
+
+	if (f == NULL)
+		return false;
+	while (!found && fgets(line, sizeof(line), f) != NULL)
+		found = strncmp(line, addr, strlen(addr)) == 0 && strstr(line, name) != NULL &&
+			(line[strlen(addr)] == ' ' || line[strlen(addr)] == '\t');
+	fclose(f);
+	return found;
+}
+
+static void resolving_localhost_adds_ip_rules(void **state)
+{
+	struct bs_config cfg;
+	size_t resolved = 0;
+
+	(void)state;
+	if (load("compartments = (\n{ name = \"web\";\n destinations = [ \"localhost:8080\" ];\n"
+		 " max_connections = 3; });\n", &cfg, true) != 0)
+		fail_msg("%s", err);
+	assert_int_equal(cfg.rules[0].kind, RULE_HOST);
+	assert_true(has_rule(&cfg, "127.0.0.1", 8080, 0));
+	if (hosts_file_has("::1", "localhost"))
+		assert_true(has_rule(&cfg, "::1", 8080, 0));
+	for (size_t i = 1; i < cfg.nrules; i++) {
+		assert_int_equal(cfg.rules[i].kind, RULE_IP);
+		assert_int_equal(cfg.rules[i].line, 3);
+		assert_int_equal(cfg.rules[i].port_lo, 8080);
+		resolved++;
+	}
+	assert_true(resolved >= 1 && resolved <= 2);
+	cfg_free(&cfg);
+}
+
+static void without_resolve_only_host_rules_are_kept(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(load("compartments = ({ name = \"web\"; destinations = [ \"localhost:8080\" ];"
+			      " max_connections = 3; });\n", &cfg, false), 0);
+	assert_int_equal(cfg.nrules, 1);
+	assert_int_equal(cfg.rules[0].kind, RULE_HOST);
+	cfg_free(&cfg);
+}
+
+static void resolved_addresses_are_not_repeated(void **state)
+{
+	struct bs_config cfg;
+	size_t ip = 0;
+
+	(void)state;
+	/* localhost twice in web, plus an explicit 127.0.0.1:8080 in "db": the
+	 * explicit rule keeps the address, and no duplicate error follows. */
+	if (load("compartments = (\n"
+		 "{ name = \"db\"; destinations = [ \"127.0.0.1:8080\" ]; max_connections = 1; },\n"
+		 "{ name = \"web\"; destinations = [ \"localhost:8080\", \"LOCALHOST.:8080\" ];\n"
+		 "  max_connections = 3; });\n", &cfg, true) != 0)
+		fail_msg("%s", err);
+	for (size_t i = 0; i < cfg.nrules; i++)
+		ip += cfg.rules[i].kind == RULE_IP;
+	assert_int_equal(ip, 1);
+	assert_true(has_rule(&cfg, "127.0.0.1", 8080, 0));
+	assert_false(has_rule(&cfg, "127.0.0.1", 8080, 1));
+	cfg_free(&cfg);
+}
+
+static void unresolvable_host_is_not_an_error(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	if (load("resolve_timeout_ms = 300;\ncompartments = ({ name = \"x\"; destinations = "
+		 "[ \"no-such-host.invalid:80\" ]; max_connections = 1; });\n", &cfg, true) != 0)
+		fail_msg("%s", err);
+	assert_int_equal(cfg.nrules, 1);
+	assert_int_equal(cfg.rules[0].kind, RULE_HOST);
+	cfg_free(&cfg);
+}
+
+static bool wants_strict(const char *text)
+{
+	bool strict;
+
+	write_cfg(text);
+	strict = cfg_wants_strict(path);
+	unlink(path);
+	return strict;
+}
+
+static void broken_config_can_still_ask_for_strict(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	write_cfg("strict = true;\ncompartments = ( );\n");
+	assert_int_equal(cfg_load(path, &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_true(cfg_wants_strict(path));
+	unlink(path);
+	assert_false(wants_strict("strict = false;\ncompartments = ( );\n"));
+	assert_false(wants_strict("compartments = ( );\n"));
+	assert_false(wants_strict("strict = 1;\n"));
+	assert_false(wants_strict("strict = true;\nsyntax error here\n"));
+	assert_false(cfg_wants_strict("/nonexistent/bulkshim.cfg"));
+	assert_false(cfg_wants_strict(NULL));
+}
+
+static void default_segment_comes_from_the_file_name(void **state)
+{
+	char out[BS_NAME_MAX], small[4];
+
+	(void)state;
+	cfg_default_segment("/etc/bulkshim/shop.cfg", out, sizeof(out));
+	assert_string_equal(out, "shop");
+	cfg_default_segment("shop.prod.cfg", out, sizeof(out));
+	assert_string_equal(out, "shop.prod");
+	cfg_default_segment("/etc/my shop+1.conf", out, sizeof(out));
+	assert_string_equal(out, "my_shop_1");
+	cfg_default_segment("/etc/bulkshim/noext", out, sizeof(out));
+	assert_string_equal(out, "noext");
+	cfg_default_segment("", out, sizeof(out));
+	assert_string_equal(out, "default");
+	cfg_default_segment("/etc/bulkshim/.cfg", out, sizeof(out));
+	assert_string_equal(out, "default");
+	cfg_default_segment("/etc/bulkshim/", out, sizeof(out));
+	assert_string_equal(out, "default");
+	cfg_default_segment(NULL, out, sizeof(out));
+	assert_string_equal(out, "default");
+	cfg_default_segment("/x/abcdefgh.cfg", small, sizeof(small));
+	assert_string_equal(small, "abc");
+}
+
+static void cfg_free_zeroes_the_config(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	assert_int_equal(load(good, &cfg, false), 0);
+	cfg_free(&cfg);
+	assert_zeroed(&cfg);
+	cfg_free(&cfg);
+	cfg_free(NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(good_config_sets_every_field),
+		cmocka_unit_test(absent_keys_get_their_defaults),
+		cmocka_unit_test(default_max_sockets_is_twice_the_limits),
+		cmocka_unit_test(missing_file_is_enoent),
+		cmocka_unit_test(directory_or_bad_path_is_an_error),
+		cmocka_unit_test(unreadable_file_is_an_error),
+		cmocka_unit_test(syntax_error_names_its_line),
+		cmocka_unit_test(unknown_top_level_key_is_an_error),
+		cmocka_unit_test(unknown_key_in_budget_is_an_error),
+		cmocka_unit_test(unknown_key_in_compartment_suggests_the_close_one),
+		cmocka_unit_test(unknown_key_unlike_any_known_has_no_suggestion),
+		cmocka_unit_test(wrong_type_is_an_error),
+		cmocka_unit_test(missing_compartments_is_an_error),
+		cmocka_unit_test(empty_compartments_is_an_error),
+		cmocka_unit_test(compartment_must_be_a_group),
+		cmocka_unit_test(compartment_without_name_is_an_error),
+		cmocka_unit_test(empty_compartment_name_is_an_error),
+		cmocka_unit_test(long_compartment_name_is_an_error),
+		cmocka_unit_test(compartment_name_with_bad_character_is_an_error),
+		cmocka_unit_test(duplicate_compartment_name_names_both_lines),
+		cmocka_unit_test(missing_destinations_is_an_error),
+		cmocka_unit_test(empty_destinations_is_an_error),
+		cmocka_unit_test(bad_destination_gives_the_reason),
+		cmocka_unit_test(destination_lines_are_where_the_strings_are),
+		cmocka_unit_test(missing_max_connections_is_an_error),
+		cmocka_unit_test(max_connections_below_one_is_an_error),
+		cmocka_unit_test(absurd_max_connections_is_an_error),
+		cmocka_unit_test(unknown_errno_is_an_error),
+		cmocka_unit_test(every_allowed_errno_is_accepted),
+		cmocka_unit_test(bad_segment_name_is_an_error),
+		cmocka_unit_test(mode_string_is_octal),
+		cmocka_unit_test(mode_integer_is_read_as_octal_digits),
+		cmocka_unit_test(mode_with_digit_8_or_9_is_an_error),
+		cmocka_unit_test(other_bad_modes_are_errors),
+		cmocka_unit_test(owner_and_group_take_names_or_ids),
+		cmocka_unit_test(unknown_owner_or_group_is_an_error),
+		cmocka_unit_test(budget_pool_must_be_positive),
+		cmocka_unit_test(budget_reserved_must_be_below_the_pool),
+		cmocka_unit_test(budget_overrun_lists_each_allocation),
+		cmocka_unit_test(budget_that_fits_exactly_is_accepted),
+		cmocka_unit_test(budget_overrun_too_long_to_list_gives_the_sum),
+		cmocka_unit_test(too_many_compartments_is_an_error),
+		cmocka_unit_test(too_many_destinations_is_an_error),
+		cmocka_unit_test(duplicate_destination_names_both_compartments),
+		cmocka_unit_test(duplicate_destination_in_one_compartment_is_fine),
+		cmocka_unit_test(numeric_settings_out_of_range_are_errors),
+		cmocka_unit_test(strict_must_be_a_boolean),
+		cmocka_unit_test(resolving_localhost_adds_ip_rules),
+		cmocka_unit_test(without_resolve_only_host_rules_are_kept),
+		cmocka_unit_test(resolved_addresses_are_not_repeated),
+		cmocka_unit_test(unresolvable_host_is_not_an_error),
+		cmocka_unit_test(broken_config_can_still_ask_for_strict),
+		cmocka_unit_test(default_segment_comes_from_the_file_name),
+		cmocka_unit_test(cfg_free_zeroes_the_config),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1065 @@
+/* test_match.c - unit tests of destination parsing, lookup precedence and learning. */
+#include "../../shim/match.c"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+static char err[BS_ERRLEN];
+
+/* Parses text into a rule of compartment comp that must be valid. */
+static struct rule rule_ok(const char *text, int comp)
+{
+	struct rule r = { .comp = comp, .line = comp + 1 };
+
+	err[0] = '\0';
+	if (match_parse(text, &r, err, sizeof(err)) != 0)
+		fail_msg("\"%s\" did not parse: %s", text, err);
+	return r;
+}
+
+/* Parses text that must be refused; the reason is left in err. */
+static void parse_bad(const char *text)
+{
+	struct rule r = { 0 };
+
+	err[0] = '\0';
+	if (match_parse(text, &r, err, sizeof(err)) != -EINVAL)
+		fail_msg("\"%s\" parsed but should not have", text);
+	assert_true(err[0] != '\0');
+}
+
+static void assert_v4(const struct rule *r, const char *ip, int prefix)
+{
+	uint8_t want[16];
+	struct in_addr in;
+
+	assert_int_equal(inet_pton(AF_INET, ip, &in), 1);
+	map_ipv4(want, &in);
+	assert_int_equal(r->kind, RULE_IP);
+	assert_memory_equal(r->addr, want, 16);
+	assert_int_equal(r->prefix, prefix + 96);
+}
+
+static void assert_v6(const struct rule *r, const char *ip, int prefix)
+{
+	uint8_t want[16];
+
+	assert_int_equal(inet_pton(AF_INET6, ip, want), 1);
+	assert_int_equal(r->kind, RULE_IP);
+	assert_memory_equal(r->addr, want, 16);
+	assert_int_equal(r->prefix, prefix);
+}
+
+static void assert_ports(const struct rule *r, unsigned lo, unsigned hi)
+{
+	assert_int_equal(r->port_lo, lo);
+	assert_int_equal(r->port_hi, hi);
+}
+
+static struct sockaddr_in sa4(const char *ip, uint16_t port)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons(port) };
+
+	assert_int_equal(inet_pton(AF_INET, ip, &in.sin_addr), 1);
+	return in;
+}
+
+static struct sockaddr_in6 sa6(const char *ip, uint16_t port)
+{
+	struct sockaddr_in6 in6 = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+
+	assert_int_equal(inet_pton(AF_INET6, ip, &in6.sin6_addr), 1);
+	return in6;
+}
+
+static int find4(const struct matcher *m, const char *ip, uint16_t port)
+{
+	struct sockaddr_in in = sa4(ip, port);
+
+	return match_find(m, (const struct sockaddr *)&in, sizeof(in));
+}
+
+static int find6(const struct matcher *m, const char *ip, uint16_t port)
+{
+	struct sockaddr_in6 in6 = sa6(ip, port);
+
+	return match_find(m, (const struct sockaddr *)&in6, sizeof(in6));
+}
+
+/* Builds a matcher from destination texts; texts[i] goes to compartment comps[i]. */
+static struct matcher *build(const char *const *texts, const int *comps, size_t n)
+{
+	struct rule *rules = calloc(n ? n : 1, sizeof(*rules));
+	struct matcher *m;
+
+	assert_non_null(rules);
+	for (size_t i = 0; i < n; i++)
+		rules[i] = rule_ok(texts[i], comps[i]);
+	m = match_build(rules, n, err, sizeof(err));
+	free(rules);
+	if (m == NULL)
+		fail_msg("match_build failed: %s", err);
+	return m;
+}
+
+#define BUILD(texts, comps) build(texts, comps, sizeof(texts) / sizeof(texts[0]))
+
+/* ---- parsing ---- */
+
+static void parse_ipv4_with_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("10.0.0.5:443", 0);
+
+	assert_v4(&r, "10.0.0.5", 32);
+	assert_ports(&r, 443, 443);
+}
+
+static void parse_ipv4_without_port_means_any_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("10.0.0.5", 0);
+
+	assert_v4(&r, "10.0.0.5", 32);
+	assert_ports(&r, 0, 65535);
+}
+
+static void parse_ipv4_cidr(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("10.2.0.0/16", 0);
+
+	assert_v4(&r, "10.2.0.0", 16);
+	assert_ports(&r, 0, 65535);
+}
+
+static void parse_ipv4_cidr_with_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("10.2.0.0/16:8080", 0);
+
+	assert_v4(&r, "10.2.0.0", 16);
+	assert_ports(&r, 8080, 8080);
+}
+
+static void parse_ipv4_port_range(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("10.0.0.5:1000-2000", 0);
+
+	assert_v4(&r, "10.0.0.5", 32);
+	assert_ports(&r, 1000, 2000);
+}
+
+static void parse_cidr_port_range(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("192.168.0.0/24:1-65535", 0);
+
+	assert_v4(&r, "192.168.0.0", 24);
+	assert_ports(&r, 1, 65535);
+}
+
+static void parse_masks_host_bits(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("10.2.3.4/16", 0);
+
+	assert_v4(&r, "10.2.0.0", 16);
+	r = rule_ok("[2001:db8:ffff::1/32]:443", 0);
+	assert_v6(&r, "2001:db8::", 32);
+}
+
+static void parse_ipv6_in_brackets_with_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("[::1]:9001", 0);
+
+	assert_v6(&r, "::1", 128);
+	assert_ports(&r, 9001, 9001);
+}
+
+static void parse_ipv6_cidr_in_brackets_with_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("[2001:db8::/32]:443", 0);
+
+	assert_v6(&r, "2001:db8::", 32);
+	assert_ports(&r, 443, 443);
+}
+
+static void parse_ipv6_in_brackets_without_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("[::1]", 0);
+
+	assert_v6(&r, "::1", 128);
+	assert_ports(&r, 0, 65535);
+}
+
+static void parse_bare_ipv6_means_any_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("::1", 0);
+
+	assert_v6(&r, "::1", 128);
+	assert_ports(&r, 0, 65535);
+	r = rule_ok("fe80::/10", 0);
+	assert_v6(&r, "fe80::", 10);
+	assert_ports(&r, 0, 65535);
+}
+
+static void parse_ipv6_port_range(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("[2001:db8::1]:8000-8100", 0);
+
+	assert_v6(&r, "2001:db8::1", 128);
+	assert_ports(&r, 8000, 8100);
+}
+
+static void parse_ipv4_mapped_ipv6_is_the_ipv4_rule(void **state)
+{
+	(void)state;
+	struct rule a = rule_ok("10.0.0.5:443", 0);
+	struct rule b = rule_ok("[::ffff:10.0.0.5]:443", 0);
+
+	assert_memory_equal(a.addr, b.addr, 16);
+	assert_int_equal(a.prefix, b.prefix);
+}
+
+static void parse_unix_path(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("unix:/run/recs.sock", 0);
+
+	assert_int_equal(r.kind, RULE_UNIX);
+	assert_string_equal(r.path, "/run/recs.sock");
+}
+
+static void parse_unix_abstract(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("unix:@recs", 0);
+
+	assert_int_equal(r.kind, RULE_UNIX);
+	assert_string_equal(r.path, "@recs");
+}
+
+static void parse_host_with_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("Payments.Internal:443", 0);
+
+	assert_int_equal(r.kind, RULE_HOST);
+	assert_string_equal(r.host, "payments.internal");
+	assert_ports(&r, 443, 443);
+}
+
+static void parse_host_with_port_range(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("db-1.example.com:5432-5439", 0);
+
+	assert_int_equal(r.kind, RULE_HOST);
+	assert_string_equal(r.host, "db-1.example.com");
+	assert_ports(&r, 5432, 5439);
+}
+
+static void parse_bare_host_means_any_port(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("localhost", 0);
+
+	assert_int_equal(r.kind, RULE_HOST);
+	assert_string_equal(r.host, "localhost");
+	assert_ports(&r, 0, 65535);
+}
+
+static void parse_host_drops_one_trailing_dot(void **state)
+{
+	(void)state;
+	struct rule r = rule_ok("example.com.:80", 0);
+
+	assert_string_equal(r.host, "example.com");
+	parse_bad("example.com..:80");
+}
+
+static void parse_leaves_comp_and_line_alone(void **state)
+{
+	(void)state;
+	struct rule r = { .comp = 7, .line = 42 };
+
+	assert_int_equal(match_parse("10.0.0.1", &r, err, sizeof(err)), 0);
+	assert_int_equal(r.comp, 7);
+	assert_int_equal(r.line, 42);
+}
+
+static void parse_rejects_port_out_of_range(void **state)
+{
+	(void)state;
+	parse_bad("10.0.0.1:99999");
+	assert_string_equal(err, "bad port \"99999\" in \"10.0.0.1:99999\"");
+}
+
+static void parse_rejects_port_zero(void **state)
+{
+	(void)state;
+	parse_bad("10.0.0.1:0");
+	assert_non_null(strstr(err, "bad port \"0\""));
+	parse_bad("10.0.0.1:0-80");
+}
+
+static void parse_rejects_reversed_range(void **state)
+{
+	(void)state;
+	parse_bad("10.0.0.1:90-80");
+	assert_non_null(strstr(err, "90-80"));
+}
+
+static void parse_rejects_ipv4_prefix_too_long(void **state)
+{
+	(void)state;
+	parse_bad("10.0.0.0/33");
+	assert_string_equal(err, "prefix /33 is too long for IPv4");
+}
+
+static void parse_rejects_ipv6_prefix_too_long(void **state)
+{
+	(void)state;
+	parse_bad("[::/129]:80");
+	assert_string_equal(err, "prefix /129 is too long for IPv6");
+}
+
+static void parse_rejects_garbage(void **state)
+{
+	static const char *const bad[] = {
+		"", ":80", "10.0.0.1:", "10.0.0.1:http", "10.0.0.1:80:90", "[::1", "[::1]80",
+		"[10.0.0.1]:80", "10.0.0.0/x", "10.0.0.300", "1.2.3", "host.123", "a..b",
+		"exa mple.com", "host_name:80", "10.0.0.1:80-", "10.0.0.1:-80", "unix:", "unix:@",
+		"fe80::1%eth0", "-", "10.0.0.0/", "[::1]:", "10.0.0.1:1-2-3",
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		parse_bad(bad[i]);
+	struct rule r = { 0 };
+	assert_int_equal(match_parse(NULL, &r, err, sizeof(err)), -EINVAL);
+}
+
+static void parse_refuses_long_unix_path_instead_of_cutting_it(void **state)
+{
+	char *text = malloc(4001), ok[200];
+
+	(void)state;
+	assert_non_null(text);
+	memcpy(text, "unix:/", 6);
+	memset(text + 6, 'a', 3994);
+	text[4000] = '\0';
+	parse_bad(text);
+	assert_non_null(strstr(err, "longer than 107"));
+	free(text);
+	/* 107 bytes fit with the NUL, 108 do not. */
+	snprintf(ok, sizeof(ok), "unix:/%0106d", 0);
+	(void)rule_ok(ok, 0);
+	snprintf(ok, sizeof(ok), "unix:/%0107d", 0);
+	parse_bad(ok);
+	/* An abstract name may fill all of sun_path after its NUL. */
+	snprintf(ok, sizeof(ok), "unix:@%0107d", 0);
+	(void)rule_ok(ok, 0);
+	snprintf(ok, sizeof(ok), "unix:@%0108d", 0);
+	parse_bad(ok);
+}
+
+static void parse_rejects_long_host_names(void **state)
+{
+	char name[400];
+
+	(void)state;
+	/* 63 + 1 + 63 + 1 + 63 + 1 + 61 = 253 characters: the longest allowed. */
+	memset(name, 'a', sizeof(name));
+	name[63] = name[127] = name[191] = '.';
+	name[253] = '\0';
+	(void)rule_ok(name, 0);
+	name[253] = 'a';
+	name[254] = '\0';
+	parse_bad(name);
+	assert_non_null(strstr(err, "longer than 253"));
+	memset(name, 'b', 64);
+	strcpy(name + 64, ".com:80");
+	parse_bad(name);
+	assert_non_null(strstr(err, "longer than 63"));
+}
+
+/* ---- matching ---- */
+
+static void find_ipv4_exact_address_and_port(void **state)
+{
+	static const char *const t[] = { "10.0.0.5:443" };
+	static const int c[] = { 0 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 443), 0);
+	assert_int_equal(find4(m, "10.0.0.5", 80), -1);
+	assert_int_equal(find4(m, "10.0.0.6", 443), -1);
+	match_free(m);
+}
+
+static void find_ipv4_any_port(void **state)
+{
+	static const char *const t[] = { "10.0.0.5" };
+	static const int c[] = { 0 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 1), 0);
+	assert_int_equal(find4(m, "10.0.0.5", 65535), 0);
+	match_free(m);
+}
+
+static void find_ipv4_cidr(void **state)
+{
+	static const char *const t[] = { "10.2.0.0/16:8080", "0.0.0.0/0:25" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.2.0.1", 8080), 0);
+	assert_int_equal(find4(m, "10.2.255.255", 8080), 0);
+	assert_int_equal(find4(m, "10.3.0.1", 8080), -1);
+	assert_int_equal(find4(m, "10.2.0.1", 8081), -1);
+	assert_int_equal(find4(m, "192.0.2.1", 25), 1);
+	match_free(m);
+}
+
+static void find_port_range_includes_both_ends(void **state)
+{
+	static const char *const t[] = { "10.0.0.5:1000-2000" };
+	static const int c[] = { 0 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 999), -1);
+	assert_int_equal(find4(m, "10.0.0.5", 1000), 0);
+	assert_int_equal(find4(m, "10.0.0.5", 1500), 0);
+	assert_int_equal(find4(m, "10.0.0.5", 2000), 0);
+	assert_int_equal(find4(m, "10.0.0.5", 2001), -1);
+	match_free(m);
+}
+
+static void find_ipv6(void **state)
+{
+	static const char *const t[] = { "[::1]:9001", "[2001:db8::/32]:443", "fe80::/10" };
+	static const int c[] = { 0, 1, 2 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find6(m, "::1", 9001), 0);
+	assert_int_equal(find6(m, "::1", 9002), -1);
+	assert_int_equal(find6(m, "2001:db8:1::2", 443), 1);
+	assert_int_equal(find6(m, "2001:db9::2", 443), -1);
+	assert_int_equal(find6(m, "fe80::1234", 7), 2);
+	match_free(m);
+}
+
+static void find_ipv4_mapped_ipv6_matches_ipv4_rule(void **state)
+{
+	static const char *const t[] = { "10.0.0.5:443", "10.2.0.0/16" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find6(m, "::ffff:10.0.0.5", 443), 0);
+	assert_int_equal(find6(m, "::ffff:10.2.9.9", 1), 1);
+	assert_int_equal(find6(m, "::10.0.0.5", 443), -1);
+	match_free(m);
+}
+
+static void find_ipv4_matches_mapped_ipv6_rule(void **state)
+{
+	static const char *const t[] = { "[::ffff:10.0.0.5]:443" };
+	static const int c[] = { 3 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 443), 3);
+	match_free(m);
+}
+
+static struct sockaddr_un sun_of(const char *path, socklen_t *len)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+
+	strncpy(un.sun_path, path, sizeof(un.sun_path));
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1);
+	return un;
+}
+
+static void find_unix_path(void **state)
+{
+	static const char *const t[] = { "unix:/run/recs.sock" };
+	static const int c[] = { 4 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_un un;
+	socklen_t len;
+
+	(void)state;
+	un = sun_of("/run/recs.sock", &len);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len), 4);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, sizeof(un)), 4);
+	un = sun_of("/run/recs.sock2", &len);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len), -1);
+	un = sun_of("/run/recs.soc", &len);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len), -1);
+	match_free(m);
+}
+
+static void find_unix_path_without_nul_honours_len(void **state)
+{
+	static const char *const t[] = { "unix:/run/recs.sock" };
+	static const int c[] = { 4 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_un un;
+	socklen_t len = offsetof(struct sockaddr_un, sun_path) + strlen("/run/recs.sock");
+
+	(void)state;
+	memset(&un, 'X', sizeof(un));
+	un.sun_family = AF_UNIX;
+	memcpy(un.sun_path, "/run/recs.sock", 14);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len), 4);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len - 1), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len + 1), -1);
+	match_free(m);
+}
+
+static void find_unix_abstract_name_up_to_len(void **state)
+{
+	static const char *const t[] = { "unix:@recs", "unix:/recs" };
+	static const int c[] = { 5, 6 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_un un;
+	socklen_t len = offsetof(struct sockaddr_un, sun_path) + 5;
+
+	(void)state;
+	memset(&un, 'X', sizeof(un));
+	un.sun_family = AF_UNIX;
+	memcpy(un.sun_path, "\0recs", 5);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len), 5);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len + 1), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len - 1), -1);
+	match_free(m);
+}
+
+static void find_misses_other_families(void **state)
+{
+	static const char *const t[] = { "0.0.0.0/0", "::/0" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr sa = { .sa_family = AF_NETLINK };
+
+	(void)state;
+	assert_int_equal(match_find(m, &sa, sizeof(sa)), -1);
+	assert_int_equal(find4(m, "1.2.3.4", 5), 0);
+	assert_int_equal(find6(m, "2001::1", 5), 1);
+	match_free(m);
+}
+
+/* ---- precedence ---- */
+
+static void exact_address_and_port_beats_cidr(void **state)
+{
+	static const char *const t[] = { "10.0.0.0/8:443", "10.0.0.5:443" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 443), 1);
+	assert_int_equal(find4(m, "10.0.0.6", 443), 0);
+	match_free(m);
+}
+
+static void longer_prefix_wins(void **state)
+{
+	static const char *const t[] = { "10.2.0.0/16", "10.2.3.0/24" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.2.3.4", 80), 1);
+	assert_int_equal(find4(m, "10.2.4.4", 80), 0);
+	match_free(m);
+}
+
+static void narrower_port_range_wins_on_same_address(void **state)
+{
+	static const char *const t[] = { "10.0.0.5", "10.0.0.5:8000-8999", "10.0.0.5:8080" };
+	static const int c[] = { 0, 1, 2 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 8080), 2);
+	assert_int_equal(find4(m, "10.0.0.5", 8081), 1);
+	assert_int_equal(find4(m, "10.0.0.5", 22), 0);
+	match_free(m);
+}
+
+static void exact_address_any_port_beats_cidr_with_exact_port(void **state)
+{
+	static const char *const t[] = { "10.0.0.0/24:443", "10.0.0.5" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 443), 1);
+	assert_int_equal(find4(m, "10.0.0.6", 443), 0);
+	match_free(m);
+}
+
+static void shorter_prefix_serves_ports_the_longer_one_lacks(void **state)
+{
+	static const char *const t[] = { "10.0.0.5:443", "10.0.0.0/8" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 443), 0);
+	assert_int_equal(find4(m, "10.0.0.5", 80), 1);
+	match_free(m);
+}
+
+/* ---- building ---- */
+
+static void duplicate_across_compartments_is_an_error(void **state)
+{
+	struct rule rules[2];
+
+	(void)state;
+	rules[0] = rule_ok("10.0.0.5:443", 0);
+	rules[0].line = 4;
+	rules[1] = rule_ok("[::ffff:10.0.0.5]:443", 1);
+	rules[1].line = 9;
+	assert_null(match_build(rules, 2, err, sizeof(err)));
+	assert_string_equal(err, "duplicate destination \"10.0.0.5:443\" in compartments 0 and 1 "
+				 "(lines 4 and 9)");
+}
+
+static void duplicate_after_masking_is_an_error(void **state)
+{
+	struct rule rules[2];
+
+	(void)state;
+	rules[0] = rule_ok("10.2.0.0/16", 0);
+	rules[1] = rule_ok("10.2.7.7/16", 1);
+	assert_null(match_build(rules, 2, err, sizeof(err)));
+	assert_non_null(strstr(err, "10.2.0.0/16"));
+}
+
+static void duplicate_unix_path_across_compartments_is_an_error(void **state)
+{
+	struct rule rules[2];
+
+	(void)state;
+	rules[0] = rule_ok("unix:@x", 0);
+	rules[1] = rule_ok("unix:@x", 1);
+	assert_null(match_build(rules, 2, err, sizeof(err)));
+	assert_non_null(strstr(err, "unix:@x"));
+}
+
+static void duplicate_host_across_compartments_is_an_error(void **state)
+{
+	struct rule rules[2];
+
+	(void)state;
+	rules[0] = rule_ok("api.example.com:443", 0);
+	rules[1] = rule_ok("API.example.com.:443", 1);
+	assert_null(match_build(rules, 2, err, sizeof(err)));
+	assert_non_null(strstr(err, "api.example.com:443"));
+}
+
+static void duplicate_in_one_compartment_is_accepted(void **state)
+{
+	static const char *const t[] = { "10.0.0.5:443", "10.0.0.5:443", "unix:/a", "unix:/a",
+					 "h.example:1", "h.example:1" };
+	static const int c[] = { 2, 2, 2, 2, 2, 2 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 443), 2);
+	match_free(m);
+}
+
+static void same_address_different_ports_in_two_compartments_is_fine(void **state)
+{
+	static const char *const t[] = { "10.0.0.5:443", "10.0.0.5:80" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.0.0.5", 443), 0);
+	assert_int_equal(find4(m, "10.0.0.5", 80), 1);
+	match_free(m);
+}
+
+static void build_refuses_malformed_rules(void **state)
+{
+	struct rule r = rule_ok("10.0.0.0/8", 0);
+
+	(void)state;
+	r.addr[15] = 1;	/* host bits set behind match_parse's back */
+	assert_null(match_build(&r, 1, err, sizeof(err)));
+	r = rule_ok("10.0.0.1", -1);
+	assert_null(match_build(&r, 1, err, sizeof(err)));
+	assert_null(match_build(NULL, 3, err, sizeof(err)));
+}
+
+static void empty_matcher_matches_nothing(void **state)
+{
+	struct matcher *m = match_build(NULL, 0, err, sizeof(err));
+
+	(void)state;
+	assert_non_null(m);
+	assert_int_equal(find4(m, "127.0.0.1", 80), -1);
+	assert_false(match_has_host(m, "localhost"));
+	match_free(m);
+}
+
+static void ten_thousand_rules_build_and_match(void **state)
+{
+	enum { N = 10000 };
+	struct rule *rules = calloc(N + 2, sizeof(*rules));
+	struct matcher *m;
+	char text[64];
+
+	(void)state;
+	assert_non_null(rules);
+	for (int i = 0; i < N; i++) {
+		snprintf(text, sizeof(text), "10.%d.%d.%d:%d", i / 65536, (i / 256) % 256, i % 256,
+			 1000 + i % 7);
+		rules[i] = rule_ok(text, i % 100);
+	}
+	rules[N] = rule_ok("10.0.0.0/8", 100);
+	rules[N + 1] = rule_ok("unix:/tmp/s", 101);
+	m = match_build(rules, N + 2, err, sizeof(err));
+	assert_non_null(m);
+	for (int i = 0; i < N; i++) {
+		snprintf(text, sizeof(text), "10.%d.%d.%d", i / 65536, (i / 256) % 256, i % 256);
+		assert_int_equal(find4(m, text, (uint16_t)(1000 + i % 7)), i % 100);
+		assert_int_equal(find4(m, text, 999), 100);
+	}
+	assert_int_equal(find4(m, "11.0.0.1", 1000), -1);
+	match_free(m);
+	free(rules);
+}
+
+/* ---- learning ---- */
+
+static void learned_address_matches_with_the_host_rule_ports(void **state)
+{
+	static const char *const t[] = { "payments.internal:443", "10.0.0.0/8" };
+	static const int c[] = { 3, 1 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("10.9.9.9", 0);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.9.9.9", 443), 1);
+	assert_int_equal(match_learn(m, "payments.internal", (struct sockaddr *)&in), 3);
+	/* A learned address ranks as a /128 rule, above the /8. */
+	assert_int_equal(find4(m, "10.9.9.9", 443), 3);
+	assert_int_equal(find6(m, "::ffff:10.9.9.9", 443), 3);
+	assert_int_equal(find4(m, "10.9.9.9", 80), 1);
+	match_free(m);
+}
+
+static void learning_ignores_case_and_one_trailing_dot(void **state)
+{
+	static const char *const t[] = { "api.example.com" };
+	static const int c[] = { 2 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_in6 in6 = sa6("2001:db8::7", 0);
+
+	(void)state;
+	assert_true(match_has_host(m, "API.Example.COM."));
+	assert_false(match_has_host(m, "api.example.com.."));
+	assert_int_equal(match_learn(m, "API.example.com.", (struct sockaddr *)&in6), 2);
+	assert_int_equal(find6(m, "2001:db8::7", 12345), 2);
+	match_free(m);
+}
+
+static void learning_an_unknown_host_returns_minus_one(void **state)
+{
+	static const char *const t[] = { "api.example.com" };
+	static const int c[] = { 2 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("192.0.2.1", 0);
+
+	(void)state;
+	assert_int_equal(match_learn(m, "other.example.com", (struct sockaddr *)&in), -1);
+	assert_int_equal(find4(m, "192.0.2.1", 80), -1);
+	assert_int_equal(match_learn(m, NULL, (struct sockaddr *)&in), -1);
+	assert_int_equal(match_learn(m, "api.example.com", NULL), -1);
+	assert_int_equal(match_learn(NULL, "api.example.com", (struct sockaddr *)&in), -1);
+	match_free(m);
+}
+
+static void learning_an_address_twice_adds_it_once(void **state)
+{
+	static const char *const t[] = { "a.example:80", "a.example:443" };
+	static const int c[] = { 0, 1 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("192.0.2.1", 0);
+
+	(void)state;
+	assert_true(match_learn(m, "a.example", (struct sockaddr *)&in) >= 0);
+	assert_int_equal(atomic_load(&m->learned->count), 2);
+	assert_true(match_learn(m, "a.example", (struct sockaddr *)&in) >= 0);
+	assert_int_equal(atomic_load(&m->learned->count), 2);
+	assert_int_equal(find4(m, "192.0.2.1", 80), 0);
+	assert_int_equal(find4(m, "192.0.2.1", 443), 1);
+	match_free(m);
+}
+
+static void learning_fails_with_enospc_when_full(void **state)
+{
+	static const char *const t[] = { "a.example" };
+	static const int c[] = { 0 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("192.0.2.1", 0);
+
+	(void)state;
+	for (uint32_t i = 0; i < BS_LEARNED_MAX; i++) {
+		in.sin_addr.s_addr = htonl(0x0b000000u + i);
+		assert_int_equal(match_learn(m, "a.example", (struct sockaddr *)&in), 0);
+	}
+	in.sin_addr.s_addr = htonl(0x0c000000u);
+	assert_int_equal(match_learn(m, "a.example", (struct sockaddr *)&in), -ENOSPC);
+	for (uint32_t i = 0; i < BS_LEARNED_MAX; i++) {
+		in.sin_addr.s_addr = htonl(0x0b000000u + i);
+		assert_int_equal(match_find(m, (struct sockaddr *)&in, sizeof(in)), 0);
+	}
+	match_free(m);
+}
+
+struct learner {
+	struct matcher *m;
+	uint32_t base;
+};
+
+static void *learn_many(void *arg)
+{
+	struct learner *l = arg;
+	struct sockaddr_in in = { .sin_family = AF_INET };
+
+	for (uint32_t i = 0; i < 200; i++) {
+		in.sin_addr.s_addr = htonl(l->base + i);
+		if (match_learn(l->m, "a.example", (struct sockaddr *)&in) != 0)
+			return (void *)1;
+		if (match_find(l->m, (struct sockaddr *)&in, sizeof(in)) != 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void concurrent_learners_all_get_published(void **state)
+{
+	static const char *const t[] = { "a.example" };
+	static const int c[] = { 0 };
+	struct matcher *m = BUILD(t, c);
+	struct learner l[4];
+	pthread_t th[4];
+	void *ret;
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		l[i] = (struct learner){ .m = m, .base = 0x0a000000u + (uint32_t)i * 0x10000u };
+		assert_int_equal(pthread_create(&th[i], NULL, learn_many, &l[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(th[i], &ret), 0);
+		assert_null(ret);
+	}
+	assert_int_equal(atomic_load(&m->learned->count), 800);
+	match_free(m);
+}
+
+/* ---- bad input ---- */
+
+static void find_tolerates_null_and_short_lengths(void **state)
+{
+	static const char *const t[] = { "0.0.0.0/0", "::/0", "unix:/a" };
+	static const int c[] = { 0, 1, 2 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("10.0.0.1", 80);
+	struct sockaddr_in6 in6 = sa6("::1", 80);
+	struct sockaddr_un un;
+	socklen_t len;
+
+	(void)state;
+	un = sun_of("/a", &len);
+	assert_int_equal(match_find(NULL, (struct sockaddr *)&in, sizeof(in)), -1);
+	assert_int_equal(match_find(m, NULL, sizeof(in)), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&in, 0), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&in, 1), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&in, sizeof(in) - 1), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&in6, 23), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&in6, 24), 1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, sizeof(sa_family_t)), -1);
+	assert_int_equal(match_find(m, (struct sockaddr *)&un, len), 2);
+	assert_false(match_has_host(NULL, "x"));
+	assert_false(match_has_host(m, NULL));
+	match_free(m);
+	match_free(NULL);
+}
+
+/* ---- formatting ---- */
+
+static void format_ipv4(void **state)
+{
+	struct sockaddr_in in = sa4("1.2.3.4", 80);
+	char buf[64];
+
+	(void)state;
+	match_format((struct sockaddr *)&in, sizeof(in), buf, sizeof(buf));
+	assert_string_equal(buf, "1.2.3.4:80");
+}
+
+static void format_ipv6_and_mapped(void **state)
+{
+	struct sockaddr_in6 in6 = sa6("::1", 80);
+	char buf[64];
+
+	(void)state;
+	match_format((struct sockaddr *)&in6, sizeof(in6), buf, sizeof(buf));
+	assert_string_equal(buf, "[::1]:80");
+	in6 = sa6("::ffff:10.0.0.5", 443);
+	match_format((struct sockaddr *)&in6, sizeof(in6), buf, sizeof(buf));
+	assert_string_equal(buf, "10.0.0.5:443");
+	in6 = sa6("fe80::1", 22);
+	in6.sin6_scope_id = 2;
+	match_format((struct sockaddr *)&in6, sizeof(in6), buf, sizeof(buf));
+	assert_string_equal(buf, "[fe80::1%2]:22");
+}
+
+static void format_unix_path_and_abstract(void **state)
+{
+	struct sockaddr_un un;
+	socklen_t len;
+	char buf[160];
+
+	(void)state;
+	un = sun_of("/run/recs.sock", &len);
+	match_format((struct sockaddr *)&un, len, buf, sizeof(buf));
+	assert_string_equal(buf, "unix:/run/recs.sock");
+	memcpy(un.sun_path, "\0recs\0x\n", 8);
+	match_format((struct sockaddr *)&un, offsetof(struct sockaddr_un, sun_path) + 8, buf,
+		     sizeof(buf));
+	assert_string_equal(buf, "unix:@recs@x?");
+}
+
+static void format_junk_is_a_question_mark(void **state)
+{
+	struct sockaddr_in in = sa4("1.2.3.4", 80);
+	struct sockaddr sa = { .sa_family = AF_PACKET };
+	char buf[16];
+
+	(void)state;
+	match_format(NULL, 16, buf, sizeof(buf));
+	assert_string_equal(buf, "?");
+	match_format((struct sockaddr *)&in, 4, buf, sizeof(buf));
+	assert_string_equal(buf, "?");
+	match_format(&sa, sizeof(sa), buf, sizeof(buf));
+	assert_string_equal(buf, "?");
+}
+
+static void format_never_overflows(void **state)
+{
+	struct sockaddr_in6 in6 = sa6("2001:db8:1234:5678:9abc:def0:1234:5678", 65535);
+	char buf[12];
+
+	(void)state;
+	memset(buf, 'Z', sizeof(buf));
+	match_format((struct sockaddr *)&in6, sizeof(in6), buf, 8);
+	assert_string_equal(buf, "[2001:d");
+	assert_int_equal(buf[8], 'Z');
+	match_format((struct sockaddr *)&in6, sizeof(in6), buf, 1);
+	assert_string_equal(buf, "");
+	match_format((struct sockaddr *)&in6, sizeof(in6), buf, 0);
+	assert_string_equal(buf, "");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(parse_ipv4_with_port),
+		cmocka_unit_test(parse_ipv4_without_port_means_any_port),
+		cmocka_unit_test(parse_ipv4_cidr),
+		cmocka_unit_test(parse_ipv4_cidr_with_port),
+		cmocka_unit_test(parse_ipv4_port_range),
+		cmocka_unit_test(parse_cidr_port_range),
+		cmocka_unit_test(parse_masks_host_bits),
+		cmocka_unit_test(parse_ipv6_in_brackets_with_port),
+		cmocka_unit_test(parse_ipv6_cidr_in_brackets_with_port),
+		cmocka_unit_test(parse_ipv6_in_brackets_without_port),
+		cmocka_unit_test(parse_bare_ipv6_means_any_port),
+		cmocka_unit_test(parse_ipv6_port_range),
+		cmocka_unit_test(parse_ipv4_mapped_ipv6_is_the_ipv4_rule),
+		cmocka_unit_test(parse_unix_path),
+		cmocka_unit_test(parse_unix_abstract),
+		cmocka_unit_test(parse_host_with_port),
+		cmocka_unit_test(parse_host_with_port_range),
+		cmocka_unit_test(parse_bare_host_means_any_port),
+		cmocka_unit_test(parse_host_drops_one_trailing_dot),
+		cmocka_unit_test(parse_leaves_comp_and_line_alone),
+		cmocka_unit_test(parse_rejects_port_out_of_range),
+		cmocka_unit_test(parse_rejects_port_zero),
+		cmocka_unit_test(parse_rejects_reversed_range),
+		cmocka_unit_test(parse_rejects_ipv4_prefix_too_long),
+		cmocka_unit_test(parse_rejects_ipv6_prefix_too_long),
+		cmocka_unit_test(parse_rejects_garbage),
+		cmocka_unit_test(parse_refuses_long_unix_path_instead_of_cutting_it),
+		cmocka_unit_test(parse_rejects_long_host_names),
+		cmocka_unit_test(find_ipv4_exact_address_and_port),
+		cmocka_unit_test(find_ipv4_any_port),
+		cmocka_unit_test(find_ipv4_cidr),
+		cmocka_unit_test(find_port_range_includes_both_ends),
+		cmocka_unit_test(find_ipv6),
+		cmocka_unit_test(find_ipv4_mapped_ipv6_matches_ipv4_rule),
+		cmocka_unit_test(find_ipv4_matches_mapped_ipv6_rule),
+		cmocka_unit_test(find_unix_path),
+		cmocka_unit_test(find_unix_path_without_nul_honours_len),
+		cmocka_unit_test(find_unix_abstract_name_up_to_len),
+		cmocka_unit_test(find_misses_other_families),
+		cmocka_unit_test(exact_address_and_port_beats_cidr),
+		cmocka_unit_test(longer_prefix_wins),
+		cmocka_unit_test(narrower_port_range_wins_on_same_address),
+		cmocka_unit_test(exact_address_any_port_beats_cidr_with_exact_port),
+		cmocka_unit_test(shorter_prefix_serves_ports_the_longer_one_lacks),
+		cmocka_unit_test(duplicate_across_compartments_is_an_error),
+		cmocka_unit_test(duplicate_after_masking_is_an_error),
+		cmocka_unit_test(duplicate_unix_path_across_compartments_is_an_error),
+		cmocka_unit_test(duplicate_host_across_compartments_is_an_error),
+		cmocka_unit_test(duplicate_in_one_compartment_is_accepted),
+		cmocka_unit_test(same_address_different_ports_in_two_compartments_is_fine),
+		cmocka_unit_test(build_refuses_malformed_rules),
+		cmocka_unit_test(empty_matcher_matches_nothing),
+		cmocka_unit_test(ten_thousand_rules_build_and_match),
+		cmocka_unit_test(learned_address_matches_with_the_host_rule_ports),
+		cmocka_unit_test(learning_ignores_case_and_one_trailing_dot),
+		cmocka_unit_test(learning_an_unknown_host_returns_minus_one),
+		cmocka_unit_test(learning_an_address_twice_adds_it_once),
+		cmocka_unit_test(learning_fails_with_enospc_when_full),
+		cmocka_unit_test(concurrent_learners_all_get_published),
+		cmocka_unit_test(find_tolerates_null_and_short_lengths),
+		cmocka_unit_test(format_ipv4),
+		cmocka_unit_test(format_ipv6_and_mapped),
+		cmocka_unit_test(format_unix_path_and_abstract),
+		cmocka_unit_test(format_junk_is_a_question_mark),
+		cmocka_unit_test(format_never_overflows),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,424 @@
+/* test_segment.c - unit tests of the shared segment: admission, holds, fork, reclaim, validation. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../shim/segment.c"
+
+static struct cfg_compartment comps[2];
+static struct bs_config cfg;
+static char err[BS_ERRLEN];
+static int counter;
+
+/* A fresh configuration with its own segment name: "a" limit 3, "b" limit 1. */
+static int
+setup(void **state)
+{
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	memset(comps, 0, sizeof(comps));
+	snprintf(cfg.segment, sizeof(cfg.segment), "ut%d_%d", (int)getpid(), counter++);
+	snprintf(cfg.path, sizeof(cfg.path), "unit.cfg");
+	snprintf(comps[0].name, sizeof(comps[0].name), "a");
+	comps[0].max_connections = 3;
+	comps[0].reject_errno = ECONNREFUSED;
+	snprintf(comps[1].name, sizeof(comps[1].name), "b");
+	comps[1].max_connections = 1;
+	comps[1].reject_errno = EAGAIN;
+	cfg.comp = comps;
+	cfg.ncomp = 2;
+	cfg.mode = 0600;
+	cfg.max_processes = 16;
+	cfg.max_sockets = 64;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	char name[BS_NAME_MAX + 16];
+
+	(void)state;
+	snprintf(name, sizeof(name), "/bulkshim.%s", cfg.segment);
+	shm_unlink(name);
+	return 0;
+}
+
+static struct seg *
+attach(void)
+{
+	struct seg *s = NULL;
+	int r = seg_attach(&cfg, &s, err, sizeof(err));
+
+	if (r != 0)
+		print_error("seg_attach: %s\n", err);
+	assert_int_equal(r, 0);
+	return s;
+}
+
+static void
+test_admits_up_to_the_limit_and_refuses_the_next(void **state)
+{
+	struct seg *s = attach();
+	int slots[3];
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		slots[i] = seg_acquire(s, 0, 1000 + (uint64_t)i);
+		assert_true(slots[i] >= 0);
+	}
+	assert_int_equal(seg_acquire(s, 0, 2000), -EBUSY);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 3);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->rejected), 1);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->admitted), 3);
+	assert_true(atomic_load(&seg_comp(s, 0)->last_rejection_ms) > 0);
+	/* The other compartment is unaffected. */
+	assert_true(seg_acquire(s, 1, 3000) >= 0);
+	seg_drop(s, (uint32_t)slots[0]);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 2);
+	assert_true(seg_acquire(s, 0, 4000) >= 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->peak), 3);
+	seg_detach_all(s);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
+	seg_close(s);
+}
+
+static void
+test_a_copy_keeps_the_permit_until_the_last_drop(void **state)
+{
+	struct seg *s = attach();
+	int slot = seg_acquire(s, 0, 42);
+
+	(void)state;
+	assert_true(slot >= 0);
+	seg_hold(s, (uint32_t)slot);
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
+	assert_int_equal(seg_find_inode(s, 42), slot);
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	assert_int_equal(seg_find_inode(s, 42), -1);
+	/* A drop too many never wraps the count around. */
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	seg_close(s);
+}
+
+static struct seg *race_seg;
+static pthread_barrier_t race_barrier;
+static _Atomic int race_won;
+
+static void *
+racer(void *arg)
+{
+	(void)arg;
+	pthread_barrier_wait(&race_barrier);
+	if (seg_acquire(race_seg, 0, (uint64_t)pthread_self()) >= 0)
+		atomic_fetch_add(&race_won, 1);
+	return NULL;
+}
+
+static void
+test_thirty_two_threads_racing_for_three_permits_get_three(void **state)
+{
+	pthread_t t[32];
+
+	(void)state;
+	for (int round = 0; round < 20; round++) {
+		race_seg = attach();
+		atomic_store(&race_won, 0);
+		pthread_barrier_init(&race_barrier, NULL, 32);
+		for (int i = 0; i < 32; i++)
+			pthread_create(&t[i], NULL, racer, NULL);
+		for (int i = 0; i < 32; i++)
+			pthread_join(t[i], NULL);
+		pthread_barrier_destroy(&race_barrier);
+		assert_int_equal(atomic_load(&race_won), 3);
+		assert_int_equal(atomic_load(&seg_comp(race_seg, 0)->in_use), 3);
+		assert_int_equal(atomic_load(&seg_comp(race_seg, 0)->peak), 3);
+		assert_int_equal(atomic_load(&seg_comp(race_seg, 0)->rejected), 29 * (round + 1));
+		seg_detach_all(race_seg);
+		seg_close(race_seg);
+	}
+}
+
+/* Runs fn in a child process that attaches on its own; the child reports
+ * through a pipe that it holds its permits, then blocks until killed. */
+static pid_t
+holder_child(int permits)
+{
+	int p[2];
+	pid_t pid;
+	char c;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct seg *s = NULL;
+
+		close(p[0]);
+		if (seg_attach(&cfg, &s, err, sizeof(err)) != 0)
+			_exit(2);
+		for (int i = 0; i < permits; i++) {
+			if (seg_acquire(s, 0, 500 + (uint64_t)i) < 0)
+				_exit(3);
+		}
+		if (write(p[1], "x", 1) != 1)
+			_exit(4);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	return pid;
+}
+
+static void
+test_permits_of_a_killed_process_are_reclaimed(void **state)
+{
+	struct seg *s = attach();
+	pid_t pid = holder_child(2);
+
+	(void)state;
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 2);
+	assert_int_equal(seg_reclaim(s, false), 0);	/* alive: nothing to take */
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	assert_int_equal(seg_reclaim(s, false), 1);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->reclaimed), 2);
+	seg_close(s);
+}
+
+static void
+test_a_zombie_holder_counts_as_dead(void **state)
+{
+	struct seg *s = attach();
+	pid_t pid = holder_child(3);
+
+	(void)state;
+	kill(pid, SIGKILL);
+	/* Not waited for yet: a zombie until the end of this test. */
+	for (int i = 0; i < 200 && seg_pid_alive(pid, 0); i++)
+		usleep(5000);
+	assert_false(seg_pid_alive(pid, 0));
+	/* A full compartment reclaims by itself when asked for a permit. */
+	atomic_store(&s->h->last_reclaim_ms, 0);
+	assert_true(seg_acquire(s, 0, 77) >= 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
+	waitpid(pid, NULL, 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_a_reused_pid_is_told_apart_by_start_time(void **state)
+{
+	pid_t me = getpid();
+	uint64_t start = seg_pid_start(me);
+
+	(void)state;
+	assert_true(start > 0);
+	assert_true(seg_pid_alive(me, start));
+	assert_true(seg_pid_alive(me, 0));
+	assert_false(seg_pid_alive(me, start + 1));
+	assert_false(seg_pid_alive(0, 0));
+	assert_false(seg_pid_alive(-5, 0));
+}
+
+static void
+test_fork_shares_the_socket_until_both_processes_drop_it(void **state)
+{
+	struct seg *s = attach();
+	int slot = seg_acquire(s, 1, 99), rec, st, go[2];
+	pid_t pid;
+	char c;
+
+	(void)state;
+	assert_true(slot >= 0);
+	assert_int_equal(pipe(go), 0);
+	rec = seg_fork_prepare(s);
+	assert_true(rec >= 0);
+	pid = fork();
+	if (pid == 0) {
+		seg_fork_child(s, rec);
+		/* Wait until the parent dropped its copy, then drop ours. */
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		if (atomic_load(&seg_comp(s, 1)->in_use) != 1)
+			_exit(3);
+		seg_drop(s, (uint32_t)slot);
+		_exit(atomic_load(&seg_comp(s, 1)->in_use) == 0 ? 0 : 4);
+	}
+	seg_fork_parent(s, rec, pid);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 1);
+	assert_int_equal(write(go[1], "x", 1), 1);
+	waitpid(pid, &st, 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
+	seg_close(s);
+}
+
+static void
+test_a_failed_fork_undoes_the_child_record(void **state)
+{
+	struct seg *s = attach();
+	int slot = seg_acquire(s, 0, 5), rec;
+
+	(void)state;
+	rec = seg_fork_prepare(s);
+	assert_true(rec >= 0);
+	seg_fork_parent(s, rec, -1);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
+	assert_int_equal(atomic_load(&s->procs[rec].state), PROC_FREE);
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	seg_close(s);
+}
+
+static void
+test_a_leftover_segment_takes_the_new_limits(void **state)
+{
+	struct seg *s = attach();
+
+	(void)state;
+	seg_close(s);
+	comps[0].max_connections = 7;
+	s = attach();
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->limit), 7);
+	seg_close(s);
+}
+
+static void
+test_a_live_segment_keeps_its_limits(void **state)
+{
+	struct seg *s = attach(), *s2;
+
+	(void)state;
+	assert_true(seg_acquire(s, 0, 1) >= 0);	/* this process is now a holder */
+	comps[0].max_connections = 9;
+	s2 = attach();
+	assert_int_equal(atomic_load(&seg_comp(s2, 0)->limit), 3);
+	seg_close(s2);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_the_config_mode_is_applied(void **state)
+{
+	char path[128];
+	struct stat st;
+	struct seg *s;
+
+	(void)state;
+	cfg.mode = 0640;
+	s = attach();
+	snprintf(path, sizeof(path), "/dev/shm/bulkshim.%s", cfg.segment);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	seg_close(s);
+}
+
+/* Writes `len` bytes of a segment image to the segment's name. */
+static void
+plant(const void *img, size_t len)
+{
+	char name[BS_NAME_MAX + 16];
+	int fd;
+
+	snprintf(name, sizeof(name), "/bulkshim.%s", cfg.segment);
+	fd = shm_open(name, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, img, len), (ssize_t)len);
+	close(fd);
+}
+
+static void
+expect_untrusted(const char *what)
+{
+	struct seg *s = NULL;
+
+	assert_true(seg_attach(&cfg, &s, err, sizeof(err)) < 0);
+	assert_null(s);
+	assert_non_null(strstr(err, what));
+	assert_true(seg_open(cfg.segment, false, &s, err, sizeof(err)) < 0);
+}
+
+static void
+test_a_damaged_segment_is_never_trusted(void **state)
+{
+	struct seg *s = attach();
+	size_t len = s->size;
+	char *img = malloc(len);
+
+	(void)state;
+	memcpy(img, s->base, len);
+	seg_close(s);
+
+	((struct seg_header *)img)->magic ^= 1;
+	plant(img, len);
+	expect_untrusted("bad magic");
+	((struct seg_header *)img)->magic ^= 1;
+
+	((struct seg_header *)img)->version = 99;
+	plant(img, len);
+	expect_untrusted("version");
+	((struct seg_header *)img)->version = SEG_VERSION;
+
+	plant(img, len / 2);
+	expect_untrusted("truncated");
+
+	plant(img, 10);
+	expect_untrusted("truncated");
+
+	((struct seg_header *)img)->nslots = 0xffffffff;
+	plant(img, len);
+	expect_untrusted("out of range");
+	((struct seg_header *)img)->nslots = 64;
+
+	((struct seg_header *)img)->off_slots += 8;
+	plant(img, len);
+	expect_untrusted("inconsistent");
+	free(img);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_admits_up_to_the_limit_and_refuses_the_next, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_copy_keeps_the_permit_until_the_last_drop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_thirty_two_threads_racing_for_three_permits_get_three, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_permits_of_a_killed_process_are_reclaimed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_zombie_holder_counts_as_dead, setup, teardown),
+		cmocka_unit_test(test_a_reused_pid_is_told_apart_by_start_time),
+		cmocka_unit_test_setup_teardown(test_fork_shares_the_socket_until_both_processes_drop_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_failed_fork_undoes_the_child_record, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_damaged_segment_is_never_trusted, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("segment", tests, NULL, NULL);
+}
