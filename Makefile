@@ -21,8 +21,8 @@ PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # What the shim and the CLI share; interpose.c and real.c are the shim's own.
-COMMON  := config match segment fdtable log
-SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o
+COMMON  := config match segment permit fdtable log
+SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o
 CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(B)/cli/bulkshim.o
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
@@ -82,3 +82,8 @@ uninstall:
 
 clean:
 	rm -rf $(B)
+
+# Fragments of the demo, the hardening runs and the benchmarks.
+-include tools/demo/demo.mk
+-include tests/hardening.mk
+-include bench/bench.mk

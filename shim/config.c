@@ -24,6 +24,9 @@
 #define DEFAULT_RESOLVE_MS	1000
 #define MAX_RESOLVE_MS		60000
 #define MIN_SOCKETS		256
+#define MIN_SOCKETS_UNCAPPED	4096	/* when a compartment has no max_connections */
+#define MAX_WAIT_MS		600000
+#define MAX_TIMEOUT_MS		3600000
 #define MAX_ID			4294967294LL	/* (uid_t)-1 means "no change" */
 
 /* Where a parsed destination came from, for the duplicate message. The
@@ -50,11 +53,12 @@ struct cfg_ctx {
 
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
-	"max_sockets", "resolve_timeout_ms", "compartments", NULL,
+	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 static const char *const comp_keys[] = {
-	"name", "destinations", "max_connections", "errno", NULL,
+	"name", "destinations", "max_connections", "max_inflight", "max_wait_ms", "max_waiting",
+	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", NULL,
 };
 
 static const struct {
@@ -168,12 +172,11 @@ static size_t key_distance(const char *a, const char *b)
 	return d[la][lb];
 }
 
-/* Reports setting s as an unknown key of the group described by `where`,
- * suggesting the closest known key when it looks like a typo of one. */
-static int unknown_key(struct cfg_ctx *c, const config_setting_t *s, const char *const *known,
-		       const char *where)
+/* The word of the NULL-terminated list `known` that name looks like a typo
+ * of, or NULL when none is close enough. */
+static const char *closest(const char *name, const char *const *known)
 {
-	const char *name = key_of(s), *best = NULL;
+	const char *best = NULL;
 	size_t best_d = SIZE_MAX;
 
 	for (size_t i = 0; known[i] != NULL; i++) {
@@ -185,6 +188,16 @@ static int unknown_key(struct cfg_ctx *c, const config_setting_t *s, const char 
 			best_d = d;
 		}
 	}
+	return best;
+}
+
+/* Reports setting s as an unknown key of the group described by `where`,
+ * suggesting the closest known key when it looks like a typo of one. */
+static int unknown_key(struct cfg_ctx *c, const config_setting_t *s, const char *const *known,
+		       const char *where)
+{
+	const char *name = key_of(s), *best = closest(name, known);
+
 	if (best != NULL)
 		return fail(c, s, -EINVAL, "unknown key \"%s\"%s (did you mean \"%s\"?)", name,
 			    where, best);
@@ -220,6 +233,17 @@ static int get_range(struct cfg_ctx *c, const config_setting_t *s, long long lo,
 	if (*out < lo || *out > hi)
 		return fail(c, s, -EINVAL, "\"%s\" must be between %lld and %lld, not %lld",
 			    key_of(s), lo, hi, *out);
+	return 0;
+}
+
+static int get_bool(struct cfg_ctx *c, const config_setting_t *s, bool *out)
+{
+	int type = config_setting_type(s);
+
+	if (type != CONFIG_TYPE_BOOL)
+		return fail(c, s, -EINVAL, "\"%s\" must be true or false, not %s", key_of(s),
+			    type_name(type));
+	*out = config_setting_get_bool(s);
 	return 0;
 }
 
@@ -308,15 +332,6 @@ static int parse_budget(struct cfg_ctx *c, const config_setting_t *s)
 	c->cfg->pool = (uint32_t)vp;
 	c->cfg->reserved = (uint32_t)vr;
 	c->budget = s;
-	return 0;
-}
-
-static int parse_strict(struct cfg_ctx *c, const config_setting_t *s)
-{
-	if (config_setting_type(s) != CONFIG_TYPE_BOOL)
-		return fail(c, s, -EINVAL, "\"strict\" must be true or false, not %s",
-			    type_name(config_setting_type(s)));
-	c->cfg->strict = config_setting_get_bool(s);
 	return 0;
 }
 
@@ -523,6 +538,95 @@ static int string_line(const struct cfg_ctx *c, const config_setting_t *e)
 	return line;
 }
 
+/* Reads the patterns of one class. A list may hold anything, so each
+ * element's type is checked; an array holds one type only. */
+static int parse_patterns(struct cfg_ctx *c, const config_setting_t *s, struct cfg_class *cls)
+{
+	int n = config_setting_length(s);
+
+	if (n > BS_MAX_PATTERNS)
+		return fail(c, s, -EINVAL, "class \"%s\" has %d patterns, more than %d", cls->name,
+			    n, BS_MAX_PATTERNS);
+	for (int i = 0; i < n; i++) {
+		const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+		const char *pat, *file = config_setting_source_file(e);
+		size_t len;
+		int line;
+
+		if (config_setting_type(e) != CONFIG_TYPE_STRING)
+			return fail(c, e, -EINVAL,
+				    "pattern %d of class \"%s\" must be a string, not %s", i + 1,
+				    cls->name, type_name(config_setting_type(e)));
+		pat = config_setting_get_string(e);
+		len = strlen(pat);
+		line = string_line(c, e);
+		if (len == 0)
+			return fail_at(c, file, line, -EINVAL, "empty pattern in class \"%s\"",
+				       cls->name);
+		if (len >= BS_NAME_MAX)
+			return fail_at(c, file, line, -EINVAL,
+				       "pattern \"%.20s...\" of class \"%s\" is %zu characters, "
+				       "more than %d", pat, cls->name, len, BS_NAME_MAX - 1);
+		/* The pattern meets the program's name without its directory,
+		 * so one with a slash could never match. */
+		if (strchr(pat, '/') != NULL)
+			return fail_at(c, file, line, -EINVAL,
+				       "pattern \"%s\" of class \"%s\" has a '/': patterns match "
+				       "the program's name without its directory", pat, cls->name);
+		snprintf(cls->patterns[cls->npatterns++], BS_NAME_MAX, "%s", pat);
+	}
+	return 0;
+}
+
+/* Reads `classes = { batch = [ "pg_dump", "report-*" ]; ... };` into
+ * cfg->classes[1..], after the implicit "default". Duplicate class names
+ * never get here: libconfig refuses a group with two members of one name. */
+static int parse_classes(struct cfg_ctx *c, const config_setting_t *s)
+{
+	struct bs_config *cfg = c->cfg;
+	int n, rc;
+
+	if (!config_setting_is_group(s))
+		return fail(c, s, -EINVAL,
+			    "\"classes\" must be a group like { batch = [ \"pg_dump\" ]; }, not %s",
+			    type_name(config_setting_type(s)));
+	n = config_setting_length(s);
+	for (int i = 0; i < n; i++) {
+		const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+		const char *name = key_of(e);
+		struct cfg_class *cls;
+		size_t len = strlen(name);
+
+		if (cfg->nclass >= BS_MAX_CLASSES)
+			return fail(c, e, -EINVAL, "class \"%s\" is one too many: at most %d classes "
+				    "besides \"default\"", name, BS_MAX_CLASSES - 1);
+		if (strcmp(name, "default") == 0)
+			return fail(c, e, -EINVAL, "class name \"default\" is reserved for processes "
+				    "without a class; give the class another name");
+		if (len >= BS_CLASS_NAME_MAX)
+			return fail(c, e, -EINVAL, "class name \"%.20s...\" is %zu characters, more "
+				    "than %d", name, len, BS_CLASS_NAME_MAX - 1);
+		/* libconfig also allows '*' in a name; a class name must be
+		 * usable in BULKSHIM_CLASS and in status output as it is. */
+		for (size_t k = 0; k < len; k++)
+			if (!name_char(name[k]) || name[k] == '.')
+				return fail(c, e, -EINVAL, "class name \"%s\" has a character outside "
+					    "[A-Za-z0-9_-]", name);
+		if (!config_setting_is_array(e) && !config_setting_is_list(e))
+			return fail(c, e, -EINVAL, "class \"%s\" must be an array of program-name "
+				    "patterns like [ \"pg_dump\", \"report-*\" ], not %s", name,
+				    type_name(config_setting_type(e)));
+		cls = &cfg->classes[cfg->nclass];
+		memset(cls, 0, sizeof(*cls));
+		snprintf(cls->name, sizeof(cls->name), "%s", name);
+		cls->line = config_setting_source_line(e);
+		if ((rc = parse_patterns(c, e, cls)) < 0)
+			return rc;
+		cfg->nclass++;
+	}
+	return 0;
+}
+
 static int parse_destinations(struct cfg_ctx *c, const config_setting_t *g, size_t idx)
 {
 	const char *name = c->cfg->comp[idx].name;
@@ -561,13 +665,134 @@ static int parse_destinations(struct cfg_ctx *c, const config_setting_t *g, size
 	return 0;
 }
 
+/* Reads one limit of compartment `name` (max_connections, max_inflight):
+ * an integer from 1 to BS_MAX_LIMIT. */
+static int get_limit(struct cfg_ctx *c, const config_setting_t *s, const char *name,
+		     uint32_t *out)
+{
+	long long v = 0;
+	int rc = get_int(c, s, &v);
+
+	if (rc < 0)
+		return rc;
+	if (v <= 0)
+		return fail(c, s, -EINVAL, "%s of \"%s\" must be at least 1, not %lld", key_of(s),
+			    name, v);
+	if (v > BS_MAX_LIMIT)
+		return fail(c, s, -EINVAL, "%s of \"%s\" is %lld, which is absurd (the limit is %d)",
+			    key_of(s), name, v, BS_MAX_LIMIT);
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* max_connections and max_inflight: either may be left out, not both. */
+static int parse_limits(struct cfg_ctx *c, const config_setting_t *g,
+			struct cfg_compartment *comp)
+{
+	const config_setting_t *s;
+	int rc;
+
+	s = config_setting_get_member(g, "max_connections");
+	if (s != NULL && (rc = get_limit(c, s, comp->name, &comp->max_connections)) < 0)
+		return rc;
+	s = config_setting_get_member(g, "max_inflight");
+	if (s != NULL && (rc = get_limit(c, s, comp->name, &comp->max_inflight)) < 0)
+		return rc;
+	if (comp->max_connections == 0 && comp->max_inflight == 0)
+		return fail(c, g, -EINVAL,
+			    "compartment \"%s\" sets neither max_connections nor max_inflight",
+			    comp->name);
+	return 0;
+}
+
+/* max_wait_ms, max_waiting and the two timeouts. */
+static int parse_waiting(struct cfg_ctx *c, const config_setting_t *g,
+			 struct cfg_compartment *comp)
+{
+	const config_setting_t *s, *waiting;
+	long long v = 0;
+	int rc;
+
+	if ((s = config_setting_get_member(g, "max_wait_ms")) != NULL) {
+		if ((rc = get_range(c, s, 0, MAX_WAIT_MS, &v)) < 0)
+			return rc;
+		comp->max_wait_ms = (uint32_t)v;
+	}
+	if ((waiting = config_setting_get_member(g, "max_waiting")) != NULL) {
+		if ((rc = get_range(c, waiting, 1, BS_MAX_LIMIT, &v)) < 0)
+			return rc;
+		/* Fail-fast callers never wait, so a bound on the waiters
+		 * would be dead weight that hides a missing max_wait_ms. */
+		if (comp->max_wait_ms == 0)
+			return fail(c, waiting, -EINVAL, "max_waiting without max_wait_ms in "
+				    "compartment \"%s\": nobody waits unless max_wait_ms is above 0",
+				    comp->name);
+		comp->max_waiting = (uint32_t)v;
+	}
+	if ((s = config_setting_get_member(g, "connect_timeout_ms")) != NULL) {
+		if ((rc = get_range(c, s, 0, MAX_TIMEOUT_MS, &v)) < 0)
+			return rc;
+		comp->connect_timeout_ms = (uint32_t)v;
+	}
+	if ((s = config_setting_get_member(g, "io_timeout_ms")) != NULL) {
+		if ((rc = get_range(c, s, 0, MAX_TIMEOUT_MS, &v)) < 0)
+			return rc;
+		comp->io_timeout_ms = (uint32_t)v;
+	}
+	return 0;
+}
+
+/* Reads `class_limits = { batch = 4; };`: each key a declared class (or
+ * "default"), each value a cap on that class's connection permits. */
+static int parse_class_limits(struct cfg_ctx *c, const config_setting_t *s,
+			      struct cfg_compartment *comp)
+{
+	const struct bs_config *cfg = c->cfg;
+	const char *names[BS_MAX_CLASSES + 1] = { NULL };
+
+	if (!config_setting_is_group(s))
+		return fail(c, s, -EINVAL,
+			    "\"class_limits\" must be a group like { batch = 4; }, not %s",
+			    type_name(config_setting_type(s)));
+	for (size_t k = 0; k < cfg->nclass; k++)
+		names[k] = cfg->classes[k].name;
+	for (int i = 0; i < config_setting_length(s); i++) {
+		const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+		const char *cls = key_of(e), *best;
+		int type = config_setting_type(e);
+		size_t k = 0;
+		long long v;
+
+		while (k < cfg->nclass && strcmp(cls, names[k]) != 0)
+			k++;
+		if (k == cfg->nclass) {
+			if ((best = closest(cls, names)) != NULL)
+				return fail(c, e, -EINVAL, "unknown class \"%s\" in class_limits of "
+					    "\"%s\" (did you mean \"%s\"?)", cls, comp->name, best);
+			return fail(c, e, -EINVAL, "unknown class \"%s\" in class_limits of \"%s\" "
+				    "(declare it in the top-level \"classes\")", cls, comp->name);
+		}
+		if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
+			return fail(c, e, -EINVAL, "class limit %s of \"%s\" must be an integer, "
+				    "not %s", cls, comp->name, type_name(type));
+		v = config_setting_get_int64(e);
+		if (v <= 0 || v > BS_MAX_LIMIT)
+			return fail(c, e, -EINVAL, "class limit %s of \"%s\" must be between 1 and "
+				    "%d, not %lld", cls, comp->name, BS_MAX_LIMIT, v);
+		if (comp->max_connections != 0 && v > comp->max_connections)
+			return fail(c, e, -EINVAL, "class limit %s = %lld is above max_connections "
+				    "%u of \"%s\"", cls, v, comp->max_connections, comp->name);
+		comp->class_limit[k] = (uint32_t)v;
+	}
+	return 0;
+}
+
 static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_t idx)
 {
 	struct cfg_compartment *comp = &c->cfg->comp[idx];
 	const config_setting_t *s;
 	const char *name = NULL;
 	char where[BS_NAME_MAX + 40];
-	long long v = 0;
 	int rc;
 
 	if (!config_setting_is_group(g))
@@ -575,6 +800,7 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 			    idx + 1, type_name(config_setting_type(g)));
 	comp->line = config_setting_source_line(g);
 	comp->reject_errno = ECONNREFUSED;
+	comp->enforce = c->cfg->enforce;
 	s = config_setting_get_member(g, "name");
 	if (s != NULL && config_setting_type(s) == CONFIG_TYPE_STRING)
 		name = config_setting_get_string(s);
@@ -603,19 +829,14 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 	if ((rc = parse_destinations(c, g, idx)) < 0)
 		return rc;
 
-	s = config_setting_get_member(g, "max_connections");
-	if (s == NULL)
-		return fail(c, g, -EINVAL, "compartment \"%s\" has no \"max_connections\"", name);
-	if ((rc = get_int(c, s, &v)) < 0)
+	if ((rc = parse_limits(c, g, comp)) < 0 || (rc = parse_waiting(c, g, comp)) < 0)
 		return rc;
-	if (v <= 0)
-		return fail(c, s, -EINVAL, "max_connections of \"%s\" must be at least 1, not %lld",
-			    name, v);
-	if (v > BS_MAX_LIMIT)
-		return fail(c, s, -EINVAL,
-			    "max_connections of \"%s\" is %lld, which is absurd (the limit is %d)",
-			    name, v, BS_MAX_LIMIT);
-	comp->max_connections = (uint32_t)v;
+	if ((s = config_setting_get_member(g, "enforce")) != NULL &&
+	    (rc = get_bool(c, s, &comp->enforce)) < 0)
+		return rc;
+	s = config_setting_get_member(g, "class_limits");
+	if (s != NULL && (rc = parse_class_limits(c, s, comp)) < 0)
+		return rc;
 
 	s = config_setting_get_member(g, "errno");
 	if (s != NULL) {
@@ -659,19 +880,30 @@ static int parse_compartments(struct cfg_ctx *c, const config_setting_t *s)
 
 static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 {
+	const config_setting_t *s;
 	long long v = 0;
 	int rc = 0;
 
-	for (int i = 0; i < config_setting_length(root) && rc == 0; i++) {
-		const config_setting_t *s = config_setting_get_elem(root, (unsigned)i);
-		const char *key = key_of(s);
+	/* Compartments inherit enforce and name classes, so these two are read
+	 * first, wherever they are in the file. */
+	if ((s = config_setting_get_member(root, "enforce")) != NULL)
+		rc = get_bool(c, s, &c->cfg->enforce);
+	if (rc == 0 && (s = config_setting_get_member(root, "classes")) != NULL)
+		rc = parse_classes(c, s);
 
-		if (strcmp(key, "segment") == 0) {
+	for (int i = 0; i < config_setting_length(root) && rc == 0; i++) {
+		const char *key;
+
+		s = config_setting_get_elem(root, (unsigned)i);
+		key = key_of(s);
+		if (strcmp(key, "enforce") == 0 || strcmp(key, "classes") == 0) {
+			continue;	/* read above */
+		} else if (strcmp(key, "segment") == 0) {
 			rc = parse_segment(c, s);
 		} else if (strcmp(key, "budget") == 0) {
 			rc = parse_budget(c, s);
 		} else if (strcmp(key, "strict") == 0) {
-			rc = parse_strict(c, s);
+			rc = get_bool(c, s, &c->cfg->strict);
 		} else if (strcmp(key, "mode") == 0) {
 			rc = parse_mode(c, s);
 		} else if (strcmp(key, "owner") == 0 || strcmp(key, "group") == 0) {
@@ -779,8 +1011,14 @@ static int check_budget(struct cfg_ctx *c)
 	char tail[64], *list;
 	size_t len = 0, cap, room;
 
-	for (size_t i = 0; i < cfg->ncomp; i++)
+	size_t ncounted = 0;
+
+	/* A compartment with only max_inflight holds no connection permits,
+	 * so it takes nothing from the pool. */
+	for (size_t i = 0; i < cfg->ncomp; i++) {
 		sum += cfg->comp[i].max_connections;
+		ncounted += cfg->comp[i].max_connections != 0;
+	}
 	if (!cfg->has_budget || sum <= (uint64_t)cfg->pool - cfg->reserved)
 		return 0;
 	if (cfg->reserved != 0)
@@ -794,8 +1032,9 @@ static int check_budget(struct cfg_ctx *c)
 		return fail(c, c->budget, -ENOMEM, "out of memory");
 	list[0] = '\0';
 	for (size_t i = 0; i < cfg->ncomp; i++)
-		len += (size_t)snprintf(list + len, cap - len, "%s%u", i ? " + " : "",
-					cfg->comp[i].max_connections);
+		if (cfg->comp[i].max_connections != 0)
+			len += (size_t)snprintf(list + len, cap - len, "%s%u", len ? " + " : "",
+						cfg->comp[i].max_connections);
 	room = c->errlen < BS_ERRLEN ? c->errlen : BS_ERRLEN;
 	if (len + strlen(tail) + strlen(c->path) + 64 < room)
 		fail(c, c->budget, -EINVAL, "budget exceeded: %s = %llu > %s", list,
@@ -803,7 +1042,7 @@ static int check_budget(struct cfg_ctx *c)
 	else
 		fail(c, c->budget, -EINVAL,
 		     "budget exceeded: the %zu compartments' max_connections sum to %llu > %s",
-		     cfg->ncomp, (unsigned long long)sum, tail);
+		     ncounted, (unsigned long long)sum, tail);
 	free(list);
 	return -EINVAL;
 }
@@ -1021,6 +1260,107 @@ done:
 	return 0;
 }
 
+/* The socket table a config gets when it sets no max_sockets: twice the
+ * connection permits, at least MIN_SOCKETS. A compartment with no
+ * max_connections still counts its sockets, unbounded, so then at least
+ * MIN_SOCKETS_UNCAPPED. */
+static uint32_t default_sockets(const struct bs_config *cfg)
+{
+	uint64_t sum = 0, floor = MIN_SOCKETS;
+
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		sum += cfg->comp[i].max_connections;
+		if (cfg->comp[i].max_connections == 0)
+			floor = MIN_SOCKETS_UNCAPPED;
+	}
+	sum = sum * 2 < floor ? floor : sum * 2;
+	return (uint32_t)(sum > BS_MAX_SOCKETS ? BS_MAX_SOCKETS : sum);
+}
+
+/* The key a "duplicate setting name" error is about, read from the text of
+ * the line libconfig names (the line of the second occurrence): the first
+ * name set twice in one group on that line, or else the only name set on
+ * it. libconfig stops at the duplicate without saying which key it is.
+ * Returns false when the line does not tell. */
+static bool duplicate_key(const struct cfg_ctx *c, int line, char *out, size_t outlen)
+{
+	struct {
+		const char *p;
+		size_t n;
+		int group;
+	} seen[32];
+	const char *t = c->text;
+	size_t start, end, nseen = 0;
+	int groups[16] = { 0 }, depth = 0, next = 1;
+
+	if (t == NULL || line < 1 || (size_t)line > c->nlines)
+		return false;
+	start = line > 1 ? c->line_end[line - 2] + 1 : 0;
+	end = c->line_end[line - 1];
+	for (size_t i = start; i < end; i++) {
+		size_t j = i, k;
+
+		if (t[i] == '"') {
+			for (i++; i < end && t[i] != '"'; i++)
+				i += t[i] == '\\';
+			continue;
+		}
+		if (t[i] == '#' || (t[i] == '/' && i + 1 < end && t[i + 1] == '/'))
+			break;
+		if (t[i] == '/' && i + 1 < end && t[i + 1] == '*') {
+			for (i += 2; i + 1 < end && !(t[i] == '*' && t[i + 1] == '/'); i++)
+				;
+			i++;
+			continue;
+		}
+		if (t[i] == '{' && depth < 15)
+			groups[++depth] = next++;
+		else if (t[i] == '}' && depth > 0)
+			depth--;
+		if (!((t[i] >= 'A' && t[i] <= 'Z') || (t[i] >= 'a' && t[i] <= 'z') || t[i] == '*'))
+			continue;
+		while (j < end && (name_char(t[j]) || t[j] == '*'))
+			j++;
+		for (k = j; k < end && (t[k] == ' ' || t[k] == '\t'); k++)
+			;
+		if (k < end && (t[k] == '=' || t[k] == ':') && nseen < sizeof(seen) / sizeof(seen[0])) {
+			for (size_t m = 0; m < nseen; m++) {
+				if (seen[m].group == groups[depth] && seen[m].n == j - i &&
+				    memcmp(seen[m].p, t + i, j - i) == 0) {
+					snprintf(out, outlen, "%.*s", (int)(j - i), t + i);
+					return true;
+				}
+			}
+			seen[nseen].p = t + i;
+			seen[nseen].n = j - i;
+			seen[nseen++].group = groups[depth];
+		}
+		i = j - 1;
+	}
+	if (nseen != 1)
+		return false;
+	snprintf(out, outlen, "%.*s", (int)seen[0].n, seen[0].p);
+	return true;
+}
+
+/* Reports what config_read_file found wrong. libconfig's own words are kept
+ * except for a duplicate key, which it reports without naming it. */
+static int syntax_error(struct cfg_ctx *c, const config_t *lc)
+{
+	const char *file = config_error_file(lc), *text = config_error_text(lc);
+	int line = config_error_line(lc);
+	char key[64];
+
+	if (text == NULL || strcmp(text, "duplicate setting name") != 0)
+		return fail_at(c, file, line, -EINVAL, "%s", text ? text : "syntax error");
+	if ((file == NULL || strcmp(file, c->path) == 0) && duplicate_key(c, line, key, sizeof(key)))
+		return fail_at(c, file, line, -EINVAL, "duplicate key \"%s\": each key may appear "
+			       "once in its group, and so may each class in \"classes\" and "
+			       "\"class_limits\"", key);
+	return fail_at(c, file, line, -EINVAL, "duplicate key: each key may appear once in its "
+		       "group, and so may each class in \"classes\" and \"class_limits\"");
+}
+
 /* Loads and validates path into *cfg (see shim.h for the format). Returns
  * 0; -ENOENT when the file does not exist; -EINVAL (or -EACCES, -EISDIR,
  * -ENOMEM...) with one message "FILE:LINE: what is wrong" in err, after
@@ -1076,8 +1416,7 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 		if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
 			rc = fail(&c, NULL, -EIO, "cannot read the file");
 		else
-			rc = fail_at(&c, config_error_file(&lc), config_error_line(&lc), -EINVAL,
-				     "%s", config_error_text(&lc));
+			rc = syntax_error(&c, &lc);
 		config_destroy(&lc);
 		goto done;
 	}
@@ -1086,6 +1425,9 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 	cfg->mode = DEFAULT_MODE;
 	cfg->max_processes = DEFAULT_PROCESSES;
 	cfg->resolve_timeout_ms = DEFAULT_RESOLVE_MS;
+	cfg->enforce = true;
+	cfg->nclass = 1;
+	snprintf(cfg->classes[0].name, sizeof(cfg->classes[0].name), "%s", "default");
 
 	rc = parse_root(&c, config_root_setting(&lc));
 	if (rc == 0)
@@ -1093,14 +1435,8 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 	if (rc == 0)
 		rc = check_budget(&c);
 	config_destroy(&lc);
-	if (rc == 0 && !c.has_sockets) {
-		uint64_t sum = 0;
-
-		for (size_t i = 0; i < cfg->ncomp; i++)
-			sum += cfg->comp[i].max_connections;
-		sum = sum * 2 < MIN_SOCKETS ? MIN_SOCKETS : sum * 2;
-		cfg->max_sockets = (uint32_t)(sum > BS_MAX_SOCKETS ? BS_MAX_SOCKETS : sum);
-	}
+	if (rc == 0 && !c.has_sockets)
+		cfg->max_sockets = default_sockets(cfg);
 	if (rc == 0 && resolve)
 		rc = resolve_hosts(&c);
 	if (rc == 0) {

@@ -1,16 +1,20 @@
 /* interpose.c - the exported libc names: look up the descriptor, decide, call the real one. */
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -34,11 +38,13 @@ foreign_process(void)
 	return (pid_t)syscall(SYS_getpid) != shim.pid;
 }
 
-static bool
-active(void)
+bool
+shim_active(void)
 {
 	return atomic_load_explicit(&shim.ready, memory_order_acquire) != 0;
 }
+
+#define active() shim_active()
 
 /* Gives back the hold that a table entry (slot + 1) stood for. */
 static void
@@ -72,32 +78,80 @@ copy_fd(int oldfd, int newfd)
 	drop_entry(e != 0 ? fdt_set(newfd, e - 1) : fdt_take(newfd));
 }
 
-/* The errno a full compartment answers with; only the allowed values are
- * taken from the shared segment, whatever it holds. */
-static int
-reject_errno(const struct seg_comp *c)
+int
+shim_reject_errno(const struct seg_comp *c)
 {
 	int e = atomic_load(&c->reject_errno);
 
+	/* Only the allowed values are taken from the shared segment,
+	 * whatever it holds. */
 	return cfg_errno_name(e) != NULL ? e : ECONNREFUSED;
 }
 
-enum admit { ADMIT_PASS, ADMIT_COUNTED, ADMIT_REFUSED };
+bool
+shim_blocking(int fd, int flags)
+{
+	int fl;
+
+	if (flags & MSG_DONTWAIT)
+		return false;
+	fl = real.fcntl(fd, F_GETFL);
+	return fl >= 0 && !(fl & O_NONBLOCK);
+}
+
+void
+shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char *dest)
+{
+	struct seg_comp *c = seg_comp(shim.seg, comp);
+
+	if (c == NULL)
+		return;
+	switch (why) {
+	case REASON_FULL:
+		log_rejection(comp, "%s full (%u/%u): %s to %s refused", c->name,
+		    atomic_load(&c->in_use), atomic_load(&c->limit), what, dest);
+		break;
+	case REASON_INFLIGHT_FULL:
+		log_rejection(comp, "%s: %u/%u requests in flight: %s to %s refused", c->name,
+		    atomic_load(&c->inflight), atomic_load(&c->inflight_limit), what, dest);
+		break;
+	case REASON_WAIT_TIMEOUT:
+		log_rejection(comp, "%s full: waited %u ms in vain: %s to %s refused", c->name,
+		    atomic_load(&c->max_wait_ms), what, dest);
+		break;
+	case REASON_TOO_MANY_WAITING:
+		log_rejection(comp, "%s full and %u callers already wait: %s to %s refused",
+		    c->name, atomic_load(&c->waiting), what, dest);
+		break;
+	case REASON_CLASS_FULL:
+		log_rejection(comp, "%s: class %s at its limit of %u: %s to %s refused", c->name,
+		    shim.cls < BS_MAX_CLASSES ? seg_header(shim.seg)->class_name[shim.cls] : "?",
+		    atomic_load(&c->cls[shim.cls < BS_MAX_CLASSES ? shim.cls : 0].limit), what, dest);
+		break;
+	default:
+		log_rejection(comp, "%s: the socket or process table of segment %s is full: "
+		    "%s to %s refused", c->name, seg_header(shim.seg)->name, what, dest);
+		break;
+	}
+}
+
 
 /*
  * Decides a connect (or a TCP Fast Open send) of fd to sa: ADMIT_PASS when
  * the shim has nothing to count, ADMIT_COUNTED when a permit was taken and
- * recorded for fd, ADMIT_REFUSED with errno set when the compartment is full.
+ * recorded for fd, ADMIT_REFUSED with errno set when the compartment refused.
  */
-static enum admit
-admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
+enum admit
+shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 {
 	uint32_t e = fdt_get(fd);
-	int comp = match_find(shim.m, sa, len), type = 0, segc, slot;
+	int comp = match_find(atomic_load(&shim.m), sa, len), type = 0, slot;
 	socklen_t tlen = sizeof(type);
+	enum bs_reason why = REASON_MAX;
 	struct seg_comp *c;
 	struct stat st;
 	char dest[128];
+	bool may_wait;
 
 	if (comp < 0 && e == 0)
 		return ADMIT_PASS;
@@ -113,40 +167,31 @@ admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 			return ADMIT_PASS;
 		drop_entry(fdt_take(fd));
 	}
-	if (comp < 0 || !fdt_valid(fd))
+	c = comp >= 0 ? seg_comp(shim.seg, (uint32_t)comp) : NULL;
+	if (c == NULL || !fdt_valid(fd))
 		return ADMIT_PASS;
 	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM)
 		return ADMIT_PASS;
-	segc = seg_comp_index(shim.seg, (size_t)comp);
-	c = segc >= 0 ? seg_comp(shim.seg, (uint32_t)segc) : NULL;
-	if (c == NULL)
-		return ADMIT_PASS;
-	slot = seg_acquire(shim.seg, (uint32_t)segc, (uint64_t)st.st_ino);
+	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
+	slot = seg_acquire(shim.seg, (uint32_t)comp, shim.cls, (uint64_t)st.st_ino, may_wait, &why);
 	if (slot >= 0) {
 		drop_entry(fdt_set(fd, (uint32_t)slot));
 		return ADMIT_COUNTED;
 	}
 	match_format(sa, len, dest, sizeof(dest));
-	if (slot == -EBUSY) {
-		log_rejection((unsigned)segc, "%s full (%u/%u): %s to %s refused",
-		    c->name, atomic_load(&c->in_use), atomic_load(&c->limit), what, dest);
-	} else {
-		log_rejection((unsigned)segc, "%s: %s table of segment %s is full: %s to %s refused",
-		    c->name, slot == -ENOSPC ? "socket or process" : "permit",
-		    shim.cfg.segment, what, dest);
-	}
+	shim_log_refusal((uint32_t)comp, why, what, dest);
 	/* connect is a cancellation point: a thread cancelled while it
 	 * would have been refused must see the cancellation first. */
 	pthread_testcancel();
-	errno = reject_errno(c);
+	errno = shim_reject_errno(c);
 	return ADMIT_REFUSED;
 }
 
 /* After the real call: a connect that failed at once gives its permit back.
  * EINPROGRESS and EINTR leave the connection under way; EALREADY and EISCONN
  * answer a retry. */
-static void
-settle(int fd, long r)
+void
+shim_settle(int fd, long r)
 {
 	int err = errno;
 
@@ -155,14 +200,60 @@ settle(int fd, long r)
 	errno = err;
 }
 
+/* A blocking connect bounded by the compartment's connect_timeout_ms: made
+ * non-blocking for the attempt, then waited for with poll. */
+static int
+connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp *c,
+    uint32_t timeout_ms)
+{
+	int fl = real.fcntl(fd, F_GETFL), r, err = 0, saved;
+	uint64_t deadline = now_mono_ms() + timeout_ms, now;
+	socklen_t elen = sizeof(err);
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+	if (fl < 0 || real.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return real.connect(fd, sa, len);
+	r = real.connect(fd, sa, len);
+	if (r < 0 && errno == EINPROGRESS) {
+		for (;;) {
+			now = now_mono_ms();
+			if (now >= deadline) {
+				atomic_fetch_add(&c->connect_timeouts, 1);
+				errno = ETIMEDOUT;
+				r = -1;
+				break;
+			}
+			r = poll(&p, 1, (int)(deadline - now));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				continue;
+			if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0)
+				err = errno;
+			errno = err;
+			r = err != 0 ? -1 : 0;
+			break;
+		}
+	}
+	saved = errno;
+	real.fcntl(fd, F_SETFL, fl);
+	errno = saved;
+	return r;
+}
+
 BS_EXPORT int
 connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	int saved = errno, r;
+	struct seg_comp *c;
+	struct seg_slot *sl;
+	uint32_t timeout;
+	uint64_t t0;
 
 	if (!active())
 		return real.connect(fd, sa, len);
-	switch (admit(fd, sa, len, "connect")) {
+	shim_maybe_reload();
+	switch (shim_admit(fd, sa, len, "connect")) {
 	case ADMIT_REFUSED:
 		return -1;
 	case ADMIT_PASS:
@@ -171,48 +262,23 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	case ADMIT_COUNTED:
 		break;
 	}
+	sl = seg_slot(shim.seg, fdt_get(fd) - 1);
+	c = sl != NULL ? seg_comp(shim.seg, atomic_load(&sl->comp)) : NULL;
+	timeout = c != NULL ? atomic_load(&c->connect_timeout_ms) : 0;
 	errno = saved;
-	r = real.connect(fd, sa, len);
-	settle(fd, r);
-	return r;
-}
-
-/* TCP Fast Open: sendto/sendmsg with MSG_FASTOPEN connect implicitly. */
-BS_EXPORT ssize_t
-sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
-{
-	int saved = errno;
-	enum admit a;
-	ssize_t r;
-
-	if (!(flags & MSG_FASTOPEN) || sa == NULL || !active())
-		return real.sendto(fd, buf, n, flags, sa, len);
-	a = admit(fd, sa, len, "sendto");
-	if (a == ADMIT_REFUSED)
-		return -1;
+	t0 = now_mono_us();
+	if (timeout != 0 && shim_blocking(fd, 0)) {
+		errno = saved;
+		r = connect_timed(fd, sa, len, c, timeout);
+	} else {
+		errno = saved;
+		r = real.connect(fd, sa, len);
+	}
+	saved = errno;
+	if (c != NULL && (r == 0 || (saved != EINPROGRESS && saved != EINTR)))
+		seg_hist_add(&c->h_connect, now_mono_us() - t0);
 	errno = saved;
-	r = real.sendto(fd, buf, n, flags, sa, len);
-	if (a == ADMIT_COUNTED)
-		settle(fd, r);
-	return r;
-}
-
-BS_EXPORT ssize_t
-sendmsg(int fd, const struct msghdr *msg, int flags)
-{
-	int saved = errno;
-	enum admit a;
-	ssize_t r;
-
-	if (!(flags & MSG_FASTOPEN) || msg == NULL || msg->msg_name == NULL || !active())
-		return real.sendmsg(fd, msg, flags);
-	a = admit(fd, msg->msg_name, msg->msg_namelen, "sendmsg");
-	if (a == ADMIT_REFUSED)
-		return -1;
-	errno = saved;
-	r = real.sendmsg(fd, msg, flags);
-	if (a == ADMIT_COUNTED)
-		settle(fd, r);
+	shim_settle(fd, r);
 	return r;
 }
 
@@ -357,9 +423,13 @@ closefrom(int lowfd)
 BS_EXPORT int
 fclose(FILE *fp)
 {
-	int fd = fp != NULL ? fileno(fp) : -1, r, saved;
+	int saved = errno, fd, r;
 	uint32_t e;
 
+	/* fileno sets EBADF for streams without a descriptor (fmemopen):
+	 * a successful fclose must not leave that behind. */
+	fd = fp != NULL ? fileno(fp) : -1;
+	errno = saved;
 	if (fd < 0 || fdt_get(fd) == 0 || !active() || foreign_process())
 		return real.fclose(fp);
 	/* fclose closes through glibc's internal close, which no wrapper
@@ -431,10 +501,10 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
 {
 	int r = real.getaddrinfo(node, service, hints, res), saved = errno;
 
-	if (r == 0 && node != NULL && active() && match_has_host(shim.m, node)) {
+	if (r == 0 && node != NULL && active() && match_has_host(atomic_load(&shim.m), node)) {
 		for (struct addrinfo *ai = *res; ai != NULL; ai = ai->ai_next) {
 			if (ai->ai_addr != NULL &&
-			    match_learn(shim.m, node, ai->ai_addr) == -ENOSPC) {
+			    match_learn(atomic_load(&shim.m), node, ai->ai_addr) == -ENOSPC) {
 				bs_log(LOG_WARN, "too many addresses learned for %s; "
 				    "later ones are not counted", node);
 				break;
@@ -445,7 +515,119 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
 	return r;
 }
 
-/* ---- start-up and exit ---- */
+/* ---- start-up, reload and exit ---- */
+
+/*
+ * Builds the matcher for cfg with every rule pointing at the segment's
+ * compartment of the same name, so the hot path needs no second lookup.
+ * Rules of compartments the segment lacks are left out. NULL on error.
+ */
+static struct matcher *
+build_matcher(const struct bs_config *cfg, char *err, size_t errlen)
+{
+	struct rule *rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof(*rules));
+	struct seg_header *h = seg_header(shim.seg);
+	struct matcher *m;
+	size_t n = 0;
+
+	if (rules == NULL) {
+		bs_format(err, errlen, "out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < cfg->nrules; i++) {
+		const char *name = cfg->comp[cfg->rules[i].comp].name;
+
+		for (uint32_t j = 0; j < h->ncomp; j++) {
+			if (strncmp(seg_comp(shim.seg, j)->name, name, BS_NAME_MAX) == 0) {
+				rules[n] = cfg->rules[i];
+				rules[n++].comp = (int)j;
+				break;
+			}
+		}
+	}
+	m = match_build(rules, n, err, errlen);
+	free(rules);
+	return m;
+}
+
+/* The class of this process: BULKSHIM_CLASS, else the first class with a
+ * pattern matching the program's name, else "default"; as an index into
+ * the segment's class names. */
+static uint32_t
+find_class(const struct bs_config *cfg)
+{
+	const char *want = getenv("BULKSHIM_CLASS"), *prog = program_invocation_short_name;
+	struct seg_header *h = seg_header(shim.seg);
+
+	if (want != NULL && *want != '\0') {
+		bool known = false;
+
+		for (size_t k = 0; k < cfg->nclass; k++)
+			known = known || strcmp(cfg->classes[k].name, want) == 0;
+		if (!known) {
+			bs_log(LOG_WARN, "BULKSHIM_CLASS=%s is not a class of %s; using default",
+			    want, cfg->path);
+			want = NULL;
+		}
+	} else {
+		want = NULL;
+		for (size_t k = 1; k < cfg->nclass && want == NULL; k++) {
+			for (size_t i = 0; i < cfg->classes[k].npatterns; i++) {
+				if (prog != NULL && fnmatch(cfg->classes[k].patterns[i], prog, 0) == 0) {
+					want = cfg->classes[k].name;
+					break;
+				}
+			}
+		}
+	}
+	if (want == NULL)
+		return 0;
+	for (uint32_t k = 0; k < h->nclass && k < BS_MAX_CLASSES; k++) {
+		if (strncmp(h->class_name[k], want, BS_CLASS_NAME_MAX) == 0)
+			return k;
+	}
+	return 0;
+}
+
+/*
+ * `bulkshim reload` bumps the segment's generation after it applied a new
+ * config's limits; each process rebuilds its destination rules from that
+ * file at its next connect. Host names are not resolved here (that could
+ * stall a connect); they are learned from the program's getaddrinfo.
+ */
+void
+shim_maybe_reload(void)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	struct seg_header *h = seg_header(shim.seg);
+	uint32_t g = atomic_load(&h->generation);
+	char path[PATH_MAX], err[BS_ERRLEN];
+	struct bs_config cfg;
+	struct matcher *m;
+
+	if (g == atomic_load(&shim.gen) || pthread_mutex_trylock(&lock) != 0)
+		return;
+	if (g != atomic_load(&shim.gen)) {
+		memcpy(path, h->config_path, sizeof(path));
+		path[sizeof(path) - 1] = '\0';
+		if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
+			bs_log(LOG_ERROR, "reload: %s; keeping the old destinations", err);
+		} else {
+			m = build_matcher(&cfg, err, sizeof(err));
+			if (m == NULL)
+				bs_log(LOG_ERROR, "reload: %s: %s; keeping the old destinations",
+				    path, err);
+			else
+				/* The old matcher is left allocated: another
+				 * thread may be reading it right now. */
+				atomic_store(&shim.m, m);
+			cfg_free(&cfg);
+			bs_log(LOG_INFO, "reloaded destinations from %s", path);
+		}
+		atomic_store(&shim.gen, g);
+	}
+	pthread_mutex_unlock(&lock);
+}
 
 static void
 adopt_fd(int fd, uint32_t slot)
@@ -477,6 +659,7 @@ shim_init(void)
 {
 	char err[BS_ERRLEN], msg[BS_ERRLEN + 64];
 	const char *path, *level;
+	struct matcher *m;
 	bool strict;
 	int r;
 
@@ -510,21 +693,24 @@ shim_init(void)
 		return;
 	}
 	strict = strict || shim.cfg.strict;
-	shim.m = match_build(shim.cfg.rules, shim.cfg.nrules, err, sizeof(err));
-	if (shim.m == NULL) {
-		give_up(strict, err);
-		return;
-	}
 	r = seg_attach(&shim.cfg, &shim.seg, err, sizeof(err));
 	if (r < 0) {
 		bs_format(msg, sizeof(msg), "%s: %s", shim.cfg.path, err);
 		give_up(strict, msg);
 		return;
 	}
+	m = build_matcher(&shim.cfg, err, sizeof(err));
+	if (m == NULL) {
+		give_up(strict, err);
+		return;
+	}
+	atomic_store(&shim.m, m);
+	atomic_store(&shim.gen, atomic_load(&seg_header(shim.seg)->generation));
+	shim.cls = find_class(&shim.cfg);
 	seg_adopt(shim.seg, adopt_fd);
 	atomic_store_explicit(&shim.ready, 1, memory_order_release);
-	bs_log(LOG_INFO, "%s: %u compartments in segment %s", shim.cfg.path, (unsigned)shim.cfg.ncomp,
-	    shim.cfg.segment);
+	bs_log(LOG_INFO, "%s: %u compartments in segment %s, class %s", shim.cfg.path,
+	    (unsigned)shim.cfg.ncomp, shim.cfg.segment, seg_header(shim.seg)->class_name[shim.cls]);
 }
 
 /* A normal exit gives every permit of this process back. */

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -44,6 +46,21 @@ static ssize_t tr_sendto(int, const void *, size_t, int, const struct sockaddr *
 static ssize_t tr_sendmsg(int, const struct msghdr *, int);
 static int tr_getaddrinfo(const char *, const char *, const struct addrinfo *,
     struct addrinfo **);
+static ssize_t tr_send(int, const void *, size_t, int);
+static ssize_t tr_write(int, const void *, size_t);
+static ssize_t tr_writev(int, const struct iovec *, int);
+static int tr_sendmmsg(int, struct mmsghdr *, unsigned, int);
+static ssize_t tr_sendfile(int, int, off_t *, size_t);
+static ssize_t tr_sendfile64(int, int, off_t *, size_t);
+static ssize_t tr_recv(int, void *, size_t, int);
+static ssize_t tr_recvfrom(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+static ssize_t tr_recvmsg(int, struct msghdr *, int);
+static int tr_recvmmsg(int, struct mmsghdr *, unsigned, int, struct timespec *);
+static ssize_t tr_read(int, void *, size_t);
+static ssize_t tr_readv(int, const struct iovec *, int);
+static ssize_t tr_recv_chk(int, void *, size_t, size_t, int);
+static ssize_t tr_recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+static ssize_t tr_read_chk(int, void *, size_t, size_t);
 
 struct real_fns real = {
 	.connect = tr_connect,
@@ -63,6 +80,21 @@ struct real_fns real = {
 	.sendto = tr_sendto,
 	.sendmsg = tr_sendmsg,
 	.getaddrinfo = tr_getaddrinfo,
+	.send = tr_send,
+	.write = tr_write,
+	.writev = tr_writev,
+	.sendmmsg = tr_sendmmsg,
+	.sendfile = tr_sendfile,
+	.sendfile64 = tr_sendfile64,
+	.recv = tr_recv,
+	.recvfrom = tr_recvfrom,
+	.recvmsg = tr_recvmsg,
+	.recvmmsg = tr_recvmmsg,
+	.read = tr_read,
+	.readv = tr_readv,
+	.recv_chk = tr_recv_chk,
+	.recvfrom_chk = tr_recvfrom_chk,
+	.read_chk = tr_read_chk,
 };
 
 /* Our own exported wrappers, to detect dlsym handing them back. */
@@ -117,6 +149,21 @@ real_bind(void)
 	BIND(sendto, "sendto", NULL);
 	BIND(sendmsg, "sendmsg", NULL);
 	BIND(getaddrinfo, "getaddrinfo", NULL);
+	BIND(send, "send", NULL);
+	BIND(write, "write", NULL);
+	BIND(writev, "writev", NULL);
+	BIND(sendmmsg, "sendmmsg", NULL);
+	BIND(sendfile, "sendfile", NULL);
+	BIND(sendfile64, "sendfile64", NULL);
+	BIND(recv, "recv", NULL);
+	BIND(recvfrom, "recvfrom", NULL);
+	BIND(recvmsg, "recvmsg", NULL);
+	BIND(recvmmsg, "recvmmsg", NULL);
+	BIND(read, "read", NULL);
+	BIND(readv, "readv", NULL);
+	BIND(recv_chk, "__recv_chk", NULL);
+	BIND(recvfrom_chk, "__recvfrom_chk", NULL);
+	BIND(read_chk, "__read_chk", NULL);
 	/* glibc before 2.28 has no fcntl64; fcntl is then the same call. */
 	if (fns.fcntl64 == tr_fcntl64 && fns.fcntl != tr_fcntl)
 		fns.fcntl64 = fns.fcntl;
@@ -284,4 +331,117 @@ tr_getaddrinfo(const char *node, const char *service, const struct addrinfo *hin
 	FORWARD(getaddrinfo, tr_getaddrinfo, node, service, hints, res);
 	errno = ENOSYS;
 	return EAI_SYSTEM;
+}
+
+static ssize_t
+tr_send(int fd, const void *buf, size_t n, int flags)
+{
+	FORWARD(send, tr_send, fd, buf, n, flags);
+	return syscall(SYS_sendto, fd, buf, n, flags, NULL, 0);
+}
+
+static ssize_t
+tr_write(int fd, const void *buf, size_t n)
+{
+	FORWARD(write, tr_write, fd, buf, n);
+	return syscall(SYS_write, fd, buf, n);
+}
+
+static ssize_t
+tr_writev(int fd, const struct iovec *iov, int cnt)
+{
+	FORWARD(writev, tr_writev, fd, iov, cnt);
+	return syscall(SYS_writev, fd, iov, cnt);
+}
+
+static int
+tr_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	FORWARD(sendmmsg, tr_sendmmsg, fd, v, n, flags);
+	return (int)syscall(SYS_sendmmsg, fd, v, n, flags);
+}
+
+static ssize_t
+tr_sendfile(int out, int in, off_t *off, size_t n)
+{
+	FORWARD(sendfile, tr_sendfile, out, in, off, n);
+	return syscall(SYS_sendfile, out, in, off, n);
+}
+
+static ssize_t
+tr_sendfile64(int out, int in, off_t *off, size_t n)
+{
+	FORWARD(sendfile64, tr_sendfile64, out, in, off, n);
+	return syscall(SYS_sendfile, out, in, off, n);
+}
+
+static ssize_t
+tr_recv(int fd, void *buf, size_t n, int flags)
+{
+	FORWARD(recv, tr_recv, fd, buf, n, flags);
+	return syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+}
+
+static ssize_t
+tr_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
+{
+	FORWARD(recvfrom, tr_recvfrom, fd, buf, n, flags, sa, len);
+	return syscall(SYS_recvfrom, fd, buf, n, flags, sa, len);
+}
+
+static ssize_t
+tr_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	FORWARD(recvmsg, tr_recvmsg, fd, msg, flags);
+	return syscall(SYS_recvmsg, fd, msg, flags);
+}
+
+static int
+tr_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *tmo)
+{
+	FORWARD(recvmmsg, tr_recvmmsg, fd, v, n, flags, tmo);
+	return (int)syscall(SYS_recvmmsg, fd, v, n, flags, tmo);
+}
+
+static ssize_t
+tr_read(int fd, void *buf, size_t n)
+{
+	FORWARD(read, tr_read, fd, buf, n);
+	return syscall(SYS_read, fd, buf, n);
+}
+
+static ssize_t
+tr_readv(int fd, const struct iovec *iov, int cnt)
+{
+	FORWARD(readv, tr_readv, fd, iov, cnt);
+	return syscall(SYS_readv, fd, iov, cnt);
+}
+
+/* The _FORTIFY_SOURCE entry points check the buffer size, then receive. */
+static ssize_t
+tr_recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	FORWARD(recv_chk, tr_recv_chk, fd, buf, n, buflen, flags);
+	if (n > buflen)
+		abort();
+	return tr_recv(fd, buf, n, flags);
+}
+
+static ssize_t
+tr_recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa,
+    socklen_t *len)
+{
+	FORWARD(recvfrom_chk, tr_recvfrom_chk, fd, buf, n, buflen, flags, sa, len);
+	if (n > buflen)
+		abort();
+	return tr_recvfrom(fd, buf, n, flags, sa, len);
+}
+
+static ssize_t
+tr_read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	FORWARD(read_chk, tr_read_chk, fd, buf, n, buflen);
+	if (n > buflen)
+		abort();
+	return tr_read(fd, buf, n);
 }

@@ -29,25 +29,9 @@
  * last process is closed, or when the last holder is found dead.
  */
 
-#define SLOT_INIT	2	/* being filled in by its acquirer */
 #define RECLAIM_EVERY_MS 100
 #define LOCK_WAIT_MS	2000
 
-struct seg {
-	void *base;
-	size_t size;
-	struct seg_header *h;
-	struct seg_comp *comp;
-	struct seg_slot *slots;
-	struct seg_proc *procs;
-	_Atomic uint64_t *bits;
-	_Atomic uint32_t *lcount;	/* per slot: descriptors in this process */
-	int *cmap;			/* config compartment -> segment compartment */
-	size_t ncmap;
-	_Atomic int rec;		/* this process's record, or -1 */
-	_Atomic uint32_t hint;		/* where the next slot search starts */
-	uint64_t my_start;
-};
 
 static size_t
 align_up(size_t v, size_t a)
@@ -235,6 +219,29 @@ map_fd(struct seg *s, int fd, size_t size, bool writable)
 	return 0;
 }
 
+void
+seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc)
+{
+	uint32_t lim = cc->max_connections ? cc->max_connections : UINT32_MAX;
+	uint32_t ilim = cc->max_inflight ? cc->max_inflight : UINT32_MAX;
+	uint32_t waiting = cc->max_waiting;
+
+	if (waiting == 0)
+		waiting = cc->max_connections ? cc->max_connections : cc->max_inflight;
+	atomic_store(&c->limit, lim);
+	atomic_store(&c->inflight_limit, ilim);
+	atomic_store(&c->reject_errno, cc->reject_errno);
+	atomic_store(&c->enforce, cc->enforce ? 1 : 0);
+	atomic_store(&c->max_wait_ms, cc->max_wait_ms);
+	atomic_store(&c->max_waiting, waiting);
+	atomic_store(&c->connect_timeout_ms, cc->connect_timeout_ms);
+	atomic_store(&c->io_timeout_ms, cc->io_timeout_ms);
+	for (int k = 0; k < BS_MAX_CLASSES; k++)
+		atomic_store(&c->cls[k].limit, cc->class_limit[k]);
+	/* A limit lowered below what is in use now revokes nothing: the
+	 * counts drain through the normal releases. */
+}
+
 /* Writes a fresh segment for cfg into the mapped memory. The magic goes in
  * last, so a reader that races the creator sees an invalid header, not a
  * half-written one. */
@@ -251,10 +258,12 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	bs_format(h->name, sizeof(h->name), "%s", cfg->segment);
 	bs_format(h->config_path, sizeof(h->config_path), "%s", cfg->path);
 	set_pointers(s);
+	h->nclass = (uint32_t)cfg->nclass;
+	for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
+		bs_format(h->class_name[k], sizeof(h->class_name[k]), "%s", cfg->classes[k].name);
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		bs_format(s->comp[i].name, sizeof(s->comp[i].name), "%s", cfg->comp[i].name);
-		atomic_store(&s->comp[i].limit, cfg->comp[i].max_connections);
-		atomic_store(&s->comp[i].reject_errno, cfg->comp[i].reject_errno);
+		seg_apply_limits(&s->comp[i], &cfg->comp[i]);
 	}
 	atomic_thread_fence(memory_order_release);
 	h->magic = SEG_MAGIC;
@@ -435,10 +444,8 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		if (!any_live(s)) {
 			/* A segment left by an earlier run: this run's
 			 * configuration is what the operator means now. */
-			for (size_t i = 0; i < cfg->ncomp; i++) {
-				atomic_store(&s->comp[s->cmap[i]].limit, cfg->comp[i].max_connections);
-				atomic_store(&s->comp[s->cmap[i]].reject_errno, cfg->comp[i].reject_errno);
-			}
+			for (size_t i = 0; i < cfg->ncomp; i++)
+				seg_apply_limits(&s->comp[s->cmap[i]], &cfg->comp[i]);
 		}
 	}
 	r = alloc_local(s);
@@ -565,42 +572,7 @@ seg_proc_held(const struct seg *s, uint32_t i)
 	return n;
 }
 
-/* ---- permits ---- */
-
-/* Decrements *v unless it is already 0 (a damaged segment must not wrap
- * counts around). Returns the new value. */
-static uint32_t
-dec_floor(_Atomic uint32_t *v)
-{
-	uint32_t cur = atomic_load(v);
-
-	while (cur > 0 && !atomic_compare_exchange_weak(v, &cur, cur - 1))
-		;
-	return cur > 0 ? cur - 1 : 0;
-}
-
-/* The last holder of slot is gone: the permit goes back. */
-static void
-release_slot(struct seg *s, uint32_t slot, bool reclaimed)
-{
-	struct seg_slot *sl = &s->slots[slot];
-	uint32_t comp = atomic_load(&sl->comp);
-
-	if (comp < s->h->ncomp) {
-		dec_floor(&s->comp[comp].in_use);
-		if (reclaimed)
-			atomic_fetch_add(&s->comp[comp].reclaimed, 1);
-	}
-	atomic_store(&sl->inode, 0);
-	atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
-}
-
-static void
-unhold_slot(struct seg *s, uint32_t slot, bool reclaimed)
-{
-	if (slot < s->h->nslots && dec_floor(&s->slots[slot].holders) == 0)
-		release_slot(s, slot, reclaimed);
-}
+/* ---- process records ---- */
 
 /* Takes every bit of record rec's row and drops its holds, then frees the
  * record. The caller owns rec exclusively. */
@@ -616,7 +588,7 @@ empty_record(struct seg *s, uint32_t rec, bool reclaimed)
 			int b = __builtin_ctzll(bits);
 
 			bits &= bits - 1;
-			unhold_slot(s, w * 64 + (uint32_t)b, reclaimed);
+			seg_unhold(s, w * 64 + (uint32_t)b, reclaimed);
 		}
 	}
 	atomic_store(&s->procs[rec].pid, 0);
@@ -635,10 +607,9 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 
 			if (atomic_load(&s->procs[i].state) != PROC_FREE)
 				continue;
-			/* The owner is set before the state so that a
-			 * reclaimer never sees a claimed record without one;
-			 * losing the race below only leaves a stale owner on
-			 * a record somebody else claimed, who overwrites it. */
+			/* A freed record has owner 0, so between this CAS
+			 * and the owner store a reclaimer sees FORKING with
+			 * owner 0 and knows to leave it alone. */
 			if (atomic_compare_exchange_strong(&s->procs[i].state, &expected,
 			    PROC_FORKING)) {
 				atomic_store(&s->procs[i].owner, owner);
@@ -659,8 +630,8 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 
 /* This process's record, claimed on first need. Two threads may race to
  * claim one; the loser gives its record back, so nobody waits. */
-static int
-my_record(struct seg *s)
+int
+seg_my_record(struct seg *s)
 {
 	int r = atomic_load(&s->rec), mine, expected = -1;
 	pid_t pid = (pid_t)syscall(SYS_getpid);
@@ -680,111 +651,19 @@ my_record(struct seg *s)
 	return mine;
 }
 
-static int
-alloc_slot(struct seg *s, uint32_t comp, uint64_t ino)
-{
-	uint32_t n = s->h->nslots;
-	uint32_t start = atomic_fetch_add(&s->hint, 1) % n;
-
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = (start + k) % n, expected = SLOT_FREE;
-		struct seg_slot *sl = &s->slots[i];
-
-		if (atomic_load_explicit(&sl->state, memory_order_relaxed) != SLOT_FREE)
-			continue;
-		if (!atomic_compare_exchange_strong(&sl->state, &expected, SLOT_INIT))
-			continue;
-		atomic_store(&sl->comp, comp);
-		atomic_store(&sl->inode, ino);
-		atomic_store(&sl->holders, 1);
-		atomic_store_explicit(&sl->state, SLOT_USED, memory_order_release);
-		atomic_store(&s->hint, i + 1);
-		return (int)i;
-	}
-	return -ENOSPC;
-}
-
-static void
-set_bit(struct seg *s, int rec, uint32_t slot)
+void
+seg_set_bit(struct seg *s, int rec, uint32_t slot)
 {
 	atomic_fetch_or(&row(s, (uint32_t)rec)[slot / 64], 1ULL << (slot % 64));
 }
 
 /* Clears this process's bit for slot; true if it was set. */
-static bool
-clear_bit(struct seg *s, int rec, uint32_t slot)
+bool
+seg_clear_bit(struct seg *s, int rec, uint32_t slot)
 {
 	uint64_t m = 1ULL << (slot % 64);
 
 	return (atomic_fetch_and(&row(s, (uint32_t)rec)[slot / 64], ~m) & m) != 0;
-}
-
-int
-seg_acquire(struct seg *s, uint32_t comp, uint64_t ino)
-{
-	struct seg_comp *c;
-	uint32_t cur, lim, peak;
-	int rec, slot;
-
-	if (comp >= s->h->ncomp)
-		return -EINVAL;
-	c = &s->comp[comp];
-	rec = my_record(s);
-	if (rec < 0)
-		return rec;
-	for (int attempt = 0;; attempt++) {
-		cur = atomic_load(&c->in_use);
-		for (;;) {
-			lim = atomic_load(&c->limit);
-			if (cur >= lim)
-				break;
-			/* The admission: one compare-and-swap. Whoever moves
-			 * in_use from cur to cur + 1 owns that permit. */
-			if (atomic_compare_exchange_weak(&c->in_use, &cur, cur + 1))
-				goto admitted;
-		}
-		if (attempt > 0 || seg_reclaim(s, true) == 0)
-			break;
-	}
-	atomic_fetch_add(&c->rejected, 1);
-	atomic_store(&c->last_rejection_ms, now_real_ms());
-	return -EBUSY;
-admitted:
-	peak = atomic_load(&c->peak);
-	while (cur + 1 > peak && !atomic_compare_exchange_weak(&c->peak, &peak, cur + 1))
-		;
-	slot = alloc_slot(s, comp, ino);
-	if (slot < 0) {
-		dec_floor(&c->in_use);
-		return slot;
-	}
-	atomic_store(&s->lcount[slot], 1);
-	set_bit(s, rec, (uint32_t)slot);
-	atomic_fetch_add(&c->admitted, 1);
-	return slot;
-}
-
-void
-seg_hold(struct seg *s, uint32_t slot)
-{
-	int rec = atomic_load(&s->rec);
-
-	if (slot >= s->h->nslots || rec < 0)
-		return;
-	atomic_fetch_add(&s->lcount[slot], 1);
-}
-
-void
-seg_drop(struct seg *s, uint32_t slot)
-{
-	int rec = atomic_load(&s->rec);
-
-	if (slot >= s->h->nslots || rec < 0)
-		return;
-	if (dec_floor(&s->lcount[slot]) != 0)
-		return;
-	if (clear_bit(s, rec, slot))
-		unhold_slot(s, slot, false);
 }
 
 int
@@ -814,7 +693,8 @@ seg_reclaim(struct seg *s, bool throttle)
 		case PROC_FORKING:
 			/* Filled in by a parent around fork(): the child if
 			 * it is known, else the parent, speaks for it. */
-			if (pid != 0 ? seg_pid_alive(pid, 0) : (owner == me || seg_pid_alive(owner, 0)))
+			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, 0) :
+			    (owner == me || seg_pid_alive(owner, 0))))
 				continue;
 			break;
 		case PROC_RECLAIMING:
@@ -956,17 +836,17 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 				struct seg_slot *sl = &s->slots[slot];
 				uint32_t h = atomic_load(&sl->holders);
 
-				if (rec < 0 && (rec = my_record(s)) < 0)
+				if (rec < 0 && (rec = seg_my_record(s)) < 0)
 					break;
 				while (h > 0 && !atomic_compare_exchange_weak(&sl->holders, &h, h + 1))
 					;
 				if (h == 0)
 					continue;
 				if (atomic_load(&sl->inode) != (uint64_t)st.st_ino) {
-					unhold_slot(s, (uint32_t)slot, false);
+					seg_unhold(s, (uint32_t)slot, false);
 					continue;
 				}
-				set_bit(s, rec, (uint32_t)slot);
+				seg_set_bit(s, rec, (uint32_t)slot);
 			}
 			atomic_fetch_add(&s->lcount[slot], 1);
 			cb(fd, (uint32_t)slot);
@@ -978,8 +858,8 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 	/* Sockets the old image held whose descriptors did not survive exec
 	 * (close-on-exec) are no longer held by this process. */
 	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
-		if (atomic_load(&s->lcount[slot]) == 0 && clear_bit(s, rec, slot))
-			unhold_slot(s, slot, false);
+		if (atomic_load(&s->lcount[slot]) == 0 && seg_clear_bit(s, rec, slot))
+			seg_unhold(s, slot, false);
 	}
 }
 

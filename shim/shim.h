@@ -89,11 +89,30 @@ void match_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t bu
 
 /* ---- config.c: libconfig parsing and validation, at init only ---- */
 
+#define BS_MAX_CLASSES	8	/* class 0 is "default" */
+#define BS_CLASS_NAME_MAX 32	/* with NUL */
+#define BS_MAX_PATTERNS	64	/* program-name patterns per class */
+
 struct cfg_compartment {
 	char name[BS_NAME_MAX];
 	int line;
-	uint32_t max_connections;
+	uint32_t max_connections;	/* 0 = no connection limit */
+	uint32_t max_inflight;		/* 0 = no in-flight limit */
+	uint32_t max_wait_ms;		/* 0 = fail fast */
+	uint32_t max_waiting;		/* 0 = the limit (max_connections, else max_inflight) */
+	uint32_t connect_timeout_ms;	/* 0 = none */
+	uint32_t io_timeout_ms;		/* 0 = none */
+	bool enforce;			/* false = observe only */
+	uint32_t class_limit[BS_MAX_CLASSES];	/* 0 = no cap for that class */
 	int reject_errno;	/* ECONNREFUSED unless set */
+};
+
+/* A priority class and the program names (fnmatch patterns) that get it. */
+struct cfg_class {
+	char name[BS_CLASS_NAME_MAX];
+	int line;
+	size_t npatterns;
+	char patterns[BS_MAX_PATTERNS][BS_NAME_MAX];
 };
 
 struct bs_config {
@@ -109,6 +128,9 @@ struct bs_config {
 	uint32_t max_processes;	/* process table of the segment */
 	uint32_t max_sockets;	/* socket table of the segment */
 	unsigned resolve_timeout_ms;
+	bool enforce;		/* the default of every compartment's enforce */
+	size_t nclass;		/* classes[0] is "default", always present */
+	struct cfg_class classes[BS_MAX_CLASSES];
 	size_t ncomp;
 	struct cfg_compartment *comp;
 	size_t nrules;
@@ -151,30 +173,93 @@ struct seg_header {
 	uint64_t created_ms;		/* CLOCK_REALTIME */
 	_Atomic uint64_t last_reclaim_ms;	/* CLOCK_MONOTONIC */
 	char name[BS_NAME_MAX];
-	char config_path[256];
+	char config_path[PATH_MAX];	/* what `bulkshim reload` last applied */
+	char class_name[BS_MAX_CLASSES][BS_CLASS_NAME_MAX];
+	uint32_t nclass;
 };
 
-struct seg_comp {
-	char name[BS_NAME_MAX];
-	_Atomic uint32_t limit;		/* max_connections */
+/* Why a call was refused (or, in observe mode, would have been). */
+enum bs_reason {
+	REASON_FULL,		/* max_connections reached */
+	REASON_INFLIGHT_FULL,	/* max_inflight reached */
+	REASON_WAIT_TIMEOUT,	/* waited max_wait_ms for nothing */
+	REASON_TOO_MANY_WAITING,	/* max_waiting callers already wait */
+	REASON_CLASS_FULL,	/* the caller's class used its class limit */
+	REASON_NO_SLOT,		/* the segment's socket or process table is full */
+	REASON_MAX
+};
+
+/* Log-scale latency histogram: bucket i counts values in [2^(i-1), 2^i)
+ * microseconds (bucket 0: below 1 us); the last bucket takes the rest. */
+#define BS_HIST_BUCKETS 32
+struct seg_hist {
+	_Atomic uint64_t bucket[BS_HIST_BUCKETS];
+	_Atomic uint64_t count;
+	_Atomic uint64_t sum_us;
+};
+
+/* Per compartment and class: the class's own permits. */
+struct seg_class {
+	_Atomic uint32_t limit;		/* 0 = no cap */
 	_Atomic uint32_t in_use;
 	_Atomic uint32_t peak;
-	_Atomic uint32_t waiting;
-	_Atomic int32_t reject_errno;
 	uint32_t pad;
 	_Atomic uint64_t admitted;
 	_Atomic uint64_t rejected;
+};
+
+/* Admissions per second for the last BS_RATE_SECONDS seconds: each entry
+ * packs (second << 32 | count), second being CLOCK_MONOTONIC seconds. */
+#define BS_RATE_SECONDS 64
+
+struct seg_comp {
+	char name[BS_NAME_MAX];
+	_Atomic uint32_t limit;		/* max_connections; UINT32_MAX = none */
+	_Atomic uint32_t in_use;	/* connection permits granted by the rules */
+	_Atomic uint32_t peak;
+	_Atomic uint32_t waiting;	/* callers waiting for a permit now */
+	_Atomic int32_t reject_errno;
+	_Atomic uint32_t enforce;	/* 0 = observe: count, refuse nothing */
+	_Atomic uint32_t inflight_limit;	/* UINT32_MAX = none */
+	_Atomic uint32_t inflight;
+	_Atomic uint32_t inflight_peak;
+	_Atomic uint32_t max_wait_ms;
+	_Atomic uint32_t max_waiting;
+	_Atomic uint32_t connect_timeout_ms;
+	_Atomic uint32_t io_timeout_ms;
+	_Atomic uint32_t over;		/* connections let past a full limit in observe mode */
+	_Atomic uint32_t inflight_over;	/* likewise for requests in flight */
+	uint32_t pad;
+	_Atomic uint64_t admitted;
+	_Atomic uint64_t rejected;	/* sum of rejected_by */
 	_Atomic uint64_t last_rejection_ms;	/* CLOCK_REALTIME, 0 = never */
 	_Atomic uint64_t reclaimed;	/* permits taken back from dead processes */
+	_Atomic uint64_t inflight_admitted;
+	_Atomic uint64_t connect_timeouts;
+	_Atomic uint64_t io_timeouts;
+	_Atomic uint64_t peak_rate;	/* most admissions seen in one second */
+	_Atomic uint64_t rejected_by[REASON_MAX];
+	_Atomic uint64_t would_reject[REASON_MAX];
+	_Atomic uint64_t rate[BS_RATE_SECONDS];
+	struct seg_hist h_connect;	/* connect() duration */
+	struct seg_hist h_reply;	/* first send to first reply byte */
+	struct seg_hist h_wait;		/* time spent waiting for a permit */
+	struct seg_class cls[BS_MAX_CLASSES];
 };
+
+#define SLOT_NO_CLASS	0xffu
+enum { IDLE = 0, INFLIGHT = 1, INFLIGHT_OVER = 2 };
 
 /* One counted socket object, shared by every process holding it. */
 struct seg_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t holders;	/* processes whose bitmap has this slot */
 	_Atomic uint32_t comp;
-	uint32_t pad;
+	_Atomic uint32_t cls;		/* class permit held, or SLOT_NO_CLASS */
 	_Atomic uint64_t inode;		/* st_ino of the socket, unique host-wide */
+	_Atomic uint32_t over;		/* admitted past the limit in observe mode */
+	_Atomic uint32_t inflight;	/* IDLE, INFLIGHT or INFLIGHT_OVER */
+	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
 };
 
 /* One process that holds or held permits; its bitmap row says which slots. */
@@ -186,7 +271,22 @@ struct seg_proc {
 	_Atomic uint64_t start;		/* start time in clock ticks, 0 = unknown */
 };
 
-struct seg;	/* process-local handle */
+/* The process-local handle of a mapped segment. */
+struct seg {
+	void *base;
+	size_t size;
+	struct seg_header *h;
+	struct seg_comp *comp;
+	struct seg_slot *slots;
+	struct seg_proc *procs;
+	_Atomic uint64_t *bits;
+	_Atomic uint32_t *lcount;	/* per slot: descriptors in this process */
+	int *cmap;			/* config compartment -> segment compartment */
+	size_t ncmap;
+	_Atomic int rec;		/* this process's record, or -1 */
+	_Atomic uint32_t hint;		/* where the next slot search starts */
+	uint64_t my_start;
+};
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
  * cfg to the segment's compartment of the same name. The descriptor is closed
@@ -200,15 +300,48 @@ struct seg_header *seg_header(const struct seg *s);
 struct seg_comp *seg_comp(const struct seg *s, uint32_t i);
 struct seg_slot *seg_slot(const struct seg *s, uint32_t i);
 struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
+/* Writes a compartment's configured limits and settings into the segment
+ * (at creation, on a fresh start, and for `bulkshim reload`). */
+void seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc);
 /* The segment index of config compartment i, or -1. */
 int seg_comp_index(const struct seg *s, size_t cfg_index);
 /* Counts the bits set in a process's bitmap row. */
 uint32_t seg_proc_held(const struct seg *s, uint32_t i);
 
-/* Takes one permit of compartment comp for the socket with inode ino and
- * records this process as its holder. Returns the slot index, -EBUSY when the
- * compartment is full, -ENOSPC when the socket or process table is full. */
-int seg_acquire(struct seg *s, uint32_t comp, uint64_t ino);
+/* ---- permit.c: admission, waiting, requests in flight, statistics ---- */
+
+/* Takes one connection permit of compartment comp (and of class cls within
+ * it, if that class is capped) for the socket with inode ino, and records
+ * this process as its holder. When the compartment is full and may_wait is
+ * true, waits up to the compartment's max_wait_ms on a futex. In observe mode
+ * a call that would be refused is let through and counted in would_reject.
+ * Returns the slot index, or -EBUSY with *why set when refused. */
+int seg_acquire(struct seg *s, uint32_t comp, uint32_t cls, uint64_t ino, bool may_wait,
+    enum bs_reason *why);
+/* A send on slot's socket: the socket becomes in flight unless it is already.
+ * Returns 1 if this call made it in flight, 0 if it already was (or the
+ * compartment does not count requests), -EBUSY with *why when refused. */
+int seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why);
+/* The reply (a byte, end of file or a hard error) arrived: the request in
+ * flight ends and its latency is recorded. */
+void seg_inflight_end(struct seg *s, uint32_t slot);
+/* The send that began a request failed: undo it without recording latency. */
+void seg_inflight_cancel(struct seg *s, uint32_t slot);
+/* Records one value in a histogram. Lock-free. */
+void seg_hist_add(struct seg_hist *h, uint64_t us);
+/* Counts a refusal of compartment comp for reason why. */
+void seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why);
+/* A short name for a reason: "full", "inflight_full", "wait_timeout",
+ * "too_many_waiting", "class_full", "no_slot". */
+const char *seg_reason_name(enum bs_reason why);
+/* Microseconds of CLOCK_MONOTONIC. */
+uint64_t now_mono_us(void);
+/* Internal to segment.c and permit.c. */
+void seg_unhold(struct seg *s, uint32_t slot, bool reclaimed);
+uint32_t seg_dec_floor(_Atomic uint32_t *v);
+int seg_my_record(struct seg *s);
+void seg_set_bit(struct seg *s, int rec, uint32_t slot);
+bool seg_clear_bit(struct seg *s, int rec, uint32_t slot);
 /* Another local descriptor refers to slot. */
 void seg_hold(struct seg *s, uint32_t slot);
 /* A local descriptor of slot is gone; the permit goes back when the last
@@ -258,6 +391,9 @@ bool fdt_valid(int fd);
 
 struct addrinfo;
 struct msghdr;
+struct mmsghdr;
+struct iovec;
+struct timespec;
 struct real_fns {
 	int (*connect)(int, const struct sockaddr *, socklen_t);
 	int (*close)(int);
@@ -277,6 +413,23 @@ struct real_fns {
 	ssize_t (*sendmsg)(int, const struct msghdr *, int);
 	int (*getaddrinfo)(const char *, const char *, const struct addrinfo *,
 			   struct addrinfo **);
+	/* The send and receive families, for requests in flight. */
+	ssize_t (*send)(int, const void *, size_t, int);
+	ssize_t (*write)(int, const void *, size_t);
+	ssize_t (*writev)(int, const struct iovec *, int);
+	int (*sendmmsg)(int, struct mmsghdr *, unsigned, int);
+	ssize_t (*sendfile)(int, int, off_t *, size_t);
+	ssize_t (*sendfile64)(int, int, off_t *, size_t);
+	ssize_t (*recv)(int, void *, size_t, int);
+	ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+	ssize_t (*recvmsg)(int, struct msghdr *, int);
+	int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *);
+	ssize_t (*read)(int, void *, size_t);
+	ssize_t (*readv)(int, const struct iovec *, int);
+	ssize_t (*recv_chk)(int, void *, size_t, size_t, int);
+	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
+				socklen_t *);
+	ssize_t (*read_chk)(int, void *, size_t, size_t);
 };
 
 /* Entries start at trampolines that bind on first use, so none is ever NULL. */
@@ -295,10 +448,30 @@ bool real_bound(void);
 struct shim_state {
 	_Atomic int ready;	/* 1 once init finished with a usable segment */
 	pid_t pid;		/* getpid() of this process, updated on fork */
-	struct bs_config cfg;
-	struct matcher *m;
+	struct bs_config cfg;	/* as loaded at start-up */
+	_Atomic(struct matcher *) m;	/* rules -> segment compartment indexes */
 	struct seg *seg;
+	uint32_t cls;		/* this process's class, as a segment class index */
+	_Atomic uint32_t gen;	/* segment generation the matcher was built for */
 };
 extern struct shim_state shim;
+
+/* True once start-up finished with a usable segment. */
+bool shim_active(void);
+/* The errno a refusal of compartment c answers with (an allowed one). */
+int shim_reject_errno(const struct seg_comp *c);
+/* True if a call with these flags may block on fd. One fcntl. */
+bool shim_blocking(int fd, int flags);
+/* Logs a refusal (rate-limited) in words that say why. */
+void shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char *dest);
+enum admit { ADMIT_PASS, ADMIT_COUNTED, ADMIT_REFUSED };
+/* Decides a connect (or TCP Fast Open send) of fd to sa: ADMIT_PASS when
+ * nothing is to be counted, ADMIT_COUNTED when a permit was taken for fd,
+ * ADMIT_REFUSED with errno set when the compartment refused. */
+enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what);
+/* After the real connect: one that failed at once gives its permit back. */
+void shim_settle(int fd, long r);
+/* Rebuilds the destination rules if `bulkshim reload` changed them. */
+void shim_maybe_reload(void);
 
 #endif

@@ -2,7 +2,8 @@
 # deps.sh - installs what `make test` needs on a fresh Debian machine (apt-get as root).
 pkgs=""
 need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || pkgs="$pkgs $1"; }
-for p in gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux procps; do
+for p in gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux procps \
+	tmux prometheus; do
 	need "$p"
 done
 [ -z "$pkgs" ] && exit 0

@@ -155,6 +155,18 @@ static void absent_keys_get_their_defaults(void **state)
 	assert_int_equal(cfg.max_sockets, 256);
 	assert_int_equal(cfg.resolve_timeout_ms, 1000);
 	assert_int_equal(cfg.comp[0].reject_errno, ECONNREFUSED);
+	assert_true(cfg.enforce);
+	assert_int_equal(cfg.nclass, 1);
+	assert_string_equal(cfg.classes[0].name, "default");
+	assert_int_equal(cfg.classes[0].npatterns, 0);
+	assert_int_equal(cfg.comp[0].max_inflight, 0);
+	assert_int_equal(cfg.comp[0].max_wait_ms, 0);
+	assert_int_equal(cfg.comp[0].max_waiting, 0);
+	assert_int_equal(cfg.comp[0].connect_timeout_ms, 0);
+	assert_int_equal(cfg.comp[0].io_timeout_ms, 0);
+	assert_true(cfg.comp[0].enforce);
+	for (size_t i = 0; i < BS_MAX_CLASSES; i++)
+		assert_int_equal(cfg.comp[0].class_limit[i], 0);
 	cfg_free(&cfg);
 }
 
@@ -418,11 +430,17 @@ static void destination_lines_are_where_the_strings_are(void **state)
 		     "  ]; } );\n", ":3: ", "bad port \"0\"", NULL);
 }
 
-static void missing_max_connections_is_an_error(void **state)
+static void compartment_without_either_limit_is_an_error(void **state)
 {
+	char want[256];
+
 	(void)state;
 	expect_error("compartments = (\n\n{ name = \"a\"; destinations = [\"10.0.0.1\"]; });\n",
-		     ":3: ", "compartment \"a\" has no \"max_connections\"", NULL);
+		     ":3: ", "compartment \"a\" sets neither max_connections nor max_inflight",
+		     NULL);
+	snprintf(want, sizeof(want), "%s:3: compartment \"a\" sets neither max_connections nor "
+		 "max_inflight", path);
+	assert_string_equal(err, want);
 }
 
 static void max_connections_below_one_is_an_error(void **state)
@@ -701,6 +719,438 @@ static void strict_must_be_a_boolean(void **state)
 	expect_error(COMPS "strict = 1;\n", ":2: ", "\"strict\" must be true or false", NULL);
 }
 
+/* The head of a one-compartment config; the compartment's own keys follow
+ * from line 3, and the config ends with " });\n". */
+#define COMP_A "compartments = (\n{ name = \"a\"; destinations = [\"10.0.0.1\"];\n"
+
+/* Loads text, which must be valid; fails the test with the message if not. */
+static void load_ok(const char *text, struct bs_config *cfg)
+{
+	if (load(text, cfg, false) != 0)
+		fail_msg("%s", err);
+}
+
+static void compartment_with_only_max_inflight_is_valid(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok(COMP_A " max_inflight = 3; });\n", &cfg);
+	assert_int_equal(cfg.comp[0].max_connections, 0);
+	assert_int_equal(cfg.comp[0].max_inflight, 3);
+	cfg_free(&cfg);
+	load_ok(COMP_A " max_connections = 10; max_inflight = 4; });\n", &cfg);
+	assert_int_equal(cfg.comp[0].max_connections, 10);
+	assert_int_equal(cfg.comp[0].max_inflight, 4);
+	cfg_free(&cfg);
+}
+
+static void max_inflight_out_of_range_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMP_A " max_connections = 5;\n max_inflight = 0; });\n", ":4: ",
+		     "max_inflight of \"a\" must be at least 1, not 0", NULL);
+	expect_error(COMP_A " max_inflight = 1000001; });\n", ":3: ",
+		     "max_inflight of \"a\" is 1000001", "absurd");
+	expect_error(COMP_A " max_inflight = \"3\"; });\n", ":3: ",
+		     "\"max_inflight\" must be an integer, not a string", NULL);
+}
+
+static void max_wait_ms_is_read(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok(COMP_A " max_connections = 5; max_wait_ms = 250; });\n", &cfg);
+	assert_int_equal(cfg.comp[0].max_wait_ms, 250);
+	assert_int_equal(cfg.comp[0].max_waiting, 0);
+	cfg_free(&cfg);
+	load_ok(COMP_A " max_connections = 5; max_wait_ms = 600000; });\n", &cfg);
+	assert_int_equal(cfg.comp[0].max_wait_ms, 600000);
+	cfg_free(&cfg);
+}
+
+static void max_wait_ms_out_of_range_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMP_A " max_connections = 5;\n max_wait_ms = 600001; });\n", ":4: ",
+		     "\"max_wait_ms\" must be between 0 and 600000, not 600001", NULL);
+	expect_error(COMP_A " max_connections = 5;\n max_wait_ms = -1; });\n", ":4: ",
+		     "\"max_wait_ms\" must be between 0 and 600000, not -1", NULL);
+	expect_error(COMP_A " max_connections = 5;\n max_wait_ms = 0.5; });\n", ":4: ",
+		     "\"max_wait_ms\" must be an integer", NULL);
+}
+
+static void max_waiting_is_read(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	/* Key order in the group does not matter. */
+	load_ok(COMP_A " max_waiting = 7; max_connections = 5; max_wait_ms = 100; });\n", &cfg);
+	assert_int_equal(cfg.comp[0].max_waiting, 7);
+	assert_int_equal(cfg.comp[0].max_wait_ms, 100);
+	cfg_free(&cfg);
+}
+
+static void max_waiting_out_of_range_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMP_A " max_connections = 5; max_wait_ms = 100;\n max_waiting = 0; });\n",
+		     ":4: ", "\"max_waiting\" must be between 1 and 1000000, not 0", NULL);
+	expect_error(COMP_A " max_connections = 5; max_wait_ms = 100;\n"
+		     " max_waiting = 1000001; });\n", ":4: ",
+		     "\"max_waiting\" must be between 1 and 1000000", NULL);
+}
+
+static void max_waiting_without_max_wait_ms_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMP_A " max_connections = 5;\n max_waiting = 3; });\n", ":4: ",
+		     "max_waiting without max_wait_ms in compartment \"a\"", NULL);
+	expect_error(COMP_A " max_connections = 5; max_wait_ms = 0;\n max_waiting = 3; });\n",
+		     ":4: ", "max_waiting without max_wait_ms in compartment \"a\"", NULL);
+}
+
+static void timeouts_are_read(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok(COMP_A " max_connections = 5; connect_timeout_ms = 2000;\n"
+		" io_timeout_ms = 3600000; });\n", &cfg);
+	assert_int_equal(cfg.comp[0].connect_timeout_ms, 2000);
+	assert_int_equal(cfg.comp[0].io_timeout_ms, 3600000);
+	cfg_free(&cfg);
+}
+
+static void connect_timeout_ms_out_of_range_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMP_A " max_connections = 5;\n connect_timeout_ms = 3600001; });\n",
+		     ":4: ", "\"connect_timeout_ms\" must be between 0 and 3600000, not 3600001",
+		     NULL);
+	expect_error(COMP_A " max_connections = 5;\n connect_timeout_ms = \"2s\"; });\n",
+		     ":4: ", "\"connect_timeout_ms\" must be an integer, not a string", NULL);
+}
+
+static void io_timeout_ms_out_of_range_is_an_error(void **state)
+{
+	(void)state;
+	expect_error(COMP_A " max_connections = 5;\n\n io_timeout_ms = -5; });\n", ":5: ",
+		     "\"io_timeout_ms\" must be between 0 and 3600000, not -5", NULL);
+}
+
+static void enforce_defaults_to_true(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok(COMP_A " max_connections = 5; });\n", &cfg);
+	assert_true(cfg.enforce);
+	assert_true(cfg.comp[0].enforce);
+	cfg_free(&cfg);
+}
+
+static void global_enforce_false_is_inherited(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok("enforce = false;\n"
+		"compartments = (\n"
+		"{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 5; },\n"
+		"{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 5; });\n", &cfg);
+	assert_false(cfg.enforce);
+	assert_false(cfg.comp[0].enforce);
+	assert_false(cfg.comp[1].enforce);
+	cfg_free(&cfg);
+	/* Also when the global setting comes after the compartments. */
+	load_ok(COMP_A " max_connections = 5; });\nenforce = false;\n", &cfg);
+	assert_false(cfg.comp[0].enforce);
+	cfg_free(&cfg);
+}
+
+static void compartment_enforce_overrides_the_global_one(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok("enforce = false;\n"
+		"compartments = (\n"
+		"{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 5;\n"
+		"  enforce = true; },\n"
+		"{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 5; });\n", &cfg);
+	assert_true(cfg.comp[0].enforce);
+	assert_false(cfg.comp[1].enforce);
+	cfg_free(&cfg);
+	load_ok(COMP_A " max_connections = 5; enforce = false; });\n", &cfg);
+	assert_true(cfg.enforce);
+	assert_false(cfg.comp[0].enforce);
+	cfg_free(&cfg);
+}
+
+static void enforce_must_be_a_boolean(void **state)
+{
+	(void)state;
+	expect_error(COMPS "\nenforce = 1;\n", ":3: ", "\"enforce\" must be true or false, not "
+		     "an integer", NULL);
+	expect_error(COMP_A " max_connections = 5;\n enforce = \"no\"; });\n", ":4: ",
+		     "\"enforce\" must be true or false, not a string", NULL);
+}
+
+static void class_patterns_are_read_in_order(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok(COMPS
+		"classes = {\n"						/* 2 */
+		"  batch = [ \"pg_dump\", \"report-*\" ];\n"		/* 3 */
+		"  nightly = [ ];\n"					/* 4 */
+		"  Interactive_2 = ( \"psql\" );\n"			/* 5 */
+		"};\n", &cfg);
+	assert_int_equal(cfg.nclass, 4);
+	assert_string_equal(cfg.classes[0].name, "default");
+	assert_int_equal(cfg.classes[0].npatterns, 0);
+	assert_string_equal(cfg.classes[1].name, "batch");
+	assert_int_equal(cfg.classes[1].line, 3);
+	assert_int_equal(cfg.classes[1].npatterns, 2);
+	assert_string_equal(cfg.classes[1].patterns[0], "pg_dump");
+	assert_string_equal(cfg.classes[1].patterns[1], "report-*");
+	assert_string_equal(cfg.classes[2].name, "nightly");
+	assert_int_equal(cfg.classes[2].line, 4);
+	assert_int_equal(cfg.classes[2].npatterns, 0);
+	assert_string_equal(cfg.classes[3].name, "Interactive_2");
+	assert_int_equal(cfg.classes[3].npatterns, 1);
+	assert_string_equal(cfg.classes[3].patterns[0], "psql");
+	cfg_free(&cfg);
+}
+
+static void classes_must_be_a_group_of_arrays(void **state)
+{
+	(void)state;
+	expect_error(COMPS "classes = [ \"pg_dump\" ];\n", ":2: ", "\"classes\" must be a group",
+		     NULL);
+	expect_error(COMPS "classes = {\n batch = \"pg_dump\"; };\n", ":3: ",
+		     "class \"batch\" must be an array of program-name patterns", "not a string");
+}
+
+static void reserved_or_bad_class_name_is_an_error(void **state)
+{
+	struct bs_config cfg;
+	char text[256];
+
+	(void)state;
+	expect_error(COMPS "classes = {\n default = [ \"x\" ]; };\n", ":3: ",
+		     "class name \"default\" is reserved", NULL);
+	expect_error(COMPS "classes = {\n ba*ch = [ \"x\" ]; };\n", ":3: ",
+		     "class name \"ba*ch\" has a character outside [A-Za-z0-9_-]", NULL);
+	snprintf(text, sizeof(text), COMPS "classes = {\n b%031d = [ \"x\" ]; };\n", 0);
+	expect_error(text, ":3: ", "is 32 characters, more than 31", NULL);
+	/* 31 characters are fine. */
+	snprintf(text, sizeof(text), COMPS "classes = {\n b%030d = [ \"x\" ]; };\n", 0);
+	load_ok(text, &cfg);
+	assert_int_equal(strlen(cfg.classes[1].name), 31);
+	cfg_free(&cfg);
+}
+
+static void bad_class_pattern_is_an_error(void **state)
+{
+	char text[256];
+
+	(void)state;
+	expect_error(COMPS "classes = { batch = [\n \"pg_dump\",\n \"\" ]; };\n", ":4: ",
+		     "empty pattern in class \"batch\"", NULL);
+	expect_error(COMPS "classes = { batch = (\n \"pg_dump\",\n 7 ); };\n", ":4: ",
+		     "pattern 2 of class \"batch\" must be a string, not an integer", NULL);
+	expect_error(COMPS "classes = { batch = [\n \"/usr/bin/pg_dump\" ]; };\n", ":3: ",
+		     "pattern \"/usr/bin/pg_dump\" of class \"batch\" has a '/'", NULL);
+	snprintf(text, sizeof(text), COMPS "classes = { batch = [\n \"%064d\" ]; };\n", 0);
+	expect_error(text, ":3: ", "of class \"batch\" is 64 characters, more than 63", NULL);
+}
+
+static void too_many_patterns_or_classes_is_an_error(void **state)
+{
+	char text[4096];
+	size_t len;
+
+	(void)state;
+	len = (size_t)snprintf(text, sizeof(text), COMPS "classes = {\n batch = [");
+	for (int i = 0; i <= BS_MAX_PATTERNS; i++)
+		len += (size_t)snprintf(text + len, sizeof(text) - len, "%s\"p%d\"", i ? ", " : "",
+					i);
+	snprintf(text + len, sizeof(text) - len, "]; };\n");
+	expect_error(text, ":3: ", "class \"batch\" has 65 patterns, more than 64", NULL);
+
+	len = (size_t)snprintf(text, sizeof(text), COMPS "classes = {\n");
+	for (int i = 0; i < BS_MAX_CLASSES; i++)
+		len += (size_t)snprintf(text + len, sizeof(text) - len, " c%d = [ ];\n", i);
+	snprintf(text + len, sizeof(text) - len, "};\n");
+	/* The eighth declared class is on line 10. */
+	expect_error(text, ":10: ", "class \"c7\" is one too many", "at most 7 classes");
+}
+
+static void duplicate_class_name_is_named(void **state)
+{
+	(void)state;
+	expect_error(COMPS "classes = {\n batch = [ \"a\" ];\n batch = [ \"b\" ]; };\n", ":4: ",
+		     "duplicate key \"batch\"", "each class in \"classes\"");
+	/* Several names on the line: the one given twice in the same group. */
+	expect_error(COMPS "classes = {\n a = [ ]; batch = [ ]; c = [ ]; batch = [ ]; };\n",
+		     ":3: ", "duplicate key \"batch\"", NULL);
+	expect_error(COMP_A " max_connections = 20;\n"
+		     " class_limits = { batch = 2;\n batch = 3; }; });\n"
+		     "classes = { batch = [ ]; };\n", ":5: ", "duplicate key \"batch\"", NULL);
+}
+
+static void class_limits_are_stored_by_class_index(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	/* classes may come after the compartments that use them. */
+	load_ok(COMP_A " max_connections = 20;\n"
+		" class_limits = { nightly = 2; batch = 4; default = 20; }; });\n"
+		"classes = { batch = [ \"pg_dump\" ]; nightly = [ ]; };\n", &cfg);
+	assert_int_equal(cfg.comp[0].class_limit[0], 20);
+	assert_int_equal(cfg.comp[0].class_limit[1], 4);
+	assert_int_equal(cfg.comp[0].class_limit[2], 2);
+	for (size_t i = 3; i < BS_MAX_CLASSES; i++)
+		assert_int_equal(cfg.comp[0].class_limit[i], 0);
+	cfg_free(&cfg);
+	/* Without max_connections any class limit is allowed. */
+	load_ok(COMP_A " max_inflight = 2; class_limits = { batch = 50; }; });\n"
+		"classes = { batch = [ ]; };\n", &cfg);
+	assert_int_equal(cfg.comp[0].class_limit[1], 50);
+	cfg_free(&cfg);
+}
+
+static void class_limit_above_max_connections_is_an_error(void **state)
+{
+	char want[256];
+
+	(void)state;
+	expect_error("classes = { batch = [ \"pg_dump\" ]; };\n"
+		     "compartments = (\n{ name = \"x\"; destinations = [\"10.0.0.1\"];\n"
+		     " max_connections = 10;\n class_limits = {\n batch = 20; }; });\n", ":6: ",
+		     "class limit batch = 20 is above max_connections 10 of \"x\"", NULL);
+	snprintf(want, sizeof(want), "%s:6: class limit batch = 20 is above max_connections 10 "
+		 "of \"x\"", path);
+	assert_string_equal(err, want);
+}
+
+static void unknown_class_in_class_limits_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("classes = { batch = [ ]; };\n" COMP_A " max_connections = 10;\n"
+		     " class_limits = { bacth = 2; }; });\n", ":5: ",
+		     "unknown class \"bacth\" in class_limits of \"a\"", "(did you mean \"batch\"?)");
+	expect_error(COMP_A " max_connections = 10;\n class_limits = { batch = 2; }; });\n",
+		     ":4: ", "unknown class \"batch\" in class_limits of \"a\"", "\"classes\"");
+}
+
+static void bad_class_limit_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("classes = { batch = [ ]; };\n" COMP_A " max_connections = 10;\n"
+		     " class_limits = { batch = \"4\"; }; });\n", ":5: ",
+		     "class limit batch of \"a\" must be an integer, not a string", NULL);
+	expect_error("classes = { batch = [ ]; };\n" COMP_A " max_connections = 10;\n"
+		     " class_limits = { batch = 0; }; });\n", ":5: ",
+		     "class limit batch of \"a\" must be between 1 and 1000000, not 0", NULL);
+	expect_error("classes = { batch = [ ]; };\n" COMP_A " max_connections = 10;\n"
+		     " class_limits = [ 4 ]; });\n", ":5: ", "\"class_limits\" must be a group",
+		     NULL);
+}
+
+static void new_keys_are_suggested_for_typos(void **state)
+{
+	(void)state;
+	expect_error(COMP_A " max_connections = 10;\n max_inflght = 2; });\n", ":4: ",
+		     "unknown key \"max_inflght\"", "(did you mean \"max_inflight\"?)");
+	expect_error(COMP_A " max_connections = 10;\n class_limit = { }; });\n", ":4: ",
+		     "unknown key \"class_limit\"", "(did you mean \"class_limits\"?)");
+	expect_error(COMP_A " max_connections = 10;\n io_timeuot_ms = 5; });\n", ":4: ",
+		     "unknown key \"io_timeuot_ms\"", "(did you mean \"io_timeout_ms\"?)");
+	expect_error(COMPS "clases = { };\n", ":2: ", "unknown key \"clases\"",
+		     "(did you mean \"classes\"?)");
+	expect_error(COMPS "enforced = true;\n", ":2: ", "unknown key \"enforced\"",
+		     "(did you mean \"enforce\"?)");
+}
+
+static void budget_ignores_inflight_only_compartments(void **state)
+{
+	struct bs_config cfg;
+	char want[256];
+
+	(void)state;
+	load_ok("budget = { pool = 10; };\n"
+		"compartments = (\n"
+		"{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 10; },\n"
+		"{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_inflight = 50; });\n", &cfg);
+	cfg_free(&cfg);
+	expect_error("budget = { pool = 10; };\n"
+		     "compartments = (\n"
+		     "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_inflight = 50; },\n"
+		     "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 6; },\n"
+		     "{ name = \"c\"; destinations = [\"10.0.0.3\"]; max_connections = 6; });\n",
+		     ":1: ", "budget exceeded", NULL);
+	snprintf(want, sizeof(want), "%s:1: budget exceeded: 6 + 6 = 12 > 10", path);
+	assert_string_equal(err, want);
+}
+
+static void default_max_sockets_without_max_connections_is_4096(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok(COMP_A " max_inflight = 3; });\n", &cfg);
+	assert_int_equal(cfg.max_sockets, 4096);
+	cfg_free(&cfg);
+	load_ok("compartments = (\n"
+		"{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_inflight = 3; },\n"
+		"{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 3000; });\n", &cfg);
+	assert_int_equal(cfg.max_sockets, 6000);
+	cfg_free(&cfg);
+	/* An explicit max_sockets still wins. */
+	load_ok(COMP_A " max_inflight = 3; });\nmax_sockets = 100;\n", &cfg);
+	assert_int_equal(cfg.max_sockets, 100);
+	cfg_free(&cfg);
+}
+
+static const char full[] =
+	"enforce = false;\n"							/* 1 */
+	"classes = { batch = [ \"pg_dump\", \"report-*\" ]; };\n"		/* 2 */
+	"compartments = (\n"							/* 3 */
+	"  { name = \"postgres\"; destinations = [ \"unix:/run/pg.sock\" ];\n"	/* 4 */
+	"    max_connections = 20; max_inflight = 12;\n"			/* 5 */
+	"    max_wait_ms = 500; max_waiting = 30;\n"				/* 6 */
+	"    connect_timeout_ms = 2000; io_timeout_ms = 30000;\n"		/* 7 */
+	"    enforce = true; class_limits = { batch = 4; }; }\n"		/* 8 */
+	");\n";
+
+static void every_new_key_is_read(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	load_ok(full, &cfg);
+	assert_false(cfg.enforce);
+	assert_int_equal(cfg.nclass, 2);
+	assert_string_equal(cfg.classes[1].name, "batch");
+	assert_int_equal(cfg.comp[0].max_connections, 20);
+	assert_int_equal(cfg.comp[0].max_inflight, 12);
+	assert_int_equal(cfg.comp[0].max_wait_ms, 500);
+	assert_int_equal(cfg.comp[0].max_waiting, 30);
+	assert_int_equal(cfg.comp[0].connect_timeout_ms, 2000);
+	assert_int_equal(cfg.comp[0].io_timeout_ms, 30000);
+	assert_true(cfg.comp[0].enforce);
+	assert_int_equal(cfg.comp[0].class_limit[1], 4);
+	assert_int_equal(cfg.comp[0].class_limit[0], 0);
+	cfg_free(&cfg);
+}
+
 static bool has_rule(const struct bs_config *cfg, const char *ip, uint16_t port, int comp)
 {
 	uint8_t want[16] = { 0 };
@@ -897,7 +1347,7 @@ int main(void)
 		cmocka_unit_test(empty_destinations_is_an_error),
 		cmocka_unit_test(bad_destination_gives_the_reason),
 		cmocka_unit_test(destination_lines_are_where_the_strings_are),
-		cmocka_unit_test(missing_max_connections_is_an_error),
+		cmocka_unit_test(compartment_without_either_limit_is_an_error),
 		cmocka_unit_test(max_connections_below_one_is_an_error),
 		cmocka_unit_test(absurd_max_connections_is_an_error),
 		cmocka_unit_test(unknown_errno_is_an_error),
@@ -920,6 +1370,34 @@ int main(void)
 		cmocka_unit_test(duplicate_destination_in_one_compartment_is_fine),
 		cmocka_unit_test(numeric_settings_out_of_range_are_errors),
 		cmocka_unit_test(strict_must_be_a_boolean),
+		cmocka_unit_test(compartment_with_only_max_inflight_is_valid),
+		cmocka_unit_test(max_inflight_out_of_range_is_an_error),
+		cmocka_unit_test(max_wait_ms_is_read),
+		cmocka_unit_test(max_wait_ms_out_of_range_is_an_error),
+		cmocka_unit_test(max_waiting_is_read),
+		cmocka_unit_test(max_waiting_out_of_range_is_an_error),
+		cmocka_unit_test(max_waiting_without_max_wait_ms_is_an_error),
+		cmocka_unit_test(timeouts_are_read),
+		cmocka_unit_test(connect_timeout_ms_out_of_range_is_an_error),
+		cmocka_unit_test(io_timeout_ms_out_of_range_is_an_error),
+		cmocka_unit_test(enforce_defaults_to_true),
+		cmocka_unit_test(global_enforce_false_is_inherited),
+		cmocka_unit_test(compartment_enforce_overrides_the_global_one),
+		cmocka_unit_test(enforce_must_be_a_boolean),
+		cmocka_unit_test(class_patterns_are_read_in_order),
+		cmocka_unit_test(classes_must_be_a_group_of_arrays),
+		cmocka_unit_test(reserved_or_bad_class_name_is_an_error),
+		cmocka_unit_test(bad_class_pattern_is_an_error),
+		cmocka_unit_test(too_many_patterns_or_classes_is_an_error),
+		cmocka_unit_test(duplicate_class_name_is_named),
+		cmocka_unit_test(class_limits_are_stored_by_class_index),
+		cmocka_unit_test(class_limit_above_max_connections_is_an_error),
+		cmocka_unit_test(unknown_class_in_class_limits_is_an_error),
+		cmocka_unit_test(bad_class_limit_is_an_error),
+		cmocka_unit_test(new_keys_are_suggested_for_typos),
+		cmocka_unit_test(budget_ignores_inflight_only_compartments),
+		cmocka_unit_test(default_max_sockets_without_max_connections_is_4096),
+		cmocka_unit_test(every_new_key_is_read),
 		cmocka_unit_test(resolving_localhost_adds_ip_rules),
 		cmocka_unit_test(without_resolve_only_host_rules_are_kept),
 		cmocka_unit_test(resolved_addresses_are_not_repeated),

@@ -38,6 +38,9 @@ setup(void **state)
 	snprintf(comps[1].name, sizeof(comps[1].name), "b");
 	comps[1].max_connections = 1;
 	comps[1].reject_errno = EAGAIN;
+	comps[0].enforce = comps[1].enforce = true;
+	snprintf(cfg.classes[0].name, sizeof(cfg.classes[0].name), "default");
+	cfg.nclass = 1;
 	cfg.comp = comps;
 	cfg.ncomp = 2;
 	cfg.mode = 0600;
@@ -55,6 +58,15 @@ teardown(void **state)
 	snprintf(name, sizeof(name), "/bulkshim.%s", cfg.segment);
 	shm_unlink(name);
 	return 0;
+}
+
+/* One connection permit, as the shim asks for it: default class, no wait. */
+static int
+acq(struct seg *s, uint32_t comp, uint64_t ino)
+{
+	enum bs_reason why = REASON_MAX;
+
+	return seg_acquire(s, comp, 0, ino, false, &why);
 }
 
 static struct seg *
@@ -77,19 +89,19 @@ test_admits_up_to_the_limit_and_refuses_the_next(void **state)
 
 	(void)state;
 	for (int i = 0; i < 3; i++) {
-		slots[i] = seg_acquire(s, 0, 1000 + (uint64_t)i);
+		slots[i] = acq(s, 0, 1000 + (uint64_t)i);
 		assert_true(slots[i] >= 0);
 	}
-	assert_int_equal(seg_acquire(s, 0, 2000), -EBUSY);
+	assert_int_equal(acq(s, 0, 2000), -EBUSY);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 3);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->rejected), 1);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->admitted), 3);
 	assert_true(atomic_load(&seg_comp(s, 0)->last_rejection_ms) > 0);
 	/* The other compartment is unaffected. */
-	assert_true(seg_acquire(s, 1, 3000) >= 0);
+	assert_true(acq(s, 1, 3000) >= 0);
 	seg_drop(s, (uint32_t)slots[0]);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 2);
-	assert_true(seg_acquire(s, 0, 4000) >= 0);
+	assert_true(acq(s, 0, 4000) >= 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->peak), 3);
 	seg_detach_all(s);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
@@ -101,7 +113,7 @@ static void
 test_a_copy_keeps_the_permit_until_the_last_drop(void **state)
 {
 	struct seg *s = attach();
-	int slot = seg_acquire(s, 0, 42);
+	int slot = acq(s, 0, 42);
 
 	(void)state;
 	assert_true(slot >= 0);
@@ -127,7 +139,7 @@ racer(void *arg)
 {
 	(void)arg;
 	pthread_barrier_wait(&race_barrier);
-	if (seg_acquire(race_seg, 0, (uint64_t)pthread_self()) >= 0)
+	if (acq(race_seg, 0, (uint64_t)pthread_self()) >= 0)
 		atomic_fetch_add(&race_won, 1);
 	return NULL;
 }
@@ -175,7 +187,7 @@ holder_child(int permits)
 		if (seg_attach(&cfg, &s, err, sizeof(err)) != 0)
 			_exit(2);
 		for (int i = 0; i < permits; i++) {
-			if (seg_acquire(s, 0, 500 + (uint64_t)i) < 0)
+			if (acq(s, 0, 500 + (uint64_t)i) < 0)
 				_exit(3);
 		}
 		if (write(p[1], "x", 1) != 1)
@@ -220,7 +232,7 @@ test_a_zombie_holder_counts_as_dead(void **state)
 	assert_false(seg_pid_alive(pid, 0));
 	/* A full compartment reclaims by itself when asked for a permit. */
 	atomic_store(&s->h->last_reclaim_ms, 0);
-	assert_true(seg_acquire(s, 0, 77) >= 0);
+	assert_true(acq(s, 0, 77) >= 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
 	waitpid(pid, NULL, 0);
 	seg_detach_all(s);
@@ -246,7 +258,7 @@ static void
 test_fork_shares_the_socket_until_both_processes_drop_it(void **state)
 {
 	struct seg *s = attach();
-	int slot = seg_acquire(s, 1, 99), rec, st, go[2];
+	int slot = acq(s, 1, 99), rec, st, go[2];
 	pid_t pid;
 	char c;
 
@@ -282,7 +294,7 @@ static void
 test_a_failed_fork_undoes_the_child_record(void **state)
 {
 	struct seg *s = attach();
-	int slot = seg_acquire(s, 0, 5), rec;
+	int slot = acq(s, 0, 5), rec;
 
 	(void)state;
 	rec = seg_fork_prepare(s);
@@ -314,7 +326,7 @@ test_a_live_segment_keeps_its_limits(void **state)
 	struct seg *s = attach(), *s2;
 
 	(void)state;
-	assert_true(seg_acquire(s, 0, 1) >= 0);	/* this process is now a holder */
+	assert_true(acq(s, 0, 1) >= 0);	/* this process is now a holder */
 	comps[0].max_connections = 9;
 	s2 = attach();
 	assert_int_equal(atomic_load(&seg_comp(s2, 0)->limit), 3);
