@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -247,8 +248,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	int saved = errno, r;
 	struct seg_comp *c;
 	struct seg_slot *sl;
-	uint32_t timeout;
-	uint64_t t0;
+	uint32_t timeout, slot;
 
 	if (!active())
 		return real.connect(fd, sa, len);
@@ -262,21 +262,31 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	case ADMIT_COUNTED:
 		break;
 	}
-	sl = seg_slot(shim.seg, fdt_get(fd) - 1);
+	slot = fdt_get(fd) - 1;
+	sl = seg_slot(shim.seg, slot);
 	c = sl != NULL ? seg_comp(shim.seg, atomic_load(&sl->comp)) : NULL;
 	timeout = c != NULL ? atomic_load(&c->connect_timeout_ms) : 0;
-	errno = saved;
-	t0 = now_mono_us();
+	/* SO_SNDTIMEO bounds a blocking connect on Linux: a shorter one that
+	 * the program set itself wins. */
 	if (timeout != 0 && shim_blocking(fd, 0)) {
+		struct timeval tv = { 0, 0 };
+		socklen_t tvlen = sizeof(tv);
+		uint64_t own = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tvlen) == 0 ?
+		    (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000 : 0;
+
 		errno = saved;
-		r = connect_timed(fd, sa, len, c, timeout);
+		r = own != 0 && own <= timeout ? real.connect(fd, sa, len) :
+		    connect_timed(fd, sa, len, c, timeout);
 	} else {
 		errno = saved;
 		r = real.connect(fd, sa, len);
 	}
 	saved = errno;
-	if (c != NULL && (r == 0 || (saved != EINPROGRESS && saved != EINTR)))
-		seg_hist_add(&c->h_connect, now_mono_us() - t0);
+	/* A connect that ended here, well or not (a timeout is what the
+	 * caller waited), is timed now; one still under way is timed at the
+	 * socket's first use instead (io.c). */
+	if (r == 0 || (saved != EINPROGRESS && saved != EINTR))
+		seg_connect_done(shim.seg, slot);
 	errno = saved;
 	shim_settle(fd, r);
 	return r;

@@ -72,8 +72,9 @@ wait_ready(int fd, uint32_t e, int flags, short events)
 			return 0;	/* ready, or let the real call report it */
 	}
 	atomic_fetch_add(&c->io_timeouts, 1);
-	/* A receive that timed out ends the request: the caller gives up. */
-	seg_inflight_end(shim.seg, e - 1);
+	/* A call that timed out ends the request: the caller gives up. No
+	 * reply came, so no reply latency is recorded. */
+	seg_inflight_cancel(shim.seg, e - 1);
 	errno = ETIMEDOUT;
 	return -1;
 }
@@ -91,6 +92,7 @@ send_begin(int fd, uint32_t e, int flags, const char *what, bool *began)
 	*began = false;
 	if (c == NULL || !shim_active())
 		return 0;
+	seg_connect_done(shim.seg, e - 1);
 	may_wait = atomic_load(&c->max_wait_ms) != 0 &&
 	    atomic_load(&c->inflight) >= atomic_load(&c->inflight_limit) &&
 	    shim_blocking(fd, flags);
@@ -129,9 +131,11 @@ recv_end(uint32_t e, long r, bool asked)
 
 	if (!shim_active())
 		return;
-	if (r > 0 || (r == 0 && asked) ||
-	    (r < 0 && saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR))
+	seg_connect_done(shim.seg, e - 1);
+	if (r > 0 || (r == 0 && asked))
 		seg_inflight_end(shim.seg, e - 1);
+	else if (r < 0 && saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR)
+		seg_inflight_cancel(shim.seg, e - 1);
 	errno = saved;
 }
 

@@ -210,6 +210,7 @@ alloc_slot(struct seg *s, uint32_t comp, uint32_t cls, bool over, uint64_t ino)
 		atomic_store(&sl->cls, cls);
 		atomic_store(&sl->over, over ? 1 : 0);
 		atomic_store(&sl->inflight, IDLE);
+		atomic_store(&sl->connect_us, now_mono_us());
 		atomic_store(&sl->inode, ino);
 		atomic_store(&sl->holders, 1);
 		atomic_store_explicit(&sl->state, SLOT_USED, memory_order_release);
@@ -351,6 +352,26 @@ seg_drop(struct seg *s, uint32_t slot)
 		return;
 	if (seg_clear_bit(s, rec, slot))
 		seg_unhold(s, slot, false);
+}
+
+void
+seg_connect_done(struct seg *s, uint32_t slot)
+{
+	struct seg_slot *sl;
+	uint64_t t, now;
+	uint32_t comp;
+
+	if (slot >= s->h->nslots)
+		return;
+	sl = &s->slots[slot];
+	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0)
+		return;
+	t = atomic_exchange(&sl->connect_us, 0);
+	comp = atomic_load(&sl->comp);
+	if (t == 0 || comp >= s->h->ncomp)
+		return;
+	now = now_mono_us();
+	seg_hist_add(&s->comp[comp].h_connect, now > t ? now - t : 0);
 }
 
 /* ---- requests in flight ---- */

@@ -260,6 +260,7 @@ struct seg_slot {
 	_Atomic uint32_t over;		/* admitted past the limit in observe mode */
 	_Atomic uint32_t inflight;	/* IDLE, INFLIGHT or INFLIGHT_OVER */
 	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
+	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
 };
 
 /* One process that holds or held permits; its bitmap row says which slots. */
@@ -325,7 +326,12 @@ int seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reas
 /* The reply (a byte, end of file or a hard error) arrived: the request in
  * flight ends and its latency is recorded. */
 void seg_inflight_end(struct seg *s, uint32_t slot);
-/* The send that began a request failed: undo it without recording latency. */
+/* The connect of slot's socket completed (or the socket was first used,
+ * which is when an event loop's non-blocking connect is known to have
+ * completed): records the time since admission in h_connect, once. */
+void seg_connect_done(struct seg *s, uint32_t slot);
+/* The send that began a request failed, or the request was abandoned (an
+ * I/O timeout, a hard error): end it without recording a reply latency. */
 void seg_inflight_cancel(struct seg *s, uint32_t slot);
 /* Records one value in a histogram. Lock-free. */
 void seg_hist_add(struct seg_hist *h, uint64_t us);

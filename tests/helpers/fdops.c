@@ -1,0 +1,205 @@
+/* fdops.c - runs descriptor operations read from stdin so that tests can call each libc entry point by name. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/*
+ * One command per line, one reply per command on stdout: "ok VALUE" or
+ * "err ERRNO". Descriptors are plain numbers; FILE streams from fdopen are
+ * named by their index in a small table.
+ *
+ *   tcp HOST PORT           socket + connect (IPv4 or IPv6), replies the fd
+ *   unix PATH               AF_UNIX stream socket + connect
+ *   devnull                 open("/dev/null"), replies the fd
+ *   dup FD | dup2 A B | dup3 A B CLOEXEC(0|1)
+ *   fcntl FD dupfd|dupfd_cloexec MIN     through fcntl()
+ *   fcntl64 FD dupfd|dupfd_cloexec MIN   through fcntl64()
+ *   close FD | close_range FIRST LAST | closefrom FD
+ *   fdopen FD               replies the stream index
+ *   fclose INDEX
+ *   pid
+ *   exit STATUS             exit(3): a normal exit, nothing closed first
+ *   _exit STATUS
+ */
+
+#define MAX_STREAMS 64
+
+static FILE *streams[MAX_STREAMS];
+
+static void reply(long r)
+{
+	if (r < 0)
+		printf("err %d\n", errno);
+	else
+		printf("ok %ld\n", r);
+	fflush(stdout);
+}
+
+static int do_tcp(const char *host, int port)
+{
+	struct sockaddr_in6 a6;
+	struct sockaddr_in a4;
+	int fd, r, e;
+
+	memset(&a4, 0, sizeof(a4));
+	memset(&a6, 0, sizeof(a6));
+	if (inet_pton(AF_INET, host, &a4.sin_addr) == 1) {
+		a4.sin_family = AF_INET;
+		a4.sin_port = htons((uint16_t)port);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0)
+			return -1;
+		r = connect(fd, (struct sockaddr *)&a4, sizeof(a4));
+	} else if (inet_pton(AF_INET6, host, &a6.sin6_addr) == 1) {
+		a6.sin6_family = AF_INET6;
+		a6.sin6_port = htons((uint16_t)port);
+		fd = socket(AF_INET6, SOCK_STREAM, 0);
+		if (fd < 0)
+			return -1;
+		r = connect(fd, (struct sockaddr *)&a6, sizeof(a6));
+	} else {
+		errno = EINVAL;
+		return -1;
+	}
+	if (r < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+static int do_unix(const char *path)
+{
+	struct sockaddr_un a;
+	int fd, e;
+
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(a.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+static int dup_cmd(const char *name)
+{
+	if (strcmp(name, "dupfd") == 0)
+		return F_DUPFD;
+	if (strcmp(name, "dupfd_cloexec") == 0)
+		return F_DUPFD_CLOEXEC;
+	return -1;
+}
+
+static long do_fdopen(int fd)
+{
+	FILE *f;
+	int i;
+
+	for (i = 0; i < MAX_STREAMS && streams[i]; i++)
+		;
+	if (i == MAX_STREAMS) {
+		errno = EMFILE;
+		return -1;
+	}
+	f = fdopen(fd, "r+");
+	if (!f)
+		return -1;
+	streams[i] = f;
+	return i;
+}
+
+static long do_fclose(int i)
+{
+	FILE *f;
+
+	if (i < 0 || i >= MAX_STREAMS || !streams[i]) {
+		errno = EINVAL;
+		return -1;
+	}
+	f = streams[i];
+	streams[i] = NULL;
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	char line[512], a[256], b[256], c[256];
+	int n, cmd;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	while (fgets(line, sizeof(line), stdin)) {
+		a[0] = b[0] = c[0] = '\0';
+		n = sscanf(line, "%255s %255s %255s", a, b, c);
+		if (n < 1)
+			continue;
+		errno = 0;
+		if (strcmp(a, "tcp") == 0 && n == 3) {
+			reply(do_tcp(b, atoi(c)));
+		} else if (strcmp(a, "unix") == 0 && n == 2) {
+			reply(do_unix(b));
+		} else if (strcmp(a, "devnull") == 0) {
+			reply(open("/dev/null", O_RDWR));
+		} else if (strcmp(a, "dup") == 0 && n == 2) {
+			reply(dup(atoi(b)));
+		} else if (strcmp(a, "dup2") == 0 && n == 3) {
+			reply(dup2(atoi(b), atoi(c)));
+		} else if (strcmp(a, "dup3") == 0 && n >= 3) {
+			char d[16] = "0";
+			sscanf(line, "%*s %*s %*s %15s", d);
+			reply(dup3(atoi(b), atoi(c), atoi(d) ? O_CLOEXEC : 0));
+		} else if ((strcmp(a, "fcntl") == 0 || strcmp(a, "fcntl64") == 0) && n == 3) {
+			char d[16] = "0";
+			sscanf(line, "%*s %*s %*s %15s", d);
+			cmd = dup_cmd(c);
+			if (cmd < 0) {
+				errno = EINVAL;
+				reply(-1);
+			} else if (strcmp(a, "fcntl") == 0) {
+				reply(fcntl(atoi(b), cmd, atoi(d)));
+			} else {
+				reply(fcntl64(atoi(b), cmd, atoi(d)));
+			}
+		} else if (strcmp(a, "close") == 0 && n == 2) {
+			reply(close(atoi(b)));
+		} else if (strcmp(a, "close_range") == 0 && n == 3) {
+			reply(close_range((unsigned)atoi(b), (unsigned)strtoul(c, NULL, 0), 0));
+		} else if (strcmp(a, "closefrom") == 0 && n == 2) {
+			closefrom(atoi(b));
+			reply(0);
+		} else if (strcmp(a, "fdopen") == 0 && n == 2) {
+			reply(do_fdopen(atoi(b)));
+		} else if (strcmp(a, "fclose") == 0 && n == 2) {
+			reply(do_fclose(atoi(b)));
+		} else if (strcmp(a, "pid") == 0) {
+			reply(getpid());
+		} else if (strcmp(a, "exit") == 0 && n == 2) {
+			exit(atoi(b));
+		} else if (strcmp(a, "_exit") == 0 && n == 2) {
+			_exit(atoi(b));
+		} else {
+			errno = EINVAL;
+			reply(-1);
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,149 @@
+"""test_config.py - bad configs fail open (or exit 78 when strict); `bulkshim run` preloads and limits."""
+
+import json
+import os
+import subprocess
+
+from harness import (CLI, LIB, PY, Server, Shim, clean_env, need_built, new_segment, run, run_py,
+                     shim_env, shim_lines, tmpdir, write_file)
+
+# Connects three times to argv[1] and keeps them; a limit of 1 would refuse two.
+CONNECT3 = """
+import socket, sys
+port = int(sys.argv[1])
+held = [socket.create_connection(('127.0.0.1', port), timeout=5) for _ in range(3)]
+print('ran', len(held))
+"""
+
+
+def _bad_configs(port, seg):
+    """(name, text, line of the error) for a few kinds of mistakes."""
+    dest = '"127.0.0.1:%d"' % port
+    return [
+        ("syntax", 'segment = "%s";\ncompartments = (\n'
+                   '  { name = "a"; destinations = [ %s ]; max_connections = ; }\n);\n' % (seg, dest), 3),
+        ("zero limit", 'segment = "%s";\ncompartments = (\n  { name = "a"; destinations = [ %s ];\n'
+                       '    max_connections = 0; }\n);\n' % (seg, dest), 4),
+        ("bad address", 'segment = "%s";\ncompartments = (\n  { name = "a";\n    max_connections = 1;\n'
+                        '    destinations = [ "127.0.0.1:99999" ]; }\n);\n' % seg, 5),
+        ("unknown errno", 'segment = "%s";\ncompartments = (\n  { name = "a"; destinations = [ %s ];\n'
+                          '    max_connections = 1;\n    errno = "EWHATEVER"; }\n);\n' % (seg, dest), 5),
+    ]
+
+
+def test_bad_config_fails_open_with_one_line_naming_file_and_line():
+    srv = Server()
+    seg = new_segment()
+    for what, text, line in _bad_configs(srv.port, seg):
+        path = write_file(text)
+        r = run_py(CONNECT3, shim_env(path), args=[str(srv.port)])
+        assert r.returncode == 0 and r.stdout.strip() == "ran 3", \
+            "%s: the program did not run unlimited (exit %d, stdout %r, stderr %r)" % (
+                what, r.returncode, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and shim_lines(r.stderr), \
+            "%s: want exactly one bulkshim line on stderr, got %r" % (what, r.stderr)
+        assert "%s:%d" % (path, line) in lines[0], \
+            "%s: the message does not name %s:%d: %r" % (what, path, line, lines[0])
+    assert not os.path.exists("/dev/shm/bulkshim." + seg), "an invalid config created its segment"
+
+
+def test_bulkshim_strict_env_exits_78_on_bad_config():
+    srv = Server()
+    what, text, line = _bad_configs(srv.port, new_segment())[1]
+    path = write_file(text)
+    r = run_py(CONNECT3, shim_env(path, strict="1"), args=[str(srv.port)])
+    assert r.returncode == 78, "BULKSHIM_STRICT=1 with a bad config: exit %d, want 78 (stderr %r)" % (
+        r.returncode, r.stderr)
+    assert "ran" not in r.stdout, "the program ran: %r" % r.stdout
+    assert "%s:%d" % (path, line) in r.stderr, "no message naming %s:%d: %r" % (path, line, r.stderr)
+    assert srv.accepted == 0
+
+
+def test_strict_true_in_config_exits_78_on_bad_config():
+    srv = Server()
+    seg = new_segment()
+    path = write_file('strict = true;\nsegment = "%s";\ncompartments = (\n'
+                      '  { name = "a"; destinations = [ "127.0.0.1:%d" ];\n'
+                      '    max_connections = -2; }\n);\n' % (seg, srv.port))
+    r = run_py(CONNECT3, shim_env(path), args=[str(srv.port)])
+    assert r.returncode == 78, "strict = true with a bad config: exit %d, want 78 (stderr %r)" % (
+        r.returncode, r.stderr)
+    assert "ran" not in r.stdout
+    assert "%s:5" % path in r.stderr, "no message naming %s:5: %r" % (path, r.stderr)
+    # Without strict the same mistake fails open.
+    text = open(path).read().replace("strict = true;", "strict = false;")
+    path2 = write_file(text)
+    r = run_py(CONNECT3, shim_env(path2), args=[str(srv.port)])
+    assert r.returncode == 0 and "ran 3" in r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
+def test_missing_config_warns_once_and_runs():
+    srv = Server()
+    missing = os.path.join(tmpdir(), "no-such.cfg")
+    r = run_py(CONNECT3, shim_env(missing), args=[str(srv.port)])
+    assert r.returncode == 0 and r.stdout.strip() == "ran 3", (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and shim_lines(r.stderr) and missing in lines[0], \
+        "want one warning naming %s, got %r" % (missing, r.stderr)
+
+
+def test_valid_config_is_silent_when_nothing_is_refused():
+    srv = Server()
+    shim = Shim([{"name": "a", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 3}])
+    r = run_py(CONNECT3, shim.env(), args=[str(srv.port)])
+    assert r.returncode == 0 and r.stdout.strip() == "ran 3", (r.returncode, r.stdout, r.stderr)
+    assert r.stderr == "", "a good config and no refusal still wrote %r" % r.stderr
+    shim.expect("a", in_use=0, admitted=3, rejected=0, peak=3)
+
+
+# Run by `bulkshim run`: reports what it got and exits 3.
+RUN_PROBE = """
+import json, os, socket, sys
+port = int(sys.argv[1])
+res = []
+for i in range(3):
+    s = socket.socket()
+    try:
+        s.connect(('127.0.0.1', port))
+        res.append('ok')
+        s.detach()
+    except ConnectionRefusedError:
+        res.append('refused')
+maps = open('/proc/self/maps').read()
+print(json.dumps({'res': res, 'preload': os.environ.get('LD_PRELOAD', ''),
+                  'marker': os.environ.get('BS_MARKER'), 'mapped': 'libbulkshim.so' in maps}))
+sys.exit(3)
+"""
+
+MARKER_C = """
+#include <stdlib.h>
+__attribute__((constructor)) static void marker(void) { setenv("BS_MARKER", "loaded", 1); }
+"""
+
+
+def test_bulkshim_run_preloads_limits_and_returns_status():
+    need_built(CLI, LIB)
+    srv = Server()
+    shim = Shim([{"name": "run", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 2}])
+    src = write_file(MARKER_C, suffix=".c")
+    marker = os.path.join(tmpdir(), "marker.so")
+    cc = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", marker, src],
+                        capture_output=True, text=True)
+    assert cc.returncode == 0, "cannot build the marker library: %s" % cc.stderr
+    env = clean_env()
+    env["LD_PRELOAD"] = marker
+    env["BULKSHIM_LOG"] = "off"
+    script = write_file(RUN_PROBE, suffix=".py")
+    for argv in ([CLI, "run", "-c", shim.config, "--", PY, "-c", RUN_PROBE, str(srv.port)],
+                 [CLI, "run", "-c", shim.config, PY, script, str(srv.port)]):
+        r = run(argv, env)
+        assert r.returncode == 3, "%s: exit %d, want the command's 3 (stderr %r)" % (
+            " ".join(argv[:5]), r.returncode, r.stderr)
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert got["res"] == ["ok", "ok", "refused"], "not limited under bulkshim run: %r" % got
+        assert got["mapped"], "libbulkshim.so not mapped in the command"
+        assert marker in got["preload"].replace(":", " ").split(), \
+            "the pre-existing LD_PRELOAD entry was dropped: %r" % got["preload"]
+        assert got["marker"] == "loaded", "the pre-existing preload did not load"
+        shim.expect("run", in_use=0, rejected=1 if argv[4] == "--" else 2)
