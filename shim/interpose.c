@@ -71,9 +71,8 @@ copy_fd(int oldfd, int newfd)
 {
 	uint32_t e = fdt_get(oldfd);
 
-	if (!active() || foreign_process()) {
+	if (!active() || foreign_process())
 		return;
-	}
 	if (e != 0)
 		seg_hold(shim.seg, e - 1);
 	drop_entry(e != 0 ? fdt_set(newfd, e - 1) : fdt_take(newfd));
@@ -135,7 +134,6 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
 		break;
 	}
 }
-
 
 /*
  * Decides a connect (or a TCP Fast Open send) of fd to sa: ADMIT_PASS when

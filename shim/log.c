@@ -12,11 +12,10 @@
 
 static int log_level = LOG_WARN;
 
-/* Per compartment: the second of the last rejection line and how many were
- * suppressed since. Races between threads may let two lines through in one
- * second or lose a count; that is harmless for a rate limit. */
+/* Per compartment: when the last rejection line went out and how many were
+ * suppressed since. The compare-and-swap lets one thread through. */
 static struct {
-	_Atomic uint64_t last_sec;
+	_Atomic uint64_t last_ms;
 	_Atomic uint64_t suppressed;
 } rej_state[BS_MAX_COMPARTMENTS];
 
@@ -202,21 +201,19 @@ void
 log_rejection(unsigned comp, const char *fmt, ...)
 {
 	va_list ap;
-	uint64_t sec, last, skipped;
+	uint64_t now, last, skipped;
 	char tail[64];
 
 	if (log_level < LOG_WARN)
 		return;
 	if (comp >= BS_MAX_COMPARTMENTS)
 		comp = 0;
-	sec = now_mono_ms() / 1000;
-	last = atomic_load(&rej_state[comp].last_sec);
-	if (last == sec + 1) {
-		atomic_fetch_add(&rej_state[comp].suppressed, 1);
-		return;
-	}
-	/* last_sec holds sec + 1 so that 0 means "never logged". */
-	if (!atomic_compare_exchange_strong(&rej_state[comp].last_sec, &last, sec + 1)) {
+	/* last_ms holds the time of the last line + 1, so 0 means never:
+	 * a line goes out only a full second after the previous one. */
+	now = now_mono_ms() + 1;
+	last = atomic_load(&rej_state[comp].last_ms);
+	if ((last != 0 && now - last < 1000) ||
+	    !atomic_compare_exchange_strong(&rej_state[comp].last_ms, &last, now)) {
 		atomic_fetch_add(&rej_state[comp].suppressed, 1);
 		return;
 	}

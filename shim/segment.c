@@ -789,6 +789,16 @@ seg_fork_parent(struct seg *s, int rec, pid_t pid)
 	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, pid);
 }
 
+static bool
+any_slot_used(const struct seg *s)
+{
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) != SLOT_FREE)
+			return true;
+	}
+	return false;
+}
+
 void
 seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 {
@@ -815,6 +825,8 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 	}
 	if (rec >= 0)
 		atomic_store(&s->rec, rec);
+	else if (!any_slot_used(s))
+		return;		/* nothing anyone holds can have been inherited */
 	d = opendir("/proc/self/fd");
 	if (d != NULL) {
 		while ((e = readdir(d)) != NULL) {
