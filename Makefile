@@ -23,7 +23,7 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # What the shim and the CLI share; interpose.c and real.c are the shim's own.
 COMMON  := config match segment permit fdtable log
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o
-CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(B)/cli/bulkshim.o
+CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c))
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
 
@@ -34,8 +34,13 @@ $(B)/shim/%.o: shim/%.c shim/shim.h | $(B)/shim
 	$(CC) $(CFLAGS) -fvisibility=hidden $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: shim/%.c shim/shim.h | $(B)/cli
 	$(CC) $(CFLAGS) $(PC_CFLAGS) -c -o $@ $<
-$(B)/cli/bulkshim.o: tools/bulkshim.c shim/shim.h | $(B)/cli
-	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
+$(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli
+	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
+# Where `bulkshim run` looks for the installed library; a changed LIBDIR
+# (make install PREFIX=...) rebuilds the CLI.
+$(B)/cli/libdir: FORCE | $(B)/cli
+	@echo '$(LIBDIR)/bulkshim' | cmp -s - $@ || echo '$(LIBDIR)/bulkshim' > $@
+FORCE:
 
 $(B)/libbulkshim.so: $(SHIM_O)
 	$(CC) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
@@ -56,7 +61,7 @@ $(B) $(B)/shim $(B)/cli $(B)/tests:
 test: deps
 	$(MAKE) --no-print-directory all $(UNITS) $(HELPERS)
 	$(MAKE) --no-print-directory check
-check: unit preload
+check: unit preload demo-test
 unit: $(UNITS)
 	@sh tests/run-units.sh $(UNITS)
 preload: all $(HELPERS)
