@@ -1,39 +1,17 @@
-/* bulkshim.c - the operator's CLI: run a program under the shim, show and check compartments. */
+/* bulkshim.c - the operator's CLI: dispatch, `run` and `status`; the rest in cmd_*.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "cli.h"
 
 #ifndef BS_LIBDIR
 #define BS_LIBDIR "/usr/local/lib/bulkshim"
 #endif
-
-static const char usage_text[] =
-    "usage: bulkshim run [-c FILE] [--] COMMAND [ARG...]\n"
-    "       bulkshim status [-c FILE | -s SEGMENT] [--json]\n"
-    "       bulkshim check [-q] FILE\n"
-    "       bulkshim --help | --version\n";
-
-static int
-usage(FILE *f, int status)
-{
-	fputs(usage_text, f);
-	return status;
-}
-
-static const char *
-default_config(void)
-{
-	const char *p = getenv("BULKSHIM_CONFIG");
-
-	return p != NULL && *p != '\0' ? p : BS_DEFAULT_CONFIG;
-}
 
 /* ---- run ---- */
 
@@ -57,27 +35,31 @@ find_library(char *out, size_t len)
 static int
 cmd_run(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
 	const char *config = NULL, *old;
 	char lib[PATH_MAX], abs[PATH_MAX], *preload;
 	int c;
 
 	optind = 1;
-	while ((c = getopt(argc, argv, "+c:h")) != -1) {
+	while ((c = getopt_long(argc, argv, "+c:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			config = optarg;
 			break;
 		case 'h':
-			return usage(stdout, 0);
+			return cli_help("run", stdout, 0);
 		default:
-			return usage(stderr, 2);
+			return cli_help("run", stderr, 2);
 		}
 	}
 	if (optind >= argc)
-		return usage(stderr, 2);
+		return cli_help("run", stderr, 2);
 	if (find_library(lib, sizeof(lib)) < 0) {
-		fprintf(stderr, "bulkshim: cannot find libbulkshim.so beside %s or in %s\n",
-		    "the bulkshim binary", BS_LIBDIR);
+		fprintf(stderr, "bulkshim: cannot find libbulkshim.so beside the bulkshim binary "
+		    "or in %s\n", BS_LIBDIR);
 		return 127;
 	}
 	if (config != NULL) {
@@ -110,112 +92,172 @@ cmd_run(int argc, char **argv)
 
 /* ---- status ---- */
 
-/* The segment a -c FILE names, without resolving its host names. */
-static int
-segment_of(const char *config, char *out, size_t len)
+static void
+json_reasons(FILE *f, const char *key, const uint64_t *n)
 {
-	struct bs_config cfg;
-	char err[BS_ERRLEN];
-	int r = cfg_load(config, &cfg, false, err, sizeof(err));
-
-	if (r < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
-		return r;
-	}
-	snprintf(out, len, "%s", cfg.segment);
-	cfg_free(&cfg);
-	return 0;
-}
-
-static uint32_t
-live_processes(const struct seg *s)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < seg_header(s)->nprocs; i++) {
-		if (atomic_load(&seg_proc(s, i)->state) == PROC_LIVE)
-			n++;
-	}
-	return n;
+	fprintf(f, ", \"%s\": {", key);
+	for (int r = 0; r < REASON_MAX; r++)
+		fprintf(f, "%s\"%s\": %llu", r ? ", " : "", seg_reason_name((enum bs_reason)r),
+		    (unsigned long long)n[r]);
+	fputc('}', f);
 }
 
 static void
-json_string(const char *s)
+json_comp(FILE *f, const struct cli_comp *c)
 {
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
+	const char *en = cfg_errno_name(c->reject_errno);
 
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
+	fputs("{\"name\": ", f);
+	cli_json_string(f, c->name);
+	/* The keys up to "errno" are the stable interface of the first
+	 * release; the rest were added after them. */
+	fprintf(f, ", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
+	    "\"rejected\": %llu, \"waiting\": %u, \"last_rejection_ms\": %llu, "
+	    "\"reclaimed\": %llu, \"errno\": \"%s\"",
+	    c->limit == UINT32_MAX ? 0 : c->limit, c->in_use, c->peak,
+	    (unsigned long long)c->admitted, (unsigned long long)c->rejected, c->waiting,
+	    (unsigned long long)c->last_rejection_ms, (unsigned long long)c->reclaimed,
+	    en != NULL ? en : "ECONNREFUSED");
+	fprintf(f, ", \"unlimited\": %s, \"over\": %u, \"inflight\": %u, \"inflight_limit\": %u, "
+	    "\"inflight_unlimited\": %s, \"inflight_peak\": %u, \"enforce\": %s, \"hot\": %s",
+	    c->limit == UINT32_MAX ? "true" : "false", c->over, c->inflight,
+	    c->inflight_limit == UINT32_MAX ? 0 : c->inflight_limit,
+	    c->inflight_limit == UINT32_MAX ? "true" : "false", c->inflight_peak,
+	    c->enforce ? "true" : "false", c->hot ? "true" : "false");
+	fprintf(f, ", \"max_wait_ms\": %u, \"max_waiting\": %u, \"connect_timeout_ms\": %u, "
+	    "\"io_timeout_ms\": %u, \"connect_timeouts\": %llu, \"io_timeouts\": %llu",
+	    c->max_wait_ms, c->max_waiting, c->connect_timeout_ms, c->io_timeout_ms,
+	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
+	json_reasons(f, "rejected_by", c->rejected_by);
+	json_reasons(f, "would_reject", c->would_reject);
+	fputs(", \"classes\": [", f);
+	for (size_t k = 0; k < c->nclass; k++) {
+		const struct cli_class *cc = &c->cls[k];
+
+		fputs(k ? ", {\"name\": " : "{\"name\": ", f);
+		cli_json_string(f, cc->name);
+		fprintf(f, ", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
+		    "\"rejected\": %llu}", cc->limit, cc->in_use, cc->peak,
+		    (unsigned long long)cc->admitted, (unsigned long long)cc->rejected);
 	}
-	putchar('"');
+	fputs("]}", f);
 }
 
-static void
-format_ago(uint64_t when_ms, char *buf, size_t len)
+static bool
+any_reason(const uint64_t *n)
 {
-	uint64_t now = now_real_ms();
-
-	if (when_ms == 0)
-		snprintf(buf, len, "-");
-	else if (when_ms > now)
-		snprintf(buf, len, "just now");
-	else if (now - when_ms < 10000)
-		snprintf(buf, len, "%.1fs ago", (double)(now - when_ms) / 1000);
-	else
-		snprintf(buf, len, "%llus ago", (unsigned long long)((now - when_ms) / 1000));
+	for (int r = 0; r < REASON_MAX; r++) {
+		if (n[r] != 0)
+			return true;
+	}
+	return false;
 }
 
 static void
-print_status(const struct seg *s, bool json)
+text_reasons(FILE *f, const char *name, const char *what, const uint64_t *n)
+{
+	bool first = true;
+
+	if (!any_reason(n))
+		return;
+	fprintf(f, "  %s %s", name, what);
+	for (int r = 0; r < REASON_MAX; r++) {
+		if (n[r] == 0)
+			continue;
+		fprintf(f, "%s %s %llu", first ? "" : ",", seg_reason_name((enum bs_reason)r),
+		    (unsigned long long)n[r]);
+		first = false;
+	}
+	fputc('\n', f);
+}
+
+/* The second table, for compartments that count requests in flight, wait
+ * or time out; printed only when one does. */
+static void
+text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
+{
+	char lim[16], wait[16];
+	bool any = false;
+
+	for (uint32_t i = 0; i < n; i++)
+		any = any || all[i].inflight_limit != UINT32_MAX || all[i].max_wait_ms != 0 ||
+		    all[i].connect_timeout_ms != 0 || all[i].io_timeout_ms != 0 ||
+		    all[i].inflight_admitted != 0;
+	if (!any)
+		return;
+	fprintf(f, "\n%-24s %9s %7s %7s %7s %8s %10s %10s\n", "COMPARTMENT", "IN FLIGHT", "LIMIT",
+	    "PEAK", "WAITING", "MAX WAIT", "CONNECT TO", "IO TO");
+	for (uint32_t i = 0; i < n; i++) {
+		const struct cli_comp *c = &all[i];
+
+		snprintf(wait, sizeof(wait), "%ums", c->max_wait_ms);
+		fprintf(f, "%-24s %9u %7s %7u %7u %8s %10llu %10llu\n", c->name, c->inflight,
+		    cli_limit_text(c->inflight_limit, lim, sizeof(lim)), c->inflight_peak,
+		    c->waiting, c->max_wait_ms ? wait : "-",
+		    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
+	}
+}
+
+void
+cli_print_status(FILE *f, const struct seg *s, bool json)
 {
 	const struct seg_header *h = seg_header(s);
-	uint32_t procs = live_processes(s);
-	char ago[32];
+	uint32_t procs = cli_live_processes(s);
+	struct cli_comp *all = calloc(h->ncomp, sizeof(*all));
+	char ago[32], lim[16];
+	bool extra = false;
 
-	if (json) {
-		printf("{\"segment\": ");
-		json_string(h->name);
-		printf(", \"processes\": %u, \"compartments\": [", procs);
-		for (uint32_t i = 0; i < h->ncomp; i++) {
-			const struct seg_comp *c = seg_comp(s, i);
-			const char *en = cfg_errno_name(atomic_load(&c->reject_errno));
-
-			printf("%s{\"name\": ", i ? ", " : "");
-			json_string(c->name);
-			printf(", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
-			    "\"rejected\": %llu, \"waiting\": %u, \"last_rejection_ms\": %llu, "
-			    "\"reclaimed\": %llu, \"errno\": \"%s\"}",
-			    atomic_load(&c->limit), atomic_load(&c->in_use), atomic_load(&c->peak),
-			    (unsigned long long)atomic_load(&c->admitted),
-			    (unsigned long long)atomic_load(&c->rejected), atomic_load(&c->waiting),
-			    (unsigned long long)atomic_load(&c->last_rejection_ms),
-			    (unsigned long long)atomic_load(&c->reclaimed),
-			    en != NULL ? en : "ECONNREFUSED");
-		}
-		printf("]}\n");
+	if (all == NULL) {
+		fprintf(stderr, "bulkshim: out of memory\n");
 		return;
 	}
-	printf("segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits\n", h->name,
+	for (uint32_t i = 0; i < h->ncomp; i++)
+		cli_read_comp(s, i, &all[i]);
+	if (json) {
+		fputs("{\"segment\": ", f);
+		cli_json_string(f, h->name);
+		fprintf(f, ", \"processes\": %u, \"generation\": %u, \"compartments\": [", procs,
+		    atomic_load(&seg_header(s)->generation));
+		for (uint32_t i = 0; i < h->ncomp; i++) {
+			if (i)
+				fputs(", ", f);
+			json_comp(f, &all[i]);
+		}
+		fputs("]}\n", f);
+		free(all);
+		return;
+	}
+	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits\n", h->name,
 	    h->name, procs, procs == 1 ? "" : "es");
-	printf("%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
+	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
 	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
 	for (uint32_t i = 0; i < h->ncomp; i++) {
-		const struct seg_comp *c = seg_comp(s, i);
-		uint32_t use = atomic_load(&c->in_use), lim = atomic_load(&c->limit);
+		const struct cli_comp *c = &all[i];
 
-		format_ago(atomic_load(&c->last_rejection_ms), ago, sizeof(ago));
-		printf("%-24s %7u %7u %7u %10llu %10llu %10llu  %s%s\n", c->name, use, lim,
-		    atomic_load(&c->peak), (unsigned long long)atomic_load(&c->admitted),
-		    (unsigned long long)atomic_load(&c->rejected),
-		    (unsigned long long)atomic_load(&c->reclaimed), ago,
-		    lim > 0 && use * 5 >= lim * 4 ? "  HOT" : "");
+		cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
+		fprintf(f, "%-24s %7u %7s %7u %10llu %10llu %10llu  %s%s%s\n", c->name, c->in_use,
+		    cli_limit_text(c->limit, lim, sizeof(lim)), c->peak,
+		    (unsigned long long)c->admitted, (unsigned long long)c->rejected,
+		    (unsigned long long)c->reclaimed, ago, c->hot ? "  HOT" : "",
+		    c->enforce ? "" : "  OBSERVE");
+		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
+		    c->nclass > 0;
 	}
+	text_inflight(f, all, h->ncomp);
+	if (extra)
+		fputc('\n', f);
+	for (uint32_t i = 0; i < h->ncomp; i++) {
+		const struct cli_comp *c = &all[i];
+
+		text_reasons(f, c->name, "rejected:", c->rejected_by);
+		text_reasons(f, c->name, "would have rejected (observe mode):", c->would_reject);
+		for (size_t k = 0; k < c->nclass; k++)
+			fprintf(f, "  %s class %s: %u/%u in use, peak %u, admitted %llu, "
+			    "rejected %llu\n", c->name, c->cls[k].name, c->cls[k].in_use,
+			    c->cls[k].limit, c->cls[k].peak, (unsigned long long)c->cls[k].admitted,
+			    (unsigned long long)c->cls[k].rejected);
+	}
+	free(all);
 }
 
 static int
@@ -226,144 +268,87 @@ cmd_status(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *config = NULL, *segment = NULL;
-	char name[BS_NAME_MAX], err[BS_ERRLEN];
+	struct cli_target t = { NULL, NULL };
 	struct seg *s;
 	bool json = false;
-	int c, r;
+	int c;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:s:h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'c':
-			config = optarg;
-			break;
-		case 's':
-			segment = optarg;
-			break;
-		case 'j':
+	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+		if (cli_target_opt(&t, c, optarg))
+			continue;
+		if (c == 'j')
 			json = true;
-			break;
-		case 'h':
-			return usage(stdout, 0);
-		default:
-			return usage(stderr, 2);
-		}
+		else if (c == 'h')
+			return cli_help("status", stdout, 0);
+		else
+			return cli_help("status", stderr, 2);
 	}
-	if (optind != argc || (config != NULL && segment != NULL))
-		return usage(stderr, 2);
-	if (segment == NULL) {
-		if (segment_of(config != NULL ? config : default_config(), name, sizeof(name)) < 0)
-			return 1;
-		segment = name;
-	}
-	/* Writable to reclaim the permits of dead processes first; a user
-	 * who may only read the segment still gets the figures. */
-	r = seg_open(segment, true, &s, err, sizeof(err));
-	if (r == -EACCES)
-		r = seg_open(segment, false, &s, err, sizeof(err));
-	else if (r == 0)
-		seg_reclaim(s, false);
-	if (r < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+	if (optind != argc || (t.config != NULL && t.segment != NULL))
+		return cli_help("status", stderr, 2);
+	if (cli_open(&t, false, &s) < 0)
 		return 1;
-	}
-	print_status(s, json);
+	cli_print_status(stdout, s, json);
 	seg_close(s);
 	return 0;
 }
 
-/* ---- check ---- */
+/* ---- dispatch ---- */
 
-static void
-bar(char *buf, size_t width, double frac, char ch)
-{
-	size_t n = (size_t)(frac * (double)width + 0.5);
-
-	if (n > width)
-		n = width;
-	memset(buf, ch, n);
-	memset(buf + n, '.', width - n);
-	buf[width] = '\0';
-}
-
-static int
-cmd_check(int argc, char **argv)
-{
-	struct bs_config cfg;
-	char err[BS_ERRLEN], b[41];
-	bool quiet = false;
-	uint64_t sum = 0;
-	int c;
-
-	optind = 1;
-	while ((c = getopt(argc, argv, "qh")) != -1) {
-		switch (c) {
-		case 'q':
-			quiet = true;
-			break;
-		case 'h':
-			return usage(stdout, 0);
-		default:
-			return usage(stderr, 2);
-		}
-	}
-	if (optind + 1 != argc)
-		return usage(stderr, 2);
-	if (cfg_load(argv[optind], &cfg, true, err, sizeof(err)) < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
-		return 1;
-	}
-	for (size_t i = 0; i < cfg.ncomp; i++)
-		sum += cfg.comp[i].max_connections;
-	if (!quiet) {
-		uint64_t scale = cfg.has_budget ? cfg.pool : sum;
-
-		printf("%s: ok, segment %s, %zu compartment%s\n", cfg.path, cfg.segment, cfg.ncomp,
-		    cfg.ncomp == 1 ? "" : "s");
-		for (size_t i = 0; i < cfg.ncomp; i++) {
-			size_t ndest = 0;
-
-			for (size_t j = 0; j < cfg.nrules; j++)
-				ndest += cfg.rules[j].comp == (int)i && cfg.rules[j].kind != RULE_IP;
-			for (size_t j = 0; j < cfg.nrules; j++)
-				ndest += cfg.rules[j].comp == (int)i && cfg.rules[j].kind == RULE_IP;
-			bar(b, 40, scale ? (double)cfg.comp[i].max_connections / (double)scale : 0, '#');
-			printf("  %-24s %7u  %s  %s\n", cfg.comp[i].name, cfg.comp[i].max_connections,
-			    b, cfg_errno_name(cfg.comp[i].reject_errno));
-		}
-		if (cfg.has_budget) {
-			bar(b, 40, (double)cfg.reserved / (double)cfg.pool, 'r');
-			printf("  %-24s %7u  %s\n", "(reserved)", cfg.reserved, b);
-			bar(b, 40, (double)(sum + cfg.reserved) / (double)cfg.pool, '=');
-			printf("  %-24s %7llu  %s  of a pool of %u\n", "total",
-			    (unsigned long long)(sum + cfg.reserved), b, cfg.pool);
-		} else {
-			printf("  %-24s %7llu  (no budget set)\n", "total", (unsigned long long)sum);
-		}
-	}
-	cfg_free(&cfg);
-	return 0;
-}
+static const struct {
+	const char *name;
+	int (*fn)(int, char **);
+} table[] = {
+	{ "run", cmd_run },
+	{ "status", cmd_status },
+	{ "watch", cmd_watch },
+	{ "metrics", cmd_metrics },
+	{ "serve", cmd_serve },
+	{ "check", cmd_check },
+	{ "set", cmd_set },
+	{ "reload", cmd_reload },
+	{ "reset", cmd_reset },
+	{ "size", cmd_size },
+	{ "suggest", cmd_suggest },
+	{ "list", cmd_list },
+};
 
 int
 main(int argc, char **argv)
 {
 	if (argc < 2)
-		return usage(stderr, 2);
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-	    strcmp(argv[1], "help") == 0)
-		return usage(stdout, 0);
+		return cli_usage(stderr, 2);
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+		return cli_usage(stdout, 0);
+	if (strcmp(argv[1], "help") == 0 && argc > 2) {
+		argv[1] = argv[2];
+		argv[2] = (char *)"--help";
+		argc = 3;
+	} else if (strcmp(argv[1], "help") == 0) {
+		return cli_usage(stdout, 0);
+	}
 	if (strcmp(argv[1], "--version") == 0) {
 		printf("bulkshim %s\n", BS_VERSION);
 		return 0;
 	}
-	if (strcmp(argv[1], "run") == 0)
-		return cmd_run(argc - 1, argv + 1);
-	if (strcmp(argv[1], "status") == 0)
-		return cmd_status(argc - 1, argv + 1);
-	if (strcmp(argv[1], "check") == 0)
-		return cmd_check(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		if (strcmp(argv[1], table[i].name) == 0) {
+			char name[32];
+			int r;
+
+			/* getopt's messages then begin "bulkshim status: ...". */
+			snprintf(name, sizeof(name), "bulkshim %s", table[i].name);
+			argv[1] = name;
+			r = table[i].fn(argc - 1, argv + 1);
+
+			if (fflush(stdout) != 0 && r == 0) {
+				fprintf(stderr, "bulkshim: cannot write the output: %s\n",
+				    strerror(errno));
+				r = 1;
+			}
+			return r;
+		}
+	}
 	fprintf(stderr, "bulkshim: unknown command \"%s\"\n", argv[1]);
-	return usage(stderr, 2);
+	return cli_usage(stderr, 2);
 }

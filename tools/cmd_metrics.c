@@ -1,0 +1,256 @@
+/* cmd_metrics.c - `bulkshim metrics`: a segment in the Prometheus text format. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* ---- the exposition ---- */
+
+/* Writes a label value with the escapes the text format wants. */
+static void
+label_value(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fprintf(f, "\\%c", *s);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+static void
+labels(FILE *f, const char *seg, const char *comp, const char *key, const char *value)
+{
+	fputs("{segment=\"", f);
+	label_value(f, seg);
+	fputc('"', f);
+	if (comp != NULL) {
+		fputs(",compartment=\"", f);
+		label_value(f, comp);
+		fputc('"', f);
+	}
+	if (key != NULL)
+		fprintf(f, ",%s=\"%s\"", key, value);
+	fputc('}', f);
+}
+
+static void
+family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A limit of UINT32_MAX (none) is +Inf: nothing is ever at it. */
+static void
+limit_value(FILE *f, uint32_t v)
+{
+	if (v == UINT32_MAX)
+		fputs(" +Inf\n", f);
+	else
+		fprintf(f, " %u\n", v);
+}
+
+/* Which per-compartment value a gauge or counter family shows. */
+enum field {
+	F_LIMIT, F_IN_USE, F_PEAK, F_INFLIGHT, F_INFLIGHT_LIMIT, F_INFLIGHT_PEAK, F_WAITING,
+	F_OVER, F_ENFORCE, F_ADMITTED, F_RECLAIMED, F_PEAK_RATE,
+};
+
+static const struct {
+	const char *name, *type, *help;
+	enum field field;
+} simple[] = {
+	{ "bulkshim_compartment_limit", "gauge", "Connections a compartment admits at once "
+	  "(max_connections; +Inf when it has none).", F_LIMIT },
+	{ "bulkshim_compartment_in_use", "gauge", "Connections open now, including those let "
+	  "past a full limit in observe mode.", F_IN_USE },
+	{ "bulkshim_compartment_peak", "gauge", "Most connections open at once since the last "
+	  "reset.", F_PEAK },
+	{ "bulkshim_compartment_over", "gauge", "Connections open now that observe mode let past "
+	  "a full limit.", F_OVER },
+	{ "bulkshim_compartment_inflight", "gauge", "Requests in flight now (sent, reply not yet "
+	  "begun).", F_INFLIGHT },
+	{ "bulkshim_compartment_inflight_limit", "gauge", "Requests a compartment lets be in "
+	  "flight at once (max_inflight; +Inf when it has none).", F_INFLIGHT_LIMIT },
+	{ "bulkshim_compartment_inflight_peak", "gauge", "Most requests in flight at once since "
+	  "the last reset.", F_INFLIGHT_PEAK },
+	{ "bulkshim_compartment_waiting", "gauge", "Callers waiting for a permit now.", F_WAITING },
+	{ "bulkshim_compartment_enforce", "gauge", "1 when the compartment refuses calls, 0 in "
+	  "observe mode.", F_ENFORCE },
+	{ "bulkshim_compartment_peak_rate", "gauge", "Most admissions seen in one second.",
+	  F_PEAK_RATE },
+	{ "bulkshim_admitted_total", "counter", "Connections admitted.", F_ADMITTED },
+	{ "bulkshim_reclaimed_total", "counter", "Permits taken back from processes that died "
+	  "holding them.", F_RECLAIMED },
+};
+
+static void
+simple_value(FILE *f, const struct cli_comp *c, enum field field)
+{
+	switch (field) {
+	case F_LIMIT: limit_value(f, c->limit); break;
+	case F_IN_USE: fprintf(f, " %u\n", c->in_use); break;
+	case F_PEAK: fprintf(f, " %u\n", c->peak); break;
+	case F_OVER: fprintf(f, " %u\n", c->over); break;
+	case F_INFLIGHT: fprintf(f, " %u\n", c->inflight); break;
+	case F_INFLIGHT_LIMIT: limit_value(f, c->inflight_limit); break;
+	case F_INFLIGHT_PEAK: fprintf(f, " %u\n", c->inflight_peak); break;
+	case F_WAITING: fprintf(f, " %u\n", c->waiting); break;
+	case F_ENFORCE: fprintf(f, " %d\n", c->enforce ? 1 : 0); break;
+	case F_PEAK_RATE: fprintf(f, " %llu\n", (unsigned long long)c->peak_rate); break;
+	case F_ADMITTED: fprintf(f, " %llu\n", (unsigned long long)c->admitted); break;
+	case F_RECLAIMED: fprintf(f, " %llu\n", (unsigned long long)c->reclaimed); break;
+	}
+}
+
+/* 2^i microseconds in seconds, exactly: at most six decimals. */
+static void
+bound_seconds(char *buf, size_t len, uint64_t us)
+{
+	size_t n;
+
+	snprintf(buf, len, "%llu.%06llu", (unsigned long long)(us / 1000000),
+	    (unsigned long long)(us % 1000000));
+	n = strlen(buf);
+	while (n > 0 && buf[n - 1] == '0')
+		buf[--n] = '\0';
+	if (n > 0 && buf[n - 1] == '.')
+		buf[--n] = '\0';
+}
+
+enum hist_kind { H_CONNECT, H_REPLY, H_WAIT };
+
+static void
+histogram(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n,
+    enum hist_kind kind)
+{
+	static const char *const names[] = {
+		"bulkshim_connect_seconds", "bulkshim_reply_seconds", "bulkshim_wait_seconds",
+	};
+	static const char *const helps[] = {
+		"How long connect() took.",
+		"From a request's first send to the first byte of its reply.",
+		"How long callers waited for a permit.",
+	};
+	const char *seg = seg_header(s)->name;
+	char le[32];
+
+	family(f, names[kind], "histogram", helps[kind]);
+	for (uint32_t i = 0; i < n; i++) {
+		struct seg_comp *sc = seg_comp(s, all[i].index);
+		struct cli_hist h;
+		uint64_t cum = 0;
+
+		cli_read_hist(kind == H_CONNECT ? &sc->h_connect : kind == H_REPLY ?
+		    &sc->h_reply : &sc->h_wait, &h);
+		/* Bucket i holds values below 2^i us; the last one holds
+		 * everything above and is +Inf. */
+		for (int b = 0; b < BS_HIST_BUCKETS - 1; b++) {
+			cum += h.bucket[b];
+			bound_seconds(le, sizeof(le), 1ULL << b);
+			fprintf(f, "%s_bucket", names[kind]);
+			labels(f, seg, all[i].name, "le", le);
+			fprintf(f, " %llu\n", (unsigned long long)cum);
+		}
+		fprintf(f, "%s_bucket", names[kind]);
+		labels(f, seg, all[i].name, "le", "+Inf");
+		fprintf(f, " %llu\n", (unsigned long long)h.total);
+		fprintf(f, "%s_sum", names[kind]);
+		labels(f, seg, all[i].name, NULL, NULL);
+		fprintf(f, " %llu.%06llu\n", (unsigned long long)(h.sum_us / 1000000),
+		    (unsigned long long)(h.sum_us % 1000000));
+		fprintf(f, "%s_count", names[kind]);
+		labels(f, seg, all[i].name, NULL, NULL);
+		fprintf(f, " %llu\n", (unsigned long long)h.total);
+	}
+}
+
+static void
+by_reason(FILE *f, const char *name, const char *help, const char *seg,
+    const struct cli_comp *all, uint32_t n, bool would)
+{
+	family(f, name, "counter", help);
+	for (uint32_t i = 0; i < n; i++) {
+		for (int r = 0; r < REASON_MAX; r++) {
+			fputs(name, f);
+			labels(f, seg, all[i].name, "reason", seg_reason_name((enum bs_reason)r));
+			fprintf(f, " %llu\n", (unsigned long long)(would ? all[i].would_reject[r] :
+			    all[i].rejected_by[r]));
+		}
+	}
+}
+
+void
+cli_write_metrics(FILE *f, const struct seg *s)
+{
+	const struct seg_header *h = seg_header(s);
+	struct cli_comp *all = calloc(h->ncomp, sizeof(*all));
+	const char *seg = h->name;
+
+	if (all == NULL)
+		return;
+	for (uint32_t i = 0; i < h->ncomp; i++)
+		cli_read_comp(s, i, &all[i]);
+	family(f, "bulkshim_processes", "gauge", "Live processes attached to the segment.");
+	fputs("bulkshim_processes", f);
+	labels(f, seg, NULL, NULL, NULL);
+	fprintf(f, " %u\n", cli_live_processes(s));
+	for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++) {
+		family(f, simple[k].name, simple[k].type, simple[k].help);
+		for (uint32_t i = 0; i < h->ncomp; i++) {
+			fputs(simple[k].name, f);
+			labels(f, seg, all[i].name, NULL, NULL);
+			simple_value(f, &all[i], simple[k].field);
+		}
+	}
+	by_reason(f, "bulkshim_rejections_total", "Calls refused, by reason.", seg, all,
+	    h->ncomp, false);
+	by_reason(f, "bulkshim_would_reject_total", "Calls observe mode let through that "
+	    "enforcing would have refused, by reason.", seg, all, h->ncomp, true);
+	family(f, "bulkshim_timeouts_total", "counter", "Calls that gave up with ETIMEDOUT "
+	    "(connect_timeout_ms, io_timeout_ms).");
+	for (uint32_t i = 0; i < h->ncomp; i++) {
+		fputs("bulkshim_timeouts_total", f);
+		labels(f, seg, all[i].name, "kind", "connect");
+		fprintf(f, " %llu\n", (unsigned long long)all[i].connect_timeouts);
+		fputs("bulkshim_timeouts_total", f);
+		labels(f, seg, all[i].name, "kind", "io");
+		fprintf(f, " %llu\n", (unsigned long long)all[i].io_timeouts);
+	}
+	histogram(f, s, all, h->ncomp, H_CONNECT);
+	histogram(f, s, all, h->ncomp, H_REPLY);
+	histogram(f, s, all, h->ncomp, H_WAIT);
+	free(all);
+}
+
+int
+cmd_metrics(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_target t = { NULL, NULL };
+	struct seg *s;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+		if (cli_target_opt(&t, c, optarg))
+			continue;
+		if (c == 'h')
+			return cli_help("metrics", stdout, 0);
+		return cli_help("metrics", stderr, 2);
+	}
+	if (optind != argc || (t.config != NULL && t.segment != NULL))
+		return cli_help("metrics", stderr, 2);
+	if (cli_open(&t, false, &s) < 0)
+		return 1;
+	cli_write_metrics(stdout, s);
+	seg_close(s);
+	return 0;
+}

@@ -1,0 +1,472 @@
+/* cmd_serve.c - `bulkshim serve`: a small HTTP/1.0 server for /metrics and /status.json. */
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/*
+ * One request per connection, answered with "Connection: close", so a
+ * client is a small state machine: read the request head, write the whole
+ * reply, then read and discard what the client still sends until it closes
+ * (closing with unread data would reset the connection and could cut the
+ * reply short). Every client has a deadline, the request head is bounded,
+ * and nothing a client sends can make the server do more than answer 400.
+ */
+
+#define DEFAULT_LISTEN	"127.0.0.1:9464"
+#define MAX_CLIENTS	64
+#define REQUEST_MAX	8192	/* bytes of request line and headers */
+#define CLIENT_MS	10000	/* a client's time to send its request and read the reply */
+#define LINGER_MS	2000	/* discarding what a client sends after the reply */
+
+enum client_state { C_FREE, C_READING, C_WRITING, C_DRAINING };
+
+struct client {
+	int fd;
+	enum client_state state;
+	size_t len;
+	char *out;
+	size_t outlen, outoff;
+	uint64_t deadline;
+	char req[REQUEST_MAX];
+};
+
+static volatile sig_atomic_t stop_signal;
+
+static void
+on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+/* ---- replies ---- */
+
+static const char *
+reason_phrase(int code)
+{
+	switch (code) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 431: return "Request Header Fields Too Large";
+	case 503: return "Service Unavailable";
+	}
+	return "Internal Server Error";
+}
+
+/* Sets the client's reply: status line, headers, and body unless head. */
+static void
+reply(struct client *cl, int code, const char *type, const char *body, size_t len, bool head)
+{
+	char *out = NULL;
+	size_t outlen = 0;
+	FILE *f = open_memstream(&out, &outlen);
+
+	if (f == NULL)
+		return;
+	fprintf(f, "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	    "Connection: close\r\nCache-Control: no-store\r\n", code, reason_phrase(code), type,
+	    len);
+	if (code == 405)
+		fputs("Allow: GET, HEAD\r\n", f);
+	fputs("\r\n", f);
+	if (!head && len > 0)
+		fwrite(body, 1, len, f);
+	if (fclose(f) != 0) {
+		free(out);
+		return;
+	}
+	cl->out = out;
+	cl->outlen = outlen;
+	cl->outoff = 0;
+	cl->state = C_WRITING;
+}
+
+static void
+reply_text(struct client *cl, int code, const char *text, bool head)
+{
+	reply(cl, code, "text/plain; charset=utf-8", text, strlen(text), head);
+}
+
+/* Opens the segment for one request; it may have been created, replaced or
+ * removed since the last one. */
+static int
+open_for_request(const char *name, struct seg **s, char *err, size_t errlen)
+{
+	int r = seg_open(name, true, s, err, errlen);
+
+	if (r == 0) {
+		seg_reclaim(*s, false);
+		return 0;
+	}
+	if (r == -EACCES || r == -EPERM || r == -EROFS)
+		r = seg_open(name, false, s, err, errlen);
+	return r;
+}
+
+static void
+serve_path(struct client *cl, const char *segment, const char *path, bool head)
+{
+	char err[BS_ERRLEN + 2], *body = NULL;
+	size_t len = 0;
+	struct seg *s;
+	bool metrics = strcmp(path, "/metrics") == 0;
+	FILE *f;
+
+	if (!metrics && strcmp(path, "/status.json") != 0) {
+		reply_text(cl, 404, "not found: try /metrics or /status.json\n", head);
+		return;
+	}
+	if (open_for_request(segment, &s, err, sizeof(err) - 2) < 0) {
+		strcat(err, "\n");
+		reply_text(cl, 503, err, head);
+		return;
+	}
+	f = open_memstream(&body, &len);
+	if (f != NULL) {
+		if (metrics)
+			cli_write_metrics(f, s);
+		else
+			cli_print_status(f, s, true);
+		if (fclose(f) == 0)
+			reply(cl, 200, metrics ? "text/plain; version=0.0.4; charset=utf-8" :
+			    "application/json", body, len, head);
+	}
+	free(body);
+	seg_close(s);
+	if (cl->state != C_WRITING)
+		reply_text(cl, 503, "out of memory\n", head);
+}
+
+/* Parses "METHOD TARGET HTTP/x.y" and answers it. */
+static void
+handle_request(struct client *cl, const char *segment)
+{
+	char *line = cl->req, *end = memchr(cl->req, '\n', cl->len), *method, *target, *version;
+	char *save = NULL, *extra;
+	bool head;
+
+	if (end == NULL) {
+		reply_text(cl, 400, "bad request\n", false);
+		return;
+	}
+	*end = '\0';
+	if (end > line && end[-1] == '\r')
+		end[-1] = '\0';
+	for (char *p = line; *p; p++) {
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) {
+			reply_text(cl, 400, "bad request\n", false);
+			return;
+		}
+	}
+	method = strtok_r(line, " ", &save);
+	target = strtok_r(NULL, " ", &save);
+	version = strtok_r(NULL, " ", &save);
+	extra = strtok_r(NULL, " ", &save);
+	if (method == NULL || target == NULL || version == NULL || extra != NULL ||
+	    strncmp(version, "HTTP/", 5) != 0 || target[0] != '/') {
+		reply_text(cl, 400, "bad request\n", false);
+		return;
+	}
+	head = strcmp(method, "HEAD") == 0;
+	if (!head && strcmp(method, "GET") != 0) {
+		reply_text(cl, 405, "only GET and HEAD\n", false);
+		return;
+	}
+	target[strcspn(target, "?#")] = '\0';
+	serve_path(cl, segment, target, head);
+}
+
+/* ---- connections ---- */
+
+static void
+drop(struct client *cl)
+{
+	close(cl->fd);
+	free(cl->out);
+	cl->out = NULL;
+	cl->state = C_FREE;
+}
+
+/* A request head ends with an empty line; bare LFs are accepted too. */
+static bool
+head_complete(const struct client *cl)
+{
+	for (size_t i = 1; i < cl->len; i++) {
+		if (cl->req[i] == '\n' && (cl->req[i - 1] == '\n' ||
+		    (i >= 2 && cl->req[i - 1] == '\r' && cl->req[i - 2] == '\n')))
+			return true;
+	}
+	return false;
+}
+
+static void
+on_readable(struct client *cl, const char *segment)
+{
+	char sink[4096];
+	ssize_t n;
+
+	if (cl->state == C_DRAINING) {
+		n = recv(cl->fd, sink, sizeof(sink), 0);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			drop(cl);
+		return;
+	}
+	n = recv(cl->fd, cl->req + cl->len, sizeof(cl->req) - cl->len, 0);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+		drop(cl);
+		return;
+	}
+	if (n < 0)
+		return;
+	cl->len += (size_t)n;
+	if (head_complete(cl))
+		handle_request(cl, segment);
+	else if (cl->len == sizeof(cl->req))
+		reply_text(cl, 431, "request too large\n", false);
+}
+
+static void
+on_writable(struct client *cl)
+{
+	ssize_t n = send(cl->fd, cl->out + cl->outoff, cl->outlen - cl->outoff, MSG_NOSIGNAL);
+
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EINTR)
+			drop(cl);
+		return;
+	}
+	cl->outoff += (size_t)n;
+	if (cl->outoff < cl->outlen)
+		return;
+	free(cl->out);
+	cl->out = NULL;
+	shutdown(cl->fd, SHUT_WR);
+	cl->state = C_DRAINING;
+	cl->deadline = now_mono_ms() + LINGER_MS;
+}
+
+/* Accepts what is pending. Returns -1 when out of descriptors: the
+ * listener stays readable, so the caller stops polling it for a moment. */
+static int
+accept_clients(int lfd, struct client *cl)
+{
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), i = 0;
+
+		if (fd < 0)
+			return errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM ? -1 : 0;
+		while (i < MAX_CLIENTS && cl[i].state != C_FREE)
+			i++;
+		if (i == MAX_CLIENTS) {
+			/* Full: the oldest clients are served first. */
+			close(fd);
+			continue;
+		}
+		cl[i].fd = fd;
+		cl[i].state = C_READING;
+		cl[i].len = 0;
+		cl[i].out = NULL;
+		cl[i].deadline = now_mono_ms() + CLIENT_MS;
+	}
+}
+
+/* Binds ADDR:PORT ("[::1]:9464", "0.0.0.0:80", "localhost:0"); returns the
+ * listening descriptor or -1 with the error printed. */
+static int
+listen_on(const char *spec, char *shown, size_t shownlen)
+{
+	struct addrinfo hints, *res = NULL, *ai;
+	char host[256], port[16], h[NI_MAXHOST], p[NI_MAXSERV];
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	const char *colon = strrchr(spec, ':');
+	int fd = -1, one = 1, r;
+
+	if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= sizeof(port) ||
+	    (size_t)(colon - spec) >= sizeof(host)) {
+		fprintf(stderr, "bulkshim: --listen wants ADDR:PORT, not \"%s\"\n", spec);
+		return -1;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
+	snprintf(port, sizeof(port), "%s", colon + 1);
+	if (strspn(port, "0123456789") != strlen(port) || atoi(port) > 65535) {
+		fprintf(stderr, "bulkshim: --listen %s: the port must be 0 to 65535\n", spec);
+		return -1;
+	}
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	r = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+	if (r != 0) {
+		fprintf(stderr, "bulkshim: --listen %s: %s\n", spec, gai_strerror(r));
+		return -1;
+	}
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0)
+			break;
+		r = errno;
+		close(fd);
+		fd = -1;
+		errno = r;
+	}
+	if (fd < 0)
+		fprintf(stderr, "bulkshim: cannot listen on %s: %s\n", spec, strerror(errno));
+	freeaddrinfo(res);
+	if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+	    getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+	    NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+		snprintf(shown, shownlen, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+	return fd;
+}
+
+/* Blocks SIGINT and SIGTERM except inside ppoll, so a signal can never slip
+ * in between checking the flag and going to sleep. */
+static void
+catch_signals(sigset_t *during_poll)
+{
+	struct sigaction sa;
+	sigset_t block;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigprocmask(SIG_BLOCK, &block, during_poll);
+	sigdelset(during_poll, SIGINT);
+	sigdelset(during_poll, SIGTERM);
+}
+
+static void
+serve_loop(int lfd, const char *segment)
+{
+	static struct client cl[MAX_CLIENTS];
+	struct pollfd pf[MAX_CLIENTS + 1];
+	int who[MAX_CLIENTS + 1];
+	uint64_t accept_after = 0;
+	sigset_t during_poll;
+
+	catch_signals(&during_poll);
+	while (!stop_signal) {
+		uint64_t now = now_mono_ms(), next = now + 1000;
+		struct timespec ts;
+		nfds_t n = 0;
+		int busy = 0;
+
+		for (int i = 0; i < MAX_CLIENTS; i++) {
+			if (cl[i].state == C_FREE)
+				continue;
+			if (cl[i].deadline <= now) {
+				drop(&cl[i]);
+				continue;
+			}
+			busy++;
+			if (cl[i].deadline < next)
+				next = cl[i].deadline;
+			pf[n].fd = cl[i].fd;
+			pf[n].events = cl[i].state == C_WRITING ? POLLOUT : POLLIN;
+			who[n++] = i;
+		}
+		if (accept_after > now && accept_after < next)
+			next = accept_after;
+		if (busy < MAX_CLIENTS && now >= accept_after) {
+			pf[n].fd = lfd;
+			pf[n].events = POLLIN;
+			who[n++] = -1;
+		}
+		ts.tv_sec = (time_t)((next - now) / 1000);
+		ts.tv_nsec = (long)((next - now) % 1000) * 1000000;
+		if (ppoll(pf, n, &ts, &during_poll) <= 0)
+			continue;
+		for (nfds_t k = 0; k < n; k++) {
+			struct client *c = who[k] >= 0 ? &cl[who[k]] : NULL;
+
+			if (pf[k].revents == 0)
+				continue;
+			if (c == NULL) {
+				/* The listener comes last: the clients of
+				 * this round are done before slots are reused. */
+				if (accept_clients(lfd, cl) < 0)
+					accept_after = now_mono_ms() + 100;
+			} else if (pf[k].revents & (POLLERR | POLLNVAL))
+				drop(c);
+			else if (c->state == C_WRITING)
+				on_writable(c);
+			else
+				on_readable(c, segment);
+		}
+	}
+	for (int i = 0; i < MAX_CLIENTS; i++) {
+		if (cl[i].state != C_FREE)
+			drop(&cl[i]);
+	}
+}
+
+int
+cmd_serve(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_target t = { NULL, NULL };
+	const char *listen_spec = DEFAULT_LISTEN;
+	char name[BS_NAME_MAX], shown[300], err[BS_ERRLEN];
+	struct seg *s;
+	int c, lfd;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+		if (cli_target_opt(&t, c, optarg))
+			continue;
+		if (c == 'l')
+			listen_spec = optarg;
+		else if (c == 'h')
+			return cli_help("serve", stdout, 0);
+		else
+			return cli_help("serve", stderr, 2);
+	}
+	if (optind != argc || (t.config != NULL && t.segment != NULL))
+		return cli_help("serve", stderr, 2);
+	if (cli_segment_name(&t, name, sizeof(name)) < 0)
+		return 1;
+	snprintf(shown, sizeof(shown), "%s", listen_spec);
+	lfd = listen_on(listen_spec, shown, sizeof(shown));
+	if (lfd < 0)
+		return 1;
+	if (seg_open(name, false, &s, err, sizeof(err)) < 0)
+		fprintf(stderr, "bulkshim: %s; answering 503 until it exists\n", err);
+	else
+		seg_close(s);
+	fprintf(stderr, "bulkshim: serving segment %s on http://%s/metrics and /status.json\n",
+	    name, shown);
+	serve_loop(lfd, name);
+	close(lfd);
+	fprintf(stderr, "bulkshim: %s, stopped\n", strsignal(stop_signal));
+	return 0;
+}

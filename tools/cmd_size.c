@@ -1,0 +1,364 @@
+/* cmd_size.c - Little's law: `bulkshim size` from given figures, `suggest` from recorded ones. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/*
+ * permits = ceil(rate x latency x headroom x (1 + retries)). The figures are
+ * kept as exact decimals (mantissa / 10^scale) and multiplied in 128-bit
+ * integers, so 0.1 x 3 is 0.3 and never rounds up to one permit too many.
+ */
+
+#define DIGITS_MAX	9	/* significant digits of one figure */
+#define DECIMALS_MAX	9	/* digits after the point */
+
+typedef unsigned __int128 u128;
+
+struct dec {
+	uint64_t m;	/* value = m / 10^scale */
+	int scale;
+};
+
+static u128
+pow10_u128(int n)
+{
+	u128 p = 1;
+
+	while (n-- > 0)
+		p *= 10;
+	return p;
+}
+
+/* Parses "250", "0.25"; a latency may end in s, ms or us. Returns 0 or -1. */
+static int
+parse_dec(const char *s, bool unit, struct dec *out)
+{
+	int digits = 0, decimals = 0;
+	bool point = false, any = false;
+	const char *p = s;
+
+	out->m = 0;
+	out->scale = 0;
+	for (; *p; p++) {
+		if (*p == '.' && !point) {
+			point = true;
+			continue;
+		}
+		if (*p < '0' || *p > '9')
+			break;
+		any = true;
+		if (out->m == 0 && *p == '0' && !point)
+			continue;
+		if (out->m != 0 || *p != '0')
+			digits++;
+		if (point)
+			decimals++;
+		if (digits > DIGITS_MAX || decimals > DECIMALS_MAX)
+			return -1;
+		out->m = out->m * 10 + (uint64_t)(*p - '0');
+	}
+	out->scale = decimals;
+	if (!any)
+		return -1;
+	if (*p == '\0' || (unit && strcmp(p, "s") == 0))
+		return 0;
+	if (unit && strcmp(p, "ms") == 0)
+		out->scale += 3;
+	else if (unit && strcmp(p, "us") == 0)
+		out->scale += 6;
+	else
+		return -1;
+	return 0;
+}
+
+/* Writes m / 10^scale with at least min_dec decimals and no trailing
+ * zeros beyond them. */
+static void
+dec_text(u128 m, int scale, int min_dec, char *buf, size_t len)
+{
+	u128 p = pow10_u128(scale), ip = m / p, fp = m % p;
+	char frac[40];
+	int n;
+
+	snprintf(frac, sizeof(frac), "%0*llu", scale, (unsigned long long)fp);
+	frac[scale] = '\0';
+	n = scale;
+	while (n > min_dec && frac[n - 1] == '0')
+		frac[--n] = '\0';
+	for (; n < min_dec; n++)
+		frac[n] = '0';
+	frac[n] = '\0';
+	snprintf(buf, len, "%llu%s%s", (unsigned long long)ip, n ? "." : "", frac);
+}
+
+static void
+dec_show(const struct dec *d, int min_dec, char *buf, size_t len)
+{
+	dec_text(d->m, d->scale, min_dec, buf, len);
+}
+
+int
+cmd_size(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "rps", required_argument, NULL, 'r' },
+		{ "latency", required_argument, NULL, 'l' },
+		{ "headroom", required_argument, NULL, 'H' },
+		{ "retries", required_argument, NULL, 'k' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct dec rps, lat, head = { 2, 0 }, retries = { 0, 0 };
+	char r[64], l[64], h[64], k[64];
+	bool has_rps = false, has_lat = false, json = false;
+	u128 num, den;
+	uint64_t permits;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'r':
+			has_rps = true;
+			if (parse_dec(optarg, false, &rps) < 0 || rps.m == 0)
+				goto bad;
+			break;
+		case 'l':
+			has_lat = true;
+			if (parse_dec(optarg, true, &lat) < 0 || lat.m == 0)
+				goto bad;
+			break;
+		case 'H':
+			if (parse_dec(optarg, false, &head) < 0 || head.m == 0)
+				goto bad;
+			break;
+		case 'k':
+			if (parse_dec(optarg, false, &retries) < 0)
+				goto bad;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			return cli_help("size", stdout, 0);
+		default:
+			return cli_help("size", stderr, 2);
+		}
+	}
+	if (optind != argc || !has_rps || !has_lat)
+		return cli_help("size", stderr, 2);
+	/* (1 + K) = (10^scale + m) / 10^scale */
+	num = (u128)rps.m * lat.m * head.m * (pow10_u128(retries.scale) + retries.m);
+	den = pow10_u128(rps.scale + lat.scale + head.scale + retries.scale);
+	permits = (uint64_t)((num + den - 1) / den);
+	dec_show(&rps, 0, r, sizeof(r));
+	dec_show(&lat, 3, l, sizeof(l));
+	dec_show(&head, 1, h, sizeof(h));
+	dec_show(&retries, 0, k, sizeof(k));
+	if (json) {
+		dec_show(&lat, 0, l, sizeof(l));
+		dec_show(&head, 0, h, sizeof(h));
+		printf("{\"rps\": %s, \"latency_s\": %s, \"headroom\": %s, \"retries\": %s, "
+		    "\"permits\": %llu}\n", r, l, h, k, (unsigned long long)permits);
+		return 0;
+	}
+	printf("%s req/s \u00d7 %s s \u00d7 %s headroom \u00d7 (1 + %s %s) = %llu permit%s\n", r, l,
+	    h, k, retries.m == 1 && retries.scale == 0 ? "retry" : "retries",
+	    (unsigned long long)permits, permits == 1 ? "" : "s");
+	if (permits > BS_MAX_LIMIT)
+		fprintf(stderr, "bulkshim: %llu is above the largest limit a config accepts (%d)\n",
+		    (unsigned long long)permits, BS_MAX_LIMIT);
+	return 0;
+bad:
+	fprintf(stderr, "bulkshim: size: \"%s\" is not a positive number with at most %d digits "
+	    "and %d decimals%s\n", optarg, DIGITS_MAX, DECIMALS_MAX,
+	    c == 'l' ? " (units: s, ms, us)" : "");
+	return 2;
+}
+
+/* ---- suggest ---- */
+
+struct advice {
+	struct cli_comp c;
+	uint64_t recent_rate;	/* highest admissions/s in the last BS_RATE_SECONDS s */
+	const char *source;	/* "reply", "connect" or NULL without samples */
+	uint64_t samples, p50_us, p99_us, suggested;
+	uint32_t limit;		/* the limit compared with, UINT32_MAX = none */
+	const char *limit_key;
+	uint64_t refused;
+	const char *verdict;
+};
+
+static void
+advise(const struct seg *s, uint32_t i, struct advice *a)
+{
+	struct seg_comp *sc = seg_comp(s, i);
+	uint64_t now = (now_mono_ms() / 1000) & 0xffffffff;
+	struct cli_hist h;
+
+	memset(a, 0, sizeof(*a));
+	cli_read_comp(s, i, &a->c);
+	for (int k = 0; k < BS_RATE_SECONDS; k++) {
+		uint64_t e = atomic_load(&sc->rate[k]), sec = e >> 32;
+
+		if (sec <= now && now - sec < BS_RATE_SECONDS && (e & 0xffffffff) > a->recent_rate)
+			a->recent_rate = e & 0xffffffff;
+	}
+	/* Request latency when requests were seen, else connect() time. */
+	cli_read_hist(&sc->h_reply, &h);
+	a->source = "reply";
+	if (h.total == 0) {
+		cli_read_hist(&sc->h_connect, &h);
+		a->source = "connect";
+	}
+	if (h.total == 0)
+		a->source = NULL;
+	a->samples = h.total;
+	a->p50_us = cli_hist_quantile_us(&h, 500);
+	a->p99_us = cli_hist_quantile_us(&h, 990);
+	a->suggested = (uint64_t)(((u128)a->c.peak_rate * a->p99_us * 2 + 999999) / 1000000);
+	a->limit = a->c.limit != UINT32_MAX ? a->c.limit : a->c.inflight_limit;
+	a->limit_key = a->c.limit != UINT32_MAX ? "max_connections" : "max_inflight";
+	/* Calls the limits refused, or would have: a full socket table
+	 * (no_slot) is the segment's size, not the limit's. */
+	for (int r = 0; r < REASON_MAX; r++) {
+		if (r != REASON_NO_SLOT)
+			a->refused += a->c.rejected_by[r] + a->c.would_reject[r];
+	}
+	if (a->c.peak_rate == 0 || a->source == NULL)
+		a->verdict = "no data";
+	else if (a->limit == UINT32_MAX)
+		a->verdict = "no limit";
+	else if (a->refused > 0 && a->suggested > a->limit)
+		a->verdict = "too small";
+	else if (a->suggested * 2 < a->limit && a->refused == 0)
+		a->verdict = "too large";
+	else
+		a->verdict = "fits";
+}
+
+static void
+seconds(uint64_t us, char *buf, size_t len)
+{
+	dec_text(us, 6, 0, buf, len);
+}
+
+static void
+print_advice(const struct advice *a)
+{
+	char p50[64], p99[64];
+
+	seconds(a->p50_us, p50, sizeof(p50));
+	seconds(a->p99_us, p99, sizeof(p99));
+	printf("\n%s\n", a->c.name);
+	printf("  %-20s %llu/s (highest in the last %d s: %llu/s)\n", "peak admission rate",
+	    (unsigned long long)a->c.peak_rate, BS_RATE_SECONDS,
+	    (unsigned long long)a->recent_rate);
+	if (a->source == NULL) {
+		printf("  %-20s no samples yet\n", "latency");
+	} else {
+		printf("  %-20s p50 <= %s s, p99 <= %s s (%s, %llu sample%s)\n", "latency", p50,
+		    p99, a->source, (unsigned long long)a->samples, a->samples == 1 ? "" : "s");
+		printf("  %-20s ceil(%llu/s \u00d7 %s s \u00d7 2) = %llu permit%s\n", "Little's law",
+		    (unsigned long long)a->c.peak_rate, p99, (unsigned long long)a->suggested,
+		    a->suggested == 1 ? "" : "s");
+	}
+	if (a->limit == UINT32_MAX)
+		printf("  %-20s none\n", "limit");
+	else
+		printf("  %-20s %u (%s); %s %llu call%s\n", "limit", a->limit, a->limit_key,
+		    a->c.enforce ? "refused" : "would have refused (observe mode)",
+		    (unsigned long long)a->refused, a->refused == 1 ? "" : "s");
+	if (strcmp(a->verdict, "too small") == 0)
+		printf("  %-20s too small: raise %s to %llu\n", "verdict", a->limit_key,
+		    (unsigned long long)a->suggested);
+	else if (strcmp(a->verdict, "too large") == 0)
+		printf("  %-20s too large: %llu would do; lower %s to free capacity\n", "verdict",
+		    (unsigned long long)a->suggested, a->limit_key);
+	else if (strcmp(a->verdict, "no limit") == 0)
+		printf("  %-20s no limit: Little's law gives %llu\n", "verdict",
+		    (unsigned long long)a->suggested);
+	else
+		printf("  %-20s %s\n", "verdict", a->verdict);
+}
+
+static void
+json_advice(const struct advice *a)
+{
+	char p50[64], p99[64];
+
+	seconds(a->p50_us, p50, sizeof(p50));
+	seconds(a->p99_us, p99, sizeof(p99));
+	fputs("{\"name\": ", stdout);
+	cli_json_string(stdout, a->c.name);
+	printf(", \"peak_rate\": %llu, \"recent_peak_rate\": %llu, \"latency_source\": ",
+	    (unsigned long long)a->c.peak_rate, (unsigned long long)a->recent_rate);
+	if (a->source != NULL)
+		printf("\"%s\"", a->source);
+	else
+		fputs("null", stdout);
+	printf(", \"samples\": %llu, \"p50_s\": %s, \"p99_s\": %s, \"suggested\": %llu, "
+	    "\"limit\": %u, \"limit_key\": \"%s\", \"unlimited\": %s, \"enforce\": %s, "
+	    "\"refused\": %llu, \"verdict\": \"%s\"}", (unsigned long long)a->samples, p50, p99,
+	    (unsigned long long)a->suggested, a->limit == UINT32_MAX ? 0 : a->limit, a->limit_key,
+	    a->limit == UINT32_MAX ? "true" : "false", a->c.enforce ? "true" : "false",
+	    (unsigned long long)a->refused, a->verdict);
+}
+
+int
+cmd_suggest(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_target t = { NULL, NULL };
+	struct advice a;
+	struct seg *s;
+	bool json = false;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+		if (cli_target_opt(&t, c, optarg))
+			continue;
+		if (c == 'j')
+			json = true;
+		else if (c == 'h')
+			return cli_help("suggest", stdout, 0);
+		else
+			return cli_help("suggest", stderr, 2);
+	}
+	if (optind != argc || (t.config != NULL && t.segment != NULL))
+		return cli_help("suggest", stderr, 2);
+	if (cli_open(&t, false, &s) < 0)
+		return 1;
+	if (json) {
+		fputs("{\"segment\": ", stdout);
+		cli_json_string(stdout, seg_header(s)->name);
+		fputs(", \"headroom\": 2, \"compartments\": [", stdout);
+	} else {
+		printf("segment %s: permits by Little's law from the recorded peak admission rate "
+		    "and p99 latency, headroom 2\n(latencies are upper bounds of log2 histogram "
+		    "buckets)\n", seg_header(s)->name);
+	}
+	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++) {
+		advise(s, i, &a);
+		if (json) {
+			if (i)
+				fputs(", ", stdout);
+			json_advice(&a);
+		} else {
+			print_advice(&a);
+		}
+	}
+	if (json)
+		fputs("]}\n", stdout);
+	seg_close(s);
+	return 0;
+}

@@ -1,0 +1,415 @@
+/* cmd_watch.c - `bulkshim watch`: a live view, ANSI on a terminal, plain lines in a pipe. */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/*
+ * Every refresh maps the segment again, so the view survives the segment
+ * being created late, replaced or removed. On a terminal the view uses the
+ * alternate screen and redraws in place; the terminal is put in
+ * non-canonical mode to read `q` and restored on every way out: q, -n,
+ * SIGINT, SIGTERM, SIGHUP, and around a suspension (^Z).
+ */
+
+#define PLAIN_COLUMNS	80
+#define NAME_MIN	11
+#define NAME_MAX_SHOWN	24
+#define COUNT_WIDTH	13
+
+static volatile sig_atomic_t got_stop, got_suspend;
+
+static struct termios saved_tty;
+static bool tty_raw, alt_screen;
+
+static void
+on_stop(int sig)
+{
+	got_stop = sig;
+}
+
+static void
+on_suspend(int sig)
+{
+	(void)sig;
+	got_suspend = 1;
+}
+
+static void
+put(const char *s)
+{
+	ssize_t n = write(STDOUT_FILENO, s, strlen(s));
+
+	(void)n;
+}
+
+static void
+screen_enter(bool ansi, bool use_tty)
+{
+	struct termios t;
+
+	if (use_tty && tcgetattr(STDIN_FILENO, &saved_tty) == 0) {
+		t = saved_tty;
+		/* Keys one at a time, not echoed; ^C still sends SIGINT. */
+		t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+		t.c_cc[VMIN] = 1;
+		t.c_cc[VTIME] = 0;
+		tty_raw = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+	}
+	if (ansi) {
+		put("\033[?1049h\033[?25l\033[H\033[2J");
+		alt_screen = true;
+	}
+}
+
+static void
+screen_leave(void)
+{
+	if (alt_screen)
+		put("\033[?25h\033[?1049l");
+	if (tty_raw)
+		tcsetattr(STDIN_FILENO, TCSANOW, &saved_tty);
+	alt_screen = tty_raw = false;
+}
+
+/* Blocks the signals watch handles except inside ppoll, so none is lost
+ * between checking the flags and going to sleep. */
+static void
+catch_signals(sigset_t *during_poll)
+{
+	struct sigaction sa;
+	sigset_t block;
+
+	memset(&sa, 0, sizeof(sa));
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_stop;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	sa.sa_handler = on_suspend;
+	sigaction(SIGTSTP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	sigaddset(&block, SIGTSTP);
+	sigprocmask(SIG_BLOCK, &block, during_poll);
+	sigdelset(during_poll, SIGINT);
+	sigdelset(during_poll, SIGTERM);
+	sigdelset(during_poll, SIGHUP);
+	sigdelset(during_poll, SIGTSTP);
+}
+
+/* ---- one frame ---- */
+
+/* Rejections (and, in observe mode, would-be rejections) so far, by name,
+ * for the per-second rates of the next frame. */
+struct prev {
+	char name[BS_NAME_MAX];
+	uint64_t refused;
+};
+
+struct view {
+	const char *segment;
+	bool ansi;
+	double interval;
+	struct prev *prev;
+	size_t nprev;
+	uint64_t prev_ms;	/* CLOCK_MONOTONIC of the previous frame, 0 = none */
+};
+
+static uint64_t
+refused(const struct cli_comp *c)
+{
+	uint64_t n = c->rejected;
+
+	for (int r = 0; r < REASON_MAX; r++)
+		n += c->would_reject[r];
+	return n;
+}
+
+static int
+hot_first(const void *a, const void *b)
+{
+	const struct cli_comp *x = a, *y = b;
+
+	if (x->hot != y->hot)
+		return x->hot ? -1 : 1;
+	return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int
+columns(bool ansi)
+{
+	struct winsize ws;
+
+	if (ansi && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	return PLAIN_COLUMNS;
+}
+
+/* The rate of refusals since the previous frame, as text. */
+static void
+rate_text(struct view *v, const struct cli_comp *c, uint64_t now, char *buf, size_t len)
+{
+	snprintf(buf, len, "-");
+	for (size_t i = 0; i < v->nprev && v->prev_ms != 0 && now > v->prev_ms; i++) {
+		if (strcmp(v->prev[i].name, c->name) != 0)
+			continue;
+		if (refused(c) >= v->prev[i].refused)
+			snprintf(buf, len, "%.1f", (double)(refused(c) - v->prev[i].refused) * 1000.0 /
+			    (double)(now - v->prev_ms));
+		return;
+	}
+}
+
+static void
+row(FILE *f, struct view *v, const struct cli_comp *c, int namew, size_t bw, uint64_t now)
+{
+	char bar1[64], bar2[64], n1[32], n2[32], lim[16], rate[32];
+	const char *flag = c->hot ? "HOT" : c->enforce ? "" : "obs";
+
+	cli_bar(bar1, bw, c->in_use, c->limit, '#');
+	cli_bar(bar2, bw, c->inflight, c->inflight_limit, '#');
+	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->limit, lim, sizeof(lim)));
+	snprintf(n2, sizeof(n2), "%u/%s", c->inflight,
+	    cli_limit_text(c->inflight_limit, lim, sizeof(lim)));
+	rate_text(v, c, now, rate, sizeof(rate));
+	fprintf(f, "%-*.*s ", namew, namew, c->name);
+	if (v->ansi && c->hot)
+		fprintf(f, "\033[1;31m%-3s\033[0m", flag);
+	else
+		fprintf(f, "%-3s", flag);
+	fprintf(f, " [%s] %-*s [%s] %-*s %7u %7s%s\n", bar1, COUNT_WIDTH, n1, bar2, COUNT_WIDTH, n2,
+	    c->waiting, rate, v->ansi ? "\033[K" : "");
+}
+
+/* Remembers this frame's counts for the next frame's rates. */
+static void
+remember(struct view *v, const struct cli_comp *all, uint32_t n, uint64_t now)
+{
+	struct prev *p = realloc(v->prev, (n ? n : 1) * sizeof(*p));
+
+	if (p == NULL)
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(p[i].name, all[i].name, sizeof(p[i].name));
+		p[i].refused = refused(&all[i]);
+	}
+	v->prev = p;
+	v->nprev = n;
+	v->prev_ms = now;
+}
+
+static void
+frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
+{
+	const struct seg_header *h = seg_header(s);
+	uint32_t n = h->ncomp, procs = cli_live_processes(s);
+	struct cli_comp *all = calloc(n, sizeof(*all));
+	int namew = NAME_MIN, fixed, avail;
+	size_t bw;
+
+	if (all == NULL)
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		cli_read_comp(s, i, &all[i]);
+		if ((int)strlen(all[i].name) > namew)
+			namew = (int)strlen(all[i].name);
+	}
+	if (namew > NAME_MAX_SHOWN)
+		namew = NAME_MAX_SHOWN;
+	/* Two bars share what the name, counts and numbers leave. */
+	fixed = namew + 4 + 2 * (3 + 1 + COUNT_WIDTH) + 16;
+	avail = (columns(v->ansi) - fixed) / 2;
+	bw = avail < 8 ? 8 : avail > 30 ? 30 : (size_t)avail;
+	fprintf(f, "segment %s, %u process%s attached%s\n", h->name, procs,
+	    procs == 1 ? "" : "es", v->ansi ? "\033[K" : "");
+	fprintf(f, "%-*s %-3s %-*s %-*s %7s %7s%s\n", namew, "COMPARTMENT", "", (int)bw + 3 +
+	    COUNT_WIDTH, "CONNECTIONS", (int)bw + 3 + COUNT_WIDTH, "IN FLIGHT", "WAITING",
+	    "REJ/S", v->ansi ? "\033[K" : "");
+	qsort(all, n, sizeof(*all), hot_first);
+	for (uint32_t i = 0; i < n; i++)
+		row(f, v, &all[i], namew, bw, now);
+	remember(v, all, n, now);
+	free(all);
+}
+
+/* Opens the segment for one frame, read-write when allowed so that the
+ * permits of dead processes are back before counting. */
+static int
+open_quiet(const char *name, struct seg **s, char *err, size_t errlen)
+{
+	int r = seg_open(name, true, s, err, errlen);
+
+	if (r == 0)
+		seg_reclaim(*s, false);
+	else if (r == -EACCES || r == -EPERM || r == -EROFS)
+		r = seg_open(name, false, s, err, errlen);
+	return r;
+}
+
+static void
+frame(struct view *v)
+{
+	char *buf = NULL, err[BS_ERRLEN], when[32];
+	size_t len = 0;
+	uint64_t now = now_mono_ms();
+	time_t t = time(NULL);
+	struct seg *s;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (f == NULL)
+		return;
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&t));
+	if (v->ansi)
+		fprintf(f, "\033[H\033[1mbulkshim watch\033[0m  %s  every %gs  q quits\033[K\n",
+		    when, v->interval);
+	else
+		fprintf(f, "%s ", when);
+	if (open_quiet(v->segment, &s, err, sizeof(err)) == 0) {
+		frame_body(f, v, s, now);
+		seg_close(s);
+	} else {
+		fprintf(f, "%s%s\n", err, v->ansi ? "\033[K" : "");
+		v->prev_ms = 0;
+	}
+	fputs(v->ansi ? "\033[J" : "\n", f);
+	if (fclose(f) == 0)
+		fwrite(buf, 1, len, stdout);
+	free(buf);
+	/* A reader that went away (`watch | head`) ends the view, through the
+	 * same exit that restores the terminal. */
+	if (fflush(stdout) != 0 || ferror(stdout))
+		got_stop = SIGPIPE;
+}
+
+/* ---- the loop ---- */
+
+/* Waits up to ms for a key; true when it is time to quit. */
+static bool
+wait_key(int ms, bool *use_stdin, const sigset_t *during_poll)
+{
+	struct pollfd pf = { STDIN_FILENO, POLLIN, 0 };
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	char keys[64];
+	ssize_t n;
+
+	if (ppoll(&pf, *use_stdin ? 1 : 0, &ts, during_poll) <= 0)
+		return false;
+	n = read(STDIN_FILENO, keys, sizeof(keys));
+	if (n <= 0) {
+		/* End of input (a pipe or /dev/null): keep going without it. */
+		*use_stdin = false;
+		return false;
+	}
+	return memchr(keys, 'q', (size_t)n) != NULL || memchr(keys, 'Q', (size_t)n) != NULL;
+}
+
+static void
+suspend(bool ansi, bool use_tty)
+{
+	screen_leave();
+	got_suspend = 0;
+	/* SIGSTOP cannot be caught: the shell sees a stopped job as usual. */
+	kill(getpid(), SIGSTOP);
+	screen_enter(ansi, use_tty);
+}
+
+int
+cmd_watch(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_target t = { NULL, NULL };
+	struct view v = { NULL, false, 1.0, NULL, 0, 0 };
+	const char *term = getenv("TERM");
+	char name[BS_NAME_MAX], err[BS_ERRLEN], *end;
+	uint64_t count = 0, limit = 0;
+	bool use_stdin, use_tty;
+	sigset_t during_poll;
+	struct seg *s;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:s:i:n:h", longopts, NULL)) != -1) {
+		if (cli_target_opt(&t, c, optarg))
+			continue;
+		switch (c) {
+		case 'i':
+			v.interval = strtod(optarg, &end);
+			if (*end != '\0' || end == optarg || !(v.interval >= 0.05 &&
+			    v.interval <= 3600)) {
+				fprintf(stderr, "bulkshim: -i wants seconds from 0.05 to 3600, not "
+				    "\"%s\"\n", optarg);
+				return 2;
+			}
+			break;
+		case 'n':
+			if (!cli_parse_u64(optarg, &limit) || limit == 0) {
+				fprintf(stderr, "bulkshim: -n wants a count of at least 1, not \"%s\"\n",
+				    optarg);
+				return 2;
+			}
+			break;
+		case 'h':
+			return cli_help("watch", stdout, 0);
+		default:
+			return cli_help("watch", stderr, 2);
+		}
+	}
+	if (optind != argc || (t.config != NULL && t.segment != NULL))
+		return cli_help("watch", stderr, 2);
+	if (cli_segment_name(&t, name, sizeof(name)) < 0)
+		return 1;
+	if (open_quiet(name, &s, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bulkshim: %s\n", err);
+		return 1;
+	}
+	seg_close(s);
+	v.segment = name;
+	v.ansi = isatty(STDOUT_FILENO) && term != NULL && *term != '\0' &&
+	    strcmp(term, "dumb") != 0;
+	/* A background job must not touch the terminal's modes or read it. */
+	use_tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+	use_stdin = use_tty || !isatty(STDIN_FILENO);
+	catch_signals(&during_poll);
+	screen_enter(v.ansi, use_tty);
+	while (!got_stop) {
+		uint64_t next;
+
+		frame(&v);
+		if (limit != 0 && ++count >= limit)
+			break;
+		next = now_mono_ms() + (uint64_t)(v.interval * 1000);
+		for (;;) {
+			uint64_t now = now_mono_ms();
+
+			if (got_stop || now >= next)
+				break;
+			if (wait_key((int)(next - now), &use_stdin, &during_poll)) {
+				got_stop = SIGTERM;
+				break;
+			}
+			if (got_suspend) {
+				suspend(v.ansi, use_tty);
+				break;
+			}
+		}
+	}
+	screen_leave();
+	free(v.prev);
+	return got_stop == SIGPIPE ? 1 : 0;
+}
