@@ -25,8 +25,6 @@
 #define MAX_RESOLVE_MS		60000
 #define MIN_SOCKETS		256
 #define MIN_SOCKETS_UNCAPPED	4096	/* when a compartment has no max_connections */
-#define MAX_WAIT_MS		600000
-#define MAX_TIMEOUT_MS		3600000
 #define MAX_ID			4294967294LL	/* (uid_t)-1 means "no change" */
 
 /* Where a parsed destination came from, for the duplicate message. The
@@ -714,7 +712,7 @@ static int parse_waiting(struct cfg_ctx *c, const config_setting_t *g,
 	int rc;
 
 	if ((s = config_setting_get_member(g, "max_wait_ms")) != NULL) {
-		if ((rc = get_range(c, s, 0, MAX_WAIT_MS, &v)) < 0)
+		if ((rc = get_range(c, s, 0, BS_MAX_WAIT_MS, &v)) < 0)
 			return rc;
 		comp->max_wait_ms = (uint32_t)v;
 	}
@@ -730,12 +728,12 @@ static int parse_waiting(struct cfg_ctx *c, const config_setting_t *g,
 		comp->max_waiting = (uint32_t)v;
 	}
 	if ((s = config_setting_get_member(g, "connect_timeout_ms")) != NULL) {
-		if ((rc = get_range(c, s, 0, MAX_TIMEOUT_MS, &v)) < 0)
+		if ((rc = get_range(c, s, 0, BS_MAX_TIMEOUT_MS, &v)) < 0)
 			return rc;
 		comp->connect_timeout_ms = (uint32_t)v;
 	}
 	if ((s = config_setting_get_member(g, "io_timeout_ms")) != NULL) {
-		if ((rc = get_range(c, s, 0, MAX_TIMEOUT_MS, &v)) < 0)
+		if ((rc = get_range(c, s, 0, BS_MAX_TIMEOUT_MS, &v)) < 0)
 			return rc;
 		comp->io_timeout_ms = (uint32_t)v;
 	}

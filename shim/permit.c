@@ -459,3 +459,48 @@ seg_inflight_cancel(struct seg *s, uint32_t slot)
 {
 	inflight_finish(s, slot, false);
 }
+
+/* ---- statistics ---- */
+
+static void
+zero_hist(struct seg_hist *h)
+{
+	for (int b = 0; b < BS_HIST_BUCKETS; b++)
+		atomic_store(&h->bucket[b], 0);
+	atomic_store(&h->count, 0);
+	atomic_store(&h->sum_us, 0);
+}
+
+void
+seg_reset_counters(struct seg *s, uint32_t i)
+{
+	struct seg_comp *c = seg_comp(s, i);
+
+	if (c == NULL)
+		return;
+	atomic_store(&c->admitted, 0);
+	atomic_store(&c->rejected, 0);
+	atomic_store(&c->reclaimed, 0);
+	atomic_store(&c->last_rejection_ms, 0);
+	atomic_store(&c->inflight_admitted, 0);
+	atomic_store(&c->connect_timeouts, 0);
+	atomic_store(&c->io_timeouts, 0);
+	atomic_store(&c->peak_rate, 0);
+	/* Peaks restart from what is held now, never below it. */
+	atomic_store(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
+	atomic_store(&c->inflight_peak, atomic_load(&c->inflight));
+	for (int r = 0; r < REASON_MAX; r++) {
+		atomic_store(&c->rejected_by[r], 0);
+		atomic_store(&c->would_reject[r], 0);
+	}
+	for (int k = 0; k < BS_RATE_SECONDS; k++)
+		atomic_store(&c->rate[k], 0);
+	zero_hist(&c->h_connect);
+	zero_hist(&c->h_reply);
+	zero_hist(&c->h_wait);
+	for (int k = 0; k < BS_MAX_CLASSES; k++) {
+		atomic_store(&c->cls[k].admitted, 0);
+		atomic_store(&c->cls[k].rejected, 0);
+		atomic_store(&c->cls[k].peak, atomic_load(&c->cls[k].in_use));
+	}
+}

@@ -888,17 +888,3 @@ seg_detach_all(struct seg *s)
 	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_RECLAIMING))
 		empty_record(s, (uint32_t)rec, false);
 }
-
-void
-seg_reset_counters(struct seg *s, uint32_t i)
-{
-	struct seg_comp *c = seg_comp(s, i);
-
-	if (c == NULL)
-		return;
-	atomic_store(&c->admitted, 0);
-	atomic_store(&c->rejected, 0);
-	atomic_store(&c->reclaimed, 0);
-	atomic_store(&c->last_rejection_ms, 0);
-	atomic_store(&c->peak, atomic_load(&c->in_use));
-}

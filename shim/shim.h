@@ -19,6 +19,8 @@
 #define BS_MAX_COMPARTMENTS	1024
 #define BS_MAX_RULES		100000
 #define BS_MAX_LIMIT		1000000	/* larger limits are taken for typos */
+#define BS_MAX_WAIT_MS		600000	/* max_wait_ms */
+#define BS_MAX_TIMEOUT_MS	3600000	/* connect_timeout_ms, io_timeout_ms */
 #define BS_MAX_PROCESSES	65536
 #define BS_MAX_SOCKETS		(1u << 20)
 #define BS_LEARNED_MAX		1024	/* addresses learned from getaddrinfo */
@@ -333,6 +335,10 @@ void seg_connect_done(struct seg *s, uint32_t slot);
 /* The send that began a request failed, or the request was abandoned (an
  * I/O timeout, a hard error): end it without recording a reply latency. */
 void seg_inflight_cancel(struct seg *s, uint32_t slot);
+/* Zeroes every statistic of compartment i: counts, rejections by reason,
+ * would-rejects, rates, histograms, timeouts, class counts; peaks restart
+ * from what is held now. Permits, limits and settings are left alone. */
+void seg_reset_counters(struct seg *s, uint32_t i);
 /* Records one value in a histogram. Lock-free. */
 void seg_hist_add(struct seg_hist *h, uint64_t us);
 /* Counts a refusal of compartment comp for reason why. */
@@ -375,8 +381,6 @@ void seg_fork_parent(struct seg *s, int rec, pid_t pid);
 void seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot));
 /* Releases everything this process holds and frees its record (normal exit). */
 void seg_detach_all(struct seg *s);
-/* Zeroes the statistics of compartment i (not in_use, limit or permits). */
-void seg_reset_counters(struct seg *s, uint32_t i);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
 

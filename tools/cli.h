@@ -8,15 +8,6 @@
 
 #include "shim.h"
 
-/* config.c's ranges for the keys it does not bound with BS_MAX_LIMIT; they
- * belong in shim.h, and these give way as soon as it has them. */
-#ifndef BS_MAX_WAIT_MS
-#define BS_MAX_WAIT_MS		600000
-#endif
-#ifndef BS_MAX_TIMEOUT_MS
-#define BS_MAX_TIMEOUT_MS	3600000
-#endif
-
 #define CLI_HOT_PERCENT	80	/* a compartment this full is flagged HOT */
 
 /* Which segment a subcommand works on: -s SEGMENT, else the segment that

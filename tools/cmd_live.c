@@ -394,45 +394,8 @@ done:
 
 /* ---- reset ---- */
 
-static void
-zero_hist(struct seg_hist *h)
-{
-	for (int i = 0; i < BS_HIST_BUCKETS; i++)
-		atomic_store(&h->bucket[i], 0);
-	atomic_store(&h->count, 0);
-	atomic_store(&h->sum_us, 0);
-}
-
-/* seg_reset_counters zeroes the first release's counters; the rest of the
- * statistics are zeroed here. Neither touches a permit, a count in use or
- * a limit. */
-static void
-reset_comp(struct seg *s, uint32_t i)
-{
-	struct seg_comp *c = seg_comp(s, i);
-
-	seg_reset_counters(s, i);
-	for (int r = 0; r < REASON_MAX; r++) {
-		atomic_store(&c->rejected_by[r], 0);
-		atomic_store(&c->would_reject[r], 0);
-	}
-	for (int k = 0; k < BS_RATE_SECONDS; k++)
-		atomic_store(&c->rate[k], 0);
-	atomic_store(&c->peak_rate, 0);
-	atomic_store(&c->inflight_admitted, 0);
-	atomic_store(&c->inflight_peak, atomic_load(&c->inflight));
-	atomic_store(&c->connect_timeouts, 0);
-	atomic_store(&c->io_timeouts, 0);
-	zero_hist(&c->h_connect);
-	zero_hist(&c->h_reply);
-	zero_hist(&c->h_wait);
-	for (int k = 0; k < BS_MAX_CLASSES; k++) {
-		atomic_store(&c->cls[k].admitted, 0);
-		atomic_store(&c->cls[k].rejected, 0);
-		atomic_store(&c->cls[k].peak, atomic_load(&c->cls[k].in_use));
-	}
-}
-
+/* Zeroes the statistics of one compartment or all (seg_reset_counters);
+ * never a permit, a count in use or a limit. */
 int
 cmd_reset(int argc, char **argv)
 {
@@ -465,11 +428,11 @@ cmd_reset(int argc, char **argv)
 			seg_close(s);
 			return 1;
 		}
-		reset_comp(s, (uint32_t)i);
+		seg_reset_counters(s, (uint32_t)i);
 		printf("%s: reset the counters of %s\n", seg_header(s)->name, argv[optind]);
 	} else {
 		for (uint32_t k = 0; k < n; k++)
-			reset_comp(s, k);
+			seg_reset_counters(s, k);
 		printf("%s: reset the counters of %u compartment%s\n", seg_header(s)->name, n,
 		    n == 1 ? "" : "s");
 	}
