@@ -21,7 +21,7 @@ PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # What the shim and the CLI share; interpose.c and real.c are the shim's own.
-COMMON  := config match segment permit fdtable log
+COMMON  := config config_setting config_comp config_resolve match match_parse segment permit fdtable log
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o
 CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c))
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))

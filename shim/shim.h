@@ -50,7 +50,7 @@ void log_rejection(unsigned comp, const char *fmt, ...)
 uint64_t now_mono_ms(void);
 uint64_t now_real_ms(void);
 
-/* ---- match.c: destination rules, pure ---- */
+/* ---- match.c, match_parse.c: destination rules, pure ---- */
 
 enum rule_kind { RULE_IP = 1, RULE_UNIX, RULE_HOST };
 
@@ -89,7 +89,20 @@ void match_free(struct matcher *m);
 /* Writes "1.2.3.4:80", "[::1]:80" or "unix:/path" for sa into buf. */
 void match_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen);
 
-/* ---- config.c: libconfig parsing and validation, at init only ---- */
+/* Internal to match.c and match_parse.c. */
+#define PORT_ANY_LO	0
+#define PORT_ANY_HI	65535
+#define HOST_LEN_MAX	253	/* without a trailing dot */
+void match_set_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+char match_lower(char c);
+void match_mask_addr(uint8_t *addr, int prefix);
+void match_map_ipv4(uint8_t addr[16], const void *in4);
+int match_inet_key(const struct sockaddr *sa, socklen_t len, uint8_t addr[16], uint16_t *port);
+size_t match_unix_key(const struct sockaddr *sa, socklen_t len, char key[BS_UNIX_PATH_MAX + 1]);
+void match_rule_text(const struct rule *r, char *buf, size_t len);
+
+/* ---- config*.c: libconfig parsing and validation, at init only ---- */
 
 #define BS_MAX_CLASSES	8	/* class 0 is "default" */
 #define BS_CLASS_NAME_MAX 32	/* with NUL */
@@ -154,6 +167,59 @@ void cfg_free(struct bs_config *cfg);
 /* True if path parses and sets strict = true, so that a config with an error
  * elsewhere can still ask for strict mode. False on any doubt. */
 bool cfg_wants_strict(const char *path);
+
+/* Internal to config*.c: the state of one cfg_load, and the pieces it is made of. */
+struct config_setting_t;	/* libconfig's config_setting_t */
+
+/* Where a parsed destination came from, for the duplicate message. The
+ * strings belong to libconfig and are only read before config_destroy. */
+struct rule_src {
+	const char *text;
+	const char *file;
+};
+
+struct cfg_ctx {
+	const char *path;
+	struct bs_config *cfg;
+	char *err;
+	size_t errlen;
+	struct rule_src *src;	/* one per parsed rule */
+	size_t cap;		/* room in cfg->rules and src */
+	bool has_sockets;
+	bool has_compartments;
+	const struct config_setting_t *budget;
+	char *text;		/* the file, to place string elements */
+	size_t *line_end;	/* offset of the end of each line */
+	size_t nlines;
+};
+
+/* config_setting.c: typed access to settings, with messages at FILE:LINE. */
+int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+int cfg_fail(struct cfg_ctx *c, const struct config_setting_t *s, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+const char *cfg_type_name(int type);
+const char *cfg_key_of(const struct config_setting_t *s);
+const char *cfg_closest(const char *name, const char *const *known);
+int cfg_unknown_key(struct cfg_ctx *c, const struct config_setting_t *s, const char *const *known,
+		    const char *where);
+bool cfg_is_known(const char *name, const char *const *known);
+int cfg_get_int(struct cfg_ctx *c, const struct config_setting_t *s, long long *out);
+int cfg_get_range(struct cfg_ctx *c, const struct config_setting_t *s, long long lo, long long hi,
+		  long long *out);
+int cfg_get_bool(struct cfg_ctx *c, const struct config_setting_t *s, bool *out);
+int cfg_get_string(struct cfg_ctx *c, const struct config_setting_t *s, const char **out);
+bool cfg_name_char(char ch);
+int cfg_check_name(struct cfg_ctx *c, const struct config_setting_t *s, const char *what,
+		   const char *name);
+/* config_comp.c: classes, compartments and their destinations, then checks across them. */
+int cfg_push_rule(struct cfg_ctx *c, const struct rule *r, const char *text, const char *file);
+int cfg_parse_classes(struct cfg_ctx *c, const struct config_setting_t *s);
+int cfg_parse_compartments(struct cfg_ctx *c, const struct config_setting_t *s);
+int cfg_check_duplicates(struct cfg_ctx *c);
+int cfg_check_budget(struct cfg_ctx *c);
+/* config_resolve.c: host-name destinations, resolved at load with a bounded wait. */
+int cfg_resolve_hosts(struct cfg_ctx *c);
 
 /* ---- segment.c: the shared-memory layout, permits and counters ---- */
 

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <cmocka.h>
 
 static char err[BS_ERRLEN];
@@ -38,7 +39,7 @@ static void assert_v4(const struct rule *r, const char *ip, int prefix)
 	struct in_addr in;
 
 	assert_int_equal(inet_pton(AF_INET, ip, &in), 1);
-	map_ipv4(want, &in);
+	match_map_ipv4(want, &in);
 	assert_int_equal(r->kind, RULE_IP);
 	assert_memory_equal(r->addr, want, 16);
 	assert_int_equal(r->prefix, prefix + 96);

@@ -1,0 +1,230 @@
+/* config_setting.c - typed access to libconfig settings, with messages at FILE:LINE. */
+#include "shim.h"
+
+#include <errno.h>
+#include <libconfig.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static void vfail(struct cfg_ctx *c, const char *file, int line, const char *fmt, va_list ap)
+{
+	char msg[BS_ERRLEN];
+
+	if (c->err == NULL || c->errlen == 0)
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (line > 0)
+		snprintf(c->err, c->errlen, "%s:%d: %s", file ? file : c->path, line, msg);
+	else
+		snprintf(c->err, c->errlen, "%s: %s", file ? file : c->path, msg);
+}
+
+/* Writes "FILE:LINE: message" (or "FILE: message" when line is 0) into the
+ * caller's buffer and returns rc, so that errors read `return cfg_fail(...)`. */
+int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfail(c, file, line, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* The same at the file and line of setting s, or of the file when s is NULL;
+ * returns rc. */
+int cfg_fail(struct cfg_ctx *c, const config_setting_t *s, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (s != NULL)
+		vfail(c, config_setting_source_file(s), config_setting_source_line(s), fmt, ap);
+	else
+		vfail(c, NULL, 0, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* "an integer", "a string"... for a libconfig type, for messages; "nothing"
+ * for a type it does not know. */
+const char *cfg_type_name(int type)
+{
+	switch (type) {
+	case CONFIG_TYPE_GROUP: return "a group";
+	case CONFIG_TYPE_INT: return "an integer";
+	case CONFIG_TYPE_INT64: return "an integer";
+	case CONFIG_TYPE_FLOAT: return "a number with a fraction";
+	case CONFIG_TYPE_STRING: return "a string";
+	case CONFIG_TYPE_BOOL: return "a boolean";
+	case CONFIG_TYPE_ARRAY: return "an array";
+	case CONFIG_TYPE_LIST: return "a list";
+	}
+	return "nothing";
+}
+
+/* The name of setting s, or "element" for an element of a list or array,
+ * which has none. */
+const char *cfg_key_of(const config_setting_t *s)
+{
+	const char *name = config_setting_name(s);
+
+	return name ? name : "element";
+}
+
+static char lower(char ch)
+{
+	return (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
+}
+
+/* Edit distance with transpositions, ignoring case; long keys count as far. */
+static size_t key_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), d[33][33];
+
+	if (la > 32 || lb > 32)
+		return SIZE_MAX;
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		for (size_t j = 1; j <= lb; j++) {
+			size_t cost = lower(a[i - 1]) != lower(b[j - 1]);
+			size_t v = d[i - 1][j] + 1;
+
+			if (d[i][j - 1] + 1 < v)
+				v = d[i][j - 1] + 1;
+			if (d[i - 1][j - 1] + cost < v)
+				v = d[i - 1][j - 1] + cost;
+			if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) &&
+			    lower(a[i - 2]) == lower(b[j - 1]) && d[i - 2][j - 2] + 1 < v)
+				v = d[i - 2][j - 2] + 1;
+			d[i][j] = v;
+		}
+	}
+	return d[la][lb];
+}
+
+/* The word of the NULL-terminated list `known` that name looks like a typo
+ * of, or NULL when none is close enough. */
+const char *cfg_closest(const char *name, const char *const *known)
+{
+	const char *best = NULL;
+	size_t best_d = SIZE_MAX;
+
+	for (size_t i = 0; known[i] != NULL; i++) {
+		size_t d = key_distance(name, known[i]);
+		size_t limit = strlen(known[i]) >= 6 ? 2 : 1;
+
+		if (d <= limit && d < best_d) {
+			best = known[i];
+			best_d = d;
+		}
+	}
+	return best;
+}
+
+/* Reports setting s as an unknown key of the group described by `where`,
+ * suggesting the closest known key when it looks like a typo of one.
+ * Always returns -EINVAL. */
+int cfg_unknown_key(struct cfg_ctx *c, const config_setting_t *s, const char *const *known,
+		    const char *where)
+{
+	const char *name = cfg_key_of(s), *best = cfg_closest(name, known);
+
+	if (best != NULL)
+		return cfg_fail(c, s, -EINVAL, "unknown key \"%s\"%s (did you mean \"%s\"?)", name,
+				where, best);
+	return cfg_fail(c, s, -EINVAL, "unknown key \"%s\"%s", name, where);
+}
+
+/* True if name is in the NULL-terminated list `known`. */
+bool cfg_is_known(const char *name, const char *const *known)
+{
+	for (size_t i = 0; known[i] != NULL; i++)
+		if (strcmp(name, known[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Reads integer setting s into *out. Returns 0, or -EINVAL with a message
+ * when s is not an integer. */
+int cfg_get_int(struct cfg_ctx *c, const config_setting_t *s, long long *out)
+{
+	int type = config_setting_type(s);
+
+	if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
+		return cfg_fail(c, s, -EINVAL, "\"%s\" must be an integer, not %s", cfg_key_of(s),
+				cfg_type_name(type));
+	*out = config_setting_get_int64(s);
+	return 0;
+}
+
+/* The same, and lo <= *out <= hi, or -EINVAL with a message. */
+int cfg_get_range(struct cfg_ctx *c, const config_setting_t *s, long long lo, long long hi,
+		  long long *out)
+{
+	int rc = cfg_get_int(c, s, out);
+
+	if (rc < 0)
+		return rc;
+	if (*out < lo || *out > hi)
+		return cfg_fail(c, s, -EINVAL, "\"%s\" must be between %lld and %lld, not %lld",
+				cfg_key_of(s), lo, hi, *out);
+	return 0;
+}
+
+/* Reads boolean setting s into *out. Returns 0, or -EINVAL with a message
+ * when s is not true or false. */
+int cfg_get_bool(struct cfg_ctx *c, const config_setting_t *s, bool *out)
+{
+	int type = config_setting_type(s);
+
+	if (type != CONFIG_TYPE_BOOL)
+		return cfg_fail(c, s, -EINVAL, "\"%s\" must be true or false, not %s", cfg_key_of(s),
+				cfg_type_name(type));
+	*out = config_setting_get_bool(s);
+	return 0;
+}
+
+/* Points *out at the text of string setting s, which libconfig owns. Returns
+ * 0, or -EINVAL with a message when s is not a string. */
+int cfg_get_string(struct cfg_ctx *c, const config_setting_t *s, const char **out)
+{
+	int type = config_setting_type(s);
+
+	if (type != CONFIG_TYPE_STRING)
+		return cfg_fail(c, s, -EINVAL, "\"%s\" must be a string, not %s", cfg_key_of(s),
+				cfg_type_name(type));
+	*out = config_setting_get_string(s);
+	return 0;
+}
+
+/* True for the characters of a name: [A-Za-z0-9_.-]. */
+bool cfg_name_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '_' || ch == '.' || ch == '-';
+}
+
+/* Checks a compartment or segment name: 1..63 characters of [A-Za-z0-9_.-].
+ * Returns 0, or -EINVAL with a message naming it as `what`. */
+int cfg_check_name(struct cfg_ctx *c, const config_setting_t *s, const char *what,
+		   const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0)
+		return cfg_fail(c, s, -EINVAL, "empty %s name", what);
+	if (n >= BS_NAME_MAX)
+		return cfg_fail(c, s, -EINVAL, "%s name \"%.20s...\" is %zu characters, more than %d",
+				what, name, n, BS_NAME_MAX - 1);
+	for (size_t i = 0; i < n; i++)
+		if (!cfg_name_char(name[i]))
+			return cfg_fail(c, s, -EINVAL,
+					"%s name \"%s\" has a character outside [A-Za-z0-9_.-]",
+					what, name);
+	return 0;
+}
