@@ -44,7 +44,7 @@ int cfg_push_rule(struct cfg_ctx *c, const struct rule *r, const char *text, con
  * of its own would be placed on the "]" line. Look back a few lines for the
  * quoted text, and keep libconfig's line when it is not found (another
  * file, escapes, a string split in pieces). */
-static int string_line(const struct cfg_ctx *c, const config_setting_t *e)
+static int string_line(struct cfg_ctx *c, const config_setting_t *e)
 {
 	int line = config_setting_source_line(e);
 	const char *file = config_setting_source_file(e), *str = config_setting_get_string(e);
@@ -55,11 +55,19 @@ static int string_line(const struct cfg_ctx *c, const config_setting_t *e)
 	for (int k = line; k > 0 && k > line - 8 && (size_t)k <= c->nlines; k--) {
 		size_t start = k > 1 ? c->line_end[k - 2] + 1 : 0, end = c->line_end[k - 1];
 
+		/* Strings come in file order: on a line already searched,
+		 * go on from the last match, or 10,000 destinations on one
+		 * line cost 10,000 scans of that line. */
+		if (k == c->scan_line && c->scan_off > start && c->scan_off <= end)
+			start = c->scan_off;
 		for (const char *p = c->text + start;
 		     (p = memchr(p, '"', (size_t)(c->text + end - p))) != NULL; p++)
 			if ((size_t)(c->text + end - p) >= n + 2 && memcmp(p + 1, str, n) == 0 &&
-			    p[n + 1] == '"')
+			    p[n + 1] == '"') {
+				c->scan_line = k;
+				c->scan_off = (size_t)(p - c->text) + n + 2;
 				return k;
+			}
 	}
 	return line;
 }

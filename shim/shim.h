@@ -191,6 +191,8 @@ struct cfg_ctx {
 	char *text;		/* the file, to place string elements */
 	size_t *line_end;	/* offset of the end of each line */
 	size_t nlines;
+	int scan_line;		/* string_line(): where the last string found ends, */
+	size_t scan_off;	/* so a line of many strings is scanned once */
 };
 
 /* config_setting.c: typed access to settings, with messages at FILE:LINE. */

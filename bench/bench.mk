@@ -1,0 +1,30 @@
+# bench/bench.mk - `make bench`: what the shim costs per call, at scale, and against an HAProxy hop.
+# Included by the main Makefile; never part of `make test`. Writes bench/results.md.
+
+BENCH_PROGS := $(B)/bench/client $(B)/bench/backend $(B)/bench/permits \
+               $(B)/bench/libstubconnect.so
+# The makefile that was run (the main one, which includes this file), so
+# that the second make below sees these rules too.
+BENCH_MAKE  := $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST))
+
+.PHONY: bench bench-deps bench-build
+# Installs what is missing, then builds in a second make so that pkg-config
+# sees newly installed packages, then runs the suite (about 4 minutes).
+bench: bench-deps
+	$(BENCH_MAKE) all
+	$(BENCH_MAKE) bench-build
+	python3 bench/run.py --build $(B) --out bench/results.md
+bench-deps:
+	@sh bench/deps.sh
+bench-build: $(BENCH_PROGS)
+
+$(B)/bench/client: bench/client.c | $(B)/bench
+	$(CC) $(CFLAGS) -Wl,-z,now -o $@ $< -lpthread
+$(B)/bench/backend: bench/backend.c | $(B)/bench
+	$(CC) $(CFLAGS) -o $@ $<
+$(B)/bench/libstubconnect.so: bench/stubconnect.c | $(B)/bench
+	$(CC) $(CFLAGS) -shared -o $@ $<
+$(B)/bench/permits: bench/permits.c $(COMMON:%=$(B)/cli/%.o) shim/shim.h | $(B)/bench
+	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(COMMON:%=$(B)/cli/%.o) $(PC_LIBS) -lpthread
+$(B)/bench:
+	mkdir -p $@
