@@ -10,14 +10,25 @@
 static void vfail(struct cfg_ctx *c, const char *file, int line, const char *fmt, va_list ap)
 {
 	char msg[BS_ERRLEN];
+	const char *name = file ? file : c->path;
+	size_t n = strlen(name);
 
 	if (c->err == NULL || c->errlen == 0)
 		return;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	/* A path too long to leave room for the reason is shown by its
+	 * end, which names the file; the reason is what must not be cut. */
+	if (n > 200) {
+		if (line > 0)
+			snprintf(c->err, c->errlen, "...%s:%d: %s", name + n - 200, line, msg);
+		else
+			snprintf(c->err, c->errlen, "...%s: %s", name + n - 200, msg);
+		return;
+	}
 	if (line > 0)
-		snprintf(c->err, c->errlen, "%s:%d: %s", file ? file : c->path, line, msg);
+		snprintf(c->err, c->errlen, "%s:%d: %s", name, line, msg);
 	else
-		snprintf(c->err, c->errlen, "%s: %s", file ? file : c->path, msg);
+		snprintf(c->err, c->errlen, "%s: %s", name, msg);
 }
 
 /* Writes "FILE:LINE: message" (or "FILE: message" when line is 0) into the

@@ -19,7 +19,7 @@
 #define FDT_DEFAULT	(1u << 20)
 #define FDT_CAP		(1u << 24)
 
-static _Atomic uint32_t *fdt;
+static _Atomic(_Atomic uint32_t *) fdt;
 static uint32_t fdt_size;
 static _Atomic int fdt_high_water;
 

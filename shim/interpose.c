@@ -721,10 +721,11 @@ shim_init(void)
 	    (unsigned)shim.cfg.ncomp, shim.cfg.segment, seg_header(shim.seg)->class_name[shim.cls]);
 }
 
-/* A normal exit gives every permit of this process back. */
+/* A normal exit gives every permit of this process back, once the kernel
+ * has closed its sockets (see seg_exit). */
 __attribute__((destructor)) static void
 shim_fini(void)
 {
 	if (active() && !foreign_process())
-		seg_detach_all(shim.seg);
+		seg_exit(shim.seg);
 }

@@ -329,7 +329,18 @@ release_slot(struct seg *s, uint32_t slot, bool reclaimed)
 void
 seg_unhold(struct seg *s, uint32_t slot, bool reclaimed)
 {
-	if (slot < s->h->nslots && seg_dec_floor(&s->slots[slot].holders) == 0)
+	_Atomic uint32_t *h;
+	uint32_t cur;
+
+	if (slot >= s->h->nslots)
+		return;
+	/* Only the holder that takes the count from 1 to 0 releases: a stray
+	 * bit meeting a count already at 0 must not release twice. */
+	h = &s->slots[slot].holders;
+	cur = atomic_load(h);
+	while (cur > 0 && !atomic_compare_exchange_weak(h, &cur, cur - 1))
+		;
+	if (cur == 1)
 		release_slot(s, slot, reclaimed);
 }
 

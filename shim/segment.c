@@ -30,7 +30,8 @@
  */
 
 #define RECLAIM_EVERY_MS 100
-#define LOCK_WAIT_MS	2000
+#define LOCK_WAIT_MS	2000	/* for a segment still being created */
+#define LOCK_FAST_MS	100	/* for the upkeep of one already set up */
 
 
 static size_t
@@ -56,8 +57,32 @@ layout(struct seg_header *h, uint32_t ncomp, uint32_t nslots, uint32_t nprocs)
 	    (uint64_t)nprocs * h->bitmap_words * sizeof(uint64_t), 4096);
 }
 
+/* Every name in the segment is printed and compared as a C string: one
+ * without its NUL would run into the fields after it. The caller checked
+ * that the compartments lie inside the mapping. Returns NULL or what is
+ * wrong. */
+static const char *
+damaged_names(const struct seg_header *h)
+{
+	const struct seg_comp *c = (const struct seg_comp *)((const char *)h + h->off_comp);
+
+	if (memchr(h->name, '\0', sizeof(h->name)) == NULL ||
+	    memchr(h->config_path, '\0', sizeof(h->config_path)) == NULL)
+		return "damaged (its name or config path is not terminated)";
+	for (int k = 0; k < BS_MAX_CLASSES; k++) {
+		if (memchr(h->class_name[k], '\0', sizeof(h->class_name[k])) == NULL)
+			return "damaged (a class name is not terminated)";
+	}
+	for (uint32_t i = 0; i < h->ncomp; i++) {
+		if (memchr(c[i].name, '\0', sizeof(c[i].name)) == NULL)
+			return "damaged (a compartment name is not terminated)";
+	}
+	return NULL;
+}
+
 /* Checks that a mapped header describes exactly the layout its counts give
- * and fits in `size` bytes. Returns NULL or what is wrong. */
+ * and fits in `size` bytes, and that its names are terminated. Returns NULL
+ * or what is wrong. */
 static const char *
 validate(const struct seg_header *h, size_t size)
 {
@@ -81,7 +106,7 @@ validate(const struct seg_header *h, size_t size)
 		return "inconsistent layout";
 	if (h->total_size > size)
 		return "truncated";
-	return NULL;
+	return damaged_names(h);
 }
 
 static void
@@ -124,7 +149,7 @@ read_small(const char *path, char *buf, size_t len)
  * command name may hold spaces and parentheses, so parsing starts after the
  * last ')'. Returns 0, -ENOENT if the process is gone, or another -errno. */
 static int
-proc_stat(pid_t pid, char *state, uint64_t *start)
+proc_stat(pid_t pid, char *state, uint64_t *start, uint64_t *threads)
 {
 	char path[64], buf[1024];
 	char *p;
@@ -140,9 +165,12 @@ proc_stat(pid_t pid, char *state, uint64_t *start)
 		return -EINVAL;
 	p += 2;
 	*state = *p;
+	*threads = 0;
 	for (field = 3; field < 22 && *p; p++) {
-		if (*p == ' ')
-			field++;
+		if (*p == ' ' && ++field == 20) {
+			for (const char *q = p + 1; *q >= '0' && *q <= '9'; q++)
+				*threads = *threads * 10 + (uint64_t)(*q - '0');
+		}
 	}
 	*start = 0;
 	while (*p >= '0' && *p <= '9')
@@ -154,21 +182,21 @@ uint64_t
 seg_pid_start(pid_t pid)
 {
 	char state;
-	uint64_t start;
+	uint64_t start, threads;
 
-	return proc_stat(pid, &state, &start) == 0 ? start : 0;
+	return proc_stat(pid, &state, &start, &threads) == 0 ? start : 0;
 }
 
 bool
 seg_pid_alive(pid_t pid, uint64_t start)
 {
 	char state;
-	uint64_t st;
+	uint64_t st, threads;
 	int r;
 
 	if (pid <= 0)
 		return false;
-	r = proc_stat(pid, &state, &st);
+	r = proc_stat(pid, &state, &st, &threads);
 	if (r == -ENOENT || r == -ESRCH)
 		return false;
 	if (r < 0) {
@@ -176,8 +204,11 @@ seg_pid_alive(pid_t pid, uint64_t start)
 		 * cannot tell a zombie or a reused PID, so it errs on "alive". */
 		return !(kill(pid, 0) < 0 && errno == ESRCH);
 	}
-	/* A zombie has closed all its descriptors: its permits are free. */
-	if (state == 'Z' || state == 'X' || state == 'x')
+	/* A zombie has closed all its descriptors: its permits are free. But
+	 * a thread-group leader that called pthread_exit() shows as a zombie
+	 * while its other threads live on, holding the descriptors; the
+	 * thread count (field 20) tells the two apart. */
+	if ((state == 'Z' || state == 'X' || state == 'x') && threads <= 1)
 		return false;
 	return start == 0 || st == start;
 }
@@ -193,11 +224,11 @@ seg_name(const char *segment, char *out, size_t len)
 /* Takes the segment's flock with a bounded wait so that creation and
  * attachment never interleave, and a crashed creator cannot hang anyone. */
 static int
-lock_bounded(int fd)
+lock_bounded(int fd, int wait_ms)
 {
 	struct timespec ms = { 0, 1000000 };
 
-	for (int waited = 0; waited < LOCK_WAIT_MS; waited++) {
+	for (int waited = 0; waited < wait_ms; waited++) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
 			return 0;
 		if (errno != EWOULDBLOCK && errno != EINTR)
@@ -324,15 +355,260 @@ alloc_local(struct seg *s)
 	return s->lcount == NULL ? -ENOMEM : 0;
 }
 
+/* Says why the object at the segment's name cannot be opened. glibc's
+ * shm_open answers EINVAL for a directory and ELOOP for a symbolic link
+ * (it adds O_NOFOLLOW), which say little; lstat says what is there. */
+static void
+open_failure(const char *name, int e, char *err, size_t errlen)
+{
+	char path[BS_NAME_MAX + 32];
+	struct stat st;
+
+	bs_format(path, sizeof(path), "/dev/shm%s", name);
+	if ((e == ELOOP || e == EINVAL) && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+		bs_format(err, errlen, "segment %s is a symbolic link; not followed, not trusted", path);
+	else if ((e == ELOOP || e == EINVAL) && lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		bs_format(err, errlen, "segment %s is a directory, not a shared-memory object; "
+		    "not trusted", path);
+	else
+		bs_format(err, errlen, "cannot open segment %s: %s", path, strerror(e));
+}
+
+/* ---- damaged counters, put right at attach ---- */
+
+/*
+ * A segment that passed validate() can still hold values no correct shim
+ * writes: a damaged or hand-made segment, a bug, a crash at the wrong
+ * instruction. Left alone, a count of 4 billion permits in use refuses
+ * every connect forever and a wait of 49 days hangs the caller. Attach
+ * puts such values right, under the segment's lock, and says what it
+ * changed; what it cannot put right safely makes the segment untrusted.
+ */
+
+/* No legitimate count comes near this: in_use stays below its limit (at
+ * most BS_MAX_LIMIT) or, with no limit, below the socket table. */
+#define SANE_COUNT_MAX	((uint32_t)BS_MAX_LIMIT + BS_MAX_SOCKETS)
+
+/* Lowers *v by `by`, never below 0, keeping whatever others added since. */
+static void
+sub_floor(_Atomic uint32_t *v, uint32_t by)
+{
+	uint32_t cur = atomic_load(v);
+
+	while (!atomic_compare_exchange_weak(v, &cur, cur > by ? cur - by : 0))
+		;
+}
+
+/* Frees the process records whose state is none of ours. Nothing else
+ * ever writes such a record, so it can be cleared without a race; its row
+ * is cleared before the record becomes free. Returns how many. */
+static uint32_t
+clear_bad_records(struct seg *s)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		struct seg_proc *p = &s->procs[i];
+		uint32_t st = atomic_load(&p->state);
+
+		if (st <= PROC_EXITED)
+			continue;
+		for (uint32_t w = 0; w < s->h->bitmap_words; w++)
+			atomic_store(&row(s, i)[w], 0);
+		atomic_store(&p->pid, 0);
+		atomic_store(&p->owner, 0);
+		atomic_store(&p->start, 0);
+		if (atomic_compare_exchange_strong(&p->state, &st, PROC_FREE))
+			n++;
+	}
+	return n;
+}
+
+/* The counts of compartment c that stand for permits, waiters and
+ * requests; all of them are 0 when no process holds a record. */
+#define NCOUNTS (5 + BS_MAX_CLASSES)
+static void
+counts_of(struct seg_comp *c, _Atomic uint32_t *v[NCOUNTS])
+{
+	v[0] = &c->in_use;
+	v[1] = &c->inflight;
+	v[2] = &c->over;
+	v[3] = &c->inflight_over;
+	v[4] = &c->waiting;
+	for (int k = 0; k < BS_MAX_CLASSES; k++)
+		v[5 + k] = &c->cls[k].in_use;
+}
+
+static const char *const count_names[NCOUNTS] = {
+	"in_use", "inflight", "over", "inflight_over", "waiting",
+	"class 0 in_use", "class 1 in_use", "class 2 in_use", "class 3 in_use",
+	"class 4 in_use", "class 5 in_use", "class 6 in_use", "class 7 in_use",
+};
+
+/*
+ * No process holds a record, so no permit is held and no slot is in use:
+ * whatever the counts say is left over (a process killed between taking a
+ * permit and recording it) or garbage. The counts are read first and
+ * taken off only if still nobody holds a record afterwards, by subtraction,
+ * so a process that starts taking permits meanwhile keeps what it took.
+ * Returns false if a process took a record before it was done (or memory
+ * ran out), and nothing was changed.
+ */
+static bool
+reset_unheld(struct seg *s, const char *name)
+{
+	uint32_t nslots = 0;
+	bool done = false;
+	uint32_t *seen = calloc((size_t)s->h->ncomp * NCOUNTS, sizeof(*seen));
+	uint32_t *slot_st = calloc(s->h->nslots, sizeof(*slot_st));
+
+	if (seen == NULL || slot_st == NULL)
+		goto done;
+	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+		_Atomic uint32_t *v[NCOUNTS];
+
+		counts_of(&s->comp[i], v);
+		for (int k = 0; k < NCOUNTS; k++)
+			seen[i * NCOUNTS + k] = atomic_load(v[k]);
+	}
+	for (uint32_t j = 0; j < s->h->nslots; j++)
+		slot_st[j] = atomic_load(&s->slots[j].state);
+	if (any_live(s))
+		goto done;
+	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+		_Atomic uint32_t *v[NCOUNTS];
+
+		counts_of(&s->comp[i], v);
+		for (int k = 0; k < NCOUNTS; k++) {
+			uint32_t was = seen[i * NCOUNTS + k];
+
+			if (was == 0)
+				continue;
+			sub_floor(v[k], was);
+			bs_log(LOG_WARN, "segment /dev/shm%s: compartment %s: %s was %u with no "
+			    "process holding anything; reset to 0", name, s->comp[i].name,
+			    count_names[k], was);
+		}
+	}
+	for (uint32_t j = 0; j < s->h->nslots; j++) {
+		struct seg_slot *sl = &s->slots[j];
+		uint32_t st = slot_st[j];
+
+		if (st == SLOT_FREE)
+			continue;
+		atomic_store(&sl->holders, 0);
+		atomic_store(&sl->inode, 0);
+		atomic_store(&sl->inflight, IDLE);
+		atomic_store(&sl->over, 0);
+		if (atomic_compare_exchange_strong(&sl->state, &st, SLOT_FREE))
+			nslots++;
+	}
+	if (nslots > 0)
+		bs_log(LOG_WARN, "segment /dev/shm%s: %u socket slots were in use with no process "
+		    "holding them; freed", name, nslots);
+	done = true;
+done:
+	free(seen);
+	free(slot_st);
+	return done;
+}
+
+/* Processes hold records: their counts cannot be recomputed under them,
+ * but a count beyond anything possible means the segment is damaged.
+ * Returns NULL or what is wrong, in buf. */
+static const char *
+impossible_counts(struct seg *s, char *buf, size_t len)
+{
+	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+		_Atomic uint32_t *v[NCOUNTS];
+
+		counts_of(&s->comp[i], v);
+		for (int k = 0; k < NCOUNTS; k++) {
+			uint32_t n = atomic_load(v[k]);
+
+			if (n > SANE_COUNT_MAX) {
+				bs_format(buf, len, "damaged (compartment %s: %s is %u while processes "
+				    "use the segment)", s->comp[i].name, count_names[k], n);
+				return buf;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* What is wrong with the settings of compartment c, or NULL: values that
+ * seg_apply_limits never writes, whatever the config. */
+static const char *
+bad_setting(const struct seg_comp *c)
+{
+	uint32_t lim = atomic_load(&c->limit), ilim = atomic_load(&c->inflight_limit);
+	uint32_t mw = atomic_load(&c->max_waiting);
+
+	if (lim == 0 || (lim > BS_MAX_LIMIT && lim != UINT32_MAX))
+		return "limit";
+	if (ilim == 0 || (ilim > BS_MAX_LIMIT && ilim != UINT32_MAX))
+		return "inflight limit";
+	if (mw > BS_MAX_LIMIT)
+		return "max_waiting";
+	if (atomic_load(&c->max_wait_ms) > BS_MAX_WAIT_MS)
+		return "max_wait_ms";
+	if (atomic_load(&c->connect_timeout_ms) > BS_MAX_TIMEOUT_MS ||
+	    atomic_load(&c->io_timeout_ms) > BS_MAX_TIMEOUT_MS)
+		return "timeout";
+	for (int k = 0; k < BS_MAX_CLASSES; k++) {
+		if (atomic_load(&c->cls[k].limit) > BS_MAX_LIMIT)
+			return "class limit";
+	}
+	return NULL;
+}
+
+/*
+ * The checks at attach of a segment that existed: records in no known
+ * state are freed, dead processes' permits taken back, and then either
+ * every leftover count is reset (nobody holds a record) or the counts must
+ * at least be possible. Returns NULL, or why the segment is not trusted.
+ */
+static const char *
+scrub(struct seg *s, const char *name, char *buf, size_t len)
+{
+	uint32_t bad = clear_bad_records(s);
+
+	if (bad > 0)
+		bs_log(LOG_WARN, "segment /dev/shm%s: %u process records in no known state; freed",
+		    name, bad);
+	seg_reclaim(s, false);
+	if (!any_live(s) && reset_unheld(s, name))
+		return NULL;
+	return impossible_counts(s, buf, len);
+}
+
+/* Settings of the configured compartments that no config can give are
+ * replaced by the configured ones, live processes or not. */
+static void
+fix_settings(struct seg *s, const struct bs_config *cfg, const char *name)
+{
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		struct seg_comp *c = &s->comp[s->cmap[i]];
+		const char *what = bad_setting(c);
+
+		if (what == NULL)
+			continue;
+		bs_log(LOG_WARN, "segment /dev/shm%s: compartment %s: %s out of range (limit %u, "
+		    "max_wait_ms %u); using the configured values", name, c->name, what,
+		    atomic_load(&c->limit), atomic_load(&c->max_wait_ms));
+		seg_apply_limits(c, &cfg->comp[i]);
+	}
+}
+
 int
 seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen)
 {
-	char name[BS_NAME_MAX + 16];
+	char name[BS_NAME_MAX + 16], msg[BS_ERRLEN / 2];
 	struct seg_header want;
 	struct seg *s = NULL;
 	struct stat st;
 	const char *why;
-	bool created = false;
+	bool created = false, locked;
 	int fd, r;
 
 	*out = NULL;
@@ -347,14 +623,22 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	}
 	if (fd < 0) {
 		r = -errno;
-		bs_format(err, errlen, "cannot open segment /dev/shm%s: %s", name,
-		    strerror(-r));
+		open_failure(name, -r, err, errlen);
 		return r;
 	}
-	r = lock_bounded(fd);
-	if (r < 0) {
-		bs_format(err, errlen, "segment /dev/shm%s stays locked: %s", name, strerror(-r));
-		goto fail;
+	/* The lock serialises creation and the upkeep below. A segment that
+	 * is already set up can be attached without it when many processes
+	 * start at once and the lock stays busy: then the upkeep is left to
+	 * the processes that get the lock. */
+	locked = lock_bounded(fd, LOCK_FAST_MS) == 0;
+	if (!locked && (fstat(fd, &st) < 0 || st.st_size == 0)) {
+		r = lock_bounded(fd, LOCK_WAIT_MS);
+		if (r < 0) {
+			bs_format(err, errlen, "segment /dev/shm%s stays locked: %s", name,
+			    strerror(-r));
+			goto fail;
+		}
+		locked = true;
 	}
 	if (fstat(fd, &st) < 0) {
 		r = -errno;
@@ -411,16 +695,22 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			goto fail;
 		}
 		why = validate(s->base, s->size);
+		if (why == NULL) {
+			set_pointers(s);
+			if (locked)
+				why = scrub(s, name, msg, sizeof(msg));
+		}
 		if (why != NULL) {
 			r = -EINVAL;
-			bs_format(err, errlen, "segment /dev/shm%s: %s; not trusted", name, why);
+			bs_format(err, errlen, "segment /dev/shm%s: %s; not trusted (remove it if no "
+			    "program uses it)", name, why);
 			goto fail;
 		}
-		set_pointers(s);
 	}
 	if (map_compartments(s, cfg) != 0) {
-		seg_reclaim(s, false);
-		if (any_live(s)) {
+		if (locked)
+			seg_reclaim(s, false);
+		if (!locked || any_live(s)) {
 			r = -EEXIST;
 			bs_format(err, errlen, "segment /dev/shm%s is in use with other compartments "
 			    "(another configuration?)", name);
@@ -439,8 +729,11 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_log(LOG_INFO, "segment /dev/shm%s had other compartments and no holders; recreated", name);
 		return seg_attach(cfg, out, err, errlen);
 	}
-	if (!created) {
-		seg_reclaim(s, false);
+	if (!created && locked) {
+		fix_settings(s, cfg, name);
+		/* Throttled: with many processes starting at once, one scan
+		 * of the process table in 100 ms is enough. */
+		seg_reclaim(s, true);
 		if (!any_live(s)) {
 			/* A segment left by an earlier run: this run's
 			 * configuration is what the operator means now. */
@@ -684,10 +977,11 @@ seg_reclaim(struct seg *s, bool throttle)
 		struct seg_proc *p = &s->procs[i];
 		uint32_t st = atomic_load(&p->state), expected = st;
 		pid_t pid = atomic_load(&p->pid), owner = atomic_load(&p->owner);
+		uint64_t start = atomic_load(&p->start);
 
 		switch (st) {
 		case PROC_LIVE:
-			if (pid == me || seg_pid_alive(pid, atomic_load(&p->start)))
+			if (pid == me || seg_pid_alive(pid, start))
 				continue;
 			break;
 		case PROC_FORKING:
@@ -695,6 +989,12 @@ seg_reclaim(struct seg *s, bool throttle)
 			 * it is known, else the parent, speaks for it. */
 			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, 0) :
 			    (owner == me || seg_pid_alive(owner, 0))))
+				continue;
+			break;
+		case PROC_EXITED:
+			/* Exited normally: its holds go back once the kernel
+			 * has closed its descriptors, never before. */
+			if (seg_pid_alive(pid, start))
 				continue;
 			break;
 		case PROC_RECLAIMING:
@@ -706,8 +1006,15 @@ seg_reclaim(struct seg *s, bool throttle)
 		}
 		if (!atomic_compare_exchange_strong(&p->state, &expected, PROC_RECLAIMING))
 			continue;
+		/* Between the reads above and the CAS the record may have been
+		 * freed and taken by a new process in the same state: then it
+		 * is not the one found dead, and goes back untouched. */
+		if (atomic_load(&p->pid) != pid || atomic_load(&p->start) != start) {
+			atomic_store(&p->state, st);
+			continue;
+		}
 		atomic_store(&p->owner, me);
-		empty_record(s, i, true);
+		empty_record(s, i, st != PROC_EXITED);
 		n++;
 	}
 	return n;
@@ -887,4 +1194,23 @@ seg_detach_all(struct seg *s)
 		atomic_store(&s->lcount[i], 0);
 	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_RECLAIMING))
 		empty_record(s, (uint32_t)rec, false);
+}
+
+void
+seg_exit(struct seg *s)
+{
+	int rec = atomic_load(&s->rec);
+	uint32_t expected = PROC_LIVE;
+
+	if (rec < 0)
+		return;
+	if (seg_proc_held(s, (uint32_t)rec) == 0) {
+		seg_detach_all(s);
+		return;
+	}
+	/* The record stays this process's until it is dead, so that a
+	 * destructor closing a counted socket after this still gives its
+	 * permit back through the usual path. */
+	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_EXITED))
+		atomic_store(&s->h->last_reclaim_ms, 0);
 }

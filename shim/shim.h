@@ -229,7 +229,10 @@ int cfg_resolve_hosts(struct cfg_ctx *c);
 #define SEG_VERSION	1
 
 enum { SLOT_FREE = 0, SLOT_USED = 1 };
-enum { PROC_FREE = 0, PROC_FORKING = 1, PROC_LIVE = 2, PROC_RECLAIMING = 3 };
+/* PROC_EXITED: the process exited normally; its holds go back when it is
+ * seen dead, after the kernel closed its sockets, so that the dependency
+ * never sees more connections than permits. */
+enum { PROC_FREE = 0, PROC_FORKING = 1, PROC_LIVE = 2, PROC_RECLAIMING = 3, PROC_EXITED = 4 };
 
 struct seg_header {
 	uint64_t magic;
@@ -447,8 +450,12 @@ void seg_fork_parent(struct seg *s, int rec, pid_t pid);
  * inherited descriptors; `cb` is told each descriptor that refers to a slot.
  * Slots of the old image without a descriptor left are dropped. */
 void seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot));
-/* Releases everything this process holds and frees its record (normal exit). */
+/* Releases everything this process holds and frees its record at once. */
 void seg_detach_all(struct seg *s);
+/* Normal exit: marks this process's record exited, so that its holds go
+ * back as soon as it is dead (at the next reclaim, which this makes run
+ * unthrottled), not while the kernel still has its sockets open. */
+void seg_exit(struct seg *s);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
 

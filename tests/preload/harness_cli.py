@@ -154,7 +154,8 @@ def poke_path():
     libs = subprocess.run(["pkg-config", "--libs", "libconfig"], capture_output=True,
                           text=True).stdout.split() or ["-lconfig"]
     r = subprocess.run(["cc", "-std=gnu11", "-D_GNU_SOURCE", "-I", os.path.join(harness.ROOT, "shim"),
-                        "-o", out, src] + objs + libs + ["-lpthread"],
+                        "-o", out, src] + objs + libs + ["-lpthread"]
+                       + os.environ.get("BULKSHIM_SAN_LDFLAGS", "").split(),
                        capture_output=True, text=True)
     assert r.returncode == 0, "cannot compile the segment writer: %s" % r.stderr[-2000:]
     _poke = out

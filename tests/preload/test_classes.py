@@ -3,7 +3,7 @@
 import errno
 import os
 
-from harness import Agent, LineProc, Server, helper, tmpdir
+from harness import Agent, LineProc, Server, helper, status_json, tmpdir
 from harness_io import IoShim, expect
 
 TOP = {"classes": {"batch": ["report-*"]}}
@@ -58,6 +58,9 @@ def test_batch_capped_at_class_limit_interactive_gets_the_rest():
     assert b["in_use"] == 2 and b["peak"] == 2, "class batch in_use %d peak %d, want 2, 2" % (
         b["in_use"], b["peak"])
     assert batch.finish() == 0 and inter.finish() == 0
+    # A normal exit hands its permits back once the process is dead (at
+    # the next reclaim, which `bulkshim status` runs), never before.
+    status_json(shim.segment)
     c = expect(shim.comp("db"), in_use=0)
     assert _batch(c)["in_use"] == 0, "class permits left after both exited: %d" % _batch(c)["in_use"]
 

@@ -1,0 +1,317 @@
+"""test_hostile.py - damaged or hand-made shared segments never crash or hang the host program.
+
+Each test lets the shim create a segment for a compartment "web" (limit 2,
+a loopback HTTP server), damages it in place, then runs real programs under
+the shim: python making three connections, and curl. Each must finish in
+time without a crash, and either
+  - the shim is inert: one line on stderr naming the segment and what is
+    wrong, "running without limits", and all three connections go through;
+  - or the shim repaired what it could and said so: a warning naming the
+    segment and the value it changed, and the limit of 2 holds exactly.
+"""
+
+import os
+import random
+import re
+import time
+
+from harness import Server, Shim, shim_lines, status_json
+from harness_hard import Segment, crashed, curl, env_for, layout, probe
+
+LIMIT = 2
+
+
+def _setup():
+    """A server, a config and its segment, created by a run of the shim."""
+    srv = Server("http")
+    shim = Shim([{"name": "web", "destinations": ["127.0.0.1:%d" % srv.port],
+                  "max_connections": LIMIT}])
+    got, r = probe(env_for(shim.config), srv.port, 0)
+    assert r.returncode == 0 and not shim_lines(r.stderr), \
+        "the shim did not start cleanly on a fresh segment: %r" % r.stderr
+    assert os.path.exists("/dev/shm/bulkshim." + shim.segment), "no segment was created"
+    return srv, shim
+
+
+def _run_all(srv, shim):
+    """python (three connections) and curl under the shim; both must end
+    on their own, without a crash. Returns (results, python stderr lines,
+    curl result)."""
+    env = env_for(shim.config)
+    got, r = probe(env, srv.port, LIMIT + 1)
+    assert crashed(r) is None, "python under the shim %s (stderr %r)" % (crashed(r), r.stderr)
+    assert r.returncode == 0, "python under the shim exited %d: %r" % (r.returncode, r.stderr)
+    c = curl(env, srv.port)
+    assert crashed(c) is None, "curl under the shim %s (stderr %r)" % (crashed(c), c.stderr)
+    return got, shim_lines(r.stderr), c
+
+
+def _expect_inert(srv, shim, why):
+    """The shim refused the segment with one clear line, and limits nothing."""
+    got, lines, c = _run_all(srv, shim)
+    path = "/dev/shm/bulkshim." + shim.segment
+    assert got == ["ok"] * (LIMIT + 1), \
+        "an untrusted segment must leave the program unlimited; connects gave %r" % got
+    assert len(lines) == 1, "want one line from the shim, got %r" % lines
+    line = lines[0]
+    assert path in line and re.search(why, line) and "running without limits" in line, \
+        "the line should name %s, say %r and 'running without limits': %r" % (path, why, line)
+    assert c.returncode == 0 and c.stdout == "ok\n", "curl: exit %d, %r" % (c.returncode, c.stderr)
+    assert any(path in l for l in shim_lines(c.stderr)), "curl's stderr has no line: %r" % c.stderr
+
+
+def _expect_repaired(srv, shim, *said):
+    """The shim ran with sane values, said which it changed, and the limit
+    of 2 holds."""
+    got, lines, c = _run_all(srv, shim)
+    path = "/dev/shm/bulkshim." + shim.segment
+    assert got == ["ok"] * LIMIT + ["ECONNREFUSED"], \
+        "after repair the limit of %d must hold exactly; connects gave %r (stderr %r)" % (
+            LIMIT, got, lines)
+    for want in said:
+        assert any(path in l and re.search(want, l) for l in lines), \
+            "no line naming %s and saying %r in %r" % (path, want, lines)
+    assert not any("running without limits" in l for l in lines), lines
+    assert c.returncode == 0 and c.stdout == "ok\n", "curl: exit %d, %r" % (c.returncode, c.stderr)
+    web = [x for x in status_json(shim.segment)["compartments"] if x["name"] == "web"][0]
+    assert web["in_use"] == 0 and web["limit"] == LIMIT, "status after the runs: %r" % web
+
+
+def _damage(shim, fn):
+    seg = Segment(shim.segment)
+    try:
+        fn(seg)
+    finally:
+        seg.close()
+
+
+def _resize(shim, size):
+    fd = os.open("/dev/shm/bulkshim." + shim.segment, os.O_RDWR)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+# ---- the shim stays out: the layout cannot be trusted ----
+
+def test_wrong_magic_leaves_the_shim_inert():
+    srv, shim = _setup()
+    _damage(shim, lambda s: s.hset("magic", 0x4141414141414141))
+    _expect_inert(srv, shim, "bad magic")
+
+
+def test_wrong_version_leaves_the_shim_inert():
+    srv, shim = _setup()
+    _damage(shim, lambda s: s.hset("version", s.hget("version") + 1))
+    _expect_inert(srv, shim, "unsupported layout version")
+
+
+def test_wrong_size_fields_leave_the_shim_inert():
+    for field, value, why in (("header_size", 8, "inconsistent layout"),
+                              ("total_size", 1 << 40, "inconsistent layout"),
+                              ("off_slots", 64, "inconsistent layout"),
+                              ("bitmap_words", 0xffffffff, "inconsistent layout"),
+                              ("nslots", 0, "counts out of range"),
+                              ("ncomp", 0xffffffff, "counts out of range"),
+                              ("nprocs", 1 << 20, "counts out of range")):
+        srv, shim = _setup()
+        _damage(shim, lambda s: s.hset(field, value))
+        try:
+            _expect_inert(srv, shim, why)
+        except AssertionError as e:
+            raise AssertionError("%s = %d: %s" % (field, value, e))
+
+
+def test_segment_smaller_than_its_header_leaves_the_shim_inert():
+    srv, shim = _setup()
+    _resize(shim, 100)
+    _expect_inert(srv, shim, r"truncated \(smaller than its header\)")
+
+
+def test_segment_shorter_than_its_layout_leaves_the_shim_inert():
+    srv, shim = _setup()
+    seg = Segment(shim.segment)
+    total = seg.hget("total_size")
+    seg.close()
+    _resize(shim, total - 4096)
+    _expect_inert(srv, shim, "truncated")
+
+
+def test_unterminated_compartment_name_leaves_the_shim_inert():
+    srv, shim = _setup()
+    _damage(shim, lambda s: s.fill(s.comp_base(0), "seg_comp.name", ord("A")))
+    _expect_inert(srv, shim, "compartment name is not terminated")
+
+
+def test_impossible_count_while_a_process_looks_alive_leaves_the_shim_inert():
+    # A record that claims this very test process (alive, right start time)
+    # keeps the counts from being recomputed: an in_use of 4 billion can
+    # then only mean damage.
+    srv, shim = _setup()
+    with open("/proc/self/stat") as f:
+        start = int(f.read().rsplit(")", 1)[1].split()[19])
+
+    def fn(s):
+        L = layout()
+        s.pset(0, "state", L["PROC_LIVE"])
+        s.pset(0, "pid", os.getpid())
+        s.pset(0, "start", start)
+        s.cset(0, "in_use", 0xfffffff0)
+    _damage(shim, fn)
+    _expect_inert(srv, shim, r"in_use is 4294967280 while processes use the segment")
+
+
+def test_ownerless_forking_record_and_impossible_count_leave_the_shim_inert():
+    # A record half-made by a fork that never finished, with no owner to
+    # ask, counts as in use; so the impossible count cannot be reset.
+    srv, shim = _setup()
+
+    def fn(s):
+        s.pset(3, "state", layout()["PROC_FORKING"])
+        s.pset(3, "owner", 0)
+        s.cset(0, "waiting", 0xffffffff)
+    _damage(shim, fn)
+    _expect_inert(srv, shim, r"waiting is 4294967295 while processes use the segment")
+
+
+# ---- the shim repairs what it can and says so ----
+
+def test_zero_size_segment_is_initialised():
+    # By design: a creator that died before sizing it leaves an empty
+    # object, and the next process makes it a segment.
+    srv, shim = _setup()
+    _resize(shim, 0)
+    got, lines, c = _run_all(srv, shim)
+    assert got == ["ok"] * LIMIT + ["ECONNREFUSED"], "connects gave %r (%r)" % (got, lines)
+    assert not any("running without limits" in l for l in lines), lines
+    assert c.returncode == 0
+
+
+def test_limit_zero_is_replaced_by_the_configured_limit():
+    srv, shim = _setup()
+    _damage(shim, lambda s: s.cset(0, "limit", 0))
+    _expect_repaired(srv, shim, r"compartment web: limit out of range .*configured")
+
+
+def test_no_limit_in_a_leftover_segment_gives_way_to_the_config():
+    # 0xffffffff is how the segment says "no limit"; nobody uses the
+    # segment, so the configured limit applies again.
+    srv, shim = _setup()
+    _damage(shim, lambda s: s.cset(0, "limit", 0xffffffff))
+    _expect_repaired(srv, shim)
+
+
+def test_huge_wait_never_hangs_the_caller():
+    srv, shim = _setup()
+
+    def fn(s):
+        s.cset(0, "max_wait_ms", 0xffffffff)
+        s.cset(0, "limit", 0)
+    _damage(shim, fn)
+    _expect_repaired(srv, shim, r"compartment web: limit out of range .*max_wait_ms 4294967295")
+
+
+def test_huge_wait_with_a_live_process_is_clamped_and_refuses_fast():
+    # The counts cannot be reset under a (seemingly) live process, but a
+    # max_wait_ms no config can give is replaced all the same: a full
+    # compartment refuses at once instead of blocking connect for 49 days.
+    srv, shim = _setup()
+    with open("/proc/self/stat") as f:
+        start = int(f.read().rsplit(")", 1)[1].split()[19])
+
+    def fn(s):
+        s.pset(0, "state", layout()["PROC_LIVE"])
+        s.pset(0, "pid", os.getpid())
+        s.pset(0, "start", start)
+        s.cset(0, "in_use", LIMIT)
+        s.cset(0, "max_wait_ms", 0xffffffff)
+    _damage(shim, fn)
+    t0 = time.monotonic()
+    got, r = probe(env_for(shim.config), srv.port, 1, timeout=30)
+    dt = time.monotonic() - t0
+    lines = shim_lines(r.stderr)
+    assert got == ["ECONNREFUSED"] and dt < 5, \
+        "a full compartment should refuse at once: %r after %.1fs (%r)" % (got, dt, lines)
+    assert any("max_wait_ms out of range" in l and "max_wait_ms 4294967295" in l for l in lines), \
+        "no line about the clamped wait: %r" % lines
+
+
+def test_huge_in_use_with_no_holder_is_reset():
+    srv, shim = _setup()
+    _damage(shim, lambda s: s.cset(0, "in_use", 0xfffffff0))
+    _expect_repaired(srv, shim, r"compartment web: in_use was 4294967280 with no process "
+                                r"holding anything; reset to 0")
+
+
+def test_huge_waiting_inflight_and_class_counts_are_reset():
+    srv, shim = _setup()
+
+    def fn(s):
+        s.cset(0, "waiting", 0xffffffff)
+        s.cset(0, "inflight", 0x80000000)
+        s.cset(0, "over", 7)
+        s.class_set(0, 0, "in_use", 0xffffffff)
+    _damage(shim, fn)
+    _expect_repaired(srv, shim, "waiting was 4294967295", "inflight was 2147483648",
+                     "over was 7", "class 0 in_use was 4294967295")
+
+
+def test_garbage_slots_are_freed():
+    srv, shim = _setup()
+
+    def fn(s):
+        L = layout()
+        rnd = random.Random(7)
+        for j in range(s.hget("nslots")):
+            s.sset(j, "state", L["SLOT_USED"] if j % 3 else rnd.getrandbits(32))
+            s.sset(j, "holders", 0xffffffff)
+            s.sset(j, "comp", rnd.choice([0, 1, 5000, 0xffffffff]))
+            s.sset(j, "cls", rnd.getrandbits(32))
+            s.sset(j, "inode", rnd.getrandbits(64))
+            s.sset(j, "inflight", rnd.getrandbits(32))
+    _damage(shim, fn)
+    _expect_repaired(srv, shim, r"socket slots were in use with no process holding them; freed")
+
+
+def test_process_table_of_nonsense_is_cleaned():
+    # Random states, pids, owners and start times (pids beyond pid_max, so
+    # none is alive), every bitmap row all ones, counts disturbed.
+    srv, shim = _setup()
+
+    def fn(s):
+        L = layout()
+        rnd = random.Random(11)
+        for i in range(s.hget("nprocs")):
+            s.pset(i, "state", rnd.choice([1, 2, 3, 4, 7, 0xffffffff, rnd.getrandbits(32)]))
+            s.pset(i, "pid", rnd.choice([-1, -0x7fffffff, 0x7fffff00 + i, 0x7ffffff0]))
+            s.pset(i, "owner", rnd.choice([0x7fffff00 + i, -5]))
+            s.pset(i, "start", rnd.getrandbits(64))
+            s.pset(i, "uid", rnd.getrandbits(32))
+            s.row_fill(i, 0xff)
+        s.cset(0, "in_use", 0xffffffff)
+    _damage(shim, fn)
+    _expect_repaired(srv, shim, r"process records in no known state; freed",
+                     r"in_use was \d+ with no process holding anything")
+
+
+def test_everything_damaged_at_once_is_repaired():
+    srv, shim = _setup()
+
+    def fn(s):
+        rnd = random.Random(3)
+        off, size = s.L["seg_comp.cls"]
+        s.m[s.comp_base(0) + s.L["seg_comp.limit"][0]:s.comp_base(0) + off + size] = \
+            bytes(rnd.getrandbits(8) for _ in range(off + size - s.L["seg_comp.limit"][0]))
+        s.cset(0, "limit", 0)
+        for j in range(s.hget("nslots")):
+            s.sset(j, "state", 1)
+            s.sset(j, "holders", rnd.getrandbits(32))
+        for i in range(s.hget("nprocs")):
+            s.pset(i, "state", rnd.getrandbits(32) | 8)
+            s.row_fill(i, 0xff)
+        s.hset("generation", 0xffffffff)
+        s.hset("last_reclaim_ms", 0xffffffffffffffff)
+    _damage(shim, fn)
+    _expect_repaired(srv, shim, "limit out of range", "process records in no known state",
+                     "socket slots were in use")
