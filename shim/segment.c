@@ -927,10 +927,11 @@ int
 seg_my_record(struct seg *s)
 {
 	int r = atomic_load(&s->rec), mine, expected = -1;
-	pid_t pid = (pid_t)syscall(SYS_getpid);
+	pid_t pid;
 
 	if (r >= 0)
 		return r;
+	pid = (pid_t)syscall(SYS_getpid);
 	mine = alloc_record(s, PROC_FORKING, pid);
 	if (mine < 0)
 		return mine;
