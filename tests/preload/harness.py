@@ -35,6 +35,44 @@ SHM_PREFIX = "/dev/shm/bulkshim."
 # The tag of this test process; run.py removes leftovers carrying it.
 TAG = "t%d" % os.getpid()
 
+def _readable_by_all(path):
+    """True if any user can reach and read path."""
+    path = os.path.abspath(path)
+    try:
+        if not os.stat(path).st_mode & 0o004:
+            return False
+        d = os.path.dirname(path)
+        while d and d != "/":
+            if not os.stat(d).st_mode & 0o001:
+                return False
+            d = os.path.dirname(d)
+    except OSError:
+        return False
+    return True
+
+
+def _public_copies():
+    """Tests that run as another user (nobody) need the library and the CLI
+    where that user can read them; a checkout in a private directory (a
+    clone in `mktemp -d`) is not. Then this test uses copies in a
+    world-readable directory of its own, removed when it ends."""
+    global LIB, CLI, _public
+    if os.geteuid() != 0 or not os.path.exists(LIB) or _readable_by_all(LIB):
+        return
+    _public = tempfile.mkdtemp(prefix="bulkshim-%s-lib-" % TAG)
+    os.chmod(_public, 0o755)
+    for name in ("LIB", "CLI"):
+        src = globals()[name]
+        if os.path.exists(src):
+            dst = os.path.join(_public, os.path.basename(src))
+            shutil.copy2(src, dst)
+            os.chmod(dst, 0o755)
+            globals()[name] = dst
+
+
+_public = None
+
+
 class Skip(Exception):
     """Raised by a test that cannot run here (say why); run.py reports it
     as skipped, neither passed nor failed."""
@@ -50,6 +88,11 @@ _seq = 0
 def defer(fn, *args):
     """Runs fn(*args) at test end, last registered first."""
     _cleanups.append((fn, args))
+
+
+_public_copies()
+if _public is not None:
+    defer(shutil.rmtree, _public, True)
 
 
 def cleanup():
