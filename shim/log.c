@@ -40,12 +40,18 @@ log_get_level(void)
 }
 
 uint64_t
-now_mono_ms(void)
+now_mono_us(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+uint64_t
+now_mono_ms(void)
+{
+	return now_mono_us() / 1000;
 }
 
 uint64_t

@@ -19,15 +19,6 @@
 
 #define RECLAIM_POLL_MS 100	/* a waiter looks for dead holders this often */
 
-uint64_t
-now_mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 uint32_t
 seg_dec_floor(_Atomic uint32_t *v)
 {

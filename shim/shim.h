@@ -46,8 +46,10 @@ size_t bs_format(char *buf, size_t len, const char *fmt, ...)
  * compartment, with the count of the lines it suppressed since the last one. */
 void log_rejection(unsigned comp, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-/* Milliseconds of CLOCK_MONOTONIC and CLOCK_REALTIME. */
+/* Milliseconds of CLOCK_MONOTONIC and CLOCK_REALTIME; microseconds of
+ * CLOCK_MONOTONIC. */
 uint64_t now_mono_ms(void);
+uint64_t now_mono_us(void);
 uint64_t now_real_ms(void);
 
 /* ---- match.c, match_parse.c: destination rules, pure ---- */
@@ -417,8 +419,6 @@ void seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why);
 /* A short name for a reason: "full", "inflight_full", "wait_timeout",
  * "too_many_waiting", "class_full", "no_slot". */
 const char *seg_reason_name(enum bs_reason why);
-/* Microseconds of CLOCK_MONOTONIC. */
-uint64_t now_mono_us(void);
 /* Internal to segment.c and permit.c. */
 void seg_unhold(struct seg *s, uint32_t slot, bool reclaimed);
 uint32_t seg_dec_floor(_Atomic uint32_t *v);

@@ -263,29 +263,13 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 static int
 cmd_status(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct cli_target t = { NULL, NULL };
 	struct seg *s;
 	bool json = false;
-	int c;
+	int r;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
-		if (cli_target_opt(&t, c, optarg))
-			continue;
-		if (c == 'j')
-			json = true;
-		else if (c == 'h')
-			return cli_help("status", stdout, 0);
-		else
-			return cli_help("status", stderr, 2);
-	}
-	if (optind != argc || (t.config != NULL && t.segment != NULL))
-		return cli_help("status", stderr, 2);
+	if ((r = cli_parse_view(argc, argv, "status", &t, &json)) >= 0)
+		return r;
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
 	cli_print_status(stdout, s, json);

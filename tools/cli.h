@@ -57,6 +57,10 @@ int cli_help(const char *cmd, FILE *f, int status);
 int cli_usage(FILE *f, int status);
 /* Handles a -c or -s option of a subcommand; returns false for other options. */
 bool cli_target_opt(struct cli_target *t, int opt, const char *arg);
+/* Parses what the reporting subcommands take: [-c FILE | -s SEGMENT]
+ * [--json] [--help]. Returns -1 to go on, or the exit status to return
+ * (0 after --help, 2 on a usage error, with the help printed). */
+int cli_parse_view(int argc, char **argv, const char *name, struct cli_target *t, bool *json);
 /* The segment name a target means, into out. Prints the error and returns
  * -1 when the config cannot be read or the name is not valid. */
 int cli_segment_name(const struct cli_target *t, char *out, size_t len);

@@ -1,5 +1,6 @@
 /* cli_common.c - what the subcommands share: help, targets, opening segments, snapshots. */
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,4 +374,30 @@ cli_parse_u64(const char *s, uint64_t *out)
 		return false;
 	*out = v;
 	return true;
+}
+
+int
+cli_parse_view(int argc, char **argv, const char *name, struct cli_target *t, bool *json)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+		if (cli_target_opt(t, c, optarg))
+			continue;
+		if (c == 'j')
+			*json = true;
+		else if (c == 'h')
+			return cli_help(name, stdout, 0);
+		else
+			return cli_help(name, stderr, 2);
+	}
+	if (optind != argc || (t->config != NULL && t->segment != NULL))
+		return cli_help(name, stderr, 2);
+	return -1;
 }

@@ -312,30 +312,14 @@ json_advice(const struct advice *a)
 int
 cmd_suggest(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct cli_target t = { NULL, NULL };
 	struct advice a;
 	struct seg *s;
 	bool json = false;
-	int c;
+	int r;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
-		if (cli_target_opt(&t, c, optarg))
-			continue;
-		if (c == 'j')
-			json = true;
-		else if (c == 'h')
-			return cli_help("suggest", stdout, 0);
-		else
-			return cli_help("suggest", stderr, 2);
-	}
-	if (optind != argc || (t.config != NULL && t.segment != NULL))
-		return cli_help("suggest", stderr, 2);
+	if ((r = cli_parse_view(argc, argv, "suggest", &t, &json)) >= 0)
+		return r;
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
 	if (json) {

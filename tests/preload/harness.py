@@ -35,7 +35,7 @@ SHM_PREFIX = "/dev/shm/bulkshim."
 # The tag of this test process; run.py removes leftovers carrying it.
 TAG = "t%d" % os.getpid()
 
-def _readable_by_all(path):
+def readable_by_all(path):
     """True if any user can reach and read path."""
     path = os.path.abspath(path)
     try:
@@ -57,7 +57,7 @@ def _public_copies():
     clone in `mktemp -d`) is not. Then this test uses copies in a
     world-readable directory of its own, removed when it ends."""
     global LIB, CLI, _public
-    if os.geteuid() != 0 or not os.path.exists(LIB) or _readable_by_all(LIB):
+    if os.geteuid() != 0 or not os.path.exists(LIB) or readable_by_all(LIB):
         return
     _public = tempfile.mkdtemp(prefix="bulkshim-%s-lib-" % TAG)
     os.chmod(_public, 0o755)
