@@ -15,7 +15,7 @@ bench: bench-deps
 	$(BENCH_MAKE) bench-build
 	python3 bench/run.py --build $(B) --out bench/results.md
 bench-deps:
-	@sh bench/deps.sh
+	@sh tests/deps.sh gcc make pkg-config libconfig-dev python3 haproxy wrk valgrind
 bench-build: $(BENCH_PROGS)
 
 $(B)/bench/client: bench/client.c | $(B)/bench

@@ -999,7 +999,7 @@ def main():
         ROUNDS, SCALE_ROUNDS, WRK_SECONDS, WRK_ROUNDS = 3, 3, 1, 1
     for tool in ("valgrind", "callgrind_annotate", "haproxy", "wrk"):
         if shutil.which(tool) is None:
-            sys.exit("bench: %s is missing (make bench installs it: see bench/deps.sh)" % tool)
+            sys.exit("bench: %s is missing (make bench installs it: see bench/bench.mk)" % tool)
     b = Bench(opts.build, opts.quick)
     try:
         run_all(b, opts)

@@ -1,9 +1,13 @@
 #!/bin/sh
-# deps.sh - installs what `make test` needs on a fresh Debian machine (apt-get as root).
+# deps.sh - installs Debian packages a target needs (apt-get as root): those
+# named as arguments, or by default what `make test` needs.
 pkgs=""
 need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || pkgs="$pkgs $1"; }
-for p in gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux procps \
-	tmux prometheus; do
+if [ $# -eq 0 ]; then
+	set -- gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux \
+		procps tmux prometheus
+fi
+for p in "$@"; do
 	need "$p"
 done
 [ -z "$pkgs" ] && exit 0

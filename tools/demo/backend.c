@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "demo.h"
+
 /*
  * One thread per connection, so that a slow answer never holds up another
  * connection: the backend must not be the bottleneck the demo is about. Each
@@ -68,28 +70,6 @@ sleep_ms(unsigned ms)
 
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
-}
-
-/* Parses "A.B.C.D:PORT" into *sa; returns 0 or -EINVAL. */
-static int
-parse_addr(const char *text, struct sockaddr_in *sa)
-{
-	char host[64], *end;
-	const char *colon = strrchr(text, ':');
-	unsigned long port;
-
-	if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, text, (size_t)(colon - text));
-	host[colon - text] = '\0';
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || end == colon + 1 || port > 65535)
-		return -EINVAL;
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((uint16_t)port);
-	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
 }
 
 static unsigned
@@ -270,7 +250,7 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind != argc || parse_addr(listen_at, &sa) < 0) {
+	if (optind != argc || demo_parse_addr(listen_at, &sa) < 0) {
 		fputs(usage_text, stderr);
 		return 2;
 	}

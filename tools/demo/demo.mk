@@ -9,7 +9,7 @@ DEMO_BIN := $(B)/demo/shop $(B)/demo/backend $(B)/demo/load
 
 demo-bin: $(DEMO_BIN)
 
-$(DEMO_BIN): $(B)/demo/%: tools/demo/%.c | $(B)/demo
+$(DEMO_BIN): $(B)/demo/%: tools/demo/%.c tools/demo/demo.h | $(B)/demo
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
 
 $(B)/demo:

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "demo.h"
+
 /*
  * Open loop: requests start on a fixed schedule whether or not earlier ones
  * have been answered, the way users keep arriving at a site that has stopped
@@ -83,28 +85,6 @@ mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Parses "A.B.C.D:PORT" into *sa; returns 0 or -EINVAL. */
-static int
-parse_addr(const char *text, struct sockaddr_in *sa)
-{
-	char host[64], *end;
-	const char *colon = strrchr(text, ':');
-	unsigned long port;
-
-	if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, text, (size_t)(colon - text));
-	host[colon - text] = '\0';
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || end == colon + 1 || port == 0 || port > 65535)
-		return -EINVAL;
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((uint16_t)port);
-	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
 }
 
 static double
@@ -399,7 +379,7 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind != argc || target_at == NULL || parse_addr(target_at, &target) < 0) {
+	if (optind != argc || target_at == NULL || demo_parse_addr(target_at, &target) < 0) {
 		fputs(usage_text, stderr);
 		return 2;
 	}

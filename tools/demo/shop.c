@@ -12,6 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "demo.h"
+
 /*
  * Written the way old services are: N worker threads share one listening
  * socket, each serving one HTTP/1.0 request at a time. A request that needs a
@@ -41,28 +43,6 @@ static const char popular_items[] = "popular items: kettle, umbrella, headphones
 
 static struct sockaddr_in payments, recommendations;
 static int listen_fd = -1;
-
-/* Parses "A.B.C.D:PORT" into *sa; returns 0 or -EINVAL. */
-static int
-parse_addr(const char *text, struct sockaddr_in *sa)
-{
-	char host[64], *end;
-	const char *colon = strrchr(text, ':');
-	unsigned long port;
-
-	if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, text, (size_t)(colon - text));
-	host[colon - text] = '\0';
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || end == colon + 1 || port > 65535)
-		return -EINVAL;
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((uint16_t)port);
-	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
-}
 
 static int
 send_all(int fd, const char *buf, size_t len)
@@ -273,8 +253,8 @@ main(int argc, char **argv)
 		}
 	}
 	if (optind != argc || pay_at == NULL || recs_at == NULL ||
-	    parse_addr(pay_at, &payments) < 0 || parse_addr(recs_at, &recommendations) < 0 ||
-	    parse_addr(listen_at, &sa) < 0) {
+	    demo_parse_addr(pay_at, &payments) < 0 || demo_parse_addr(recs_at, &recommendations) < 0 ||
+	    demo_parse_addr(listen_at, &sa) < 0) {
 		fputs(usage_text, stderr);
 		return 2;
 	}
