@@ -49,9 +49,8 @@ own_timeout_ms(int fd, int opt)
  * -1 with errno ETIMEDOUT.
  */
 static int
-wait_ready(int fd, uint32_t e, int flags, short events)
+wait_ready(int fd, uint32_t e, struct seg_comp *c, int flags, short events)
 {
-	struct seg_comp *c = comp_of(e);
 	uint32_t limit = c != NULL ? atomic_load(&c->io_timeout_ms) : 0;
 	struct pollfd p = { .fd = fd, .events = events };
 	uint64_t own, deadline, now;
@@ -84,7 +83,9 @@ wait_ready(int fd, uint32_t e, int flags, short events)
 static int
 send_begin(int fd, uint32_t e, int flags, const char *what, bool *began)
 {
-	struct seg_comp *c = comp_of(e);
+	struct seg_slot *sl = seg_slot(shim.seg, e - 1);
+	uint32_t comp = sl != NULL ? atomic_load(&sl->comp) : 0;
+	struct seg_comp *c = sl != NULL ? seg_comp(shim.seg, comp) : NULL;
 	enum bs_reason why = REASON_MAX;
 	bool may_wait;
 	int r;
@@ -98,18 +99,13 @@ send_begin(int fd, uint32_t e, int flags, const char *what, bool *began)
 	    shim_blocking(fd, flags);
 	r = seg_inflight_begin(shim.seg, e - 1, may_wait, &why);
 	if (r == -EBUSY) {
-		shim_log_refusal(atomic_load(&seg_slot(shim.seg, e - 1)->comp), why, what,
-		    "a counted socket");
+		shim_log_refusal(comp, why, what, "a counted socket");
 		errno = shim_reject_errno(c);
 		return -1;
 	}
 	*began = r == 1;
-	if (wait_ready(fd, e, flags, POLLOUT) < 0) {
-		if (*began)
-			seg_inflight_cancel(shim.seg, e - 1);
-		return -1;
-	}
-	return 0;
+	/* A timeout here has already ended the request it began. */
+	return wait_ready(fd, e, c, flags, POLLOUT);
 }
 
 /* After a send: one that sent nothing does not leave a request in flight. */
@@ -172,7 +168,7 @@ iov_asks(const struct iovec *iov, int cnt)
 									\
 	if (e_ == 0)							\
 		return call;						\
-	if (shim_active() && wait_ready(fd, e_, flags, POLLIN) < 0)	\
+	if (shim_active() && wait_ready(fd, e_, comp_of(e_), flags, POLLIN) < 0) \
 		return -1;						\
 	r_ = call;							\
 	recv_end(e_, r_, asked);					\
