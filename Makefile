@@ -49,7 +49,7 @@ $(B)/bulkshim: $(CLI_O)
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
-$(B)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(B)/cli/%.o) shim/shim.h | $(B)/tests
+$(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B)/cli/%.o) shim/shim.h | $(B)/tests
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(filter-out $(B)/cli/$*.o,$(COMMON:%=$(B)/cli/%.o)) \
 		$(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 

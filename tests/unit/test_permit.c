@@ -15,11 +15,9 @@
 #include <cmocka.h>
 
 #include "../../shim/permit.c"
+#include "seg_fixture.h"
 
 static struct cfg_compartment comps[1];
-static struct bs_config cfg;
-static char err[BS_ERRLEN];
-static int counter;
 
 /* One compartment "c": 2 connections, 1 request in flight, class "batch"
  * (index 1) capped at 1. */
@@ -46,29 +44,6 @@ setup(void **state)
 	cfg.max_processes = 16;
 	cfg.max_sockets = 64;
 	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	char name[BS_NAME_MAX + 16];
-
-	(void)state;
-	snprintf(name, sizeof(name), "/bulkshim.%s", cfg.segment);
-	shm_unlink(name);
-	return 0;
-}
-
-static struct seg *
-attach(void)
-{
-	struct seg *s = NULL;
-	int r = seg_attach(&cfg, &s, err, sizeof(err));
-
-	if (r != 0)
-		print_error("seg_attach: %s\n", err);
-	assert_int_equal(r, 0);
-	return s;
 }
 
 static int

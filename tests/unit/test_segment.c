@@ -17,11 +17,9 @@
 #include <cmocka.h>
 
 #include "../../shim/segment.c"
+#include "seg_fixture.h"
 
 static struct cfg_compartment comps[2];
-static struct bs_config cfg;
-static char err[BS_ERRLEN];
-static int counter;
 
 /* A fresh configuration with its own segment name: "a" limit 3, "b" limit 1. */
 static int
@@ -49,17 +47,6 @@ setup(void **state)
 	return 0;
 }
 
-static int
-teardown(void **state)
-{
-	char name[BS_NAME_MAX + 16];
-
-	(void)state;
-	snprintf(name, sizeof(name), "/bulkshim.%s", cfg.segment);
-	shm_unlink(name);
-	return 0;
-}
-
 /* One connection permit, as the shim asks for it: default class, no wait. */
 static int
 acq(struct seg *s, uint32_t comp, uint64_t ino)
@@ -67,18 +54,6 @@ acq(struct seg *s, uint32_t comp, uint64_t ino)
 	enum bs_reason why = REASON_MAX;
 
 	return seg_acquire(s, comp, 0, ino, false, &why);
-}
-
-static struct seg *
-attach(void)
-{
-	struct seg *s = NULL;
-	int r = seg_attach(&cfg, &s, err, sizeof(err));
-
-	if (r != 0)
-		print_error("seg_attach: %s\n", err);
-	assert_int_equal(r, 0);
-	return s;
 }
 
 static void
