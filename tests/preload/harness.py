@@ -665,6 +665,19 @@ serve(sys.stdin, sys.stdout)
 '''
 
 
+def _close_and_wait(p, what, timeout):
+    """Closes p's stdin, if any, and returns its exit status."""
+    if p.stdin:
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+    try:
+        return p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("%s did not exit within %ss" % (what, timeout))
+
+
 class AgentError(Exception):
     def __init__(self, rep):
         Exception.__init__(self, "%s: %s" % (rep.get("exc"), rep.get("msg")))
@@ -738,14 +751,7 @@ class Agent:
     def finish(self, timeout=10):
         """Closes stdin (the agent returns from its loop and exits normally);
         returns the exit status."""
-        try:
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("agent %d did not exit within %ss" % (self.pid, timeout))
+        return _close_and_wait(self.p, "agent %d" % self.pid, timeout)
 
     def wait_exit(self, timeout=10):
         try:
@@ -794,15 +800,7 @@ class LineProc:
         return self.line(timeout)
 
     def finish(self, timeout=10):
-        if self.p.stdin:
-            try:
-                self.p.stdin.close()
-            except OSError:
-                pass
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("%s did not exit within %ss" % (self.argv[0], timeout))
+        return _close_and_wait(self.p, self.argv[0], timeout)
 
     def kill(self, sig=signal.SIGKILL):
         if self.p.poll() is None:
