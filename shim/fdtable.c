@@ -23,6 +23,12 @@ static _Atomic(_Atomic uint32_t *) fdt;
 static uint32_t fdt_size;
 static _Atomic int fdt_high_water;
 
+/* One bit per descriptor: a stream socket made by socket() that a fork may
+ * share before it is connected (interpose.c). Stale bits are harmless:
+ * fork checks each descriptor before acting on it. */
+static _Atomic uint64_t *fresh;
+static _Atomic int fresh_high;
+
 /* Reads /proc/sys/fs/nr_open with raw system calls (init runs before
  * anything else is safe to use); returns 0 if unknown. */
 static uint32_t
@@ -62,6 +68,15 @@ fdt_init(void)
 	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
+	fresh = mmap(NULL, ((size_t)n + 63) / 64 * sizeof(*fresh), PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (fresh == MAP_FAILED) {
+		int e = errno;
+
+		munmap(p, (size_t)n * sizeof(*fdt));
+		fresh = NULL;
+		return -e;
+	}
 	fdt_size = n;
 	atomic_store_explicit(&fdt, p, memory_order_release);
 	return 0;
@@ -108,4 +123,46 @@ int
 fdt_high(void)
 {
 	return atomic_load(&fdt_high_water);
+}
+
+void
+fdt_mark_fresh(int fd)
+{
+	int high;
+
+	if (!fdt_valid(fd) || fresh == NULL)
+		return;
+	high = atomic_load(&fresh_high);
+	while (fd >= high && !atomic_compare_exchange_weak(&fresh_high, &high, fd + 1))
+		;
+	atomic_fetch_or(&fresh[fd / 64], 1ULL << (fd % 64));
+}
+
+void
+fdt_clear_fresh(int fd)
+{
+	uint64_t m = 1ULL << (fd % 64);
+
+	if (fdt_valid(fd) && fresh != NULL && (atomic_load(&fresh[fd / 64]) & m))
+		atomic_fetch_and(&fresh[fd / 64], ~m);
+}
+
+int
+fdt_next_fresh(int fd)
+{
+	int high = atomic_load(&fresh_high);
+
+	if (fresh == NULL || fd < 0)
+		return -1;
+	for (; fd < high; fd++) {
+		uint64_t w = atomic_load(&fresh[fd / 64]) >> (fd % 64);
+
+		if (w == 0) {
+			fd |= 63;
+			continue;
+		}
+		fd += __builtin_ctzll(w);
+		return fd < high ? fd : -1;
+	}
+	return -1;
 }

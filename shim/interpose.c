@@ -144,7 +144,7 @@ enum admit
 shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 {
 	uint32_t e = fdt_get(fd);
-	int comp = match_find(atomic_load(&shim.m), sa, len), type = 0, slot;
+	int comp = match_find(atomic_load(&shim.m), sa, len), type = 0, slot, pending = -1;
 	socklen_t tlen = sizeof(type);
 	enum bs_reason why = REASON_MAX;
 	struct seg_comp *c;
@@ -156,15 +156,20 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 		return ADMIT_PASS;
 	if (foreign_process() || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return ADMIT_PASS;
+	fdt_clear_fresh(fd);
 	if (e != 0) {
 		struct seg_slot *sl = seg_slot(shim.seg, e - 1);
 
 		/* A connect retried on the same socket (EINPROGRESS,
 		 * EALREADY, EISCONN; hiredis polls this way) already has
 		 * its permit. Any other socket behind the number is new. */
-		if (sl != NULL && atomic_load(&sl->inode) == (uint64_t)st.st_ino)
-			return ADMIT_PASS;
-		drop_entry(fdt_take(fd));
+		if (sl != NULL && atomic_load(&sl->inode) == (uint64_t)st.st_ino) {
+			if (comp < 0 || !seg_slot_pending(shim.seg, e - 1))
+				return ADMIT_PASS;
+			pending = (int)(e - 1);	/* shared by a fork before its connect */
+		} else {
+			drop_entry(fdt_take(fd));
+		}
 	}
 	c = comp >= 0 ? seg_comp(shim.seg, (uint32_t)comp) : NULL;
 	if (c == NULL || !fdt_valid(fd))
@@ -172,10 +177,18 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM)
 		return ADMIT_PASS;
 	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
-	slot = seg_acquire(shim.seg, (uint32_t)comp, shim.cls, (uint64_t)st.st_ino, may_wait, &why);
-	if (slot >= 0) {
-		drop_entry(fdt_set(fd, (uint32_t)slot));
-		return ADMIT_COUNTED;
+	if (pending >= 0) {
+		slot = seg_acquire_pending(shim.seg, (uint32_t)pending, (uint32_t)comp, shim.cls,
+		    may_wait, &why);
+		if (slot == 0 || slot == -EALREADY)
+			return slot == 0 ? ADMIT_COUNTED : ADMIT_PASS;
+	} else {
+		slot = seg_acquire(shim.seg, (uint32_t)comp, shim.cls, (uint64_t)st.st_ino,
+		    may_wait, &why);
+		if (slot >= 0) {
+			drop_entry(fdt_set(fd, (uint32_t)slot));
+			return ADMIT_COUNTED;
+		}
 	}
 	match_format(sa, len, dest, sizeof(dest));
 	shim_log_refusal((uint32_t)comp, why, what, dest);
@@ -311,41 +324,68 @@ close(int fd)
 	return r;
 }
 
+/*
+ * Copying a counted descriptor happens inside the fork gate: a fork between
+ * the copy and its bookkeeping would give the child two descriptors of the
+ * socket and a count of one, and its first close would free a socket it
+ * still has. Returns true if the caller must leave the gate.
+ */
+static bool
+gate_copy(int fd)
+{
+	if (fdt_get(fd) == 0 || !active() || foreign_process())
+		return false;
+	seg_gate_enter(shim.seg);
+	return true;
+}
+
+static void
+gate_done(bool in)
+{
+	if (in)
+		seg_gate_leave(shim.seg);
+}
+
 BS_EXPORT int
 dup(int fd)
 {
+	bool in = gate_copy(fd);
 	int r = real.dup(fd), saved = errno;
 
-	if (r >= 0 && (fdt_get(fd) != 0 || fdt_get(r) != 0)) {
+	if (r >= 0 && (fdt_get(fd) != 0 || fdt_get(r) != 0))
 		copy_fd(fd, r);
-		errno = saved;
-	}
+	gate_done(in);
+	errno = saved;
 	return r;
 }
 
 /* dup2 and dup3 close newfd first: a counted socket there loses a holder. */
 static int
-dup_over(int oldfd, int newfd, int r)
+dup_over(int oldfd, int newfd, int r, bool in)
 {
 	int saved = errno;
 
-	if (r >= 0 && oldfd != newfd && (fdt_get(oldfd) != 0 || fdt_get(newfd) != 0)) {
+	if (r >= 0 && oldfd != newfd && (fdt_get(oldfd) != 0 || fdt_get(newfd) != 0))
 		copy_fd(oldfd, newfd);
-		errno = saved;
-	}
+	gate_done(in);
+	errno = saved;
 	return r;
 }
 
 BS_EXPORT int
 dup2(int oldfd, int newfd)
 {
-	return dup_over(oldfd, newfd, real.dup2(oldfd, newfd));
+	bool in = gate_copy(oldfd);
+
+	return dup_over(oldfd, newfd, real.dup2(oldfd, newfd), in);
 }
 
 BS_EXPORT int
 dup3(int oldfd, int newfd, int flags)
 {
-	return dup_over(oldfd, newfd, real.dup3(oldfd, newfd, flags));
+	bool in = gate_copy(oldfd);
+
+	return dup_over(oldfd, newfd, real.dup3(oldfd, newfd, flags), in);
 }
 
 /* fcntl's third argument is an int or a pointer; passing it on as a
@@ -353,13 +393,14 @@ dup3(int oldfd, int newfd, int flags)
 static int
 fcntl_common(int (*fn)(int, int, ...), int fd, int cmd, void *arg)
 {
+	bool dupfd = cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC;
+	bool in = dupfd && gate_copy(fd);
 	int r = fn(fd, cmd, arg), saved = errno;
 
-	if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) &&
-	    (fdt_get(fd) != 0 || fdt_get(r) != 0)) {
+	if (r >= 0 && dupfd && (fdt_get(fd) != 0 || fdt_get(r) != 0))
 		copy_fd(fd, r);
-		errno = saved;
-	}
+	gate_done(in);
+	errno = saved;
 	return r;
 }
 
@@ -401,6 +442,15 @@ drop_range(unsigned first, unsigned last)
 		if (fdt_get((int)fd) != 0)
 			drop_entry(fdt_take((int)fd));
 	}
+}
+
+/* Forgets every table entry without giving anything back: the record
+ * they were held under is gone. */
+static void
+drop_range_local(void)
+{
+	for (int fd = 0; fd < fdt_high(); fd++)
+		fdt_take(fd);
 }
 
 BS_EXPORT int
@@ -450,20 +500,66 @@ fclose(FILE *fp)
 	return r;
 }
 
+static void
+adopt_fd(int fd, uint32_t slot)
+{
+	fdt_set(fd, slot);
+}
+
+/*
+ * A socket made before a fork and connected after it is one connection in
+ * two processes, whichever of them connects. Each such socket (an
+ * unconnected, non-listening stream socket from socket()) gets a pending
+ * slot before the fork, so both processes hold it from the start and its
+ * permit, once admitted, lasts until both are done with it.
+ */
+static void
+share_unconnected(void)
+{
+	for (int fd = fdt_next_fresh(0); fd >= 0; fd = fdt_next_fresh(fd + 1)) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer), ilen = sizeof(int);
+		int type = 0, listening = 0, slot;
+		struct stat st;
+
+		fdt_clear_fresh(fd);
+		if (fdt_get(fd) != 0 || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+			continue;
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ilen) < 0 || type != SOCK_STREAM)
+			continue;
+		ilen = sizeof(int);
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ilen) < 0 || listening)
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&peer, &plen) == 0 || errno != ENOTCONN)
+			continue;
+		slot = seg_pending_slot(shim.seg, (uint64_t)st.st_ino);
+		if (slot >= 0)
+			drop_entry(fdt_set(fd, (uint32_t)slot));
+	}
+}
+
 BS_EXPORT pid_t
 fork(void)
 {
-	int rec, saved;
+	int rec, saved = errno;
 	pid_t pid;
 
 	if (!active() || foreign_process())
 		return real.fork();
+	/* No thread may be between a change of what this process holds
+	 * and its record of it while the child's record is copied. */
+	seg_gate_close(shim.seg);
+	share_unconnected();
 	rec = seg_fork_prepare(shim.seg);
+	errno = saved;
 	pid = real.fork();
 	saved = errno;
 	if (pid == 0) {
 		shim.pid = (pid_t)syscall(SYS_getpid);
-		seg_fork_child(shim.seg, rec);
+		if (!seg_fork_child(shim.seg, rec)) {
+			drop_range_local();
+			seg_adopt(shim.seg, adopt_fd);
+		}
 	} else {
 		seg_fork_parent(shim.seg, rec, pid);
 	}
@@ -471,12 +567,26 @@ fork(void)
 	return pid;
 }
 
+/* Sockets a fork may share before they are connected are marked (inside
+ * the fork gate, so a fork sees the mark or no socket). */
 BS_EXPORT int
 socket(int domain, int type, int protocol)
 {
-	int r = real.socket(domain, type, protocol), saved = errno;
+	bool mark = (type & 0xf) == SOCK_STREAM &&
+	    (domain == AF_INET || domain == AF_INET6 || domain == AF_UNIX) &&
+	    active() && !foreign_process();
+	int r, saved;
 
+	if (mark)
+		seg_gate_enter(shim.seg);
+	r = real.socket(domain, type, protocol);
+	saved = errno;
 	fresh_fd(r);
+	if (mark) {
+		if (r >= 0)
+			fdt_mark_fresh(r);
+		seg_gate_leave(shim.seg);
+	}
 	errno = saved;
 	return r;
 }
@@ -635,12 +745,6 @@ shim_maybe_reload(void)
 		atomic_store(&shim.gen, g);
 	}
 	pthread_mutex_unlock(&lock);
-}
-
-static void
-adopt_fd(int fd, uint32_t slot)
-{
-	fdt_set(fd, slot);
 }
 
 static bool

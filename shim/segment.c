@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@
  */
 
 #define RECLAIM_EVERY_MS 100
+#define FORK_GRACE_MS	2000	/* a forked child has this long to claim its record */
+#define GATE_WAIT_MS	1000	/* the longest fork waits for the gate to empty */
 #define LOCK_WAIT_MS	2000	/* for a segment still being created */
 #define LOCK_FAST_MS	100	/* for the upkeep of one already set up */
 
@@ -344,6 +347,7 @@ seg_new(size_t ncmap)
 		return NULL;
 	}
 	s->ncmap = ncmap;
+	s->my_pid = getpid();
 	atomic_store(&s->rec, -1);
 	return s;
 }
@@ -498,8 +502,7 @@ reset_unheld(struct seg *s, const char *name)
 			continue;
 		atomic_store(&sl->holders, 0);
 		atomic_store(&sl->inode, 0);
-		atomic_store(&sl->inflight, IDLE);
-		atomic_store(&sl->over, 0);
+		atomic_store(&sl->mark, (uint64_t)MARK_GEN(atomic_load(&sl->mark)) << 32);
 		if (atomic_compare_exchange_strong(&sl->state, &st, SLOT_FREE))
 			nslots++;
 	}
@@ -873,15 +876,20 @@ static void
 empty_record(struct seg *s, uint32_t rec, bool reclaimed)
 {
 	_Atomic uint64_t *r = row(s, rec);
+	pid_t dead = reclaimed ? atomic_load(&s->procs[rec].pid) : 0;
 
 	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
 		uint64_t bits = atomic_exchange(&r[w], 0);
 
 		while (bits != 0) {
-			int b = __builtin_ctzll(bits);
+			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(bits);
 
 			bits &= bits - 1;
-			seg_unhold(s, w * 64 + (uint32_t)b, reclaimed);
+			/* What the dead process was doing to the slot when
+			 * it died is finished first. */
+			if (dead > 0)
+				seg_resolve(s, slot, dead);
+			seg_unhold(s, slot, reclaimed);
 		}
 	}
 	atomic_store(&s->procs[rec].pid, 0);
@@ -907,6 +915,7 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 			    PROC_FORKING)) {
 				atomic_store(&s->procs[i].owner, owner);
 				atomic_store(&s->procs[i].pid, 0);
+				atomic_store(&s->procs[i].since_ms, now_mono_ms());
 				s->procs[i].uid = (uint32_t)geteuid();
 				for (uint32_t w = 0; w < s->h->bitmap_words; w++)
 					atomic_store(&row(s, i)[w], 0);
@@ -931,7 +940,7 @@ seg_my_record(struct seg *s)
 
 	if (r >= 0)
 		return r;
-	pid = (pid_t)syscall(SYS_getpid);
+	pid = s->my_pid;
 	mine = alloc_record(s, PROC_FORKING, pid);
 	if (mine < 0)
 		return mine;
@@ -960,10 +969,27 @@ seg_clear_bit(struct seg *s, int rec, uint32_t slot)
 	return (atomic_fetch_and(&row(s, (uint32_t)rec)[slot / 64], ~m) & m) != 0;
 }
 
+/* Slots that process pid had stopped holding but died releasing (or
+ * claiming): no row has their bit, so they are found here. */
+static void
+release_orphans(struct seg *s, pid_t pid)
+{
+	if (pid <= 0)
+		return;
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		struct seg_slot *sl = &s->slots[i];
+
+		if (atomic_load_explicit(&sl->state, memory_order_relaxed) != SLOT_FREE &&
+		    atomic_load_explicit(&sl->op_pid, memory_order_relaxed) == pid &&
+		    atomic_load(&sl->holders) == 0)
+			seg_release_orphan(s, i, pid);
+	}
+}
+
 int
 seg_reclaim(struct seg *s, bool throttle)
 {
-	pid_t me = (pid_t)syscall(SYS_getpid);
+	pid_t me = s->my_pid;
 	int n = 0;
 
 	if (throttle) {
@@ -987,9 +1013,12 @@ seg_reclaim(struct seg *s, bool throttle)
 			break;
 		case PROC_FORKING:
 			/* Filled in by a parent around fork(): the child if
-			 * it is known, else the parent, speaks for it. */
-			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, 0) :
-			    (owner == me || seg_pid_alive(owner, 0))))
+			 * it is known, else the parent, speaks for it; a
+			 * parent that died right after fork leaves a child
+			 * that claims the record within FORK_GRACE_MS. */
+			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, start) :
+			    (owner == me || seg_pid_alive(owner, 0) ||
+			    now_mono_ms() - atomic_load(&p->since_ms) < FORK_GRACE_MS)))
 				continue;
 			break;
 		case PROC_EXITED:
@@ -1016,6 +1045,7 @@ seg_reclaim(struct seg *s, bool throttle)
 		}
 		atomic_store(&p->owner, me);
 		empty_record(s, i, st != PROC_EXITED);
+		release_orphans(s, pid);
 		n++;
 	}
 	return n;
@@ -1034,53 +1064,111 @@ seg_find_inode(const struct seg *s, uint64_t ino)
 
 /* ---- fork, exec and exit ---- */
 
+void
+seg_gate_enter(struct seg *s)
+{
+	uint64_t deadline = 0;
+
+	for (;;) {
+		atomic_fetch_add(&s->busy, 1);
+		if (atomic_load(&s->forking) == 0)
+			return;
+		atomic_fetch_sub(&s->busy, 1);
+		/* A fork is taking its snapshot: a moment. Bounded, since a
+		 * signal handler can call us while its own thread forks. */
+		if (deadline == 0)
+			deadline = now_mono_ms() + GATE_WAIT_MS;
+		else if (now_mono_ms() >= deadline)
+			break;
+		sched_yield();
+	}
+	atomic_fetch_add(&s->busy, 1);
+}
+
+void
+seg_gate_leave(struct seg *s)
+{
+	seg_dec_floor(&s->busy);
+}
+
+void
+seg_gate_close(struct seg *s)
+{
+	uint64_t deadline = now_mono_ms() + GATE_WAIT_MS;
+
+	atomic_fetch_add(&s->forking, 1);
+	while (atomic_load(&s->busy) != 0 && now_mono_ms() < deadline)
+		sched_yield();
+	if (atomic_load(&s->busy) != 0)
+		bs_log(LOG_WARN, "fork: another thread stayed %d ms in the middle of taking a "
+		    "permit; the child's holds may miss it", GATE_WAIT_MS);
+}
+
 int
 seg_fork_prepare(struct seg *s)
 {
 	int rec = atomic_load(&s->rec), child;
-	pid_t me = (pid_t)syscall(SYS_getpid);
 
 	if (rec < 0)
 		return -1;
-	child = alloc_record(s, PROC_FORKING, me);
+	child = alloc_record(s, PROC_FORKING, s->my_pid);
 	if (child < 0) {
 		bs_log(LOG_ERROR, "process table of segment %s is full: a child's "
 		    "inherited sockets are not counted as held by it", s->h->name);
 		return -1;
 	}
 	/* The child holds every socket the parent holds now; the holds are
-	 * taken before fork so the parent closing first cannot free them. */
+	 * taken before fork so the parent closing first cannot free them.
+	 * The gate is closed, so no thread is between taking a slot and
+	 * recording it; a slot released meanwhile (holders at 0) is not
+	 * held again. */
 	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
 		uint64_t bits = atomic_load(&row(s, (uint32_t)rec)[w]), b = bits;
 
 		while (b != 0) {
 			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(b);
+			_Atomic uint32_t *h = &s->slots[slot].holders;
+			uint32_t cur = atomic_load(h);
 
 			b &= b - 1;
-			atomic_fetch_add(&s->slots[slot].holders, 1);
+			while (cur > 0 && !atomic_compare_exchange_weak(h, &cur, cur + 1))
+				;
+			if (cur == 0)
+				bits &= ~(1ULL << (slot % 64));
 		}
 		atomic_store(&row(s, (uint32_t)child)[w], bits);
 	}
 	return child;
 }
 
-void
+bool
 seg_fork_child(struct seg *s, int rec)
 {
 	pid_t me = (pid_t)syscall(SYS_getpid);
 	uint32_t expected = PROC_FORKING;
+	int32_t zero = 0;
 
+	/* The other threads did not come along: nobody is in the gate. */
+	atomic_store(&s->busy, 0);
+	atomic_store(&s->forking, 0);
+	s->my_pid = me;
 	if (rec < 0) {
 		atomic_store(&s->rec, -1);
-		return;
+		return true;
 	}
 	s->my_start = seg_pid_start(me);
 	atomic_store(&s->procs[rec].start, s->my_start);
-	atomic_store(&s->procs[rec].pid, me);
-	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_LIVE))
+	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, me);
+	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_LIVE)) {
 		atomic_store(&s->rec, rec);
-	else
-		atomic_store(&s->rec, -1);	/* reclaimed: the parent died meanwhile */
+		return true;
+	}
+	/* Reclaimed: the parent died and the grace ran out. What this
+	 * process inherited is adopted again by the caller. */
+	atomic_store(&s->rec, -1);
+	for (uint32_t i = 0; i < s->h->nslots; i++)
+		atomic_store(&s->lcount[i], 0);
+	return false;
 }
 
 void
@@ -1088,6 +1176,7 @@ seg_fork_parent(struct seg *s, int rec, pid_t pid)
 {
 	int32_t zero = 0;
 
+	seg_dec_floor(&s->forking);
 	if (rec < 0)
 		return;
 	if (pid < 0) {
@@ -1130,6 +1219,15 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 			if (atomic_compare_exchange_strong(&p->state, &expected, PROC_RECLAIMING))
 				empty_record(s, i, true);
 		}
+	}
+	/* The threads of the old image are gone: what they left half done
+	 * on any slot is finished now. */
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) == SLOT_FREE ||
+		    atomic_load_explicit(&s->slots[i].op_pid, memory_order_relaxed) != me)
+			continue;
+		seg_resolve(s, i, me);
+		seg_release_orphan(s, i, me);
 	}
 	if (rec >= 0)
 		atomic_store(&s->rec, rec);

@@ -228,9 +228,9 @@ int cfg_resolve_hosts(struct cfg_ctx *c);
 /* ---- segment.c: the shared-memory layout, permits and counters ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	1
+#define SEG_VERSION	2
 
-enum { SLOT_FREE = 0, SLOT_USED = 1 };
+enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
 /* PROC_EXITED: the process exited normally; its holds go back when it is
  * seen dead, after the kernel closed its sockets, so that the dependency
  * never sees more connections than permits. */
@@ -276,9 +276,9 @@ struct seg_hist {
 /* Per compartment and class: the class's own permits. */
 struct seg_class {
 	_Atomic uint32_t limit;		/* 0 = no cap */
-	_Atomic uint32_t in_use;
 	_Atomic uint32_t peak;
-	uint32_t pad;
+	_Atomic uint32_t in_use;	/* a tally: the next word is its tag */
+	_Atomic uint32_t in_use_tag;
 	_Atomic uint64_t admitted;
 	_Atomic uint64_t rejected;
 };
@@ -290,20 +290,25 @@ struct seg_class {
 struct seg_comp {
 	char name[BS_NAME_MAX];
 	_Atomic uint32_t limit;		/* max_connections; UINT32_MAX = none */
-	_Atomic uint32_t in_use;	/* connection permits granted by the rules */
 	_Atomic uint32_t peak;
+	/* Tallies (see permit.c): each count is followed by its tag word. */
+	_Atomic uint32_t in_use;	/* connection permits granted by the rules */
+	_Atomic uint32_t in_use_tag;
+	_Atomic uint32_t inflight;
+	_Atomic uint32_t inflight_tag;
+	_Atomic uint32_t over;		/* connections let past a full limit in observe mode */
+	_Atomic uint32_t over_tag;
+	_Atomic uint32_t inflight_over;	/* likewise for requests in flight */
+	_Atomic uint32_t inflight_over_tag;
 	_Atomic uint32_t waiting;	/* callers waiting for a permit now */
 	_Atomic int32_t reject_errno;
 	_Atomic uint32_t enforce;	/* 0 = observe: count, refuse nothing */
 	_Atomic uint32_t inflight_limit;	/* UINT32_MAX = none */
-	_Atomic uint32_t inflight;
 	_Atomic uint32_t inflight_peak;
 	_Atomic uint32_t max_wait_ms;
 	_Atomic uint32_t max_waiting;
 	_Atomic uint32_t connect_timeout_ms;
 	_Atomic uint32_t io_timeout_ms;
-	_Atomic uint32_t over;		/* connections let past a full limit in observe mode */
-	_Atomic uint32_t inflight_over;	/* likewise for requests in flight */
 	uint32_t pad;
 	_Atomic uint64_t admitted;
 	_Atomic uint64_t rejected;	/* sum of rejected_by */
@@ -323,17 +328,34 @@ struct seg_comp {
 };
 
 #define SLOT_NO_CLASS	0xffu
-enum { IDLE = 0, INFLIGHT = 1, INFLIGHT_OVER = 2 };
+#define SLOT_NO_COMP	0xffffffffu	/* a pending slot: no permit yet */
+
+/*
+ * The permits a slot can stand for, each counted in one tally of its
+ * compartment. A slot's `mark` word holds its generation in the high 32
+ * bits (bumped each time the slot is taken) and, for each kind P, three
+ * flags: MARK_HELD(P) the slot is counted in the tally, MARK_TAKING(P) a
+ * thread is adding it, MARK_GIVING(P) a thread is taking it out. permit.c
+ * explains how a thread killed half-way is finished by someone else.
+ */
+enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_KINDS };
+#define MARK_HELD(p)	(1ULL << (p))
+#define MARK_TAKING(p)	(1ULL << (8 + (p)))
+#define MARK_GIVING(p)	(1ULL << (16 + (p)))
+#define MARK_WAITING	(1ULL << 24)	/* counted in its compartment's `waiting` */
+#define MARK_PENDING	0x0117ff00ULL	/* every TAKING, GIVING and WAITING flag */
+#define MARK_GEN(m)	((uint32_t)((m) >> 32))
 
 /* One counted socket object, shared by every process holding it. */
 struct seg_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t holders;	/* processes whose bitmap has this slot */
-	_Atomic uint32_t comp;
+	_Atomic uint32_t comp;		/* or SLOT_NO_COMP while pending */
 	_Atomic uint32_t cls;		/* class permit held, or SLOT_NO_CLASS */
 	_Atomic uint64_t inode;		/* st_ino of the socket, unique host-wide */
-	_Atomic uint32_t over;		/* admitted past the limit in observe mode */
-	_Atomic uint32_t inflight;	/* IDLE, INFLIGHT or INFLIGHT_OVER */
+	_Atomic uint64_t mark;		/* generation << 32 | permit flags */
+	_Atomic int32_t op_pid;		/* process of the last operation on mark */
+	uint32_t pad;
 	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
 	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
 };
@@ -345,6 +367,7 @@ struct seg_proc {
 	_Atomic int32_t owner;		/* forking parent, or the reclaimer */
 	uint32_t uid;
 	_Atomic uint64_t start;		/* start time in clock ticks, 0 = unknown */
+	_Atomic uint64_t since_ms;	/* CLOCK_MONOTONIC when a fork claimed it */
 };
 
 /* The process-local handle of a mapped segment. */
@@ -362,6 +385,12 @@ struct seg {
 	_Atomic int rec;		/* this process's record, or -1 */
 	_Atomic uint32_t hint;		/* where the next slot search starts */
 	uint64_t my_start;
+	pid_t my_pid;			/* getpid(), updated by seg_fork_child */
+	/* The fork gate: threads changing what this process holds are
+	 * `busy`; fork raises `forking` and waits for busy to drain, so the
+	 * child's record is a snapshot of a still moment (segment.c). */
+	_Atomic uint32_t busy;
+	_Atomic uint32_t forking;
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -419,6 +448,30 @@ void seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why);
 /* A short name for a reason: "full", "inflight_full", "wait_timeout",
  * "too_many_waiting", "class_full", "no_slot". */
 const char *seg_reason_name(enum bs_reason why);
+/* A pending slot for this process's unconnected socket with inode ino,
+ * shared with a child about to be forked: one hold, no permit. Returns the
+ * slot or -errno. */
+int seg_pending_slot(struct seg *s, uint64_t ino);
+/* True if slot is pending: held, but no compartment admitted it yet. */
+bool seg_slot_pending(const struct seg *s, uint32_t slot);
+/* Admits the pending slot (which this process holds) into compartment comp,
+ * like seg_acquire. Returns 0, -EBUSY with *why, or -EALREADY if another
+ * process sharing the socket is admitting it. */
+int seg_acquire_pending(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_wait,
+    enum bs_reason *why);
+/* The fork gate: a thread about to change what this process holds in a way
+ * a concurrent fork must not split enters it; fork waits for it to empty
+ * (a bounded wait: a signal handler may fork while its own thread is in). */
+void seg_gate_enter(struct seg *s);
+void seg_gate_leave(struct seg *s);
+/* fork closes the gate; seg_fork_child and seg_fork_parent open it. */
+void seg_gate_close(struct seg *s);
+/* Finishes an operation on slot that process `dead` (0: anyone) left half
+ * done, if any (permit.c explains). */
+void seg_resolve(struct seg *s, uint32_t slot, pid_t dead);
+/* Releases slot if no process holds it and process `dead` (0: anyone) was
+ * in the middle of taking or releasing it. */
+void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
 /* Internal to segment.c and permit.c. */
 void seg_unhold(struct seg *s, uint32_t slot, bool reclaimed);
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
@@ -444,7 +497,9 @@ int seg_find_inode(const struct seg *s, uint64_t ino);
  * seg_fork_child(s, rec) in the child and seg_fork_parent(s, rec, pid) in the
  * parent (pid < 0 undoes the record). */
 int seg_fork_prepare(struct seg *s);
-void seg_fork_child(struct seg *s, int rec);
+/* False if the child's record was lost (reclaimed): the caller forgets its
+ * descriptors and adopts what it still can with seg_adopt. */
+bool seg_fork_child(struct seg *s, int rec);
 void seg_fork_parent(struct seg *s, int rec, pid_t pid);
 /* Adopts the record this PID had before exec (same start time) and slots of
  * inherited descriptors; `cb` is told each descriptor that refers to a slot.
@@ -471,6 +526,12 @@ uint32_t fdt_take(int fd);
 int fdt_high(void);
 /* True if fd fits in the table. */
 bool fdt_valid(int fd);
+/* The "fresh" marks: stream sockets from socket() not yet connected, which
+ * a fork may share before their connect (see fork in interpose.c). */
+void fdt_mark_fresh(int fd);
+void fdt_clear_fresh(int fd);
+/* The first fresh-marked descriptor >= fd, or -1. */
+int fdt_next_fresh(int fd);
 
 /* ---- real.c: the real libc functions ---- */
 

@@ -22,7 +22,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 1
+SEG_VERSION = 2
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -98,16 +98,18 @@ HEADER = Layout("seg_header", [
 HIST = Layout("seg_hist", [("bucket", "Q", HIST_BUCKETS), ("count", "Q"), ("sum_us", "Q")])
 
 CLASS = Layout("seg_class", [
-    ("limit", "I"), ("in_use", "I"), ("peak", "I"), ("pad", "I"),
+    ("limit", "I"), ("peak", "I"), ("in_use", "I"), ("in_use_tag", "I"),
     ("admitted", "Q"), ("rejected", "Q"),
 ])
 
 COMP = Layout("seg_comp", [
     ("name", "s", NAME_MAX),
-    ("limit", "I"), ("in_use", "I"), ("peak", "I"), ("waiting", "I"), ("reject_errno", "i"),
-    ("enforce", "I"), ("inflight_limit", "I"), ("inflight", "I"), ("inflight_peak", "I"),
+    ("limit", "I"), ("peak", "I"), ("in_use", "I"), ("in_use_tag", "I"),
+    ("inflight", "I"), ("inflight_tag", "I"), ("over", "I"), ("over_tag", "I"),
+    ("inflight_over", "I"), ("inflight_over_tag", "I"), ("waiting", "I"), ("reject_errno", "i"),
+    ("enforce", "I"), ("inflight_limit", "I"), ("inflight_peak", "I"),
     ("max_wait_ms", "I"), ("max_waiting", "I"), ("connect_timeout_ms", "I"),
-    ("io_timeout_ms", "I"), ("over", "I"), ("inflight_over", "I"), ("pad", "I"),
+    ("io_timeout_ms", "I"), ("pad", "I"),
     ("admitted", "Q"), ("rejected", "Q"), ("last_rejection_ms", "Q"), ("reclaimed", "Q"),
     ("inflight_admitted", "Q"), ("connect_timeouts", "Q"), ("io_timeouts", "Q"),
     ("peak_rate", "Q"),
@@ -119,11 +121,12 @@ COMP = Layout("seg_comp", [
 
 SLOT = Layout("seg_slot", [
     ("state", "I"), ("holders", "I"), ("comp", "I"), ("cls", "I"), ("inode", "Q"),
-    ("over", "I"), ("inflight", "I"), ("sent_us", "Q"), ("connect_us", "Q"),
+    ("mark", "Q"), ("op_pid", "i"), ("pad", "I"), ("sent_us", "Q"), ("connect_us", "Q"),
 ])
 
 PROC = Layout("seg_proc", [
     ("state", "I"), ("pid", "i"), ("owner", "i"), ("uid", "I"), ("start", "Q"),
+    ("since_ms", "Q"),
 ])
 
 

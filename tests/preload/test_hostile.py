@@ -269,7 +269,8 @@ def test_garbage_slots_are_freed():
             s.sset(j, "comp", rnd.choice([0, 1, 5000, 0xffffffff]))
             s.sset(j, "cls", rnd.getrandbits(32))
             s.sset(j, "inode", rnd.getrandbits(64))
-            s.sset(j, "inflight", rnd.getrandbits(32))
+            s.sset(j, "mark", rnd.getrandbits(64))
+            s.sset(j, "op_pid", rnd.getrandbits(31))
     _damage(shim, fn)
     _expect_repaired(srv, shim, r"socket slots were in use with no process holding them; freed")
 
