@@ -541,7 +541,7 @@ share_unconnected(void)
 BS_EXPORT pid_t
 fork(void)
 {
-	int rec, saved = errno;
+	int rec, saved = errno, lockfd;
 	pid_t pid;
 
 	if (!active() || foreign_process())
@@ -550,18 +550,18 @@ fork(void)
 	 * and its record of it while the child's record is copied. */
 	seg_gate_close(shim.seg);
 	share_unconnected();
-	rec = seg_fork_prepare(shim.seg);
+	rec = seg_fork_prepare(shim.seg, &lockfd);
 	errno = saved;
 	pid = real.fork();
 	saved = errno;
 	if (pid == 0) {
 		shim.pid = (pid_t)syscall(SYS_getpid);
-		if (!seg_fork_child(shim.seg, rec)) {
+		if (!seg_fork_child(shim.seg, rec, lockfd)) {
 			drop_range_local();
 			seg_adopt(shim.seg, adopt_fd);
 		}
 	} else {
-		seg_fork_parent(shim.seg, rec, pid);
+		seg_fork_parent(shim.seg, rec, pid, lockfd);
 	}
 	errno = saved;
 	return pid;

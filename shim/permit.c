@@ -503,8 +503,7 @@ alloc_slot(struct seg *s, int rec, uint64_t ino)
 		atomic_store(&sl->cls, SLOT_NO_CLASS);
 		atomic_store(&sl->connect_us, 0);
 		atomic_store(&sl->inode, ino);
-		atomic_store(&sl->holders, 1);
-		seg_set_bit(s, rec, i);
+		seg_hold_first(s, rec, i);
 		atomic_store_explicit(&sl->state, SLOT_USED, memory_order_release);
 		atomic_store(&s->hint, i + 1);
 		return (int)i;
@@ -619,8 +618,7 @@ seg_acquire(struct seg *s, uint32_t comp, uint32_t cls, uint64_t ino, bool may_w
 	}
 	r = admit_slot(s, (uint32_t)slot, comp, cls, may_wait, why);
 	if (r < 0) {
-		if (seg_clear_bit(s, rec, (uint32_t)slot))
-			seg_unhold(s, (uint32_t)slot, false);
+		seg_drop_hold(s, rec, (uint32_t)slot, false);
 		return -EBUSY;
 	}
 	atomic_store(&s->lcount[slot], 1);
@@ -662,11 +660,8 @@ settle(struct seg *s, uint32_t slot)
 	resolve(s, slot);
 }
 
-/* The last holder of slot is gone: every permit it stood for goes back.
- * Only the caller that moves the slot from SLOT_USED to SLOT_RELEASING
- * releases it. */
-static void
-release_slot(struct seg *s, uint32_t slot, bool reclaimed)
+void
+seg_release_slot(struct seg *s, uint32_t slot, bool reclaimed)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	uint32_t used = SLOT_USED, gen;
@@ -694,25 +689,7 @@ release_slot(struct seg *s, uint32_t slot, bool reclaimed)
 }
 
 void
-seg_unhold(struct seg *s, uint32_t slot, bool reclaimed)
-{
-	_Atomic uint32_t *h;
-	uint32_t cur;
-
-	if (slot >= s->h->nslots)
-		return;
-	/* Only the holder that takes the count from 1 to 0 releases: a stray
-	 * bit meeting a count already at 0 must not release twice. */
-	h = &s->slots[slot].holders;
-	cur = atomic_load(h);
-	while (cur > 0 && !atomic_compare_exchange_weak(h, &cur, cur - 1))
-		;
-	if (cur == 1)
-		release_slot(s, slot, reclaimed);
-}
-
-void
-seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead)
+seg_release_orphan(struct seg *s, uint32_t slot)
 {
 	struct seg_slot *sl;
 	uint32_t init = SLOT_INIT;
@@ -720,7 +697,7 @@ seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead)
 	if (slot >= s->h->nslots)
 		return;
 	sl = &s->slots[slot];
-	if (atomic_load(&sl->holders) != 0 || (dead != 0 && atomic_load(&sl->op_pid) != dead))
+	if (atomic_load(&sl->holders) != 0)
 		return;
 	/* Dead in alloc_slot, or between dropping the last hold and
 	 * releasing, or half-way through the release itself. */
@@ -732,7 +709,7 @@ seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead)
 		if (!atomic_compare_exchange_strong(&sl->state, &rel, SLOT_USED))
 			return;
 	}
-	release_slot(s, slot, true);
+	seg_release_slot(s, slot, true);
 }
 
 void
@@ -752,8 +729,7 @@ seg_drop(struct seg *s, uint32_t slot)
 		return;
 	if (seg_dec_floor(&s->lcount[slot]) != 0)
 		return;
-	if (seg_clear_bit(s, rec, slot))
-		seg_unhold(s, slot, false);
+	seg_drop_hold(s, rec, slot, false);
 }
 
 void

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -868,18 +869,175 @@ seg_proc_held(const struct seg *s, uint32_t i)
 	return n;
 }
 
+/* ---- holds: bitmap bits and the holders tally ---- */
+
+/*
+ * A hold is two writes: the bit in the holder's row and the slot's holders
+ * count. A process killed between them would leave the two disagreeing
+ * for good, so holders is a tally like the permit counts (permit.c): one
+ * 64-bit compare-and-swap changes the count and a tag naming the record
+ * and whether it added or dropped a hold; the bit is written after. Anyone
+ * changing the count first makes the bit of the change the tag names right
+ * ("helping"), and a dead process's record is made right the same way
+ * before its holds are dropped.
+ */
+#define HTAG_DROP	(1u << 17)
+#define HTAG_REC(t)	((t) & 0x1ffffu)
+#define HTAG_GEN(t)	((t) >> 18)
+
+_Static_assert(offsetof(struct seg_slot, holders) % 8 == 0, "tally alignment");
+_Static_assert(BS_MAX_PROCESSES < HTAG_DROP, "record index fits a tag");
+
+static _Atomic uint64_t *
+holders_word(struct seg_slot *sl)
+{
+	return (_Atomic uint64_t *)(uintptr_t)&sl->holders;
+}
+
+static uint64_t
+holders_tagged(const struct seg *s, uint32_t rec, bool drop, uint32_t count)
+{
+	uint32_t tag = (atomic_load(&s->procs[rec].gen) & 0x3fffu) << 18 |
+	    (drop ? HTAG_DROP : 0) | (rec + 1);
+
+	return (uint64_t)tag << 32 | count;
+}
+
+static bool
+has_bit(const struct seg *s, uint32_t rec, uint32_t slot)
+{
+	return (atomic_load(&row(s, rec)[slot / 64]) >> (slot % 64)) & 1;
+}
+
+/* Makes the bit of the change that holders value w names right, if w is
+ * still the slot's value and the record is still the one it named. */
+static void
+hold_help(struct seg *s, uint32_t slot, uint64_t w)
+{
+	uint32_t tag = (uint32_t)(w >> 32), rec = HTAG_REC(tag);
+	uint64_t m = 1ULL << (slot % 64);
+
+	if (rec == 0 || rec > s->h->nprocs)
+		return;
+	rec--;
+	if ((atomic_load(&s->procs[rec].gen) & 0x3fffu) != HTAG_GEN(tag) ||
+	    atomic_load(holders_word(&s->slots[slot])) != w)
+		return;
+	if (tag & HTAG_DROP)
+		atomic_fetch_and(&row(s, rec)[slot / 64], ~m);
+	else
+		atomic_fetch_or(&row(s, rec)[slot / 64], m);
+}
+
+void
+seg_hold_first(struct seg *s, int rec, uint32_t slot)
+{
+	atomic_store(holders_word(&s->slots[slot]), holders_tagged(s, (uint32_t)rec, false, 1));
+	atomic_fetch_or(&row(s, (uint32_t)rec)[slot / 64], 1ULL << (slot % 64));
+}
+
+/* Adds a hold of record rec on slot if somebody still holds the slot (a
+ * slot at 0 is being released). True if it did. */
+static bool
+hold_add(struct seg *s, uint32_t rec, uint32_t slot)
+{
+	_Atomic uint64_t *t = holders_word(&s->slots[slot]);
+	uint64_t w = atomic_load(t);
+
+	for (;;) {
+		hold_help(s, slot, w);
+		if ((uint32_t)w == 0)
+			return false;
+		if (atomic_compare_exchange_weak(t, &w, holders_tagged(s, rec, false, (uint32_t)w + 1)))
+			break;
+	}
+	atomic_fetch_or(&row(s, rec)[slot / 64], 1ULL << (slot % 64));
+	return true;
+}
+
+void
+seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
+{
+	_Atomic uint64_t *t;
+	uint64_t w;
+	uint32_t cur;
+
+	if (rec < 0 || (uint32_t)rec >= s->h->nprocs || slot >= s->h->nslots)
+		return;
+	t = holders_word(&s->slots[slot]);
+	w = atomic_load(t);
+	for (;;) {
+		hold_help(s, slot, w);
+		/* No bit: not held, or a drop that died half-way was just
+		 * finished by the help above. */
+		if (!has_bit(s, (uint32_t)rec, slot))
+			return;
+		cur = (uint32_t)w;
+		if (atomic_compare_exchange_weak(t, &w,
+		    holders_tagged(s, (uint32_t)rec, true, cur > 0 ? cur - 1 : 0)))
+			break;
+	}
+	atomic_fetch_and(&row(s, (uint32_t)rec)[slot / 64], ~(1ULL << (slot % 64)));
+	/* Only the drop that takes the count from 1 to 0 releases: a stray
+	 * bit meeting a count already at 0 must not release twice. */
+	if (cur == 1)
+		seg_release_slot(s, slot, reclaimed);
+}
+
+/* Slots whose holders tally names record rec: their bits are made right
+ * (a hold added or dropped by a process that died before its bit). */
+static void
+settle_holds(struct seg *s, uint32_t rec)
+{
+	uint32_t gen = atomic_load(&s->procs[rec].gen) & 0x3fffu;
+
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint64_t w = atomic_load(holders_word(&s->slots[i]));
+		uint32_t tag = (uint32_t)(w >> 32);
+
+		if (HTAG_REC(tag) == rec + 1 && HTAG_GEN(tag) == gen)
+			hold_help(s, i, w);
+	}
+}
+
+/* Slots nobody holds any more whose last holder (record rec, process pid)
+ * died before releasing them, or while claiming or releasing them: no row
+ * has their bit, so they are found by their tags. */
+static void
+release_orphans(struct seg *s, uint32_t rec, pid_t pid)
+{
+	uint32_t gen = atomic_load(&s->procs[rec].gen) & 0x3fffu;
+
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		struct seg_slot *sl = &s->slots[i];
+		uint32_t tag;
+
+		if (atomic_load_explicit(&sl->state, memory_order_relaxed) == SLOT_FREE ||
+		    atomic_load(&sl->holders) != 0)
+			continue;
+		tag = atomic_load(&sl->holders_tag);
+		if ((HTAG_REC(tag) == rec + 1 && HTAG_GEN(tag) == gen) ||
+		    (pid > 0 && atomic_load(&sl->op_pid) == pid))
+			seg_release_orphan(s, i);
+	}
+}
+
 /* ---- process records ---- */
 
-/* Takes every bit of record rec's row and drops its holds, then frees the
- * record. The caller owns rec exclusively. */
+/* Drops every hold of record rec and frees the record. The caller owns rec
+ * exclusively; `dead` says its process is dead (then whatever it left half
+ * done is finished first), `reclaimed` that its permits count as reclaimed
+ * (it died without exiting normally). */
 static void
-empty_record(struct seg *s, uint32_t rec, bool reclaimed)
+empty_record(struct seg *s, uint32_t rec, bool dead_proc, bool reclaimed)
 {
 	_Atomic uint64_t *r = row(s, rec);
-	pid_t dead = reclaimed ? atomic_load(&s->procs[rec].pid) : 0;
+	pid_t dead = dead_proc ? atomic_load(&s->procs[rec].pid) : 0;
 
+	if (dead_proc)
+		settle_holds(s, rec);
 	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
-		uint64_t bits = atomic_exchange(&r[w], 0);
+		uint64_t bits = atomic_load(&r[w]);
 
 		while (bits != 0) {
 			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(bits);
@@ -889,9 +1047,11 @@ empty_record(struct seg *s, uint32_t rec, bool reclaimed)
 			 * it died is finished first. */
 			if (dead > 0)
 				seg_resolve(s, slot, dead);
-			seg_unhold(s, slot, reclaimed);
+			seg_drop_hold(s, (int)rec, slot, reclaimed);
 		}
 	}
+	if (dead_proc)
+		release_orphans(s, rec, dead);
 	atomic_store(&s->procs[rec].pid, 0);
 	atomic_store(&s->procs[rec].start, 0);
 	atomic_store(&s->procs[rec].owner, 0);
@@ -913,6 +1073,7 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 			 * owner 0 and knows to leave it alone. */
 			if (atomic_compare_exchange_strong(&s->procs[i].state, &expected,
 			    PROC_FORKING)) {
+				atomic_fetch_add(&s->procs[i].gen, 1);
 				atomic_store(&s->procs[i].owner, owner);
 				atomic_store(&s->procs[i].pid, 0);
 				atomic_store(&s->procs[i].since_ms, now_mono_ms());
@@ -948,42 +1109,67 @@ seg_my_record(struct seg *s)
 	atomic_store(&s->procs[mine].pid, pid);
 	atomic_store(&s->procs[mine].state, PROC_LIVE);
 	if (!atomic_compare_exchange_strong(&s->rec, &expected, mine)) {
-		empty_record(s, (uint32_t)mine, false);
+		empty_record(s, (uint32_t)mine, false, false);
 		return expected;
 	}
 	return mine;
 }
 
-void
-seg_set_bit(struct seg *s, int rec, uint32_t slot)
+/*
+ * While a fork is under way its child's record is FORKING with no pid yet.
+ * If the parent dies then, a reclaimer must know whether a child exists
+ * that will still claim the record. The parent takes an OFD read lock on
+ * byte `rec` of the segment object before fork; the child inherits the
+ * descriptor, so the lock lives until both have closed it: the parent right
+ * after fork, the child once it has claimed the record (or at death).
+ * Returns the descriptor, or -1 (then the record falls back on a grace
+ * period, since_ms).
+ */
+static int
+fork_lock(struct seg *s, uint32_t rec)
 {
-	atomic_fetch_or(&row(s, (uint32_t)rec)[slot / 64], 1ULL << (slot % 64));
-}
+	char name[BS_NAME_MAX + 16];
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = rec, .l_len = 1 };
+	int fd;
 
-/* Clears this process's bit for slot; true if it was set. */
-bool
-seg_clear_bit(struct seg *s, int rec, uint32_t slot)
-{
-	uint64_t m = 1ULL << (slot % 64);
-
-	return (atomic_fetch_and(&row(s, (uint32_t)rec)[slot / 64], ~m) & m) != 0;
-}
-
-/* Slots that process pid had stopped holding but died releasing (or
- * claiming): no row has their bit, so they are found here. */
-static void
-release_orphans(struct seg *s, pid_t pid)
-{
-	if (pid <= 0)
-		return;
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
-		struct seg_slot *sl = &s->slots[i];
-
-		if (atomic_load_explicit(&sl->state, memory_order_relaxed) != SLOT_FREE &&
-		    atomic_load_explicit(&sl->op_pid, memory_order_relaxed) == pid &&
-		    atomic_load(&sl->holders) == 0)
-			seg_release_orphan(s, i, pid);
+	seg_name(s->h->name, name, sizeof(name));
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd < 0)
+		return -1;
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
+		close(fd);
+		return -1;
 	}
+	return fd;
+}
+
+/* True if some process still has the fork lock of record rec. */
+static bool
+fork_lock_held(const struct seg *s, uint32_t rec)
+{
+	char name[BS_NAME_MAX + 16];
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = rec, .l_len = 1 };
+	int fd, r;
+
+	seg_name(s->h->name, name, sizeof(name));
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd < 0)
+		return true;	/* cannot tell: leave it to the grace period */
+	r = fcntl(fd, F_OFD_GETLK, &fl);
+	close(fd);
+	return r < 0 || fl.l_type != F_UNLCK;
+}
+
+/* A FORKING record whose parent died before it knew its child: true if a
+ * child may still claim it (see fork_lock). */
+static bool
+forking_child(const struct seg *s, uint32_t rec)
+{
+	uint64_t since = atomic_load(&s->procs[rec].since_ms);
+
+	if (since == 0)
+		return fork_lock_held(s, rec);
+	return now_mono_ms() - since < FORK_GRACE_MS;
 }
 
 int
@@ -1017,8 +1203,7 @@ seg_reclaim(struct seg *s, bool throttle)
 			 * parent that died right after fork leaves a child
 			 * that claims the record within FORK_GRACE_MS. */
 			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, start) :
-			    (owner == me || seg_pid_alive(owner, 0) ||
-			    now_mono_ms() - atomic_load(&p->since_ms) < FORK_GRACE_MS)))
+			    (owner == me || seg_pid_alive(owner, 0) || forking_child(s, i))))
 				continue;
 			break;
 		case PROC_EXITED:
@@ -1044,8 +1229,7 @@ seg_reclaim(struct seg *s, bool throttle)
 			continue;
 		}
 		atomic_store(&p->owner, me);
-		empty_record(s, i, st != PROC_EXITED);
-		release_orphans(s, pid);
+		empty_record(s, i, true, st != PROC_EXITED);
 		n++;
 	}
 	return n;
@@ -1105,10 +1289,11 @@ seg_gate_close(struct seg *s)
 }
 
 int
-seg_fork_prepare(struct seg *s)
+seg_fork_prepare(struct seg *s, int *lockfd)
 {
 	int rec = atomic_load(&s->rec), child;
 
+	*lockfd = -1;
 	if (rec < 0)
 		return -1;
 	child = alloc_record(s, PROC_FORKING, s->my_pid);
@@ -1117,49 +1302,59 @@ seg_fork_prepare(struct seg *s)
 		    "inherited sockets are not counted as held by it", s->h->name);
 		return -1;
 	}
+	*lockfd = fork_lock(s, (uint32_t)child);
+	if (*lockfd >= 0)
+		atomic_store(&s->procs[child].since_ms, 0);	/* the lock speaks for it */
 	/* The child holds every socket the parent holds now; the holds are
 	 * taken before fork so the parent closing first cannot free them.
 	 * The gate is closed, so no thread is between taking a slot and
 	 * recording it; a slot released meanwhile (holders at 0) is not
 	 * held again. */
 	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
-		uint64_t bits = atomic_load(&row(s, (uint32_t)rec)[w]), b = bits;
+		uint64_t b = atomic_load(&row(s, (uint32_t)rec)[w]);
 
 		while (b != 0) {
 			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(b);
-			_Atomic uint32_t *h = &s->slots[slot].holders;
-			uint32_t cur = atomic_load(h);
 
 			b &= b - 1;
-			while (cur > 0 && !atomic_compare_exchange_weak(h, &cur, cur + 1))
-				;
-			if (cur == 0)
-				bits &= ~(1ULL << (slot % 64));
+			hold_add(s, (uint32_t)child, slot);
 		}
-		atomic_store(&row(s, (uint32_t)child)[w], bits);
 	}
 	return child;
 }
 
+static void
+fork_unlock(int lockfd)
+{
+	int saved = errno;
+
+	if (lockfd >= 0)
+		close(lockfd);
+	errno = saved;
+}
+
 bool
-seg_fork_child(struct seg *s, int rec)
+seg_fork_child(struct seg *s, int rec, int lockfd)
 {
 	pid_t me = (pid_t)syscall(SYS_getpid);
 	uint32_t expected = PROC_FORKING;
 	int32_t zero = 0;
+	bool claimed;
 
 	/* The other threads did not come along: nobody is in the gate. */
 	atomic_store(&s->busy, 0);
 	atomic_store(&s->forking, 0);
 	s->my_pid = me;
+	s->my_start = seg_pid_start(me);
 	if (rec < 0) {
 		atomic_store(&s->rec, -1);
 		return true;
 	}
-	s->my_start = seg_pid_start(me);
 	atomic_store(&s->procs[rec].start, s->my_start);
 	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, me);
-	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_LIVE)) {
+	claimed = atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_LIVE);
+	fork_unlock(lockfd);
+	if (claimed) {
 		atomic_store(&s->rec, rec);
 		return true;
 	}
@@ -1172,15 +1367,16 @@ seg_fork_child(struct seg *s, int rec)
 }
 
 void
-seg_fork_parent(struct seg *s, int rec, pid_t pid)
+seg_fork_parent(struct seg *s, int rec, pid_t pid, int lockfd)
 {
 	int32_t zero = 0;
 
 	seg_dec_floor(&s->forking);
+	fork_unlock(lockfd);
 	if (rec < 0)
 		return;
 	if (pid < 0) {
-		empty_record(s, (uint32_t)rec, false);
+		empty_record(s, (uint32_t)rec, false, false);
 		return;
 	}
 	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, pid);
@@ -1217,7 +1413,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 
 			/* A dead process whose PID we now have. */
 			if (atomic_compare_exchange_strong(&p->state, &expected, PROC_RECLAIMING))
-				empty_record(s, i, true);
+				empty_record(s, i, true, true);
 		}
 	}
 	/* The threads of the old image are gone: what they left half done
@@ -1227,7 +1423,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 		    atomic_load_explicit(&s->slots[i].op_pid, memory_order_relaxed) != me)
 			continue;
 		seg_resolve(s, i, me);
-		seg_release_orphan(s, i, me);
+		seg_release_orphan(s, i);
 	}
 	if (rec >= 0)
 		atomic_store(&s->rec, rec);
@@ -1252,19 +1448,15 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 				 * or a fork the shim did not see): hold it too,
 				 * unless its permit was freed meanwhile. */
 				struct seg_slot *sl = &s->slots[slot];
-				uint32_t h = atomic_load(&sl->holders);
 
 				if (rec < 0 && (rec = seg_my_record(s)) < 0)
 					break;
-				while (h > 0 && !atomic_compare_exchange_weak(&sl->holders, &h, h + 1))
-					;
-				if (h == 0)
+				if (!hold_add(s, (uint32_t)rec, (uint32_t)slot))
 					continue;
 				if (atomic_load(&sl->inode) != (uint64_t)st.st_ino) {
-					seg_unhold(s, (uint32_t)slot, false);
+					seg_drop_hold(s, rec, (uint32_t)slot, false);
 					continue;
 				}
-				seg_set_bit(s, rec, (uint32_t)slot);
 			}
 			atomic_fetch_add(&s->lcount[slot], 1);
 			cb(fd, (uint32_t)slot);
@@ -1276,8 +1468,8 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 	/* Sockets the old image held whose descriptors did not survive exec
 	 * (close-on-exec) are no longer held by this process. */
 	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
-		if (atomic_load(&s->lcount[slot]) == 0 && seg_clear_bit(s, rec, slot))
-			seg_unhold(s, slot, false);
+		if (atomic_load(&s->lcount[slot]) == 0)
+			seg_drop_hold(s, rec, slot, false);
 	}
 }
 
@@ -1292,7 +1484,7 @@ seg_detach_all(struct seg *s)
 	for (uint32_t i = 0; i < s->h->nslots; i++)
 		atomic_store(&s->lcount[i], 0);
 	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_RECLAIMING))
-		empty_record(s, (uint32_t)rec, false);
+		empty_record(s, (uint32_t)rec, false, false);
 }
 
 void

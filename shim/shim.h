@@ -343,19 +343,21 @@ enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_KINDS
 #define MARK_TAKING(p)	(1ULL << (8 + (p)))
 #define MARK_GIVING(p)	(1ULL << (16 + (p)))
 #define MARK_WAITING	(1ULL << 24)	/* counted in its compartment's `waiting` */
-#define MARK_PENDING	0x0117ff00ULL	/* every TAKING, GIVING and WAITING flag */
+#define MARK_PENDING	(0xffULL << 8 | 0xffULL << 16 | MARK_WAITING)	/* every TAKING, GIVING, WAITING */
 #define MARK_GEN(m)	((uint32_t)((m) >> 32))
 
 /* One counted socket object, shared by every process holding it. */
 struct seg_slot {
 	_Atomic uint32_t state;
-	_Atomic uint32_t holders;	/* processes whose bitmap has this slot */
 	_Atomic uint32_t comp;		/* or SLOT_NO_COMP while pending */
+	/* A tally like the permit counts: the processes whose bitmap has
+	 * this slot, and the tag of the last change (segment.c). */
+	_Atomic uint32_t holders;
+	_Atomic uint32_t holders_tag;
 	_Atomic uint32_t cls;		/* class permit held, or SLOT_NO_CLASS */
+	_Atomic int32_t op_pid;		/* process of the last operation on mark */
 	_Atomic uint64_t inode;		/* st_ino of the socket, unique host-wide */
 	_Atomic uint64_t mark;		/* generation << 32 | permit flags */
-	_Atomic int32_t op_pid;		/* process of the last operation on mark */
-	uint32_t pad;
 	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
 	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
 };
@@ -368,6 +370,8 @@ struct seg_proc {
 	uint32_t uid;
 	_Atomic uint64_t start;		/* start time in clock ticks, 0 = unknown */
 	_Atomic uint64_t since_ms;	/* CLOCK_MONOTONIC when a fork claimed it */
+	_Atomic uint32_t gen;		/* bumped each time the record is claimed */
+	uint32_t pad;
 };
 
 /* The process-local handle of a mapped segment. */
@@ -469,15 +473,20 @@ void seg_gate_close(struct seg *s);
 /* Finishes an operation on slot that process `dead` (0: anyone) left half
  * done, if any (permit.c explains). */
 void seg_resolve(struct seg *s, uint32_t slot, pid_t dead);
-/* Releases slot if no process holds it and process `dead` (0: anyone) was
- * in the middle of taking or releasing it. */
-void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
+/* Releases (or frees, if half claimed) a slot that no process holds and
+ * whose last holder died before releasing it. */
+void seg_release_orphan(struct seg *s, uint32_t slot);
 /* Internal to segment.c and permit.c. */
-void seg_unhold(struct seg *s, uint32_t slot, bool reclaimed);
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
 int seg_my_record(struct seg *s);
-void seg_set_bit(struct seg *s, int rec, uint32_t slot);
-bool seg_clear_bit(struct seg *s, int rec, uint32_t slot);
+/* The first hold of a slot being claimed: record rec, holders 1. */
+void seg_hold_first(struct seg *s, int rec, uint32_t slot);
+/* Drops record rec's hold of slot, if it has one; the last hold releases
+ * the slot's permits (seg_release_slot). */
+void seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
+/* Gives back every permit of a slot nobody holds and frees it; only the
+ * caller that moves it from SLOT_USED to SLOT_RELEASING does. */
+void seg_release_slot(struct seg *s, uint32_t slot, bool reclaimed);
 /* Another local descriptor refers to slot. */
 void seg_hold(struct seg *s, uint32_t slot);
 /* A local descriptor of slot is gone; the permit goes back when the last
@@ -493,14 +502,15 @@ uint64_t seg_pid_start(pid_t pid);
 /* Finds the slot of a socket inode, or -1. */
 int seg_find_inode(const struct seg *s, uint64_t ino);
 /* Fork support: before fork, builds the child's process record holding every
- * slot this process holds; returns its index or -1. After fork, call
- * seg_fork_child(s, rec) in the child and seg_fork_parent(s, rec, pid) in the
- * parent (pid < 0 undoes the record). */
-int seg_fork_prepare(struct seg *s);
+ * slot this process holds; returns its index or -1, and in *lockfd the
+ * descriptor holding the record's fork lock (or -1). After fork, call
+ * seg_fork_child(s, rec, lockfd) in the child and seg_fork_parent(s, rec,
+ * pid, lockfd) in the parent (pid < 0 undoes the record); both close lockfd. */
+int seg_fork_prepare(struct seg *s, int *lockfd);
 /* False if the child's record was lost (reclaimed): the caller forgets its
  * descriptors and adopts what it still can with seg_adopt. */
-bool seg_fork_child(struct seg *s, int rec);
-void seg_fork_parent(struct seg *s, int rec, pid_t pid);
+bool seg_fork_child(struct seg *s, int rec, int lockfd);
+void seg_fork_parent(struct seg *s, int rec, pid_t pid, int lockfd);
 /* Adopts the record this PID had before exec (same start time) and slots of
  * inherited descriptors; `cb` is told each descriptor that refers to a slot.
  * Slots of the old image without a descriptor left are dropped. */

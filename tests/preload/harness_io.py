@@ -120,13 +120,13 @@ COMP = Layout("seg_comp", [
 ])
 
 SLOT = Layout("seg_slot", [
-    ("state", "I"), ("holders", "I"), ("comp", "I"), ("cls", "I"), ("inode", "Q"),
-    ("mark", "Q"), ("op_pid", "i"), ("pad", "I"), ("sent_us", "Q"), ("connect_us", "Q"),
+    ("state", "I"), ("comp", "I"), ("holders", "I"), ("holders_tag", "I"), ("cls", "I"),
+    ("op_pid", "i"), ("inode", "Q"), ("mark", "Q"), ("sent_us", "Q"), ("connect_us", "Q"),
 ])
 
 PROC = Layout("seg_proc", [
     ("state", "I"), ("pid", "i"), ("owner", "i"), ("uid", "I"), ("start", "Q"),
-    ("since_ms", "Q"),
+    ("since_ms", "Q"), ("gen", "I"), ("pad", "I"),
 ])
 
 

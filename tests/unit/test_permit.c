@@ -276,6 +276,185 @@ test_a_waiter_in_another_process_is_woken(void **state)
 	seg_close(s);
 }
 
+/* The pid of a process that has exited and been reaped. */
+static pid_t
+dead_pid(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(0);
+	waitpid(pid, NULL, 0);
+	return pid;
+}
+
+/* A pending slot in compartment 0, as alloc_slot leaves it, of generation *gen. */
+static uint32_t
+fresh_slot(struct seg *s, uint64_t ino, uint32_t *gen)
+{
+	int slot = alloc_slot(s, seg_my_record(s), ino);
+
+	assert_true(slot >= 0);
+	atomic_store(&s->slots[slot].comp, 0);
+	atomic_store(&s->lcount[slot], 1);
+	*gen = MARK_GEN(atomic_load(&s->slots[slot].mark));
+	return (uint32_t)slot;
+}
+
+static void
+test_a_take_cut_short_is_finished_or_withdrawn(void **state)
+{
+	struct seg *s = attach();
+	struct seg_comp *c = &s->comp[0];
+	pid_t dead = dead_pid();
+	uint32_t b, d, gb, gd, seen;
+
+	(void)state;
+	/* Killed after its compare-and-swap, before writing it down: the
+	 * permit is the slot's, and goes back with it. */
+	b = fresh_slot(s, 11, &gb);
+	assert_true(mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
+	assert_true(tally_add(s, &c->in_use, &c->limit, P_CONN, b, gb, &seen));
+	atomic_store(&s->slots[b].op_pid, dead);
+	seg_resolve(s, b, dead);
+	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
+	assert_false(atomic_load(&s->slots[b].mark) & MARK_PENDING);
+	assert_int_equal(atomic_load(&c->in_use), 1);
+	seg_drop(s, b);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+
+	/* Killed before its compare-and-swap: nothing was counted, the
+	 * announcement is withdrawn, and the count stays right. */
+	d = fresh_slot(s, 12, &gd);
+	assert_true(mark_change(&s->slots[d], gd, 0, 0, 0, MARK_TAKING(P_CONN)));
+	atomic_store(&s->slots[d].op_pid, dead);
+	seg_resolve(s, d, dead);
+	assert_false(atomic_load(&s->slots[d].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
+	seg_drop(s, d);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+
+	/* Killed after the compare-and-swap, and another thread changed
+	 * the tally since: that thread finished it first (helping). */
+	b = fresh_slot(s, 13, &gb);
+	assert_true(mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
+	assert_true(tally_add(s, &c->in_use, &c->limit, P_CONN, b, gb, &seen));
+	d = fresh_slot(s, 14, &gd);
+	assert_int_equal(take_kind(s, d, gd, P_CONN, 0, &seen), TAKEN);
+	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
+	assert_int_equal(atomic_load(&c->in_use), 2);
+	/* The limit (2) holds with both: a third is refused. */
+	assert_int_equal(acq(s, 0, 15, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
+	seg_drop(s, b);
+	seg_drop(s, d);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_a_give_cut_short_is_carried_out_once(void **state)
+{
+	struct seg *s = attach();
+	struct seg_comp *c = &s->comp[0];
+	enum bs_reason why = REASON_MAX;
+	pid_t dead = dead_pid();
+	int a = acq(s, 0, 21, false, &why), b = acq(s, 0, 22, false, &why);
+	uint32_t ga, gb;
+
+	(void)state;
+	assert_true(a >= 0 && b >= 0);
+	assert_int_equal(atomic_load(&c->in_use), 2);
+	ga = MARK_GEN(atomic_load(&s->slots[a].mark));
+	gb = MARK_GEN(atomic_load(&s->slots[b].mark));
+	/* Killed after announcing, before the count went down: the
+	 * reclaimer takes it down. */
+	assert_true(mark_change(&s->slots[a], ga, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
+	atomic_store(&s->slots[a].op_pid, dead);
+	seg_resolve(s, (uint32_t)a, dead);
+	assert_int_equal(atomic_load(&c->in_use), 1);
+	assert_false(atomic_load(&s->slots[a].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
+	/* Killed after the count went down, before writing it down: the
+	 * reclaimer only finishes the mark, it does not count it twice. */
+	assert_true(mark_change(&s->slots[b], gb, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
+	tally_sub(s, &c->in_use, P_CONN, (uint32_t)b, gb);
+	atomic_store(&s->slots[b].op_pid, dead);
+	seg_resolve(s, (uint32_t)b, dead);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+	assert_false(atomic_load(&s->slots[b].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
+	/* Dropping both slots now gives nothing back a second time. */
+	seg_drop(s, (uint32_t)a);
+	seg_drop(s, (uint32_t)b);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/* Every count of compartment 0 is back to 0 and every slot free. */
+static void
+assert_all_back(struct seg *s, int round)
+{
+	struct seg_comp *c = &s->comp[0];
+
+	if (atomic_load(&c->in_use) != 0 || atomic_load(&c->inflight) != 0 ||
+	    atomic_load(&c->cls[1].in_use) != 0 || atomic_load(&c->waiting) != 0)
+		fail_msg("after kill %d: in_use %u inflight %u class %u waiting %u", round,
+		    atomic_load(&c->in_use), atomic_load(&c->inflight),
+		    atomic_load(&c->cls[1].in_use), atomic_load(&c->waiting));
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load(&s->slots[i].state) != SLOT_FREE)
+			fail_msg("after kill %d: slot %u still in state %u", round, i,
+			    atomic_load(&s->slots[i].state));
+	}
+}
+
+/*
+ * A process that does nothing but take and give permits (connection, class,
+ * request in flight) is SIGKILLed at random instants, 300 times; after each
+ * kill, the reclaim must leave every count at 0. The loop spends nearly all
+ * its time inside the tally operations, so the kills land inside them.
+ */
+static void
+test_kills_at_random_instants_leak_nothing(void **state)
+{
+	struct seg *s = attach();
+	unsigned seed = (unsigned)getpid();
+
+	(void)state;
+	for (int round = 0; round < 300; round++) {
+		int go[2];
+		char c;
+		pid_t pid;
+
+		assert_int_equal(pipe(go), 0);
+		pid = fork();
+		if (pid == 0) {
+			enum bs_reason why;
+
+			seg_fork_child(s, -1, -1);
+			if (write(go[1], "x", 1) != 1)
+				_exit(2);
+			for (uint64_t i = 0;; i++) {
+				int a = seg_acquire(s, 0, (uint32_t)(i & 1), 100 + i, false, &why);
+
+				if (a < 0)
+					continue;
+				if (seg_inflight_begin(s, (uint32_t)a, false, &why) == 1)
+					seg_inflight_end(s, (uint32_t)a);
+				seg_drop(s, (uint32_t)a);
+			}
+		}
+		assert_int_equal(read(go[0], &c, 1), 1);
+		close(go[0]);
+		close(go[1]);
+		usleep((useconds_t)(rand_r(&seed) % 3000));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		seg_reclaim(s, false);
+		assert_all_back(s, round);
+	}
+	seg_close(s);
+}
+
 static void
 test_histogram_buckets_are_log2_microseconds(void **state)
 {
@@ -328,6 +507,12 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_waiter_is_woken_by_a_release, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_wait_times_out_and_too_many_waiters_are_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_waiter_in_another_process_is_woken, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_take_cut_short_is_finished_or_withdrawn, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_a_give_cut_short_is_carried_out_once, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_kills_at_random_instants_leak_nothing, setup,
+		    teardown),
 		cmocka_unit_test(test_histogram_buckets_are_log2_microseconds),
 		cmocka_unit_test_setup_teardown(test_admissions_are_counted_per_second, setup, teardown),
 	};

@@ -233,18 +233,18 @@ static void
 test_fork_shares_the_socket_until_both_processes_drop_it(void **state)
 {
 	struct seg *s = attach();
-	int slot = acq(s, 1, 99), rec, st, go[2];
+	int slot = acq(s, 1, 99), rec, st, go[2], lockfd;
 	pid_t pid;
 	char c;
 
 	(void)state;
 	assert_true(slot >= 0);
 	assert_int_equal(pipe(go), 0);
-	rec = seg_fork_prepare(s);
+	rec = seg_fork_prepare(s, &lockfd);
 	assert_true(rec >= 0);
 	pid = fork();
 	if (pid == 0) {
-		seg_fork_child(s, rec);
+		seg_fork_child(s, rec, lockfd);
 		/* Wait until the parent dropped its copy, then drop ours. */
 		if (read(go[0], &c, 1) != 1)
 			_exit(2);
@@ -253,7 +253,7 @@ test_fork_shares_the_socket_until_both_processes_drop_it(void **state)
 		seg_drop(s, (uint32_t)slot);
 		_exit(atomic_load(&seg_comp(s, 1)->in_use) == 0 ? 0 : 4);
 	}
-	seg_fork_parent(s, rec, pid);
+	seg_fork_parent(s, rec, pid, lockfd);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
 	seg_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 1);
@@ -269,16 +269,108 @@ static void
 test_a_failed_fork_undoes_the_child_record(void **state)
 {
 	struct seg *s = attach();
-	int slot = acq(s, 0, 5), rec;
+	int slot = acq(s, 0, 5), rec, lockfd;
 
 	(void)state;
-	rec = seg_fork_prepare(s);
+	rec = seg_fork_prepare(s, &lockfd);
 	assert_true(rec >= 0);
-	seg_fork_parent(s, rec, -1);
+	seg_fork_parent(s, rec, -1, lockfd);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
 	assert_int_equal(atomic_load(&s->procs[rec].state), PROC_FREE);
 	seg_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	seg_close(s);
+}
+
+/*
+ * A forking parent that dies before its child claims the child's record:
+ * in a helper process (which takes a record of its own), acquire a permit,
+ * prepare a fork, then either die without forking (`with_child` false) or
+ * fork a child that waits on `go` before claiming, and die. Returns the
+ * helper's pid; the record index and slot come back through `out`.
+ */
+static pid_t
+die_while_forking(struct seg *s, bool with_child, int go, int done, int out)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		int lockfd, rec, slot, res[2];
+		pid_t child;
+		char c;
+
+		seg_fork_child(s, -1, -1);	/* a process of its own, no record yet */
+		slot = acq(s, 0, 7);
+		rec = seg_fork_prepare(s, &lockfd);
+		res[0] = rec;
+		res[1] = slot;
+		if (write(out, res, sizeof(res)) != sizeof(res))
+			_exit(2);
+		if (!with_child)
+			_exit(0);
+		child = fork();
+		if (child == 0) {
+			if (read(go, &c, 1) != 1)
+				_exit(2);
+			c = seg_fork_child(s, rec, lockfd) &&
+			    atomic_load(&seg_comp(s, 0)->in_use) == 1 ? 'y' : 'n';
+			seg_drop(s, (uint32_t)slot);
+			if (atomic_load(&seg_comp(s, 0)->in_use) != 0)
+				c = 'l';
+			if (write(done, &c, 1) != 1)
+				_exit(2);
+			_exit(0);
+		}
+		_exit(child > 0 ? 0 : 3);
+	}
+	return pid;
+}
+
+static void
+test_a_parent_dying_before_fork_leaves_nothing_held(void **state)
+{
+	struct seg *s = attach();
+	int p[2], res[2], st;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(pipe(p), 0);
+	pid = die_while_forking(s, false, -1, -1, p[1]);
+	assert_int_equal(read(p[0], res, sizeof(res)), sizeof(res));
+	waitpid(pid, &st, 0);
+	assert_true(res[0] >= 0 && res[1] >= 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
+	/* No child can claim the record: it goes back at once, no grace. */
+	assert_true(seg_reclaim(s, false) >= 2);
+	assert_int_equal(atomic_load(&s->procs[res[0]].state), PROC_FREE);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	seg_close(s);
+}
+
+static void
+test_a_child_whose_parent_died_keeps_its_holds(void **state)
+{
+	struct seg *s = attach();
+	int p[2], go[2], done[2], res[2], st;
+	pid_t pid;
+	char c = 0;
+
+	(void)state;
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(done), 0);
+	pid = die_while_forking(s, true, go[0], done[1], p[1]);
+	assert_int_equal(read(p[0], res, sizeof(res)), sizeof(res));
+	waitpid(pid, &st, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* The parent is dead, its child has not claimed its record yet: the
+	 * parent's own record goes, the child's holds stay. */
+	seg_reclaim(s, false);
+	assert_int_equal(atomic_load(&s->procs[res[0]].state), PROC_FORKING);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
+	assert_int_equal(write(go[1], "x", 1), 1);
+	assert_int_equal(read(done[0], &c, 1), 1);
+	assert_int_equal(c, 'y');
 	seg_close(s);
 }
 
@@ -401,6 +493,10 @@ main(void)
 		cmocka_unit_test(test_a_reused_pid_is_told_apart_by_start_time),
 		cmocka_unit_test_setup_teardown(test_fork_shares_the_socket_until_both_processes_drop_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_failed_fork_undoes_the_child_record, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_parent_dying_before_fork_leaves_nothing_held, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_a_child_whose_parent_died_keeps_its_holds, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
