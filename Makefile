@@ -61,7 +61,7 @@ $(B) $(B)/shim $(B)/cli $(B)/tests:
 test: deps
 	$(MAKE) --no-print-directory all $(UNITS) $(HELPERS)
 	$(MAKE) --no-print-directory check
-check: unit preload demo-test
+check: unit preload demo-test chaos-short
 unit: $(UNITS)
 	@sh tests/run-units.sh $(UNITS)
 preload: all $(HELPERS)

@@ -19,10 +19,6 @@ FUZZ_CC ?= clang
 .PHONY: chaos chaos-short chaos-bin check-sanitize asan-bin tsan-bin fuzz fuzz-bin \
 	fuzz-deps fuzz-regress hostile
 
-# The chaos run is not part of `make test` yet: it still finds a worst
-# overshoot of 1 now and then (fork racing a connect in another thread; a
-# SIGKILL between the admission CAS and the slot; see the issue notes).
-
 # ---- chaos ----
 
 CHAOS_BIN := $(B)/tests/chaos $(B)/tests/chaos_worker
