@@ -136,6 +136,67 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
 }
 
 /*
+ * The slot fd's socket is admitted in: a pending one that a fork made for it
+ * (then *shared is true), or a new one. Either way the slot is in the table
+ * before the fork gate opens again, so a fork copies both or neither. -1 if
+ * the segment's tables are full.
+ */
+static int
+claim_slot(int fd, uint64_t ino, bool *shared)
+{
+	uint32_t e;
+	int slot;
+
+	seg_gate_enter(shim.seg);
+	e = fdt_get(fd);
+	if (e != 0 && seg_slot_pending(shim.seg, e - 1) &&
+	    atomic_load(&seg_slot(shim.seg, e - 1)->inode) == ino) {
+		*shared = true;
+		slot = (int)(e - 1);
+	} else {
+		*shared = false;
+		slot = seg_pending_slot(shim.seg, ino);
+		if (slot >= 0)
+			drop_entry(fdt_set(fd, (uint32_t)slot));
+	}
+	seg_gate_leave(shim.seg);
+	return slot;
+}
+
+/*
+ * Admits slot into comp. When another process sharing the socket (a fork
+ * made both hold it before its connect) is admitting it right now, its
+ * verdict is awaited: its permit counts for this connect too, and if it was
+ * refused, this connect tries for itself. Returns 0, ADMIT_PASS (admitted
+ * by the other), or -EBUSY with *why.
+ */
+static int
+admit_slot(uint32_t slot, int comp, bool may_wait, enum bs_reason *why)
+{
+	struct timespec nap = { 0, 1000000 };
+	uint64_t deadline = 0;
+	int r;
+
+	for (;;) {
+		r = seg_acquire_pending(shim.seg, slot, (uint32_t)comp, shim.cls, may_wait, why);
+		if (r != -EALREADY)
+			return r;
+		if (seg_slot_admitted(shim.seg, slot))
+			return ADMIT_PASS;
+		if (deadline == 0) {
+			struct seg_comp *c = seg_comp(shim.seg, (uint32_t)comp);
+
+			deadline = now_mono_ms() + 1000 + (c != NULL ? atomic_load(&c->max_wait_ms) : 0);
+		} else if (now_mono_ms() >= deadline) {
+			*why = REASON_WAIT_TIMEOUT;
+			seg_count_rejection(shim.seg, (uint32_t)comp, *why);
+			return -EBUSY;
+		}
+		nanosleep(&nap, NULL);
+	}
+}
+
+/*
  * Decides a connect (or a TCP Fast Open send) of fd to sa: ADMIT_PASS when
  * the shim has nothing to count, ADMIT_COUNTED when a permit was taken and
  * recorded for fd, ADMIT_REFUSED with errno set when the compartment refused.
@@ -144,13 +205,13 @@ enum admit
 shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 {
 	uint32_t e = fdt_get(fd);
-	int comp = match_find(atomic_load(&shim.m), sa, len), type = 0, slot, pending = -1;
+	int comp = match_find(atomic_load(&shim.m), sa, len), type = 0, slot, r;
 	socklen_t tlen = sizeof(type);
 	enum bs_reason why = REASON_MAX;
 	struct seg_comp *c;
 	struct stat st;
 	char dest[128];
-	bool may_wait;
+	bool may_wait, shared;
 
 	if (comp < 0 && e == 0)
 		return ADMIT_PASS;
@@ -162,11 +223,12 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 
 		/* A connect retried on the same socket (EINPROGRESS,
 		 * EALREADY, EISCONN; hiredis polls this way) already has
-		 * its permit. Any other socket behind the number is new. */
+		 * its permit, unless the slot is one a fork shared before
+		 * the socket was connected. Any other socket behind the
+		 * number is new. */
 		if (sl != NULL && atomic_load(&sl->inode) == (uint64_t)st.st_ino) {
 			if (comp < 0 || !seg_slot_pending(shim.seg, e - 1))
 				return ADMIT_PASS;
-			pending = (int)(e - 1);	/* shared by a fork before its connect */
 		} else {
 			drop_entry(fdt_take(fd));
 		}
@@ -177,18 +239,20 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM)
 		return ADMIT_PASS;
 	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
-	if (pending >= 0) {
-		slot = seg_acquire_pending(shim.seg, (uint32_t)pending, (uint32_t)comp, shim.cls,
-		    may_wait, &why);
-		if (slot == 0 || slot == -EALREADY)
-			return slot == 0 ? ADMIT_COUNTED : ADMIT_PASS;
+	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
+	if (slot < 0) {
+		why = REASON_NO_SLOT;
+		seg_count_rejection(shim.seg, (uint32_t)comp, why);
 	} else {
-		slot = seg_acquire(shim.seg, (uint32_t)comp, shim.cls, (uint64_t)st.st_ino,
-		    may_wait, &why);
-		if (slot >= 0) {
-			drop_entry(fdt_set(fd, (uint32_t)slot));
+		r = admit_slot((uint32_t)slot, comp, may_wait, &why);
+		if (r == 0)
 			return ADMIT_COUNTED;
-		}
+		if (r == ADMIT_PASS)
+			return ADMIT_PASS;
+		/* Refused: a slot of our own goes; one a fork shared stays
+		 * pending for the process it is shared with. */
+		if (!shared)
+			drop_entry(fdt_take(fd));
 	}
 	match_format(sa, len, dest, sizeof(dest));
 	shim_log_refusal((uint32_t)comp, why, what, dest);

@@ -525,6 +525,13 @@ seg_pending_slot(struct seg *s, uint64_t ino)
 }
 
 bool
+seg_slot_admitted(const struct seg *s, uint32_t slot)
+{
+	return slot < s->h->nslots &&
+	    (atomic_load(&s->slots[slot].mark) & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) != 0;
+}
+
+bool
 seg_slot_pending(const struct seg *s, uint32_t slot)
 {
 	return slot < s->h->nslots && atomic_load(&s->slots[slot].comp) == SLOT_NO_COMP &&

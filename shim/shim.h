@@ -452,12 +452,15 @@ void seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why);
 /* A short name for a reason: "full", "inflight_full", "wait_timeout",
  * "too_many_waiting", "class_full", "no_slot". */
 const char *seg_reason_name(enum bs_reason why);
-/* A pending slot for this process's unconnected socket with inode ino,
- * shared with a child about to be forked: one hold, no permit. Returns the
- * slot or -errno. */
+/* A pending slot for this process's socket with inode ino: held by this
+ * process (one descriptor), no permit yet. For a socket about to be
+ * admitted, or shared with a child about to be forked before its connect.
+ * Returns the slot or -errno. */
 int seg_pending_slot(struct seg *s, uint64_t ino);
 /* True if slot is pending: held, but no compartment admitted it yet. */
 bool seg_slot_pending(const struct seg *s, uint32_t slot);
+/* True if slot holds a connection permit (or an observe-mode one). */
+bool seg_slot_admitted(const struct seg *s, uint32_t slot);
 /* Admits the pending slot (which this process holds) into compartment comp,
  * like seg_acquire. Returns 0, -EBUSY with *why, or -EALREADY if another
  * process sharing the socket is admitting it. */
