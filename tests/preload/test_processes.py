@@ -129,6 +129,51 @@ def test_fork_parent_closes_child_still_holds():
     assert a.finish() == 0
 
 
+def test_socket_made_before_fork_and_connected_after_is_held_by_both():
+    # The parent connects a socket its child shares, then closes its copy:
+    # the connection lives on in the child, and so does its permit.
+    srv, shim = _setup(1)
+    a = Agent(shim.env(log="off"))
+    a.call("S = socket.socket(socket.AF_INET, socket.SOCK_STREAM)")
+    pid = a("fork()")
+    a.call("S.connect(('127.0.0.1', %d))" % srv.port)
+    shim.expect("p", in_use=1)
+    a.call("S.close()")
+    srv.wait_live(1)
+    shim.expect("p", in_use=1)
+    r = a("attempt(('127.0.0.1', %d))" % srv.port)
+    assert not r["ok"], "the parent's close gave back the permit of a connection its child " \
+        "still has: %r" % r
+    assert a("child_exit(%d)" % pid) == 0
+    shim.expect("p", in_use=0)
+    srv.wait_live(0)
+    r = a("attempt(('127.0.0.1', %d))" % srv.port)
+    assert r["ok"], "permit not back after both processes let go: %r" % r
+    assert a.finish() == 0
+
+
+def test_socket_made_before_fork_and_connected_by_the_child():
+    # The same the other way round: the child connects and closes, the
+    # parent keeps its copy of the connected socket.
+    srv, shim = _setup(1)
+    a = Agent(shim.env(log="off"))
+    a.call("S = socket.socket(socket.AF_INET, socket.SOCK_STREAM)")
+    pid = a("fork()")
+    a("child(%d, code=\"S.connect(('127.0.0.1', %d))\")" % (pid, srv.port))
+    shim.expect("p", in_use=1)
+    a("child(%d, code='S.close()')" % pid)
+    assert a("child_exit(%d)" % pid) == 0
+    srv.wait_live(1)
+    shim.expect("p", in_use=1)
+    r = a("attempt(('127.0.0.1', %d))" % srv.port)
+    assert not r["ok"], "the child's exit gave back the permit of a connection its parent " \
+        "still has: %r" % r
+    a.call("S.close()")
+    shim.expect("p", in_use=0)
+    srv.wait_live(0)
+    assert a.finish() == 0
+
+
 def test_forked_child_exiting_without_closing_leaks_nothing():
     srv, shim = _setup(2)
     a = Agent(shim.env(log="off"))
