@@ -24,8 +24,6 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
-struct shim_state shim;
-
 /*
  * A process that shares our memory but is not the process the table
  * describes: a vfork child, or a child of a raw clone or _Fork that the
@@ -33,8 +31,8 @@ struct shim_state shim;
  * every wrapper leaves them alone. Only asked on paths that already concern
  * a counted socket, so the system call is not on anyone's hot path.
  */
-static bool
-foreign_process(void)
+bool
+shim_foreign(void)
 {
 	return (pid_t)syscall(SYS_getpid) != shim.pid;
 }
@@ -61,7 +59,7 @@ drop_entry(uint32_t e)
 static void
 fresh_fd(int fd)
 {
-	if (fd >= 0 && fdt_get(fd) != 0 && active() && !foreign_process())
+	if (fd >= 0 && fdt_get(fd) != 0 && active() && !shim_foreign())
 		drop_entry(fdt_take(fd));
 }
 
@@ -71,7 +69,7 @@ copy_fd(int oldfd, int newfd)
 {
 	uint32_t e = fdt_get(oldfd);
 
-	if (!active() || foreign_process())
+	if (!active() || shim_foreign())
 		return;
 	if (e != 0)
 		seg_hold(shim.seg, e - 1);
@@ -215,9 +213,8 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 
 	if (comp < 0 && e == 0)
 		return ADMIT_PASS;
-	if (foreign_process() || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+	if (shim_foreign() || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return ADMIT_PASS;
-	fdt_clear_fresh(fd);
 	if (e != 0) {
 		struct seg_slot *sl = seg_slot(shim.seg, e - 1);
 
@@ -317,6 +314,16 @@ connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp 
 	return r;
 }
 
+/* A socket whose connect succeeded or is under way can no longer be
+ * shared by a fork before its connect; one whose connect failed can, as
+ * it may be connected again. Keeps errno. */
+static void
+connected(int fd, int r)
+{
+	if (r == 0 || errno == EINPROGRESS || errno == EALREADY || errno == EISCONN)
+		fdt_clear_fresh(fd);
+}
+
 BS_EXPORT int
 connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
@@ -333,7 +340,9 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return -1;
 	case ADMIT_PASS:
 		errno = saved;
-		return real.connect(fd, sa, len);
+		r = real.connect(fd, sa, len);
+		connected(fd, r);
+		return r;
 	case ADMIT_COUNTED:
 		break;
 	}
@@ -364,6 +373,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 		seg_connect_done(shim.seg, slot);
 	errno = saved;
 	shim_settle(fd, r);
+	connected(fd, r);
 	return r;
 }
 
@@ -375,7 +385,7 @@ close(int fd)
 
 	if (fdt_get(fd) == 0)
 		return real.close(fd);
-	if (!active() || foreign_process())
+	if (!active() || shim_foreign())
 		return real.close(fd);
 	/* The entry goes first: once the real close returns, the number may
 	 * already belong to a new socket of another thread. Linux frees the
@@ -397,7 +407,7 @@ close(int fd)
 static bool
 gate_copy(int fd)
 {
-	if (fdt_get(fd) == 0 || !active() || foreign_process())
+	if (fdt_get(fd) == 0 || !active() || shim_foreign())
 		return false;
 	seg_gate_enter(shim.seg);
 	return true;
@@ -498,7 +508,7 @@ drop_range(unsigned first, unsigned last)
 {
 	unsigned high = (unsigned)fdt_high();
 
-	if (!active() || foreign_process())
+	if (!active() || shim_foreign())
 		return;
 	if (last >= high)
 		last = high == 0 ? 0 : high - 1;
@@ -552,7 +562,7 @@ fclose(FILE *fp)
 	 * a successful fclose must not leave that behind. */
 	fd = fp != NULL ? fileno(fp) : -1;
 	errno = saved;
-	if (fd < 0 || fdt_get(fd) == 0 || !active() || foreign_process())
+	if (fd < 0 || fdt_get(fd) == 0 || !active() || shim_foreign())
 		return real.fclose(fp);
 	/* fclose closes through glibc's internal close, which no wrapper
 	 * sees: this is the only place to notice an fdopen'ed socket go. */
@@ -564,8 +574,8 @@ fclose(FILE *fp)
 	return r;
 }
 
-static void
-adopt_fd(int fd, uint32_t slot)
+void
+shim_adopt_fd(int fd, uint32_t slot)
 {
 	fdt_set(fd, slot);
 }
@@ -608,7 +618,7 @@ fork(void)
 	int rec, saved = errno, lockfd;
 	pid_t pid;
 
-	if (!active() || foreign_process())
+	if (!active() || shim_foreign())
 		return real.fork();
 	/* No thread may be between a change of what this process holds
 	 * and its record of it while the child's record is copied. */
@@ -622,7 +632,7 @@ fork(void)
 		shim.pid = (pid_t)syscall(SYS_getpid);
 		if (!seg_fork_child(shim.seg, rec, lockfd)) {
 			drop_range_local();
-			seg_adopt(shim.seg, adopt_fd);
+			seg_adopt(shim.seg, shim_adopt_fd);
 		}
 	} else {
 		seg_fork_parent(shim.seg, rec, pid, lockfd);
@@ -638,7 +648,7 @@ socket(int domain, int type, int protocol)
 {
 	bool mark = (type & 0xf) == SOCK_STREAM &&
 	    (domain == AF_INET || domain == AF_INET6 || domain == AF_UNIX) &&
-	    active() && !foreign_process();
+	    active() && !shim_foreign();
 	int r, saved;
 
 	if (mark)
@@ -695,205 +705,4 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
 	}
 	errno = saved;
 	return r;
-}
-
-/* ---- start-up, reload and exit ---- */
-
-/*
- * Builds the matcher for cfg with every rule pointing at the segment's
- * compartment of the same name, so the hot path needs no second lookup.
- * Rules of compartments the segment lacks are left out. NULL on error.
- */
-static struct matcher *
-build_matcher(const struct bs_config *cfg, char *err, size_t errlen)
-{
-	struct rule *rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof(*rules));
-	struct seg_header *h = seg_header(shim.seg);
-	struct matcher *m;
-	size_t n = 0;
-
-	if (rules == NULL) {
-		bs_format(err, errlen, "out of memory");
-		return NULL;
-	}
-	for (size_t i = 0; i < cfg->nrules; i++) {
-		const char *name = cfg->comp[cfg->rules[i].comp].name;
-
-		for (uint32_t j = 0; j < h->ncomp; j++) {
-			if (strncmp(seg_comp(shim.seg, j)->name, name, BS_NAME_MAX) == 0) {
-				rules[n] = cfg->rules[i];
-				rules[n++].comp = (int)j;
-				break;
-			}
-		}
-	}
-	m = match_build(rules, n, err, errlen);
-	free(rules);
-	return m;
-}
-
-/* The class of this process: BULKSHIM_CLASS, else the first class with a
- * pattern matching the program's name, else "default"; as an index into
- * the segment's class names. */
-static uint32_t
-find_class(const struct bs_config *cfg)
-{
-	const char *want = getenv("BULKSHIM_CLASS"), *prog = program_invocation_short_name;
-	struct seg_header *h = seg_header(shim.seg);
-
-	if (want != NULL && *want != '\0') {
-		bool known = false;
-
-		for (size_t k = 0; k < cfg->nclass; k++)
-			known = known || strcmp(cfg->classes[k].name, want) == 0;
-		if (!known) {
-			bs_log(LOG_WARN, "BULKSHIM_CLASS=%s is not a class of %s; using default",
-			    want, cfg->path);
-			want = NULL;
-		}
-	} else {
-		want = NULL;
-		for (size_t k = 1; k < cfg->nclass && want == NULL; k++) {
-			for (size_t i = 0; i < cfg->classes[k].npatterns; i++) {
-				if (prog != NULL && fnmatch(cfg->classes[k].patterns[i], prog, 0) == 0) {
-					want = cfg->classes[k].name;
-					break;
-				}
-			}
-		}
-	}
-	if (want == NULL)
-		return 0;
-	for (uint32_t k = 0; k < h->nclass && k < BS_MAX_CLASSES; k++) {
-		if (strncmp(h->class_name[k], want, BS_CLASS_NAME_MAX) == 0)
-			return k;
-	}
-	return 0;
-}
-
-/*
- * `bulkshim reload` bumps the segment's generation after it applied a new
- * config's limits; each process rebuilds its destination rules from that
- * file at its next connect. Host names are not resolved here (that could
- * stall a connect); they are learned from the program's getaddrinfo.
- */
-void
-shim_maybe_reload(void)
-{
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	struct seg_header *h = seg_header(shim.seg);
-	uint32_t g = atomic_load(&h->generation);
-	char path[PATH_MAX], err[BS_ERRLEN];
-	struct bs_config cfg;
-	struct matcher *m;
-
-	if (g == atomic_load(&shim.gen) || pthread_mutex_trylock(&lock) != 0)
-		return;
-	if (g != atomic_load(&shim.gen)) {
-		memcpy(path, h->config_path, sizeof(path));
-		path[sizeof(path) - 1] = '\0';
-		if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
-			bs_log(LOG_ERROR, "reload: %s; keeping the old destinations", err);
-		} else {
-			m = build_matcher(&cfg, err, sizeof(err));
-			if (m == NULL)
-				bs_log(LOG_ERROR, "reload: %s: %s; keeping the old destinations",
-				    path, err);
-			else
-				/* The old matcher is left allocated: another
-				 * thread may be reading it right now. */
-				atomic_store(&shim.m, m);
-			cfg_free(&cfg);
-			bs_log(LOG_INFO, "reloaded destinations from %s", path);
-		}
-		atomic_store(&shim.gen, g);
-	}
-	pthread_mutex_unlock(&lock);
-}
-
-static bool
-env_true(const char *v)
-{
-	return v != NULL && (strcmp(v, "1") == 0 || strcmp(v, "yes") == 0 ||
-	    strcmp(v, "true") == 0 || strcmp(v, "on") == 0);
-}
-
-/* The shim cannot work: strict mode ends the process, the default leaves
- * the program running without limits. */
-static void
-give_up(bool strict, const char *why)
-{
-	if (strict) {
-		bs_log(LOG_ERROR, "%s; exiting (strict mode)", why);
-		_exit(BS_EX_CONFIG);
-	}
-	bs_log(LOG_ERROR, "%s; running without limits", why);
-}
-
-__attribute__((constructor)) static void
-shim_init(void)
-{
-	char err[BS_ERRLEN], msg[BS_ERRLEN + 64];
-	const char *path, *level;
-	struct matcher *m;
-	bool strict;
-	int r;
-
-	real_bind();
-	shim.pid = (pid_t)syscall(SYS_getpid);
-	/* In secure execution the environment belongs to someone else. */
-	if (getauxval(AT_SECURE) != 0)
-		return;
-	level = getenv("BULKSHIM_LOG");
-	if (level != NULL && log_set_level(level) < 0)
-		bs_log(LOG_WARN, "BULKSHIM_LOG=%s is not off, error, warn, info or debug; using warn",
-		    level);
-	strict = env_true(getenv("BULKSHIM_STRICT"));
-	path = getenv("BULKSHIM_CONFIG");
-	if (path == NULL || *path == '\0')
-		path = BS_DEFAULT_CONFIG;
-	if (fdt_init() < 0) {
-		give_up(strict, "cannot map the descriptor table");
-		return;
-	}
-	r = cfg_load(path, &shim.cfg, true, err, sizeof(err));
-	if (r == -ENOENT) {
-		if (strict)
-			give_up(true, err);
-		bs_log(LOG_WARN, "no config file %s (set BULKSHIM_CONFIG); running without limits",
-		    path);
-		return;
-	}
-	if (r < 0) {
-		give_up(strict || cfg_wants_strict(path), err);
-		return;
-	}
-	strict = strict || shim.cfg.strict;
-	r = seg_attach(&shim.cfg, &shim.seg, err, sizeof(err));
-	if (r < 0) {
-		bs_format(msg, sizeof(msg), "%s: %s", shim.cfg.path, err);
-		give_up(strict, msg);
-		return;
-	}
-	m = build_matcher(&shim.cfg, err, sizeof(err));
-	if (m == NULL) {
-		give_up(strict, err);
-		return;
-	}
-	atomic_store(&shim.m, m);
-	atomic_store(&shim.gen, atomic_load(&seg_header(shim.seg)->generation));
-	shim.cls = find_class(&shim.cfg);
-	seg_adopt(shim.seg, adopt_fd);
-	atomic_store_explicit(&shim.ready, 1, memory_order_release);
-	bs_log(LOG_INFO, "%s: %u compartments in segment %s, class %s", shim.cfg.path,
-	    (unsigned)shim.cfg.ncomp, shim.cfg.segment, seg_header(shim.seg)->class_name[shim.cls]);
-}
-
-/* A normal exit gives every permit of this process back, once the kernel
- * has closed its sockets (see seg_exit). */
-__attribute__((destructor)) static void
-shim_fini(void)
-{
-	if (active() && !foreign_process())
-		seg_exit(shim.seg);
 }

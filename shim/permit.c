@@ -1,4 +1,4 @@
-/* permit.c - admission by compare-and-swap, futex waits, requests in flight, histograms. */
+/* permit.c - admission by compare-and-swap, futex waits, slots, requests in flight, histograms. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -17,48 +17,13 @@
  * whatever the number of threads and processes. A waiter sleeps on the
  * counter's own word with FUTEX_WAIT (not the private variant: the word is
  * shared between processes), and whoever lowers it wakes one waiter.
- *
- * A thread can die between changing a counter and writing down, in its
- * slot, that it did: SIGKILL, or another thread's exec, can strike at any
- * instruction. So every counter that stands for permits held by slots is a
- * tally: the 32-bit count and, in the word after it, a tag naming the last
- * slot operation that changed it (slot index + 1, whether it added or took
- * away, and 10 bits of the slot's generation). One 64-bit compare-and-swap
- * changes both. An operation on slot S and permit kind P goes:
- *
- *   1. announce: set MARK_TAKING(P) (or MARK_GIVING(P)) in S's mark;
- *   2. change the tally, tagging it with S;
- *   3. turn the announcement into its result (MARK_HELD(P) set or cleared).
- *
- * Whoever changes a tally first finishes the operation its current tag
- * names, if that operation's announcement is still up ("helping"). So
- * when an announcement outlives any later change of its tally, step 2 never
- * happened. A thread that finds an operation whose process is dead helps
- * it once: if the announcement is still up, a TAKING is withdrawn (the count
- * never moved) and a GIVING is carried out on the dead thread's behalf.
- * Nothing is ever counted twice or lost, and nobody waits for the dead.
  */
-
 #define RECLAIM_POLL_MS	100	/* a waiter looks for dead holders this often */
 #define SETTLE_MS	1000	/* how long a release waits for a live operation */
 
-#define TAG_GIVE	(1u << 21)
-#define TAG_INDEX(t)	((t) & 0x1fffffu)
-#define TAG_GEN(t)	((t) >> 22)
-#define GEN_BITS(g)	((g) & 0x3ffu)
-/* Set by whoever withdraws a live-looking TAKING it took for dead: the
- * taker, if alive after all, gives back what it added. */
-#define MARK_WITHDRAWN(p)	(1ULL << (25 + (p)))
 
-_Static_assert(offsetof(struct seg_comp, in_use) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_comp, inflight) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
-_Static_assert(BS_MAX_SOCKETS < TAG_GIVE, "slot index fits a tag");
-_Static_assert(P_KINDS <= 7, "mark flags fit");
 
-enum { TAKEN, FULL, BUSY };
+
 
 uint32_t
 seg_dec_floor(_Atomic uint32_t *v)
@@ -71,11 +36,6 @@ seg_dec_floor(_Atomic uint32_t *v)
 	return cur > 0 ? cur - 1 : 0;
 }
 
-static void
-futex_wake(_Atomic uint32_t *word)
-{
-	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, 1, NULL, NULL, 0);
-}
 
 /* Sleeps while *word == val, at most `us` microseconds. */
 static void
@@ -95,316 +55,51 @@ raise_peak(_Atomic uint32_t *peak, uint32_t v)
 		;
 }
 
-/* ---- tallies and marks ---- */
-
-static _Atomic uint64_t *
-tally(_Atomic uint32_t *count)
-{
-	/* The count and its tag word are 8-byte aligned neighbours. */
-	return (_Atomic uint64_t *)(uintptr_t)count;
-}
-
-static uint64_t
-tagged(uint32_t slot, uint32_t gen, bool give, uint32_t count)
-{
-	uint32_t tag = GEN_BITS(gen) << 22 | (give ? TAG_GIVE : 0) | (slot + 1);
-
-	return (uint64_t)tag << 32 | count;
-}
-
-/* The compartment of a slot, or NULL (a pending slot, or garbage). */
-static struct seg_comp *
-comp_of_slot(const struct seg *s, const struct seg_slot *sl)
-{
-	uint32_t comp = atomic_load(&sl->comp);
-
-	return comp < s->h->ncomp ? &s->comp[comp] : NULL;
-}
-
-/* The counter that permit kind p of slot sl is counted in, and its limit
- * (NULL: none). NULL if the slot names no such counter. */
-static _Atomic uint32_t *
-kind_count(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
-{
-	struct seg_comp *c = comp_of_slot(s, sl);
-	uint32_t k;
-
-	if (limit != NULL)
-		*limit = NULL;
-	if (c == NULL)
-		return NULL;
-	switch (p) {
-	case P_CONN:
-		if (limit != NULL)
-			*limit = &c->limit;
-		return &c->in_use;
-	case P_CLASS:
-		k = atomic_load(&sl->cls);
-		if (k >= BS_MAX_CLASSES)
-			return NULL;
-		if (limit != NULL)
-			*limit = &c->cls[k].limit;
-		return &c->cls[k].in_use;
-	case P_OVER:
-		return &c->over;
-	case P_INFLIGHT:
-		if (limit != NULL)
-			*limit = &c->inflight_limit;
-		return &c->inflight;
-	case P_INFLIGHT_OVER:
-		return &c->inflight_over;
-	}
-	return NULL;
-}
-
-/* Changes slot's mark while it is of generation gen, has every flag of
- * `need` and none of `deny`: clears `clr`, sets `set`. False if it cannot. */
-static bool
-mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
-    uint64_t set)
-{
-	uint64_t m = atomic_load(&sl->mark);
-
-	do {
-		if (MARK_GEN(m) != gen || (m & need) != need || (m & deny) != 0)
-			return false;
-	} while (!atomic_compare_exchange_weak(&sl->mark, &m, (m & ~clr) | set));
-	return true;
-}
-
-/*
- * Finishes the operation that tally value w names, if its announcement is
- * still up and the tally still reads w (so the change it made is the last
- * one: see the top of this file). Anyone about to change the tally from w
- * calls this first.
- */
-static void
-help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
-{
-	uint32_t tag = (uint32_t)(w >> 32), i = TAG_INDEX(tag);
-	bool give = (tag & TAG_GIVE) != 0;
-	struct seg_slot *sl;
-	uint64_t m, pend = give ? MARK_GIVING(p) : MARK_TAKING(p);
-
-	if (i == 0 || i > s->h->nslots)
-		return;
-	sl = &s->slots[i - 1];
-	m = atomic_load(&sl->mark);
-	for (;;) {
-		uint64_t n = give ? m & ~(pend | MARK_HELD(p)) : (m & ~pend) | MARK_HELD(p);
-
-		if (GEN_BITS(MARK_GEN(m)) != TAG_GEN(tag) || !(m & pend))
-			return;
-		if (atomic_load(t) != w)
-			return;
-		if (atomic_compare_exchange_weak(&sl->mark, &m, n))
-			return;
-	}
-}
-
-/* Adds one to the tally if below *limit (or if limit is NULL), tagged with
- * slot; helps the last operation first. Returns true if added; *seen is the
- * count last read, for a futex wait. */
-static bool
-tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
-    uint32_t slot, uint32_t gen, uint32_t *seen)
-{
-	_Atomic uint64_t *t = tally(count);
-	uint64_t w = atomic_load(t);
-
-	for (;;) {
-		uint32_t cur = (uint32_t)w;
-
-		help(s, t, w, p);
-		*seen = cur;
-		if (limit != NULL ? cur >= atomic_load(limit) : cur == UINT32_MAX)
-			return false;
-		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, false, cur + 1)))
-			return true;
-	}
-}
-
-/* Takes one from the tally (never below 0), tagged with slot; helps first. */
-static void
-tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
-{
-	_Atomic uint64_t *t = tally(count);
-	uint64_t w = atomic_load(t);
-
-	for (;;) {
-		uint32_t cur = (uint32_t)w;
-
-		help(s, t, w, p);
-		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, true, cur > 0 ? cur - 1 : 0)))
-			return;
-	}
-}
-
-static void
-wake_waiters(const struct seg *s, struct seg_slot *sl, _Atomic uint32_t *count)
-{
-	struct seg_comp *c = comp_of_slot(s, sl);
-
-	if (c != NULL && atomic_load(&c->waiting) > 0)
-		futex_wake(count);
-}
-
-/*
- * One attempt to take permit kind p for slot (of generation gen). TAKEN,
- * FULL (*seen: the count that was at the limit), or BUSY: the slot already
- * has, or is getting, a permit of that kind (or of the kinds in `deny`).
- */
-static int
-take_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
-{
-	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *limit, *count = kind_count(s, sl, p, &limit);
-	uint64_t m;
-
-	*seen = 0;
-	if (count == NULL)
-		return BUSY;
-	atomic_store(&sl->op_pid, s->my_pid);
-	/* A leftover MARK_WITHDRAWN(p) is of a dead thread's attempt. */
-	if (!mark_change(sl, gen, 0, deny | MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
-	    MARK_WITHDRAWN(p), MARK_TAKING(p)))
-		return BUSY;
-	if (!tally_add(s, count, limit, p, slot, gen, seen)) {
-		mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
-		return FULL;
-	}
-	m = atomic_load(&sl->mark);
-	for (;;) {
-		if (MARK_GEN(m) != gen)
-			return BUSY;	/* freed under us, after a long stall */
-		if (m & MARK_WITHDRAWN(p)) {
-			/* Taken for dead and withdrawn: give back what we added. */
-			mark_change(sl, gen, 0, 0, MARK_WITHDRAWN(p), 0);
-			tally_sub(s, count, p, slot, gen);
-			return BUSY;
-		}
-		if (!(m & MARK_TAKING(p)))
-			return TAKEN;	/* a helper finished it for us */
-		if (atomic_compare_exchange_weak(&sl->mark, &m,
-		    (m & ~MARK_TAKING(p)) | MARK_HELD(p)))
-			return TAKEN;
-	}
-}
-
-/* Gives back permit kind p of slot, if the slot holds it. True if it did. */
-static bool
-give_kind(struct seg *s, uint32_t slot, uint32_t gen, int p)
-{
-	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *count = kind_count(s, sl, p, NULL);
-
-	atomic_store(&sl->op_pid, s->my_pid);
-	if (!mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
-		return false;
-	if (count != NULL)
-		tally_sub(s, count, p, slot, gen);
-	mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
-	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
-		wake_waiters(s, sl, count);
-	return true;
-}
-
-/*
- * Finishes whatever operation on slot a dead thread left half done: see
- * the top of this file. Also right when the thread is alive after all: it
- * notices (MARK_WITHDRAWN) and undoes its own change.
- */
-static void
-resolve(struct seg *s, uint32_t slot)
-{
-	struct seg_slot *sl = &s->slots[slot];
-	uint64_t m = atomic_load(&sl->mark);
-	uint32_t gen = MARK_GEN(m);
-
-	for (int p = 0; p < P_KINDS; p++) {
-		_Atomic uint32_t *count;
-
-		if (!(m & (MARK_TAKING(p) | MARK_GIVING(p))))
-			continue;
-		count = kind_count(s, sl, p, NULL);
-		if (count != NULL)
-			help(s, tally(count), atomic_load(tally(count)), p);
-		if (m & MARK_TAKING(p))
-			mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), MARK_WITHDRAWN(p));
-		if ((m & MARK_GIVING(p)) && (atomic_load(&sl->mark) & MARK_GIVING(p))) {
-			if (count != NULL)
-				tally_sub(s, count, p, slot, gen);
-			mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
-			if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
-				wake_waiters(s, sl, count);
-		}
-	}
-	if ((m & MARK_WAITING) && mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0)) {
-		struct seg_comp *c = comp_of_slot(s, sl);
-
-		if (c != NULL)
-			seg_dec_floor(&c->waiting);
-	}
-}
-
-void
-seg_resolve(struct seg *s, uint32_t slot, pid_t dead)
-{
-	struct seg_slot *sl;
-
-	if (slot >= s->h->nslots)
-		return;
-	sl = &s->slots[slot];
-	if ((atomic_load(&sl->mark) & MARK_PENDING) != 0 &&
-	    (dead == 0 || atomic_load(&sl->op_pid) == dead))
-		resolve(s, slot);
-}
-
 /* ---- waiting ---- */
 
 /*
  * Takes permit kind p for slot, waiting for one when full if the caller may
  * wait and the compartment allows it: reclaims dead holders once, then
  * sleeps on the tally's count word until the deadline. The slot is marked
- * MARK_WAITING while counted in `waiting`. TAKEN, BUSY, or FULL with *why.
+ * MARK_WAITING while counted in `waiting`. TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
  */
 static int
 take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum bs_reason full,
     enum bs_reason *why)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	struct seg_comp *c = comp_of_slot(s, sl);
-	_Atomic uint32_t *count = kind_count(s, sl, p, NULL);
+	struct seg_comp *c = seg_slot_comp(s, sl);
+	_Atomic uint32_t *count = tally_of(s, sl, p, NULL);
 	uint32_t wait_ms, w, seen;
 	uint64_t t0, deadline, now;
 	int r;
 
 	if (c == NULL || count == NULL)
-		return BUSY;
-	if ((r = take_kind(s, slot, gen, p, 0, &seen)) != FULL)
+		return TALLY_BUSY;
+	if ((r = tally_take(s, slot, gen, p, 0, &seen)) != TALLY_FULL)
 		return r;
-	if (seg_reclaim(s, true) > 0 && (r = take_kind(s, slot, gen, p, 0, &seen)) != FULL)
+	if (seg_reclaim(s, true) > 0 && (r = tally_take(s, slot, gen, p, 0, &seen)) != TALLY_FULL)
 		return r;
 	*why = full;
 	wait_ms = atomic_load(&c->max_wait_ms);
 	if (!may_wait || wait_ms == 0 || !atomic_load(&c->enforce))
-		return FULL;
-	if (!mark_change(sl, gen, 0, MARK_WAITING, 0, MARK_WAITING))
-		return FULL;
+		return TALLY_FULL;
+	if (!slot_mark_change(sl, gen, 0, MARK_WAITING, 0, MARK_WAITING))
+		return TALLY_FULL;
 	w = atomic_load(&c->waiting);
 	do {
 		if (w >= atomic_load(&c->max_waiting)) {
-			mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0);
+			slot_mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0);
 			*why = REASON_TOO_MANY_WAITING;
-			return FULL;
+			return TALLY_FULL;
 		}
 	} while (!atomic_compare_exchange_weak(&c->waiting, &w, w + 1));
 	t0 = now_mono_us();
 	deadline = t0 + (uint64_t)wait_ms * 1000;
 	*why = REASON_WAIT_TIMEOUT;
 	for (;;) {
-		r = take_kind(s, slot, gen, p, 0, &seen);
-		if (r != FULL)
+		r = tally_take(s, slot, gen, p, 0, &seen);
+		if (r != TALLY_FULL)
 			break;
 		now = now_mono_us();
 		if (now >= deadline)
@@ -418,7 +113,7 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 	/* The count goes down before the mark: dying in between makes a
 	 * reclaimer take one off again, an error that vanishes at 0. */
 	seg_dec_floor(&c->waiting);
-	mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0);
+	slot_mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0);
 	seg_hist_add(&c->h_wait, now_mono_us() - t0);
 	return r;
 }
@@ -493,8 +188,10 @@ alloc_slot(struct seg *s, int rec, uint64_t ino)
 
 		if (atomic_load_explicit(&sl->state, memory_order_relaxed) != SLOT_FREE)
 			continue;
-		/* SLOT_INIT keeps readers away until the fields are in. */
-		if (!atomic_compare_exchange_strong(&sl->state, &expected, SLOT_INIT))
+		/* SLOT_INIT keeps readers away until the fields are in; it
+		 * names us, so a reclaimer finishes the slot only if we die. */
+		if (!atomic_compare_exchange_strong(&sl->state, &expected,
+		    SLOT_BUSY(SLOT_INIT, s->my_pid)))
 			continue;
 		atomic_store(&sl->op_pid, s->my_pid);
 		m = atomic_load(&sl->mark);
@@ -563,7 +260,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	if (cls < BS_MAX_CLASSES && atomic_load(&c->cls[cls].limit) != 0) {
 		k = &c->cls[cls];
 		atomic_store(&sl->cls, cls);
-		if (take_kind(s, slot, gen, P_CLASS, 0, &seen) != TAKEN) {
+		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN) {
 			reason = REASON_CLASS_FULL;
 			atomic_fetch_add(&k->rejected, 1);
 			k = NULL;
@@ -571,14 +268,14 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	}
 	if (reason == REASON_MAX) {
 		r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
-		if (r == TAKEN)
+		if (r == TALLY_TAKEN)
 			reason = REASON_MAX;
-		else if (r == BUSY)
+		else if (r == TALLY_BUSY)
 			reason = REASON_NO_SLOT;
 	}
 	if (reason != REASON_MAX) {
 		if (k != NULL) {
-			give_kind(s, slot, gen, P_CLASS);
+			tally_give(s, slot, gen, P_CLASS);
 			k = NULL;
 		}
 		if (atomic_load(&c->enforce) || reason == REASON_NO_SLOT) {
@@ -591,7 +288,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		/* Observe mode: let it through, say what enforcing would
 		 * have done, and keep it apart from the permits proper. */
 		atomic_fetch_add(&c->would_reject[reason], 1);
-		take_kind(s, slot, gen, P_OVER, 0, &seen);
+		tally_take(s, slot, gen, P_OVER, 0, &seen);
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
 	if (k != NULL) {
@@ -664,18 +361,18 @@ settle(struct seg *s, uint32_t slot)
 			break;
 		nanosleep(&nap, NULL);
 	}
-	resolve(s, slot);
+	seg_resolve(s, slot, 0);
 }
 
-void
-seg_release_slot(struct seg *s, uint32_t slot, bool reclaimed)
+/* The release of a slot this process has claimed (state busy = RELEASING
+ * with our pid): every permit it stood for goes back, then it is free. */
+static void
+release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint32_t used = SLOT_USED, gen;
+	uint32_t gen;
 	uint64_t m;
 
-	if (!atomic_compare_exchange_strong(&sl->state, &used, SLOT_RELEASING))
-		return;
 	atomic_store(&sl->op_pid, s->my_pid);
 	if (atomic_load(&sl->mark) & MARK_PENDING)
 		settle(s, slot);
@@ -683,40 +380,59 @@ seg_release_slot(struct seg *s, uint32_t slot, bool reclaimed)
 	gen = MARK_GEN(m);
 	for (int p = 0; p < P_KINDS; p++) {
 		if (m & MARK_HELD(p))
-			give_kind(s, slot, gen, p);
+			tally_give(s, slot, gen, p);
 	}
 	if (reclaimed && (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER)))) {
-		struct seg_comp *c = comp_of_slot(s, sl);
+		struct seg_comp *c = seg_slot_comp(s, sl);
 
 		if (c != NULL)
 			atomic_fetch_add(&c->reclaimed, 1);
 	}
 	atomic_store(&sl->inode, 0);
-	atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
+	/* Only if the release is still ours: after a stall long enough to
+	 * be taken for dead, someone else finished it and the slot may
+	 * belong to a new socket now. */
+	atomic_compare_exchange_strong(&sl->state, &busy, SLOT_FREE);
 }
 
 void
-seg_release_orphan(struct seg *s, uint32_t slot)
+seg_release_slot(struct seg *s, uint32_t slot, bool reclaimed)
+{
+	uint32_t used = SLOT_USED, busy = SLOT_BUSY(SLOT_RELEASING, s->my_pid);
+
+	if (atomic_compare_exchange_strong(&s->slots[slot].state, &used, busy))
+		release_claimed(s, slot, busy, reclaimed);
+}
+
+void
+seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead)
 {
 	struct seg_slot *sl;
-	uint32_t init = SLOT_INIT;
+	uint32_t st, busy;
 
 	if (slot >= s->h->nslots)
 		return;
 	sl = &s->slots[slot];
-	if (atomic_load(&sl->holders) != 0)
+	st = atomic_load(&sl->state);
+	busy = SLOT_BUSY(SLOT_RELEASING, s->my_pid);
+	switch (SLOT_KIND(st)) {
+	case SLOT_USED:
+		/* Its last holder dropped it and died before releasing. */
+		if (atomic_load(&sl->holders) == 0)
+			seg_release_slot(s, slot, true);
 		return;
-	/* Dead in alloc_slot, or between dropping the last hold and
-	 * releasing, or half-way through the release itself. */
-	if (atomic_compare_exchange_strong(&sl->state, &init, SLOT_FREE))
+	case SLOT_INIT:
+		/* Dead while setting it up: no permit was taken yet. */
+		if (dead > 0 && SLOT_BY(st) == dead)
+			atomic_compare_exchange_strong(&sl->state, &st, SLOT_FREE);
 		return;
-	if (init == SLOT_RELEASING) {
-		uint32_t rel = SLOT_RELEASING;
-
-		if (!atomic_compare_exchange_strong(&sl->state, &rel, SLOT_USED))
-			return;
+	case SLOT_RELEASING:
+		/* Dead half-way through the release: finish it. */
+		if (dead > 0 && SLOT_BY(st) == dead &&
+		    atomic_compare_exchange_strong(&sl->state, &st, busy))
+			release_claimed(s, slot, busy, true);
+		return;
 	}
-	seg_release_slot(s, slot, true);
 }
 
 void
@@ -752,7 +468,7 @@ seg_connect_done(struct seg *s, uint32_t slot)
 	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0)
 		return;
 	t = atomic_exchange(&sl->connect_us, 0);
-	c = comp_of_slot(s, sl);
+	c = seg_slot_comp(s, sl);
 	if (t == 0 || c == NULL)
 		return;
 	now = now_mono_us();
@@ -781,21 +497,21 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
 	if (m & INFLIGHT_ANY)
 		return 0;
-	c = comp_of_slot(s, sl);
+	c = seg_slot_comp(s, sl);
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
 	r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
-	if (r == BUSY)
+	if (r == TALLY_BUSY)
 		return 0;	/* another thread's send on the same socket won */
-	if (r == FULL) {
+	if (r == TALLY_FULL) {
 		if (atomic_load(&c->enforce)) {
 			seg_count_rejection(s, atomic_load(&sl->comp), reason);
 			*why = reason;
 			return -EBUSY;
 		}
 		atomic_fetch_add(&c->would_reject[reason], 1);
-		if (take_kind(s, slot, gen, P_INFLIGHT_OVER, INFLIGHT_ANY, &seen) != TAKEN)
+		if (tally_take(s, slot, gen, P_INFLIGHT_OVER, INFLIGHT_ANY, &seen) != TALLY_TAKEN)
 			return 0;
 	} else {
 		raise_peak(&c->inflight_peak, atomic_load(&c->inflight));
@@ -821,9 +537,9 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 		return;
 	gen = MARK_GEN(m);
 	t = atomic_load(&sl->sent_us);
-	if (!give_kind(s, slot, gen, P_INFLIGHT) && !give_kind(s, slot, gen, P_INFLIGHT_OVER))
+	if (!tally_give(s, slot, gen, P_INFLIGHT) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
 		return;
-	c = comp_of_slot(s, sl);
+	c = seg_slot_comp(s, sl);
 	if (record && c != NULL) {
 		uint64_t now = now_mono_us();
 

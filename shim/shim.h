@@ -231,6 +231,12 @@ int cfg_resolve_hosts(struct cfg_ctx *c);
 #define SEG_VERSION	2
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
+/* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
+ * pid of the process doing it in the same word, claimed with one CAS, so a
+ * reclaimer can tell a dead worker's slot from a live one's. */
+#define SLOT_KIND(st)		((st) & 0xfu)
+#define SLOT_BY(st)		((pid_t)((st) >> 4))
+#define SLOT_BUSY(kind, pid)	((uint32_t)(kind) | (uint32_t)(pid) << 4)
 /* PROC_EXITED: the process exited normally; its holds go back when it is
  * seen dead, after the kernel closed its sockets, so that the dependency
  * never sees more connections than permits. */
@@ -344,6 +350,9 @@ enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_KINDS
 #define MARK_GIVING(p)	(1ULL << (16 + (p)))
 #define MARK_WAITING	(1ULL << 24)	/* counted in its compartment's `waiting` */
 #define MARK_PENDING	(0xffULL << 8 | 0xffULL << 16 | MARK_WAITING)	/* every TAKING, GIVING, WAITING */
+/* Set by whoever withdraws a TAKING whose thread looked dead: the taker, if
+ * alive after all, gives back what it added. */
+#define MARK_WITHDRAWN(p)	(1ULL << (25 + (p)))
 #define MARK_GEN(m)	((uint32_t)((m) >> 32))
 
 /* One counted socket object, shared by every process holding it. */
@@ -416,6 +425,14 @@ void seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc);
 int seg_comp_index(const struct seg *s, size_t cfg_index);
 /* Counts the bits set in a process's bitmap row. */
 uint32_t seg_proc_held(const struct seg *s, uint32_t i);
+/* The shared-memory object name of a segment: "/bulkshim.<segment>". */
+void seg_shm_name(const char *segment, char *out, size_t len);
+/* Record rec's bitmap row: one bit per socket slot it holds. */
+static inline _Atomic uint64_t *
+seg_row(const struct seg *s, uint32_t rec)
+{
+	return s->bits + (size_t)rec * s->h->bitmap_words;
+}
 
 /* ---- permit.c: admission, waiting, requests in flight, statistics ---- */
 
@@ -476,10 +493,39 @@ void seg_gate_close(struct seg *s);
 /* Finishes an operation on slot that process `dead` (0: anyone) left half
  * done, if any (permit.c explains). */
 void seg_resolve(struct seg *s, uint32_t slot, pid_t dead);
-/* Releases (or frees, if half claimed) a slot that no process holds and
- * whose last holder died before releasing it. */
-void seg_release_orphan(struct seg *s, uint32_t slot);
-/* Internal to segment.c and permit.c. */
+/* Finishes slot if nobody is left to: a slot no process holds that is
+ * still in use (its last holder died before releasing it) is released; one
+ * that process `dead` was setting up is freed, one it was releasing is
+ * released. Safe against live workers: each step is claimed by CAS. */
+void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
+/* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
+
+enum { TALLY_TAKEN, TALLY_FULL, TALLY_BUSY };
+/* The compartment of a slot, or NULL (a pending slot, or garbage). */
+struct seg_comp *seg_slot_comp(const struct seg *s, const struct seg_slot *sl);
+/* The count that permit kind p of slot sl is counted in, and in *limit (if
+ * not NULL) its limit (NULL: none); NULL if the slot names no such count. */
+_Atomic uint32_t *tally_of(const struct seg *s, const struct seg_slot *sl, int p,
+    _Atomic uint32_t **limit);
+/* Changes sl's mark while it is of generation gen, has every flag of need
+ * and none of deny: clears clr, sets set. False if it cannot. */
+bool slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny,
+    uint64_t clr, uint64_t set);
+/* Adds one to count (below *limit, if limit is not NULL), tagged with slot,
+ * after helping the change its tag names; *seen is the count last read.
+ * True if added. */
+bool tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
+    uint32_t slot, uint32_t gen, uint32_t *seen);
+/* Takes one from count (never below 0), tagged with slot. */
+void tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen);
+/* One attempt to take permit kind p for slot (of generation gen): announce,
+ * count, record. TALLY_TAKEN, TALLY_FULL (*seen: the count at the limit) or
+ * TALLY_BUSY (the slot has or is getting one, of kind p or of `deny`). */
+int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen);
+/* Gives back permit kind p of slot if it holds it; true if it did. */
+bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
+
+/* Internal to segment.c, procs.c and permit.c. */
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
 int seg_my_record(struct seg *s);
 /* The first hold of a slot being claimed: record rec, holders 1. */
@@ -488,7 +534,8 @@ void seg_hold_first(struct seg *s, int rec, uint32_t slot);
  * the slot's permits (seg_release_slot). */
 void seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
 /* Gives back every permit of a slot nobody holds and frees it; only the
- * caller that moves it from SLOT_USED to SLOT_RELEASING does. */
+ * caller that moves it from SLOT_USED to SLOT_RELEASING (with its pid)
+ * does. */
 void seg_release_slot(struct seg *s, uint32_t slot, bool reclaimed);
 /* Another local descriptor refers to slot. */
 void seg_hold(struct seg *s, uint32_t slot);
@@ -617,6 +664,11 @@ extern struct shim_state shim;
 
 /* True once start-up finished with a usable segment. */
 bool shim_active(void);
+/* True in a process that shares our memory but is not the one the tables
+ * describe (a vfork child, a raw clone): its descriptors are not ours. */
+bool shim_foreign(void);
+/* Records that fd refers to slot (exec adoption). */
+void shim_adopt_fd(int fd, uint32_t slot);
 /* The errno a refusal of compartment c answers with (an allowed one). */
 int shim_reject_errno(const struct seg_comp *c);
 /* True if a call with these flags may block on fd. One fcntl. */

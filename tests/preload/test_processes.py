@@ -3,6 +3,7 @@
 import errno
 import os
 import signal
+import socket
 import time
 
 from harness import Agent, FdOps, Server, Shim
@@ -171,6 +172,32 @@ def test_socket_made_before_fork_and_connected_by_the_child():
     a.call("S.close()")
     shim.expect("p", in_use=0)
     srv.wait_live(0)
+    assert a.finish() == 0
+
+
+def test_socket_whose_connect_failed_is_shared_again_by_a_fork():
+    # A refused connect leaves the socket unconnected: a fork then shares
+    # it before its next, successful connect, like a new socket.
+    srv = Server()
+    with socket.socket() as probe:     # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    shim = Shim([{"name": "p", "destinations": ["127.0.0.1:%d" % srv.port, "127.0.0.1:%d" % dead_port],
+                  "max_connections": 1}])
+    a = Agent(shim.env(log="off"))
+    a.call("S = socket.socket(socket.AF_INET, socket.SOCK_STREAM)")
+    r = a("S.connect_ex(('127.0.0.1', %d))" % dead_port)
+    assert r == errno.ECONNREFUSED, "connect to a closed port: %r" % r
+    shim.expect("p", in_use=0)
+    pid = a("fork()")
+    a.call("S.connect(('127.0.0.1', %d))" % srv.port)
+    a.call("S.close()")
+    srv.wait_live(1)
+    shim.expect("p", in_use=1)
+    r = a("attempt(('127.0.0.1', %d))" % srv.port)
+    assert not r["ok"], "the child's connected copy lost its permit: %r" % r
+    assert a("child_exit(%d)" % pid) == 0
+    shim.expect("p", in_use=0)
     assert a.finish() == 0
 
 

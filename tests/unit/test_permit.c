@@ -313,7 +313,7 @@ test_a_take_cut_short_is_finished_or_withdrawn(void **state)
 	/* Killed after its compare-and-swap, before writing it down: the
 	 * permit is the slot's, and goes back with it. */
 	b = fresh_slot(s, 11, &gb);
-	assert_true(mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
+	assert_true(slot_mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
 	assert_true(tally_add(s, &c->in_use, &c->limit, P_CONN, b, gb, &seen));
 	atomic_store(&s->slots[b].op_pid, dead);
 	seg_resolve(s, b, dead);
@@ -326,7 +326,7 @@ test_a_take_cut_short_is_finished_or_withdrawn(void **state)
 	/* Killed before its compare-and-swap: nothing was counted, the
 	 * announcement is withdrawn, and the count stays right. */
 	d = fresh_slot(s, 12, &gd);
-	assert_true(mark_change(&s->slots[d], gd, 0, 0, 0, MARK_TAKING(P_CONN)));
+	assert_true(slot_mark_change(&s->slots[d], gd, 0, 0, 0, MARK_TAKING(P_CONN)));
 	atomic_store(&s->slots[d].op_pid, dead);
 	seg_resolve(s, d, dead);
 	assert_false(atomic_load(&s->slots[d].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
@@ -336,10 +336,10 @@ test_a_take_cut_short_is_finished_or_withdrawn(void **state)
 	/* Killed after the compare-and-swap, and another thread changed
 	 * the tally since: that thread finished it first (helping). */
 	b = fresh_slot(s, 13, &gb);
-	assert_true(mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
+	assert_true(slot_mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
 	assert_true(tally_add(s, &c->in_use, &c->limit, P_CONN, b, gb, &seen));
 	d = fresh_slot(s, 14, &gd);
-	assert_int_equal(take_kind(s, d, gd, P_CONN, 0, &seen), TAKEN);
+	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TALLY_TAKEN);
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
 	assert_int_equal(atomic_load(&c->in_use), 2);
 	/* The limit (2) holds with both: a third is refused. */
@@ -368,14 +368,14 @@ test_a_give_cut_short_is_carried_out_once(void **state)
 	gb = MARK_GEN(atomic_load(&s->slots[b].mark));
 	/* Killed after announcing, before the count went down: the
 	 * reclaimer takes it down. */
-	assert_true(mark_change(&s->slots[a], ga, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
+	assert_true(slot_mark_change(&s->slots[a], ga, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
 	atomic_store(&s->slots[a].op_pid, dead);
 	seg_resolve(s, (uint32_t)a, dead);
 	assert_int_equal(atomic_load(&c->in_use), 1);
 	assert_false(atomic_load(&s->slots[a].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
 	/* Killed after the count went down, before writing it down: the
 	 * reclaimer only finishes the mark, it does not count it twice. */
-	assert_true(mark_change(&s->slots[b], gb, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
+	assert_true(slot_mark_change(&s->slots[b], gb, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
 	tally_sub(s, &c->in_use, P_CONN, (uint32_t)b, gb);
 	atomic_store(&s->slots[b].op_pid, dead);
 	seg_resolve(s, (uint32_t)b, dead);

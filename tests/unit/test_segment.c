@@ -375,6 +375,42 @@ test_a_child_whose_parent_died_keeps_its_holds(void **state)
 }
 
 static void
+test_a_slot_being_set_up_by_a_live_process_is_left_alone(void **state)
+{
+	struct seg *s = attach();
+	int p[2], slot = -1;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	if (pid == 0) {
+		/* A process that takes a slot, drops it (the slot's holders
+		 * tag now names its record) and dies without a word. */
+		seg_fork_child(s, -1, -1);
+		slot = acq(s, 0, 77);
+		seg_drop(s, (uint32_t)slot);
+		if (write(p[1], &slot, sizeof(slot)) != sizeof(slot))
+			_exit(2);
+		_exit(0);
+	}
+	assert_int_equal(read(p[0], &slot, sizeof(slot)), sizeof(slot));
+	waitpid(pid, NULL, 0);
+	assert_true(slot >= 0);
+	/* This (live) process claims that slot for a new socket and is
+	 * between the claim and its first hold, as alloc_slot leaves it;
+	 * the dead process's record is reclaimed meanwhile. */
+	atomic_store(&s->slots[slot].state, SLOT_BUSY(SLOT_INIT, getpid()));
+	assert_true(seg_reclaim(s, false) >= 1);
+	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_BUSY(SLOT_INIT, getpid()));
+	/* A slot a dead process was setting up is freed. */
+	atomic_store(&s->slots[slot].state, SLOT_BUSY(SLOT_INIT, pid));
+	seg_release_orphan(s, (uint32_t)slot, pid);
+	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
+	seg_close(s);
+}
+
+static void
 test_a_leftover_segment_takes_the_new_limits(void **state)
 {
 	struct seg *s = attach();
@@ -497,6 +533,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_a_child_whose_parent_died_keeps_its_holds, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_a_slot_being_set_up_by_a_live_process_is_left_alone,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),

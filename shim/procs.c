@@ -1,0 +1,744 @@
+/* procs.c - process records and their holds: reclaim of the dead, fork, exec and exit. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+/*
+ * Each process that holds a counted socket has a record in the segment:
+ * pid, start time, state, and a bitmap row with one bit per socket slot it
+ * holds. A slot's permits go back when its last holder drops it: closes its
+ * last descriptor of the socket, or is found dead (/proc/PID/stat says Z or
+ * X, or shows another start time). fork copies the parent's row into a
+ * record made for the child before fork() runs; exec finds the record of
+ * its PID and start time again.
+ */
+
+#define RECLAIM_EVERY_MS 100
+#define FORK_GRACE_MS	2000	/* a forked child has this long to claim its record */
+#define GATE_WAIT_MS	1000	/* the longest fork waits for the gate to empty */
+
+/* Reads a small file with raw system calls; returns bytes read or -errno. */
+static long
+read_small(const char *path, char *buf, size_t len)
+{
+	long fd, n;
+
+	fd = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = syscall(SYS_read, fd, buf, len - 1);
+	if (n < 0)
+		n = -errno;
+	syscall(SYS_close, fd);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
+
+/* Parses /proc/PID/stat: the state letter and field 22 (start time). The
+ * command name may hold spaces and parentheses, so parsing starts after the
+ * last ')'. Returns 0, -ENOENT if the process is gone, or another -errno. */
+static int
+proc_stat(pid_t pid, char *state, uint64_t *start, uint64_t *threads)
+{
+	char path[64], buf[1024];
+	char *p;
+	long n;
+	int field = 2;
+
+	bs_format(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	n = read_small(path, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	p = strrchr(buf, ')');
+	if (p == NULL || p[1] != ' ')
+		return -EINVAL;
+	p += 2;
+	*state = *p;
+	*threads = 0;
+	for (field = 3; field < 22 && *p; p++) {
+		if (*p == ' ' && ++field == 20) {
+			for (const char *q = p + 1; *q >= '0' && *q <= '9'; q++)
+				*threads = *threads * 10 + (uint64_t)(*q - '0');
+		}
+	}
+	*start = 0;
+	while (*p >= '0' && *p <= '9')
+		*start = *start * 10 + (uint64_t)(*p++ - '0');
+	return 0;
+}
+
+uint64_t
+seg_pid_start(pid_t pid)
+{
+	char state;
+	uint64_t start, threads;
+
+	return proc_stat(pid, &state, &start, &threads) == 0 ? start : 0;
+}
+
+bool
+seg_pid_alive(pid_t pid, uint64_t start)
+{
+	char state;
+	uint64_t st, threads;
+	int r;
+
+	if (pid <= 0)
+		return false;
+	r = proc_stat(pid, &state, &st, &threads);
+	if (r == -ENOENT || r == -ESRCH)
+		return false;
+	if (r < 0) {
+		/* No /proc (or hidepid): fall back to a signal probe, which
+		 * cannot tell a zombie or a reused PID, so it errs on "alive". */
+		return !(kill(pid, 0) < 0 && errno == ESRCH);
+	}
+	/* A zombie has closed all its descriptors: its permits are free. But
+	 * a thread-group leader that called pthread_exit() shows as a zombie
+	 * while its other threads live on, holding the descriptors; the
+	 * thread count (field 20) tells the two apart. */
+	if ((state == 'Z' || state == 'X' || state == 'x') && threads <= 1)
+		return false;
+	return start == 0 || st == start;
+}
+
+/* ---- holds: bitmap bits and the holders tally ---- */
+
+/*
+ * A hold is two writes: the bit in the holder's row and the slot's holders
+ * count. A process killed between them would leave the two disagreeing
+ * for good, so holders is a tally like the permit counts (permit.c): one
+ * 64-bit compare-and-swap changes the count and a tag naming the record
+ * and whether it added or dropped a hold; the bit is written after. Anyone
+ * changing the count first makes the bit of the change the tag names right
+ * ("helping"), and a dead process's record is made right the same way
+ * before its holds are dropped.
+ */
+#define HTAG_DROP	(1u << 17)
+#define HTAG_REC(t)	((t) & 0x1ffffu)
+#define HTAG_GEN(t)	((t) >> 18)
+
+_Static_assert(offsetof(struct seg_slot, holders) % 8 == 0, "tally alignment");
+_Static_assert(BS_MAX_PROCESSES < HTAG_DROP, "record index fits a tag");
+
+static _Atomic uint64_t *
+holders_word(struct seg_slot *sl)
+{
+	return (_Atomic uint64_t *)(uintptr_t)&sl->holders;
+}
+
+static uint64_t
+holders_tagged(const struct seg *s, uint32_t rec, bool drop, uint32_t count)
+{
+	uint32_t tag = (atomic_load(&s->procs[rec].gen) & 0x3fffu) << 18 |
+	    (drop ? HTAG_DROP : 0) | (rec + 1);
+
+	return (uint64_t)tag << 32 | count;
+}
+
+static bool
+has_bit(const struct seg *s, uint32_t rec, uint32_t slot)
+{
+	return (atomic_load(&seg_row(s, rec)[slot / 64]) >> (slot % 64)) & 1;
+}
+
+/* Makes the bit of the change that holders value w names right, if w is
+ * still the slot's value and the record is still the one it named. */
+static void
+hold_help(struct seg *s, uint32_t slot, uint64_t w)
+{
+	uint32_t tag = (uint32_t)(w >> 32), rec = HTAG_REC(tag);
+	uint64_t m = 1ULL << (slot % 64);
+
+	if (rec == 0 || rec > s->h->nprocs)
+		return;
+	rec--;
+	if ((atomic_load(&s->procs[rec].gen) & 0x3fffu) != HTAG_GEN(tag) ||
+	    atomic_load(holders_word(&s->slots[slot])) != w)
+		return;
+	if (tag & HTAG_DROP)
+		atomic_fetch_and(&seg_row(s, rec)[slot / 64], ~m);
+	else
+		atomic_fetch_or(&seg_row(s, rec)[slot / 64], m);
+}
+
+void
+seg_hold_first(struct seg *s, int rec, uint32_t slot)
+{
+	atomic_store(holders_word(&s->slots[slot]), holders_tagged(s, (uint32_t)rec, false, 1));
+	atomic_fetch_or(&seg_row(s, (uint32_t)rec)[slot / 64], 1ULL << (slot % 64));
+}
+
+/* Adds a hold of record rec on slot if somebody still holds the slot (a
+ * slot at 0 is being released). True if it did. */
+static bool
+hold_add(struct seg *s, uint32_t rec, uint32_t slot)
+{
+	_Atomic uint64_t *t = holders_word(&s->slots[slot]);
+	uint64_t w = atomic_load(t);
+
+	for (;;) {
+		hold_help(s, slot, w);
+		if ((uint32_t)w == 0)
+			return false;
+		if (atomic_compare_exchange_weak(t, &w, holders_tagged(s, rec, false, (uint32_t)w + 1)))
+			break;
+	}
+	atomic_fetch_or(&seg_row(s, rec)[slot / 64], 1ULL << (slot % 64));
+	return true;
+}
+
+void
+seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
+{
+	_Atomic uint64_t *t;
+	uint64_t w;
+	uint32_t cur;
+
+	if (rec < 0 || (uint32_t)rec >= s->h->nprocs || slot >= s->h->nslots)
+		return;
+	t = holders_word(&s->slots[slot]);
+	w = atomic_load(t);
+	for (;;) {
+		hold_help(s, slot, w);
+		/* No bit: not held, or a drop that died half-way was just
+		 * finished by the help above. */
+		if (!has_bit(s, (uint32_t)rec, slot))
+			return;
+		cur = (uint32_t)w;
+		if (atomic_compare_exchange_weak(t, &w,
+		    holders_tagged(s, (uint32_t)rec, true, cur > 0 ? cur - 1 : 0)))
+			break;
+	}
+	atomic_fetch_and(&seg_row(s, (uint32_t)rec)[slot / 64], ~(1ULL << (slot % 64)));
+	/* Only the drop that takes the count from 1 to 0 releases: a stray
+	 * bit meeting a count already at 0 must not release twice. */
+	if (cur == 1)
+		seg_release_slot(s, slot, reclaimed);
+}
+
+/* Slots whose holders tally names record rec: their bits are made right
+ * (a hold added or dropped by a process that died before its bit). */
+static void
+settle_holds(struct seg *s, uint32_t rec)
+{
+	uint32_t gen = atomic_load(&s->procs[rec].gen) & 0x3fffu;
+
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint64_t w = atomic_load(holders_word(&s->slots[i]));
+		uint32_t tag = (uint32_t)(w >> 32);
+
+		if (HTAG_REC(tag) == rec + 1 && HTAG_GEN(tag) == gen)
+			hold_help(s, i, w);
+	}
+}
+
+/* Slots that process pid left unfinished: dropped by it and never
+ * released, or set up or released half-way when it died. No row has
+ * their bit, so every slot is looked at. */
+static void
+release_orphans(struct seg *s, pid_t pid)
+{
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint32_t st = atomic_load_explicit(&s->slots[i].state, memory_order_relaxed);
+
+		if (st != SLOT_FREE && (SLOT_BY(st) == pid || atomic_load(&s->slots[i].holders) == 0))
+			seg_release_orphan(s, i, pid);
+	}
+}
+
+/* ---- process records ---- */
+
+/* Drops every hold of record rec and frees the record. The caller owns rec
+ * exclusively; `dead` says its process is dead (then whatever it left half
+ * done is finished first), `reclaimed` that its permits count as reclaimed
+ * (it died without exiting normally). */
+static void
+empty_record(struct seg *s, uint32_t rec, bool dead_proc, bool reclaimed)
+{
+	_Atomic uint64_t *r = seg_row(s, rec);
+	pid_t dead = dead_proc ? atomic_load(&s->procs[rec].pid) : 0;
+
+	if (dead_proc)
+		settle_holds(s, rec);
+	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
+		uint64_t bits = atomic_load(&r[w]);
+
+		while (bits != 0) {
+			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(bits);
+
+			bits &= bits - 1;
+			/* What the dead process was doing to the slot when
+			 * it died is finished first. */
+			if (dead > 0)
+				seg_resolve(s, slot, dead);
+			seg_drop_hold(s, (int)rec, slot, reclaimed);
+		}
+	}
+	if (dead_proc)
+		release_orphans(s, dead);
+	atomic_store(&s->procs[rec].pid, 0);
+	atomic_store(&s->procs[rec].start, 0);
+	atomic_store(&s->procs[rec].owner, 0);
+	atomic_store_explicit(&s->procs[rec].state, PROC_FREE, memory_order_release);
+}
+
+/* Claims a free process record in state `state` for owner; -ENOSPC if none. */
+static int
+alloc_record(struct seg *s, uint32_t state, pid_t owner)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < s->h->nprocs; i++) {
+			uint32_t expected = PROC_FREE;
+
+			if (atomic_load(&s->procs[i].state) != PROC_FREE)
+				continue;
+			/* A freed record has owner 0, so between this CAS
+			 * and the owner store a reclaimer sees FORKING with
+			 * owner 0 and knows to leave it alone. */
+			if (atomic_compare_exchange_strong(&s->procs[i].state, &expected,
+			    PROC_FORKING)) {
+				atomic_fetch_add(&s->procs[i].gen, 1);
+				atomic_store(&s->procs[i].owner, owner);
+				atomic_store(&s->procs[i].pid, 0);
+				atomic_store(&s->procs[i].since_ms, now_mono_ms());
+				s->procs[i].uid = (uint32_t)geteuid();
+				for (uint32_t w = 0; w < s->h->bitmap_words; w++)
+					atomic_store(&seg_row(s, i)[w], 0);
+				if (state != PROC_FORKING)
+					atomic_store(&s->procs[i].state, state);
+				return (int)i;
+			}
+		}
+		if (pass == 0 && seg_reclaim(s, false) == 0)
+			break;
+	}
+	return -ENOSPC;
+}
+
+/* This process's record, claimed on first need. Two threads may race to
+ * claim one; the loser gives its record back, so nobody waits. */
+int
+seg_my_record(struct seg *s)
+{
+	int r = atomic_load(&s->rec), mine, expected = -1;
+	pid_t pid;
+
+	if (r >= 0)
+		return r;
+	pid = s->my_pid;
+	mine = alloc_record(s, PROC_FORKING, pid);
+	if (mine < 0)
+		return mine;
+	atomic_store(&s->procs[mine].start, s->my_start);
+	atomic_store(&s->procs[mine].pid, pid);
+	atomic_store(&s->procs[mine].state, PROC_LIVE);
+	if (!atomic_compare_exchange_strong(&s->rec, &expected, mine)) {
+		empty_record(s, (uint32_t)mine, false, false);
+		return expected;
+	}
+	return mine;
+}
+
+/*
+ * While a fork is under way its child's record is FORKING with no pid yet.
+ * If the parent dies then, a reclaimer must know whether a child exists
+ * that will still claim the record. The parent takes an OFD read lock on
+ * byte `rec` of the segment object before fork; the child inherits the
+ * descriptor, so the lock lives until both have closed it: the parent right
+ * after fork, the child once it has claimed the record (or at death).
+ * Returns the descriptor, or -1 (then the record falls back on a grace
+ * period, since_ms).
+ */
+static int
+fork_lock(struct seg *s, uint32_t rec)
+{
+	char name[BS_NAME_MAX + 16];
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = rec, .l_len = 1 };
+	int fd;
+
+	seg_shm_name(s->h->name, name, sizeof(name));
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd < 0)
+		return -1;
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* True if some process still has the fork lock of record rec. */
+static bool
+fork_lock_held(const struct seg *s, uint32_t rec)
+{
+	char name[BS_NAME_MAX + 16];
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = rec, .l_len = 1 };
+	int fd, r;
+
+	seg_shm_name(s->h->name, name, sizeof(name));
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd < 0)
+		return true;	/* cannot tell: leave it to the grace period */
+	r = fcntl(fd, F_OFD_GETLK, &fl);
+	close(fd);
+	return r < 0 || fl.l_type != F_UNLCK;
+}
+
+/* A FORKING record whose parent died before it knew its child: true if a
+ * child may still claim it (see fork_lock). */
+static bool
+forking_child(const struct seg *s, uint32_t rec)
+{
+	uint64_t since = atomic_load(&s->procs[rec].since_ms);
+
+	if (since == 0)
+		return fork_lock_held(s, rec);
+	return now_mono_ms() - since < FORK_GRACE_MS;
+}
+
+int
+seg_reclaim(struct seg *s, bool throttle)
+{
+	pid_t me = s->my_pid;
+	int n = 0;
+
+	if (throttle) {
+		uint64_t now = now_mono_ms(), last = atomic_load(&s->h->last_reclaim_ms);
+
+		if (now - last < RECLAIM_EVERY_MS && now >= last)
+			return 0;
+		if (!atomic_compare_exchange_strong(&s->h->last_reclaim_ms, &last, now))
+			return 0;
+	}
+	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		struct seg_proc *p = &s->procs[i];
+		uint32_t st = atomic_load(&p->state), expected = st;
+		pid_t pid = atomic_load(&p->pid), owner = atomic_load(&p->owner);
+		uint64_t start = atomic_load(&p->start);
+
+		switch (st) {
+		case PROC_LIVE:
+			if (pid == me || seg_pid_alive(pid, start))
+				continue;
+			break;
+		case PROC_FORKING:
+			/* Filled in by a parent around fork(): the child if
+			 * it is known, else the parent, speaks for it; a
+			 * parent that died right after fork leaves a child
+			 * that claims the record within FORK_GRACE_MS. */
+			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, start) :
+			    (owner == me || seg_pid_alive(owner, 0) || forking_child(s, i))))
+				continue;
+			break;
+		case PROC_EXITED:
+			/* Exited normally: its holds go back once the kernel
+			 * has closed its descriptors, never before. */
+			if (seg_pid_alive(pid, start))
+				continue;
+			break;
+		case PROC_RECLAIMING:
+			if (owner == me || seg_pid_alive(owner, 0))
+				continue;
+			break;
+		default:
+			continue;
+		}
+		if (!atomic_compare_exchange_strong(&p->state, &expected, PROC_RECLAIMING))
+			continue;
+		/* Between the reads above and the CAS the record may have been
+		 * freed and taken by a new process in the same state: then it
+		 * is not the one found dead, and goes back untouched. */
+		if (atomic_load(&p->pid) != pid || atomic_load(&p->start) != start) {
+			atomic_store(&p->state, st);
+			continue;
+		}
+		atomic_store(&p->owner, me);
+		empty_record(s, i, true, st != PROC_EXITED);
+		n++;
+	}
+	return n;
+}
+
+int
+seg_find_inode(const struct seg *s, uint64_t ino)
+{
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load(&s->slots[i].state) == SLOT_USED &&
+		    atomic_load(&s->slots[i].inode) == ino)
+			return (int)i;
+	}
+	return -1;
+}
+
+/* ---- fork, exec and exit ---- */
+
+void
+seg_gate_enter(struct seg *s)
+{
+	uint64_t deadline = 0;
+
+	for (;;) {
+		atomic_fetch_add(&s->busy, 1);
+		if (atomic_load(&s->forking) == 0)
+			return;
+		atomic_fetch_sub(&s->busy, 1);
+		/* A fork is taking its snapshot: a moment. Bounded, since a
+		 * signal handler can call us while its own thread forks. */
+		if (deadline == 0)
+			deadline = now_mono_ms() + GATE_WAIT_MS;
+		else if (now_mono_ms() >= deadline)
+			break;
+		sched_yield();
+	}
+	atomic_fetch_add(&s->busy, 1);
+}
+
+void
+seg_gate_leave(struct seg *s)
+{
+	seg_dec_floor(&s->busy);
+}
+
+void
+seg_gate_close(struct seg *s)
+{
+	uint64_t deadline = now_mono_ms() + GATE_WAIT_MS;
+
+	atomic_fetch_add(&s->forking, 1);
+	while (atomic_load(&s->busy) != 0 && now_mono_ms() < deadline)
+		sched_yield();
+	if (atomic_load(&s->busy) != 0)
+		bs_log(LOG_WARN, "fork: another thread stayed %d ms in the middle of taking a "
+		    "permit; the child's holds may miss it", GATE_WAIT_MS);
+}
+
+int
+seg_fork_prepare(struct seg *s, int *lockfd)
+{
+	int rec = atomic_load(&s->rec), child;
+
+	*lockfd = -1;
+	if (rec < 0)
+		return -1;
+	child = alloc_record(s, PROC_FORKING, s->my_pid);
+	if (child < 0) {
+		bs_log(LOG_ERROR, "process table of segment %s is full: a child's "
+		    "inherited sockets are not counted as held by it", s->h->name);
+		return -1;
+	}
+	*lockfd = fork_lock(s, (uint32_t)child);
+	if (*lockfd >= 0)
+		atomic_store(&s->procs[child].since_ms, 0);	/* the lock speaks for it */
+	/* The child holds every socket the parent holds now; the holds are
+	 * taken before fork so the parent closing first cannot free them.
+	 * The gate is closed, so no thread is between taking a slot and
+	 * recording it; a slot released meanwhile (holders at 0) is not
+	 * held again. */
+	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
+		uint64_t b = atomic_load(&seg_row(s, (uint32_t)rec)[w]);
+
+		while (b != 0) {
+			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(b);
+
+			b &= b - 1;
+			hold_add(s, (uint32_t)child, slot);
+		}
+	}
+	return child;
+}
+
+static void
+fork_unlock(int lockfd)
+{
+	int saved = errno;
+
+	if (lockfd >= 0)
+		close(lockfd);
+	errno = saved;
+}
+
+bool
+seg_fork_child(struct seg *s, int rec, int lockfd)
+{
+	pid_t me = (pid_t)syscall(SYS_getpid);
+	uint32_t expected = PROC_FORKING;
+	int32_t zero = 0;
+	bool claimed;
+
+	/* The other threads did not come along: nobody is in the gate. */
+	atomic_store(&s->busy, 0);
+	atomic_store(&s->forking, 0);
+	s->my_pid = me;
+	s->my_start = seg_pid_start(me);
+	if (rec < 0) {
+		atomic_store(&s->rec, -1);
+		return true;
+	}
+	atomic_store(&s->procs[rec].start, s->my_start);
+	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, me);
+	claimed = atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_LIVE);
+	fork_unlock(lockfd);
+	if (claimed) {
+		atomic_store(&s->rec, rec);
+		return true;
+	}
+	/* Reclaimed: the parent died and the grace ran out. What this
+	 * process inherited is adopted again by the caller. */
+	atomic_store(&s->rec, -1);
+	for (uint32_t i = 0; i < s->h->nslots; i++)
+		atomic_store(&s->lcount[i], 0);
+	return false;
+}
+
+void
+seg_fork_parent(struct seg *s, int rec, pid_t pid, int lockfd)
+{
+	int32_t zero = 0;
+
+	seg_dec_floor(&s->forking);
+	fork_unlock(lockfd);
+	if (rec < 0)
+		return;
+	if (pid < 0) {
+		empty_record(s, (uint32_t)rec, false, false);
+		return;
+	}
+	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, pid);
+}
+
+static bool
+any_slot_used(const struct seg *s)
+{
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) != SLOT_FREE)
+			return true;
+	}
+	return false;
+}
+
+void
+seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
+{
+	pid_t me = (pid_t)syscall(SYS_getpid);
+	int rec = -1;
+	DIR *d;
+	struct dirent *e;
+
+	/* The record of the image this process was before exec. */
+	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		struct seg_proc *p = &s->procs[i];
+
+		if (atomic_load(&p->state) != PROC_LIVE || atomic_load(&p->pid) != me)
+			continue;
+		if (atomic_load(&p->start) == s->my_start && rec < 0) {
+			rec = (int)i;
+		} else {
+			uint32_t expected = PROC_LIVE;
+
+			/* A dead process whose PID we now have. */
+			if (atomic_compare_exchange_strong(&p->state, &expected, PROC_RECLAIMING))
+				empty_record(s, i, true, true);
+		}
+	}
+	/* The threads of the old image are gone: what they left half done
+	 * on any slot is finished now. */
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) != SLOT_FREE &&
+		    atomic_load_explicit(&s->slots[i].op_pid, memory_order_relaxed) == me)
+			seg_resolve(s, i, me);
+	}
+	release_orphans(s, me);
+	if (rec >= 0)
+		atomic_store(&s->rec, rec);
+	else if (!any_slot_used(s))
+		return;		/* nothing anyone holds can have been inherited */
+	d = opendir("/proc/self/fd");
+	if (d != NULL) {
+		while ((e = readdir(d)) != NULL) {
+			struct stat st;
+			int fd = atoi(e->d_name), slot;
+
+			if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d))
+				continue;
+			if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+				continue;
+			slot = seg_find_inode(s, (uint64_t)st.st_ino);
+			if (slot < 0)
+				continue;
+			if (rec < 0 || !(atomic_load(&seg_row(s, (uint32_t)rec)[slot / 64]) &
+			    (1ULL << (slot % 64)))) {
+				/* Inherited from another process (posix_spawn,
+				 * or a fork the shim did not see): hold it too,
+				 * unless its permit was freed meanwhile. */
+				struct seg_slot *sl = &s->slots[slot];
+
+				if (rec < 0 && (rec = seg_my_record(s)) < 0)
+					break;
+				if (!hold_add(s, (uint32_t)rec, (uint32_t)slot))
+					continue;
+				if (atomic_load(&sl->inode) != (uint64_t)st.st_ino) {
+					seg_drop_hold(s, rec, (uint32_t)slot, false);
+					continue;
+				}
+			}
+			atomic_fetch_add(&s->lcount[slot], 1);
+			cb(fd, (uint32_t)slot);
+		}
+		closedir(d);
+	}
+	if (rec < 0)
+		return;
+	/* Sockets the old image held whose descriptors did not survive exec
+	 * (close-on-exec) are no longer held by this process. */
+	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
+		if (atomic_load(&s->lcount[slot]) == 0)
+			seg_drop_hold(s, rec, slot, false);
+	}
+}
+
+void
+seg_detach_all(struct seg *s)
+{
+	int rec = atomic_exchange(&s->rec, -1);
+	uint32_t expected = PROC_LIVE;
+
+	if (rec < 0)
+		return;
+	for (uint32_t i = 0; i < s->h->nslots; i++)
+		atomic_store(&s->lcount[i], 0);
+	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_RECLAIMING))
+		empty_record(s, (uint32_t)rec, false, false);
+}
+
+void
+seg_exit(struct seg *s)
+{
+	int rec = atomic_load(&s->rec);
+	uint32_t expected = PROC_LIVE;
+
+	if (rec < 0)
+		return;
+	if (seg_proc_held(s, (uint32_t)rec) == 0) {
+		seg_detach_all(s);
+		return;
+	}
+	/* The record stays this process's until it is dead, so that a
+	 * destructor closing a counted socket after this still gives its
+	 * permit back through the usual path. */
+	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_EXITED))
+		atomic_store(&s->h->last_reclaim_ms, 0);
+}

@@ -1,0 +1,313 @@
+/* tally.c - permit counts that a thread killed at any instruction cannot leave wrong. */
+#include <errno.h>
+#include <linux/futex.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+/*
+ * A thread can die between changing a counter and writing down, in its
+ * slot, that it did: SIGKILL, or another thread's exec, can strike at any
+ * instruction. So every counter that stands for permits held by slots is a
+ * tally: the 32-bit count and, in the word after it, a tag naming the last
+ * slot operation that changed it (slot index + 1, whether it added or took
+ * away, and 10 bits of the slot's generation). One 64-bit compare-and-swap
+ * changes both. An operation on slot S and permit kind P goes:
+ *
+ *   1. announce: set MARK_TAKING(P) (or MARK_GIVING(P)) in S's mark;
+ *   2. change the tally, tagging it with S;
+ *   3. turn the announcement into its result (MARK_HELD(P) set or cleared).
+ *
+ * Whoever changes a tally first finishes the operation its current tag
+ * names, if that operation's announcement is still up ("helping"). So
+ * when an announcement outlives any later change of its tally, step 2 never
+ * happened. A thread that finds an operation whose process is dead helps
+ * it once: if the announcement is still up, a TAKING is withdrawn (the count
+ * never moved) and a GIVING is carried out on the dead thread's behalf.
+ * Nothing is ever counted twice or lost, and nobody waits for the dead.
+ */
+
+#define TAG_GIVE	(1u << 21)
+#define TAG_INDEX(t)	((t) & 0x1fffffu)
+#define TAG_GEN(t)	((t) >> 22)
+#define GEN_BITS(g)	((g) & 0x3ffu)
+
+_Static_assert(offsetof(struct seg_comp, in_use) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_comp, inflight) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
+_Static_assert(BS_MAX_SOCKETS < TAG_GIVE, "slot index fits a tag");
+_Static_assert(P_KINDS <= 7, "mark flags fit");
+
+static void
+futex_wake(_Atomic uint32_t *word)
+{
+	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+static _Atomic uint64_t *
+tally(_Atomic uint32_t *count)
+{
+	/* The count and its tag word are 8-byte aligned neighbours. */
+	return (_Atomic uint64_t *)(uintptr_t)count;
+}
+
+static uint64_t
+tagged(uint32_t slot, uint32_t gen, bool give, uint32_t count)
+{
+	uint32_t tag = GEN_BITS(gen) << 22 | (give ? TAG_GIVE : 0) | (slot + 1);
+
+	return (uint64_t)tag << 32 | count;
+}
+
+/* The compartment of a slot, or NULL (a pending slot, or garbage). */
+struct seg_comp *
+seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
+{
+	uint32_t comp = atomic_load(&sl->comp);
+
+	return comp < s->h->ncomp ? &s->comp[comp] : NULL;
+}
+
+/* The counter that permit kind p of slot sl is counted in, and its limit
+ * (NULL: none). NULL if the slot names no such counter. */
+_Atomic uint32_t *
+tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+{
+	struct seg_comp *c = seg_slot_comp(s, sl);
+	uint32_t k;
+
+	if (limit != NULL)
+		*limit = NULL;
+	if (c == NULL)
+		return NULL;
+	switch (p) {
+	case P_CONN:
+		if (limit != NULL)
+			*limit = &c->limit;
+		return &c->in_use;
+	case P_CLASS:
+		k = atomic_load(&sl->cls);
+		if (k >= BS_MAX_CLASSES)
+			return NULL;
+		if (limit != NULL)
+			*limit = &c->cls[k].limit;
+		return &c->cls[k].in_use;
+	case P_OVER:
+		return &c->over;
+	case P_INFLIGHT:
+		if (limit != NULL)
+			*limit = &c->inflight_limit;
+		return &c->inflight;
+	case P_INFLIGHT_OVER:
+		return &c->inflight_over;
+	}
+	return NULL;
+}
+
+/* Changes slot's mark while it is of generation gen, has every flag of
+ * `need` and none of `deny`: clears `clr`, sets `set`. False if it cannot. */
+bool
+slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
+    uint64_t set)
+{
+	uint64_t m = atomic_load(&sl->mark);
+
+	do {
+		if (MARK_GEN(m) != gen || (m & need) != need || (m & deny) != 0)
+			return false;
+	} while (!atomic_compare_exchange_weak(&sl->mark, &m, (m & ~clr) | set));
+	return true;
+}
+
+/*
+ * Finishes the operation that tally value w names, if its announcement is
+ * still up and the tally still reads w (so the change it made is the last
+ * one: see the top of this file). Anyone about to change the tally from w
+ * calls this first.
+ */
+static void
+help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
+{
+	uint32_t tag = (uint32_t)(w >> 32), i = TAG_INDEX(tag);
+	bool give = (tag & TAG_GIVE) != 0;
+	struct seg_slot *sl;
+	uint64_t m, pend = give ? MARK_GIVING(p) : MARK_TAKING(p);
+
+	if (i == 0 || i > s->h->nslots)
+		return;
+	sl = &s->slots[i - 1];
+	m = atomic_load(&sl->mark);
+	for (;;) {
+		uint64_t n = give ? m & ~(pend | MARK_HELD(p)) : (m & ~pend) | MARK_HELD(p);
+
+		if (GEN_BITS(MARK_GEN(m)) != TAG_GEN(tag) || !(m & pend))
+			return;
+		if (atomic_load(t) != w)
+			return;
+		if (atomic_compare_exchange_weak(&sl->mark, &m, n))
+			return;
+	}
+}
+
+/* Adds one to the tally if below *limit (or if limit is NULL), tagged with
+ * slot; helps the last operation first. Returns true if added; *seen is the
+ * count last read, for a futex wait. */
+bool
+tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
+    uint32_t slot, uint32_t gen, uint32_t *seen)
+{
+	_Atomic uint64_t *t = tally(count);
+	uint64_t w = atomic_load(t);
+
+	for (;;) {
+		uint32_t cur = (uint32_t)w;
+
+		help(s, t, w, p);
+		*seen = cur;
+		if (limit != NULL ? cur >= atomic_load(limit) : cur == UINT32_MAX)
+			return false;
+		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, false, cur + 1)))
+			return true;
+	}
+}
+
+/* Takes one from the tally (never below 0), tagged with slot; helps first. */
+void
+tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
+{
+	_Atomic uint64_t *t = tally(count);
+	uint64_t w = atomic_load(t);
+
+	for (;;) {
+		uint32_t cur = (uint32_t)w;
+
+		help(s, t, w, p);
+		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, true, cur > 0 ? cur - 1 : 0)))
+			return;
+	}
+}
+
+static void
+wake_waiters(const struct seg *s, struct seg_slot *sl, _Atomic uint32_t *count)
+{
+	struct seg_comp *c = seg_slot_comp(s, sl);
+
+	if (c != NULL && atomic_load(&c->waiting) > 0)
+		futex_wake(count);
+}
+
+/*
+ * One attempt to take permit kind p for slot (of generation gen). TALLY_TAKEN,
+ * TALLY_FULL (*seen: the count that was at the limit), or TALLY_BUSY: the slot already
+ * has, or is getting, a permit of that kind (or of the kinds in `deny`).
+ */
+int
+tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	_Atomic uint32_t *limit, *count = tally_of(s, sl, p, &limit);
+	uint64_t m;
+
+	*seen = 0;
+	if (count == NULL)
+		return TALLY_BUSY;
+	atomic_store(&sl->op_pid, s->my_pid);
+	/* A leftover MARK_WITHDRAWN(p) is of a dead thread's attempt. */
+	if (!slot_mark_change(sl, gen, 0, deny | MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
+	    MARK_WITHDRAWN(p), MARK_TAKING(p)))
+		return TALLY_BUSY;
+	if (!tally_add(s, count, limit, p, slot, gen, seen)) {
+		slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
+		return TALLY_FULL;
+	}
+	m = atomic_load(&sl->mark);
+	for (;;) {
+		if (MARK_GEN(m) != gen)
+			return TALLY_BUSY;	/* freed under us, after a long stall */
+		if (m & MARK_WITHDRAWN(p)) {
+			/* Taken for dead and withdrawn: give back what we added. */
+			slot_mark_change(sl, gen, 0, 0, MARK_WITHDRAWN(p), 0);
+			tally_sub(s, count, p, slot, gen);
+			return TALLY_BUSY;
+		}
+		if (!(m & MARK_TAKING(p)))
+			return TALLY_TAKEN;	/* a helper finished it for us */
+		if (atomic_compare_exchange_weak(&sl->mark, &m,
+		    (m & ~MARK_TAKING(p)) | MARK_HELD(p)))
+			return TALLY_TAKEN;
+	}
+}
+
+/* Gives back permit kind p of slot, if the slot holds it. True if it did. */
+bool
+tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	_Atomic uint32_t *count = tally_of(s, sl, p, NULL);
+
+	atomic_store(&sl->op_pid, s->my_pid);
+	if (!slot_mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
+		return false;
+	if (count != NULL)
+		tally_sub(s, count, p, slot, gen);
+	slot_mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
+	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
+		wake_waiters(s, sl, count);
+	return true;
+}
+
+/*
+ * Finishes whatever operation on slot a dead thread left half done: see
+ * the top of this file. Also right when the thread is alive after all: it
+ * notices (MARK_WITHDRAWN) and undoes its own change.
+ */
+static void
+resolve(struct seg *s, uint32_t slot)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	uint64_t m = atomic_load(&sl->mark);
+	uint32_t gen = MARK_GEN(m);
+
+	for (int p = 0; p < P_KINDS; p++) {
+		_Atomic uint32_t *count;
+
+		if (!(m & (MARK_TAKING(p) | MARK_GIVING(p))))
+			continue;
+		count = tally_of(s, sl, p, NULL);
+		if (count != NULL)
+			help(s, tally(count), atomic_load(tally(count)), p);
+		if (m & MARK_TAKING(p))
+			slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), MARK_WITHDRAWN(p));
+		if ((m & MARK_GIVING(p)) && (atomic_load(&sl->mark) & MARK_GIVING(p))) {
+			if (count != NULL)
+				tally_sub(s, count, p, slot, gen);
+			slot_mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
+			if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
+				wake_waiters(s, sl, count);
+		}
+	}
+	if ((m & MARK_WAITING) && slot_mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0)) {
+		struct seg_comp *c = seg_slot_comp(s, sl);
+
+		if (c != NULL)
+			seg_dec_floor(&c->waiting);
+	}
+}
+
+void
+seg_resolve(struct seg *s, uint32_t slot, pid_t dead)
+{
+	struct seg_slot *sl;
+
+	if (slot >= s->h->nslots)
+		return;
+	sl = &s->slots[slot];
+	if ((atomic_load(&sl->mark) & MARK_PENDING) != 0 &&
+	    (dead == 0 || atomic_load(&sl->op_pid) == dead))
+		resolve(s, slot);
+}
