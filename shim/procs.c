@@ -732,13 +732,10 @@ seg_exit(struct seg *s)
 
 	if (rec < 0)
 		return;
-	if (seg_proc_held(s, (uint32_t)rec) == 0) {
-		seg_detach_all(s);
-		return;
-	}
-	/* The record stays this process's until it is dead, so that a
-	 * destructor closing a counted socket after this still gives its
-	 * permit back through the usual path. */
+	/* The record stays this process's until it is dead, even if it
+	 * holds nothing now: the other threads run on until the process
+	 * ends, and one may take a permit, or a destructor close a counted
+	 * socket, through the usual path. A reclaim frees it afterwards. */
 	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_EXITED))
 		atomic_store(&s->h->last_reclaim_ms, 0);
 }

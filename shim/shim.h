@@ -568,8 +568,9 @@ void seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot));
 /* Releases everything this process holds and frees its record at once. */
 void seg_detach_all(struct seg *s);
 /* Normal exit: marks this process's record exited, so that its holds go
- * back as soon as it is dead (at the next reclaim, which this makes run
- * unthrottled), not while the kernel still has its sockets open. */
+ * back (and the record is freed) as soon as it is dead, at the next reclaim,
+ * which this makes run unthrottled; not while the kernel still has its
+ * sockets open or its other threads still run. */
 void seg_exit(struct seg *s);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */

@@ -111,16 +111,14 @@ def test_fork_child_closes_parent_still_holds():
     assert a.finish() == 0
 
 
-def test_fork_parent_closes_child_still_holds():
-    srv, shim = _setup(1)
-    a = Agent(shim.env(log="off"))
-    fd = a("tcp(%d)" % srv.port)
-    pid = a("fork()")
-    a.call("close(%d)" % fd)
+def _held_until_the_child_exits(a, srv, shim, pid, why):
+    """The parent let go of a connection its forked child still has: the
+    permit stays taken (a new connect is refused) until the child exits,
+    then comes back, and nothing counts as reclaimed."""
+    srv.wait_live(1)
     shim.expect("p", in_use=1)
     r = a("attempt(('127.0.0.1', %d))" % srv.port)
-    assert not r["ok"], "the parent's close gave back the permit the child holds: %r" % r
-    srv.wait_live(1)
+    assert not r["ok"], "%s: %r" % (why, r)
     # The child exits normally still holding its copy.
     assert a("child_exit(%d)" % pid) == 0
     shim.expect("p", in_use=0, reclaimed=0)
@@ -130,36 +128,40 @@ def test_fork_parent_closes_child_still_holds():
     assert a.finish() == 0
 
 
-def test_socket_made_before_fork_and_connected_after_is_held_by_both():
-    # The parent connects a socket its child shares, then closes its copy:
-    # the connection lives on in the child, and so does its permit.
+def test_fork_parent_closes_child_still_holds():
+    srv, shim = _setup(1)
+    a = Agent(shim.env(log="off"))
+    fd = a("tcp(%d)" % srv.port)
+    pid = a("fork()")
+    a.call("close(%d)" % fd)
+    _held_until_the_child_exits(a, srv, shim, pid,
+                                "the parent's close gave back the permit the child holds")
+
+
+def _fork_before_connect():
+    """An agent that makes a socket S and forks before connecting it:
+    returns the server, the shim, the agent and the child's pid."""
     srv, shim = _setup(1)
     a = Agent(shim.env(log="off"))
     a.call("S = socket.socket(socket.AF_INET, socket.SOCK_STREAM)")
-    pid = a("fork()")
+    return srv, shim, a, a("fork()")
+
+
+def test_socket_made_before_fork_and_connected_after_is_held_by_both():
+    # The parent connects a socket its child shares, then closes its copy:
+    # the connection lives on in the child, and so does its permit.
+    srv, shim, a, pid = _fork_before_connect()
     a.call("S.connect(('127.0.0.1', %d))" % srv.port)
     shim.expect("p", in_use=1)
     a.call("S.close()")
-    srv.wait_live(1)
-    shim.expect("p", in_use=1)
-    r = a("attempt(('127.0.0.1', %d))" % srv.port)
-    assert not r["ok"], "the parent's close gave back the permit of a connection its child " \
-        "still has: %r" % r
-    assert a("child_exit(%d)" % pid) == 0
-    shim.expect("p", in_use=0)
-    srv.wait_live(0)
-    r = a("attempt(('127.0.0.1', %d))" % srv.port)
-    assert r["ok"], "permit not back after both processes let go: %r" % r
-    assert a.finish() == 0
+    _held_until_the_child_exits(a, srv, shim, pid, "the parent's close gave back the permit "
+                                "of a connection its child still has")
 
 
 def test_socket_made_before_fork_and_connected_by_the_child():
     # The same the other way round: the child connects and closes, the
     # parent keeps its copy of the connected socket.
-    srv, shim = _setup(1)
-    a = Agent(shim.env(log="off"))
-    a.call("S = socket.socket(socket.AF_INET, socket.SOCK_STREAM)")
-    pid = a("fork()")
+    srv, shim, a, pid = _fork_before_connect()
     a("child(%d, code=\"S.connect(('127.0.0.1', %d))\")" % (pid, srv.port))
     shim.expect("p", in_use=1)
     a("child(%d, code='S.close()')" % pid)
@@ -192,13 +194,7 @@ def test_socket_whose_connect_failed_is_shared_again_by_a_fork():
     pid = a("fork()")
     a.call("S.connect(('127.0.0.1', %d))" % srv.port)
     a.call("S.close()")
-    srv.wait_live(1)
-    shim.expect("p", in_use=1)
-    r = a("attempt(('127.0.0.1', %d))" % srv.port)
-    assert not r["ok"], "the child's connected copy lost its permit: %r" % r
-    assert a("child_exit(%d)" % pid) == 0
-    shim.expect("p", in_use=0)
-    assert a.finish() == 0
+    _held_until_the_child_exits(a, srv, shim, pid, "the child's connected copy lost its permit")
 
 
 def test_forked_child_exiting_without_closing_leaks_nothing():
