@@ -115,23 +115,23 @@ seg_pid_alive(pid_t pid, uint64_t start)
 	return start == 0 || st == start;
 }
 
-/* ---- holds: bitmap bits and the holders tally ---- */
+/* ---- holds: bitmap bits and the holders count ---- */
 
 /*
  * A hold is two writes: the bit in the holder's row and the slot's holders
- * count. A process killed between them would leave the two disagreeing
- * for good, so holders is a tally like the permit counts (permit.c): one
- * 64-bit compare-and-swap changes the count and a tag naming the record
- * and whether it added or dropped a hold; the bit is written after. Anyone
- * changing the count first makes the bit of the change the tag names right
- * ("helping"), and a dead process's record is made right the same way
- * before its holds are dropped.
+ * count. A process killed between them would leave the two disagreeing for
+ * good. So a change of holders takes the word for itself: one 64-bit
+ * compare-and-swap changes the count, writes a tag naming the record and
+ * whether it adds or drops a hold, and sets HTAG_LOCK; then the bit is
+ * written and the lock cleared. Nobody changes the count while it is
+ * locked (they wait the few instructions it lasts), so a changer that dies
+ * in between leaves exactly one change half done, which the tag names, and
+ * whoever finds it dead finishes it.
  */
-#define HTAG_DROP	(1u << 17)
-#define HTAG_REC(t)	((t) & 0x1ffffu)
-#define HTAG_GEN(t)	((t) >> 18)
+#define REC_GEN(s, rec)	(atomic_load(&(s)->procs[rec].gen) & 0x1fffu)
+#define HOLD_WAIT_MS	1000	/* the longest a change waits for a stalled one */
 
-_Static_assert(offsetof(struct seg_slot, holders) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_slot, holders) % 8 == 0, "holders alignment");
 _Static_assert(BS_MAX_PROCESSES < HTAG_DROP, "record index fits a tag");
 
 static _Atomic uint64_t *
@@ -140,11 +140,11 @@ holders_word(struct seg_slot *sl)
 	return (_Atomic uint64_t *)(uintptr_t)&sl->holders;
 }
 
+/* The locked holders word of a change by record rec to `count`. */
 static uint64_t
-holders_tagged(const struct seg *s, uint32_t rec, bool drop, uint32_t count)
+holders_locked(const struct seg *s, uint32_t rec, bool drop, uint32_t count)
 {
-	uint32_t tag = (atomic_load(&s->procs[rec].gen) & 0x3fffu) << 18 |
-	    (drop ? HTAG_DROP : 0) | (rec + 1);
+	uint32_t tag = HTAG_LOCK | HTAG(REC_GEN(s, rec), drop, rec);
 
 	return (uint64_t)tag << 32 | count;
 }
@@ -155,30 +155,72 @@ has_bit(const struct seg *s, uint32_t rec, uint32_t slot)
 	return (atomic_load(&seg_row(s, rec)[slot / 64]) >> (slot % 64)) & 1;
 }
 
-/* Makes the bit of the change that holders value w names right, if w is
- * still the slot's value and the record is still the one it named. */
+/* Writes the bit of the locked change w names and unlocks the word (if it
+ * is still w: a changer finishes its own change, and a change found
+ * half done is finished once). */
 static void
-hold_help(struct seg *s, uint32_t slot, uint64_t w)
+hold_finish(struct seg *s, uint32_t slot, uint64_t w)
 {
 	uint32_t tag = (uint32_t)(w >> 32), rec = HTAG_REC(tag);
 	uint64_t m = 1ULL << (slot % 64);
 
-	if (rec == 0 || rec > s->h->nprocs)
-		return;
-	rec--;
-	if ((atomic_load(&s->procs[rec].gen) & 0x3fffu) != HTAG_GEN(tag) ||
-	    atomic_load(holders_word(&s->slots[slot])) != w)
-		return;
-	if (tag & HTAG_DROP)
-		atomic_fetch_and(&seg_row(s, rec)[slot / 64], ~m);
-	else
-		atomic_fetch_or(&seg_row(s, rec)[slot / 64], m);
+	if (rec != 0 && rec <= s->h->nprocs && HTAG_GEN(tag) == REC_GEN(s, rec - 1)) {
+		if (tag & HTAG_DROP)
+			atomic_fetch_and(&seg_row(s, rec - 1)[slot / 64], ~m);
+		else
+			atomic_fetch_or(&seg_row(s, rec - 1)[slot / 64], m);
+	}
+	atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w,
+	    w & ~((uint64_t)HTAG_LOCK << 32));
+}
+
+/* The process making the change a locked tag names: the record's own, or
+ * for a record being forked or reclaimed, the process doing that. */
+static pid_t
+changer_of(const struct seg *s, uint32_t tag)
+{
+	uint32_t rec = HTAG_REC(tag), st;
+
+	if (rec == 0 || rec > s->h->nprocs || HTAG_GEN(tag) != REC_GEN(s, rec - 1))
+		return 0;
+	st = atomic_load(&s->procs[rec - 1].state);
+	if (st == PROC_FORKING || st == PROC_RECLAIMING)
+		return atomic_load(&s->procs[rec - 1].owner);
+	return atomic_load(&s->procs[rec - 1].pid);
+}
+
+/* The holders word of slot once no change holds it: waits for a live
+ * changer (a moment, at most HOLD_WAIT_MS), finishes a dead one's. */
+static uint64_t
+hold_wait(struct seg *s, uint32_t slot)
+{
+	_Atomic uint64_t *t = holders_word(&s->slots[slot]);
+	uint64_t w = atomic_load(t), deadline = 0;
+	unsigned spins = 0;
+
+	while ((w >> 32) & HTAG_LOCK) {
+		if (++spins > 64) {
+			pid_t who = changer_of(s, (uint32_t)(w >> 32));
+
+			if (deadline == 0)
+				deadline = now_mono_ms() + HOLD_WAIT_MS;
+			if (who <= 0 || (who != s->my_pid && !seg_pid_alive(who, 0)) ||
+			    now_mono_ms() >= deadline)
+				hold_finish(s, slot, w);
+			else
+				sched_yield();
+		}
+		w = atomic_load(t);
+	}
+	return w;
 }
 
 void
 seg_hold_first(struct seg *s, int rec, uint32_t slot)
 {
-	atomic_store(holders_word(&s->slots[slot]), holders_tagged(s, (uint32_t)rec, false, 1));
+	/* The slot is still SLOT_INIT, ours alone: no lock needed. */
+	atomic_store(holders_word(&s->slots[slot]),
+	    holders_locked(s, (uint32_t)rec, false, 1) & ~((uint64_t)HTAG_LOCK << 32));
 	atomic_fetch_or(&seg_row(s, (uint32_t)rec)[slot / 64], 1ULL << (slot % 64));
 }
 
@@ -188,16 +230,15 @@ static bool
 hold_add(struct seg *s, uint32_t rec, uint32_t slot)
 {
 	_Atomic uint64_t *t = holders_word(&s->slots[slot]);
-	uint64_t w = atomic_load(t);
+	uint64_t w, nw;
 
-	for (;;) {
-		hold_help(s, slot, w);
+	do {
+		w = hold_wait(s, slot);
 		if ((uint32_t)w == 0)
 			return false;
-		if (atomic_compare_exchange_weak(t, &w, holders_tagged(s, rec, false, (uint32_t)w + 1)))
-			break;
-	}
-	atomic_fetch_or(&seg_row(s, rec)[slot / 64], 1ULL << (slot % 64));
+		nw = holders_locked(s, rec, false, (uint32_t)w + 1);
+	} while (!atomic_compare_exchange_weak(t, &w, nw));
+	hold_finish(s, slot, nw);
 	return true;
 }
 
@@ -205,44 +246,39 @@ void
 seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 {
 	_Atomic uint64_t *t;
-	uint64_t w;
+	uint64_t w, nw;
 	uint32_t cur;
 
 	if (rec < 0 || (uint32_t)rec >= s->h->nprocs || slot >= s->h->nslots)
 		return;
 	t = holders_word(&s->slots[slot]);
-	w = atomic_load(t);
-	for (;;) {
-		hold_help(s, slot, w);
+	do {
+		w = hold_wait(s, slot);
 		/* No bit: not held, or a drop that died half-way was just
-		 * finished by the help above. */
+		 * finished by hold_wait. */
 		if (!has_bit(s, (uint32_t)rec, slot))
 			return;
 		cur = (uint32_t)w;
-		if (atomic_compare_exchange_weak(t, &w,
-		    holders_tagged(s, (uint32_t)rec, true, cur > 0 ? cur - 1 : 0)))
-			break;
-	}
-	atomic_fetch_and(&seg_row(s, (uint32_t)rec)[slot / 64], ~(1ULL << (slot % 64)));
+		nw = holders_locked(s, (uint32_t)rec, true, cur > 0 ? cur - 1 : 0);
+	} while (!atomic_compare_exchange_weak(t, &w, nw));
+	hold_finish(s, slot, nw);
 	/* Only the drop that takes the count from 1 to 0 releases: a stray
 	 * bit meeting a count already at 0 must not release twice. */
 	if (cur == 1)
 		seg_release_slot(s, slot, reclaimed);
 }
 
-/* Slots whose holders tally names record rec: their bits are made right
- * (a hold added or dropped by a process that died before its bit). */
+/* Changes of record rec's holds left half done (its process died between
+ * the count and the bit) are finished, so its row is right. */
 static void
 settle_holds(struct seg *s, uint32_t rec)
 {
-	uint32_t gen = atomic_load(&s->procs[rec].gen) & 0x3fffu;
-
 	for (uint32_t i = 0; i < s->h->nslots; i++) {
 		uint64_t w = atomic_load(holders_word(&s->slots[i]));
 		uint32_t tag = (uint32_t)(w >> 32);
 
-		if (HTAG_REC(tag) == rec + 1 && HTAG_GEN(tag) == gen)
-			hold_help(s, i, w);
+		if ((tag & HTAG_LOCK) && HTAG_REC(tag) == rec + 1 && HTAG_GEN(tag) == REC_GEN(s, rec))
+			hold_finish(s, i, w);
 	}
 }
 
@@ -401,13 +437,17 @@ fork_lock_held(const struct seg *s, uint32_t rec)
 /* A FORKING record whose parent died before it knew its child: true if a
  * child may still claim it (see fork_lock). */
 static bool
-forking_child(const struct seg *s, uint32_t rec)
+forking_child(const struct seg *s, uint32_t rec, pid_t owner)
 {
 	uint64_t since = atomic_load(&s->procs[rec].since_ms);
 
+	/* The lock is held from before fork() until the child claims the
+	 * record, by the parent or the child: free, nobody ever will, even
+	 * if the parent lives on (its forking thread was killed by exec). */
 	if (since == 0)
 		return fork_lock_held(s, rec);
-	return now_mono_ms() - since < FORK_GRACE_MS;
+	return owner == s->my_pid || seg_pid_alive(owner, 0) ||
+	    now_mono_ms() - since < FORK_GRACE_MS;
 }
 
 int
@@ -441,7 +481,7 @@ seg_reclaim(struct seg *s, bool throttle)
 			 * parent that died right after fork leaves a child
 			 * that claims the record within FORK_GRACE_MS. */
 			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, start) :
-			    (owner == me || seg_pid_alive(owner, 0) || forking_child(s, i))))
+			    forking_child(s, i, owner)))
 				continue;
 			break;
 		case PROC_EXITED:
@@ -662,9 +702,10 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 			seg_resolve(s, i, me);
 	}
 	release_orphans(s, me);
-	if (rec >= 0)
+	if (rec >= 0) {
+		settle_holds(s, (uint32_t)rec);
 		atomic_store(&s->rec, rec);
-	else if (!any_slot_used(s))
+	} else if (!any_slot_used(s))
 		return;		/* nothing anyone holds can have been inherited */
 	d = opendir("/proc/self/fd");
 	if (d != NULL) {

@@ -346,13 +346,17 @@ struct seg_comp {
  */
 enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_KINDS };
 #define MARK_HELD(p)	(1ULL << (p))
-#define MARK_TAKING(p)	(1ULL << (8 + (p)))
-#define MARK_GIVING(p)	(1ULL << (16 + (p)))
-#define MARK_WAITING	(1ULL << 24)	/* counted in its compartment's `waiting` */
-#define MARK_PENDING	(0xffULL << 8 | 0xffULL << 16 | MARK_WAITING)	/* every TAKING, GIVING, WAITING */
+#define MARK_TAKING(p)	(1ULL << (5 + (p)))
+#define MARK_GIVING(p)	(1ULL << (10 + (p)))
+#define MARK_WAITING	(1ULL << 15)	/* counted in its compartment's `waiting` */
+#define MARK_PENDING	(0x7ffULL << 5)	/* every TAKING, GIVING and WAITING flag */
 /* Set by whoever withdraws a TAKING whose thread looked dead: the taker, if
  * alive after all, gives back what it added. */
-#define MARK_WITHDRAWN(p)	(1ULL << (25 + (p)))
+#define MARK_WITHDRAWN(p)	(1ULL << (16 + (p)))
+/* Bumped by every announcement, so that a compare-and-swap prepared
+ * before one (by a helper that was preempted) fails. */
+#define MARK_SEQ	(0x7ffULL << 21)
+#define MARK_SEQ_ONE	(1ULL << 21)
 #define MARK_GEN(m)	((uint32_t)((m) >> 32))
 
 /* One counted socket object, shared by every process holding it. */
@@ -370,6 +374,15 @@ struct seg_slot {
 	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
 	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
 };
+
+/* The tag of a slot's holders count (procs.c): record index + 1, whether
+ * the change dropped a hold, 13 bits of the record's generation, and
+ * HTAG_LOCK while the change is under way. */
+#define HTAG_DROP	(1u << 17)
+#define HTAG_LOCK	(1u << 31)
+#define HTAG_REC(t)	((t) & 0x1ffffu)
+#define HTAG_GEN(t)	(((t) >> 18) & 0x1fffu)
+#define HTAG(gen, drop, rec)	(((gen) & 0x1fffu) << 18 | ((drop) ? HTAG_DROP : 0) | ((rec) + 1))
 
 /* One process that holds or held permits; its bitmap row says which slots. */
 struct seg_proc {

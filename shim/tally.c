@@ -41,7 +41,7 @@ _Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
 _Static_assert(BS_MAX_SOCKETS < TAG_GIVE, "slot index fits a tag");
-_Static_assert(P_KINDS <= 7, "mark flags fit");
+_Static_assert(P_KINDS <= 5, "mark flags fit");
 
 static void
 futex_wake(_Atomic uint32_t *word)
@@ -115,12 +115,16 @@ bool
 slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
     uint64_t set)
 {
-	uint64_t m = atomic_load(&sl->mark);
+	uint64_t m = atomic_load(&sl->mark), n;
 
 	do {
 		if (MARK_GEN(m) != gen || (m & need) != need || (m & deny) != 0)
 			return false;
-	} while (!atomic_compare_exchange_weak(&sl->mark, &m, (m & ~clr) | set));
+		n = (m & ~clr) | set;
+		/* An announcement moves the sequence on (see MARK_SEQ). */
+		if (set & (MARK_PENDING & ~MARK_WAITING))
+			n = (n & ~MARK_SEQ) | (((n & MARK_SEQ) + MARK_SEQ_ONE) & MARK_SEQ);
+	} while (!atomic_compare_exchange_weak(&sl->mark, &m, n));
 	return true;
 }
 

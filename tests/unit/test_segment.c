@@ -411,6 +411,41 @@ test_a_slot_being_set_up_by_a_live_process_is_left_alone(void **state)
 }
 
 static void
+test_a_hold_dropped_half_way_by_a_dead_process_is_finished_once(void **state)
+{
+	struct seg *s = attach();
+	int slot = acq(s, 1, 55), rec, lockfd, st;
+	pid_t pid;
+
+	(void)state;
+	assert_true(slot >= 0);
+	rec = seg_fork_prepare(s, &lockfd);
+	assert_true(rec >= 0);
+	pid = fork();
+	if (pid == 0) {
+		_Atomic uint64_t *w = (_Atomic uint64_t *)(uintptr_t)&s->slots[slot].holders;
+		uint32_t tag = HTAG_LOCK | HTAG(atomic_load(&s->procs[rec].gen), true, (uint32_t)rec);
+
+		seg_fork_child(s, rec, lockfd);
+		/* Killed right after taking its hold off the count, before
+		 * clearing its bit: the count says 1, its row still 2. */
+		atomic_store(w, (uint64_t)tag << 32 | 1);
+		_exit(0);
+	}
+	seg_fork_parent(s, rec, pid, lockfd);
+	waitpid(pid, &st, 0);
+	assert_true(seg_reclaim(s, false) >= 1);
+	/* The half-done drop was finished, not done again: the parent's hold
+	 * (and its permit) is still there, and the word is unlocked. */
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
+	assert_int_equal(atomic_load(&s->slots[slot].holders_tag) & HTAG_LOCK, 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 1);
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
+	seg_close(s);
+}
+
+static void
 test_a_leftover_segment_takes_the_new_limits(void **state)
 {
 	struct seg *s = attach();
@@ -535,6 +570,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_a_slot_being_set_up_by_a_live_process_is_left_alone,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_hold_dropped_half_way_by_a_dead_process_is_finished_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
