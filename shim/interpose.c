@@ -181,6 +181,8 @@ admit_slot(uint32_t slot, int comp, bool may_wait, enum bs_reason *why)
 			return r;
 		if (seg_slot_admitted(shim.seg, slot))
 			return ADMIT_PASS;
+		if (seg_slot_pending(shim.seg, slot))
+			continue;	/* the other was refused: our turn */
 		if (deadline == 0) {
 			struct seg_comp *c = seg_comp(shim.seg, (uint32_t)comp);
 
@@ -224,8 +226,10 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 		 * the socket was connected. Any other socket behind the
 		 * number is new. */
 		if (sl != NULL && atomic_load(&sl->inode) == (uint64_t)st.st_ino) {
-			if (comp < 0 || !seg_slot_pending(shim.seg, e - 1))
+			if (comp < 0 || seg_slot_admitted(shim.seg, e - 1))
 				return ADMIT_PASS;
+			/* Pending, or being admitted by the other process
+			 * sharing it: admit_slot waits for that verdict. */
 		} else {
 			drop_entry(fdt_take(fd));
 		}
@@ -277,7 +281,7 @@ shim_settle(int fd, long r)
  * non-blocking for the attempt, then waited for with poll. */
 static int
 connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp *c,
-    uint32_t timeout_ms)
+    uint32_t timeout_ms, bool *aborted)
 {
 	int fl = real.fcntl(fd, F_GETFL), r, err = 0, saved;
 	uint64_t deadline = now_mono_ms() + timeout_ms, now;
@@ -291,7 +295,14 @@ connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp 
 		for (;;) {
 			now = now_mono_ms();
 			if (now >= deadline) {
+				/* The caller gives up: the attempt must not go
+				 * on to connect without its permit, which goes
+				 * back when this returns. Disconnecting aborts
+				 * it; if that fails, the permit stays. */
+				struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
 				atomic_fetch_add(&c->connect_timeouts, 1);
+				*aborted = real.connect(fd, &unspec, sizeof(unspec)) == 0;
 				errno = ETIMEDOUT;
 				r = -1;
 				break;
@@ -331,6 +342,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	struct seg_comp *c;
 	struct seg_slot *sl;
 	uint32_t timeout, slot;
+	bool timed_out = false, aborted = false;
 
 	if (!active())
 		return real.connect(fd, sa, len);
@@ -359,8 +371,12 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 		    (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000 : 0;
 
 		errno = saved;
-		r = own != 0 && own <= timeout ? real.connect(fd, sa, len) :
-		    connect_timed(fd, sa, len, c, timeout);
+		if (own != 0 && own <= timeout) {
+			r = real.connect(fd, sa, len);
+		} else {
+			r = connect_timed(fd, sa, len, c, timeout, &aborted);
+			timed_out = r < 0 && errno == ETIMEDOUT;
+		}
 	} else {
 		errno = saved;
 		r = real.connect(fd, sa, len);
@@ -372,7 +388,10 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (r == 0 || (saved != EINPROGRESS && saved != EINTR))
 		seg_connect_done(shim.seg, slot);
 	errno = saved;
-	shim_settle(fd, r);
+	/* A timed-out attempt that could not be aborted may still connect:
+	 * it keeps its permit until the socket is closed. */
+	if (!timed_out || aborted)
+		shim_settle(fd, r);
 	connected(fd, r);
 	return r;
 }

@@ -36,6 +36,19 @@ res['dt'] = time.monotonic() - t0
 OWN_RCVTIMEO = "s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack('ll', 0, %d))"
 
 
+def _syn_sent_from(port):
+    """True if the kernel has a TCP socket from local port `port` still
+    trying to connect (state SYN_SENT in /proc/net/tcp)."""
+    if port == 0:
+        return False
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if int(fields[1].split(":")[1], 16) == port and fields[3] == "02":
+                return True
+    return False
+
+
 def test_connect_timeout_to_unanswering_address():
     port = unanswered_port()
     shim = IoShim([{"name": "dead", "destinations": ["127.0.0.1:%d" % port],
@@ -51,6 +64,10 @@ def test_connect_timeout_to_unanswering_address():
     assert 0.25 <= res["dt"] < 2.0, "gave up after %.0f ms, want about connect_timeout_ms = 300" % (
         res["dt"] * 1e3)
     assert not res["nonblock"], "the shim left the program's blocking socket non-blocking"
+    # The attempt was aborted, not left to connect later without its permit.
+    port_here = a("s.getsockname()[1]")
+    assert not _syn_sent_from(port_here), \
+        "the timed-out connect from port %d is still under way in the kernel" % port_here
     c = expect(shim.comp("dead"), in_use=0, connect_timeouts=1, admitted=1, rejected=0)
     assert c["h_connect"]["count"] == 1, "h_connect counted %d, want 1 (%s)" % (
         c["h_connect"]["count"], brief(c))
