@@ -634,7 +634,8 @@ share_unconnected(void)
 BS_EXPORT pid_t
 fork(void)
 {
-	int rec, saved = errno, lockfd;
+	struct seg_fork f;
+	int saved = errno;
 	pid_t pid;
 
 	if (!active() || shim_foreign())
@@ -643,18 +644,18 @@ fork(void)
 	 * and its record of it while the child's record is copied. */
 	seg_gate_close(shim.seg);
 	share_unconnected();
-	rec = seg_fork_prepare(shim.seg, &lockfd);
+	seg_fork_prepare(shim.seg, &f);
 	errno = saved;
 	pid = real.fork();
 	saved = errno;
 	if (pid == 0) {
 		shim.pid = (pid_t)syscall(SYS_getpid);
-		if (!seg_fork_child(shim.seg, rec, lockfd)) {
+		if (!seg_fork_child(shim.seg, &f)) {
 			drop_range_local();
 			seg_adopt(shim.seg, shim_adopt_fd);
 		}
 	} else {
-		seg_fork_parent(shim.seg, rec, pid, lockfd);
+		seg_fork_parent(shim.seg, &f, pid);
 	}
 	errno = saved;
 	return pid;

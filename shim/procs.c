@@ -566,22 +566,25 @@ seg_gate_close(struct seg *s)
 		    "permit; the child's holds may miss it", GATE_WAIT_MS);
 }
 
-int
-seg_fork_prepare(struct seg *s, int *lockfd)
+void
+seg_fork_prepare(struct seg *s, struct seg_fork *f)
 {
 	int rec = atomic_load(&s->rec), child;
 
-	*lockfd = -1;
+	f->rec = -1;
+	f->lockfd = -1;
 	if (rec < 0)
-		return -1;
+		return;
 	child = alloc_record(s, PROC_FORKING, s->my_pid);
 	if (child < 0) {
 		bs_log(LOG_ERROR, "process table of segment %s is full: a child's "
 		    "inherited sockets are not counted as held by it", s->h->name);
-		return -1;
+		return;
 	}
-	*lockfd = fork_lock(s, (uint32_t)child);
-	if (*lockfd >= 0)
+	f->rec = child;
+	f->gen = atomic_load(&s->procs[child].gen);
+	f->lockfd = fork_lock(s, (uint32_t)child);
+	if (f->lockfd >= 0)
 		atomic_store(&s->procs[child].since_ms, 0);	/* the lock speaks for it */
 	/* The child holds every socket the parent holds now; the holds are
 	 * taken before fork so the parent closing first cannot free them.
@@ -598,7 +601,20 @@ seg_fork_prepare(struct seg *s, int *lockfd)
 			hold_add(s, (uint32_t)child, slot);
 		}
 	}
-	return child;
+}
+
+/* Writes pid into record f->rec if it is still the record of generation
+ * f->gen and names no pid yet (or this one). The child and the parent both
+ * do, whichever runs first; a child that ran and died before its parent
+ * returned from fork() may have had its record reclaimed and reused, and
+ * must not have its pid written into another fork's record. */
+static bool
+publish_pid(struct seg *s, const struct seg_fork *f, pid_t pid)
+{
+	_Atomic uint64_t *w = (_Atomic uint64_t *)(uintptr_t)&s->procs[f->rec].pid;
+	uint64_t none = (uint64_t)f->gen << 32, mine = none | (uint32_t)pid;
+
+	return atomic_compare_exchange_strong(w, &none, mine) || none == mine;
 }
 
 static void
@@ -612,11 +628,10 @@ fork_unlock(int lockfd)
 }
 
 bool
-seg_fork_child(struct seg *s, int rec, int lockfd)
+seg_fork_child(struct seg *s, const struct seg_fork *f)
 {
 	pid_t me = (pid_t)syscall(SYS_getpid);
 	uint32_t expected = PROC_FORKING;
-	int32_t zero = 0;
 	bool claimed;
 
 	/* The other threads did not come along: nobody is in the gate. */
@@ -624,20 +639,25 @@ seg_fork_child(struct seg *s, int rec, int lockfd)
 	atomic_store(&s->forking, 0);
 	s->my_pid = me;
 	s->my_start = seg_pid_start(me);
-	if (rec < 0) {
+	if (f->rec < 0) {
 		atomic_store(&s->rec, -1);
 		return true;
 	}
-	atomic_store(&s->procs[rec].start, s->my_start);
-	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, me);
-	claimed = atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_LIVE);
-	fork_unlock(lockfd);
+	/* Once our pid is in the record nobody reclaims it while we live,
+	 * so the start time and the state can follow. */
+	claimed = publish_pid(s, f, me);
 	if (claimed) {
-		atomic_store(&s->rec, rec);
+		atomic_store(&s->procs[f->rec].start, s->my_start);
+		claimed = atomic_compare_exchange_strong(&s->procs[f->rec].state, &expected,
+		    PROC_LIVE);
+	}
+	fork_unlock(f->lockfd);
+	if (claimed) {
+		atomic_store(&s->rec, f->rec);
 		return true;
 	}
-	/* Reclaimed: the parent died and the grace ran out. What this
-	 * process inherited is adopted again by the caller. */
+	/* Reclaimed meanwhile: what this process inherited is adopted again
+	 * by the caller. */
 	atomic_store(&s->rec, -1);
 	for (uint32_t i = 0; i < s->h->nslots; i++)
 		atomic_store(&s->lcount[i], 0);
@@ -645,19 +665,17 @@ seg_fork_child(struct seg *s, int rec, int lockfd)
 }
 
 void
-seg_fork_parent(struct seg *s, int rec, pid_t pid, int lockfd)
+seg_fork_parent(struct seg *s, const struct seg_fork *f, pid_t pid)
 {
-	int32_t zero = 0;
-
 	seg_dec_floor(&s->forking);
-	fork_unlock(lockfd);
-	if (rec < 0)
+	fork_unlock(f->lockfd);
+	if (f->rec < 0)
 		return;
 	if (pid < 0) {
-		empty_record(s, (uint32_t)rec, false, false);
+		empty_record(s, (uint32_t)f->rec, false, false);
 		return;
 	}
-	atomic_compare_exchange_strong(&s->procs[rec].pid, &zero, pid);
+	publish_pid(s, f, pid);
 }
 
 static bool

@@ -387,13 +387,15 @@ struct seg_slot {
 /* One process that holds or held permits; its bitmap row says which slots. */
 struct seg_proc {
 	_Atomic uint32_t state;
-	_Atomic int32_t pid;
 	_Atomic int32_t owner;		/* forking parent, or the reclaimer */
+	/* pid and gen are one 64-bit word: a fork publishes its child's pid
+	 * only into the record of the generation it prepared. */
+	_Atomic int32_t pid;
+	_Atomic uint32_t gen;		/* bumped each time the record is claimed */
 	uint32_t uid;
+	uint32_t pad;
 	_Atomic uint64_t start;		/* start time in clock ticks, 0 = unknown */
 	_Atomic uint64_t since_ms;	/* CLOCK_MONOTONIC when a fork claimed it */
-	_Atomic uint32_t gen;		/* bumped each time the record is claimed */
-	uint32_t pad;
 };
 
 /* The process-local handle of a mapped segment. */
@@ -564,16 +566,22 @@ bool seg_pid_alive(pid_t pid, uint64_t start);
 uint64_t seg_pid_start(pid_t pid);
 /* Finds the slot of a socket inode, or -1. */
 int seg_find_inode(const struct seg *s, uint64_t ino);
+/* A fork under way: the child's record (-1: none), its generation, and the
+ * descriptor holding the record's fork lock (-1: none). */
+struct seg_fork {
+	int rec;
+	uint32_t gen;
+	int lockfd;
+};
 /* Fork support: before fork, builds the child's process record holding every
- * slot this process holds; returns its index or -1, and in *lockfd the
- * descriptor holding the record's fork lock (or -1). After fork, call
- * seg_fork_child(s, rec, lockfd) in the child and seg_fork_parent(s, rec,
- * pid, lockfd) in the parent (pid < 0 undoes the record); both close lockfd. */
-int seg_fork_prepare(struct seg *s, int *lockfd);
+ * slot this process holds, into *f. After fork, call seg_fork_child(s, f) in
+ * the child and seg_fork_parent(s, f, pid) in the parent (pid < 0 undoes the
+ * record); both close the lock descriptor. */
+void seg_fork_prepare(struct seg *s, struct seg_fork *f);
 /* False if the child's record was lost (reclaimed): the caller forgets its
  * descriptors and adopts what it still can with seg_adopt. */
-bool seg_fork_child(struct seg *s, int rec, int lockfd);
-void seg_fork_parent(struct seg *s, int rec, pid_t pid, int lockfd);
+bool seg_fork_child(struct seg *s, const struct seg_fork *f);
+void seg_fork_parent(struct seg *s, const struct seg_fork *f, pid_t pid);
 /* Adopts the record this PID had before exec (same start time) and slots of
  * inherited descriptors; `cb` is told each descriptor that refers to a slot.
  * Slots of the old image without a descriptor left are dropped. */

@@ -125,8 +125,8 @@ SLOT = Layout("seg_slot", [
 ])
 
 PROC = Layout("seg_proc", [
-    ("state", "I"), ("pid", "i"), ("owner", "i"), ("uid", "I"), ("start", "Q"),
-    ("since_ms", "Q"), ("gen", "I"), ("pad", "I"),
+    ("state", "I"), ("owner", "i"), ("pid", "i"), ("gen", "I"), ("uid", "I"), ("pad", "I"),
+    ("start", "Q"), ("since_ms", "Q"),
 ])
 
 

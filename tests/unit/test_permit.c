@@ -428,9 +428,10 @@ test_kills_at_random_instants_leak_nothing(void **state)
 		assert_int_equal(pipe(go), 0);
 		pid = fork();
 		if (pid == 0) {
+			struct seg_fork none = { -1, 0, -1 };
 			enum bs_reason why;
 
-			seg_fork_child(s, -1, -1);
+			seg_fork_child(s, &none);
 			if (write(go[1], "x", 1) != 1)
 				_exit(2);
 			for (uint64_t i = 0;; i++) {

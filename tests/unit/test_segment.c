@@ -233,18 +233,19 @@ static void
 test_fork_shares_the_socket_until_both_processes_drop_it(void **state)
 {
 	struct seg *s = attach();
-	int slot = acq(s, 1, 99), rec, st, go[2], lockfd;
+	int slot = acq(s, 1, 99), st, go[2];
+	struct seg_fork f;
 	pid_t pid;
 	char c;
 
 	(void)state;
 	assert_true(slot >= 0);
 	assert_int_equal(pipe(go), 0);
-	rec = seg_fork_prepare(s, &lockfd);
-	assert_true(rec >= 0);
+	seg_fork_prepare(s, &f);
+	assert_true(f.rec >= 0);
 	pid = fork();
 	if (pid == 0) {
-		seg_fork_child(s, rec, lockfd);
+		seg_fork_child(s, &f);
 		/* Wait until the parent dropped its copy, then drop ours. */
 		if (read(go[0], &c, 1) != 1)
 			_exit(2);
@@ -253,7 +254,7 @@ test_fork_shares_the_socket_until_both_processes_drop_it(void **state)
 		seg_drop(s, (uint32_t)slot);
 		_exit(atomic_load(&seg_comp(s, 1)->in_use) == 0 ? 0 : 4);
 	}
-	seg_fork_parent(s, rec, pid, lockfd);
+	seg_fork_parent(s, &f, pid);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
 	seg_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 1);
@@ -269,14 +270,15 @@ static void
 test_a_failed_fork_undoes_the_child_record(void **state)
 {
 	struct seg *s = attach();
-	int slot = acq(s, 0, 5), rec, lockfd;
+	int slot = acq(s, 0, 5);
+	struct seg_fork f;
 
 	(void)state;
-	rec = seg_fork_prepare(s, &lockfd);
-	assert_true(rec >= 0);
-	seg_fork_parent(s, rec, -1, lockfd);
+	seg_fork_prepare(s, &f);
+	assert_true(f.rec >= 0);
+	seg_fork_parent(s, &f, -1);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
-	assert_int_equal(atomic_load(&s->procs[rec].state), PROC_FREE);
+	assert_int_equal(atomic_load(&s->procs[f.rec].state), PROC_FREE);
 	seg_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
 	seg_close(s);
@@ -295,14 +297,15 @@ die_while_forking(struct seg *s, bool with_child, int go, int done, int out)
 	pid_t pid = fork();
 
 	if (pid == 0) {
-		int lockfd, rec, slot, res[2];
+		struct seg_fork f, none = { -1, 0, -1 };
+		int slot, res[2];
 		pid_t child;
 		char c;
 
-		seg_fork_child(s, -1, -1);	/* a process of its own, no record yet */
+		seg_fork_child(s, &none);	/* a process of its own, no record yet */
 		slot = acq(s, 0, 7);
-		rec = seg_fork_prepare(s, &lockfd);
-		res[0] = rec;
+		seg_fork_prepare(s, &f);
+		res[0] = f.rec;
 		res[1] = slot;
 		if (write(out, res, sizeof(res)) != sizeof(res))
 			_exit(2);
@@ -312,7 +315,7 @@ die_while_forking(struct seg *s, bool with_child, int go, int done, int out)
 		if (child == 0) {
 			if (read(go, &c, 1) != 1)
 				_exit(2);
-			c = seg_fork_child(s, rec, lockfd) &&
+			c = seg_fork_child(s, &f) &&
 			    atomic_load(&seg_comp(s, 0)->in_use) == 1 ? 'y' : 'n';
 			seg_drop(s, (uint32_t)slot);
 			if (atomic_load(&seg_comp(s, 0)->in_use) != 0)
@@ -387,7 +390,9 @@ test_a_slot_being_set_up_by_a_live_process_is_left_alone(void **state)
 	if (pid == 0) {
 		/* A process that takes a slot, drops it (the slot's holders
 		 * tag now names its record) and dies without a word. */
-		seg_fork_child(s, -1, -1);
+		struct seg_fork none = { -1, 0, -1 };
+
+		seg_fork_child(s, &none);
 		slot = acq(s, 0, 77);
 		seg_drop(s, (uint32_t)slot);
 		if (write(p[1], &slot, sizeof(slot)) != sizeof(slot))
@@ -414,25 +419,26 @@ static void
 test_a_hold_dropped_half_way_by_a_dead_process_is_finished_once(void **state)
 {
 	struct seg *s = attach();
-	int slot = acq(s, 1, 55), rec, lockfd, st;
+	int slot = acq(s, 1, 55), st;
+	struct seg_fork f;
 	pid_t pid;
 
 	(void)state;
 	assert_true(slot >= 0);
-	rec = seg_fork_prepare(s, &lockfd);
-	assert_true(rec >= 0);
+	seg_fork_prepare(s, &f);
+	assert_true(f.rec >= 0);
 	pid = fork();
 	if (pid == 0) {
 		_Atomic uint64_t *w = (_Atomic uint64_t *)(uintptr_t)&s->slots[slot].holders;
-		uint32_t tag = HTAG_LOCK | HTAG(atomic_load(&s->procs[rec].gen), true, (uint32_t)rec);
+		uint32_t tag = HTAG_LOCK | HTAG(f.gen, true, (uint32_t)f.rec);
 
-		seg_fork_child(s, rec, lockfd);
+		seg_fork_child(s, &f);
 		/* Killed right after taking its hold off the count, before
 		 * clearing its bit: the count says 1, its row still 2. */
 		atomic_store(w, (uint64_t)tag << 32 | 1);
 		_exit(0);
 	}
-	seg_fork_parent(s, rec, pid, lockfd);
+	seg_fork_parent(s, &f, pid);
 	waitpid(pid, &st, 0);
 	assert_true(seg_reclaim(s, false) >= 1);
 	/* The half-done drop was finished, not done again: the parent's hold
@@ -442,6 +448,32 @@ test_a_hold_dropped_half_way_by_a_dead_process_is_finished_once(void **state)
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 1);
 	seg_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
+	seg_close(s);
+}
+
+static void
+test_a_late_parent_never_writes_into_a_reused_record(void **state)
+{
+	struct seg *s = attach();
+	struct seg_fork a, b;
+
+	(void)state;
+	assert_true(acq(s, 0, 8) >= 0);
+	seg_fork_prepare(s, &a);
+	assert_true(a.rec >= 0);
+	/* The child ran, died and its record was reclaimed before its
+	 * parent came back from fork(); another fork got the record. */
+	seg_fork_parent(s, &a, -1);
+	a.lockfd = -1;
+	seg_fork_prepare(s, &b);
+	assert_int_equal(b.rec, a.rec);
+	assert_true(b.gen != a.gen);
+	/* The first parent now publishes its (dead) child's pid: not into
+	 * the second fork's record, which would then look dead. */
+	seg_fork_parent(s, &a, 424242);
+	assert_int_equal(atomic_load(&s->procs[b.rec].pid), 0);
+	assert_int_equal(atomic_load(&s->procs[b.rec].state), PROC_FORKING);
+	seg_fork_parent(s, &b, -1);
 	seg_close(s);
 }
 
@@ -572,6 +604,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_a_hold_dropped_half_way_by_a_dead_process_is_finished_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_late_parent_never_writes_into_a_reused_record,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
