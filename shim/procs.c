@@ -155,23 +155,40 @@ has_bit(const struct seg *s, uint32_t rec, uint32_t slot)
 	return (atomic_load(&seg_row(s, rec)[slot / 64]) >> (slot % 64)) & 1;
 }
 
-/* Writes the bit of the locked change w names and unlocks the word (if it
- * is still w: a changer finishes its own change, and a change found
- * half done is finished once). */
+/* Writes the bit of the change that tag names into its record's row. */
+static void
+hold_bit(struct seg *s, uint32_t slot, uint32_t tag)
+{
+	uint32_t rec = HTAG_REC(tag);
+	uint64_t m = 1ULL << (slot % 64);
+
+	if (rec == 0 || rec > s->h->nprocs || HTAG_GEN(tag) != REC_GEN(s, rec - 1))
+		return;
+	if (tag & HTAG_DROP)
+		atomic_fetch_and(&seg_row(s, rec - 1)[slot / 64], ~m);
+	else
+		atomic_fetch_or(&seg_row(s, rec - 1)[slot / 64], m);
+}
+
+/* The changer's own end of a change: its bit, then the unlock (which fails
+ * harmlessly if someone took it for dead and finished it). */
+static void
+hold_done(struct seg *s, uint32_t slot, uint64_t w)
+{
+	hold_bit(s, slot, (uint32_t)(w >> 32));
+	atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w,
+	    w & ~((uint64_t)HTAG_LOCK << 32));
+}
+
+/* Finishes a change found locked as w whose changer is dead: only if the
+ * word is still w, proved by winning the unlock, so a word that moved on
+ * meanwhile is never acted on twice or late. */
 static void
 hold_finish(struct seg *s, uint32_t slot, uint64_t w)
 {
-	uint32_t tag = (uint32_t)(w >> 32), rec = HTAG_REC(tag);
-	uint64_t m = 1ULL << (slot % 64);
-
-	if (rec != 0 && rec <= s->h->nprocs && HTAG_GEN(tag) == REC_GEN(s, rec - 1)) {
-		if (tag & HTAG_DROP)
-			atomic_fetch_and(&seg_row(s, rec - 1)[slot / 64], ~m);
-		else
-			atomic_fetch_or(&seg_row(s, rec - 1)[slot / 64], m);
-	}
-	atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w,
-	    w & ~((uint64_t)HTAG_LOCK << 32));
+	if (atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w,
+	    w & ~((uint64_t)HTAG_LOCK << 32)))
+		hold_bit(s, slot, (uint32_t)(w >> 32));
 }
 
 /* The process making the change a locked tag names: the record's own, or
@@ -238,7 +255,7 @@ hold_add(struct seg *s, uint32_t rec, uint32_t slot)
 			return false;
 		nw = holders_locked(s, rec, false, (uint32_t)w + 1);
 	} while (!atomic_compare_exchange_weak(t, &w, nw));
-	hold_finish(s, slot, nw);
+	hold_done(s, slot, nw);
 	return true;
 }
 
@@ -261,7 +278,7 @@ seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 		cur = (uint32_t)w;
 		nw = holders_locked(s, (uint32_t)rec, true, cur > 0 ? cur - 1 : 0);
 	} while (!atomic_compare_exchange_weak(t, &w, nw));
-	hold_finish(s, slot, nw);
+	hold_done(s, slot, nw);
 	/* Only the drop that takes the count from 1 to 0 releases: a stray
 	 * bit meeting a count already at 0 must not release twice. */
 	if (cur == 1)
@@ -291,8 +308,14 @@ release_orphans(struct seg *s, pid_t pid)
 	for (uint32_t i = 0; i < s->h->nslots; i++) {
 		uint32_t st = atomic_load_explicit(&s->slots[i].state, memory_order_relaxed);
 
-		if (st != SLOT_FREE && (SLOT_BY(st) == pid || atomic_load(&s->slots[i].holders) == 0))
-			seg_release_orphan(s, i, pid);
+		if (st == SLOT_FREE || (SLOT_BY(st) != pid && atomic_load(&s->slots[i].holders) != 0))
+			continue;
+		/* A drop still locked (its process died between the count and
+		 * its bit) is finished first, so the bit never outlives the
+		 * slot's release and meets a new socket in it. */
+		if (st == SLOT_USED)
+			hold_wait(s, i);
+		seg_release_orphan(s, i, pid);
 	}
 }
 

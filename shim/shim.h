@@ -225,7 +225,7 @@ int cfg_check_budget(struct cfg_ctx *c);
 /* config_resolve.c: host-name destinations, resolved at load with a bounded wait. */
 int cfg_resolve_hosts(struct cfg_ctx *c);
 
-/* ---- segment.c: the shared-memory layout, permits and counters ---- */
+/* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
 #define SEG_VERSION	2
@@ -297,7 +297,7 @@ struct seg_comp {
 	char name[BS_NAME_MAX];
 	_Atomic uint32_t limit;		/* max_connections; UINT32_MAX = none */
 	_Atomic uint32_t peak;
-	/* Tallies (see permit.c): each count is followed by its tag word. */
+	/* Tallies (tally.c): each count is followed by its tag word. */
 	_Atomic uint32_t in_use;	/* connection permits granted by the rules */
 	_Atomic uint32_t in_use_tag;
 	_Atomic uint32_t inflight;
@@ -341,7 +341,7 @@ struct seg_comp {
  * compartment. A slot's `mark` word holds its generation in the high 32
  * bits (bumped each time the slot is taken) and, for each kind P, three
  * flags: MARK_HELD(P) the slot is counted in the tally, MARK_TAKING(P) a
- * thread is adding it, MARK_GIVING(P) a thread is taking it out. permit.c
+ * thread is adding it, MARK_GIVING(P) a thread is taking it out. tally.c
  * explains how a thread killed half-way is finished by someone else.
  */
 enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_KINDS };
@@ -363,8 +363,8 @@ enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_KINDS
 struct seg_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t comp;		/* or SLOT_NO_COMP while pending */
-	/* A tally like the permit counts: the processes whose bitmap has
-	 * this slot, and the tag of the last change (segment.c). */
+	/* The processes whose bitmap has this slot, and in the next word the
+	 * tag of the last change, locked while it is under way (procs.c). */
 	_Atomic uint32_t holders;
 	_Atomic uint32_t holders_tag;
 	_Atomic uint32_t cls;		/* class permit held, or SLOT_NO_CLASS */
@@ -416,7 +416,7 @@ struct seg {
 	pid_t my_pid;			/* getpid(), updated by seg_fork_child */
 	/* The fork gate: threads changing what this process holds are
 	 * `busy`; fork raises `forking` and waits for busy to drain, so the
-	 * child's record is a snapshot of a still moment (segment.c). */
+	 * child's record is a snapshot of a still moment (procs.c). */
 	_Atomic uint32_t busy;
 	_Atomic uint32_t forking;
 };
@@ -506,7 +506,7 @@ void seg_gate_leave(struct seg *s);
 /* fork closes the gate; seg_fork_child and seg_fork_parent open it. */
 void seg_gate_close(struct seg *s);
 /* Finishes an operation on slot that process `dead` (0: anyone) left half
- * done, if any (permit.c explains). */
+ * done, if any (tally.c explains). */
 void seg_resolve(struct seg *s, uint32_t slot, pid_t dead);
 /* Finishes slot if nobody is left to: a slot no process holds that is
  * still in use (its last holder died before releasing it) is released; one
