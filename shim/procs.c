@@ -26,7 +26,7 @@
  */
 
 #define RECLAIM_EVERY_MS 100
-#define FORK_GRACE_MS	2000	/* a forked child has this long to claim its record */
+#define FORK_GRACE_MS	300	/* a fork's record is left alone this long, whatever else */
 #define GATE_WAIT_MS	1000	/* the longest fork waits for the gate to empty */
 
 /* Reads a small file with raw system calls; returns bytes read or -errno. */
@@ -374,6 +374,7 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 				atomic_store(&s->procs[i].owner, owner);
 				atomic_store(&s->procs[i].pid, 0);
 				atomic_store(&s->procs[i].since_ms, now_mono_ms());
+				atomic_store(&s->procs[i].fork_locked, 0);
 				s->procs[i].uid = (uint32_t)geteuid();
 				for (uint32_t w = 0; w < s->h->bitmap_words; w++)
 					atomic_store(&seg_row(s, i)[w], 0);
@@ -418,9 +419,11 @@ seg_my_record(struct seg *s)
  * that will still claim the record. The parent takes an OFD read lock on
  * byte `rec` of the segment object before fork; the child inherits the
  * descriptor, so the lock lives until both have closed it: the parent right
- * after fork, the child once it has claimed the record (or at death).
- * Returns the descriptor, or -1 (then the record falls back on a grace
- * period, since_ms).
+ * after fork, the child once it has claimed the record (or at death). The
+ * program's other threads may close the descriptor under us (closefrom, a
+ * dup2 onto its number), so the record is also left alone FORK_GRACE_MS
+ * whatever the lock says; the child publishes its pid in microseconds.
+ * Returns the descriptor, or -1 (then only the parent speaks for it).
  */
 static int
 fork_lock(struct seg *s, uint32_t rec)
@@ -462,15 +465,14 @@ fork_lock_held(const struct seg *s, uint32_t rec)
 static bool
 forking_child(const struct seg *s, uint32_t rec, pid_t owner)
 {
-	uint64_t since = atomic_load(&s->procs[rec].since_ms);
-
+	if (now_mono_ms() - atomic_load(&s->procs[rec].since_ms) < FORK_GRACE_MS)
+		return true;
 	/* The lock is held from before fork() until the child claims the
 	 * record, by the parent or the child: free, nobody ever will, even
 	 * if the parent lives on (its forking thread was killed by exec). */
-	if (since == 0)
+	if (atomic_load(&s->procs[rec].fork_locked))
 		return fork_lock_held(s, rec);
-	return owner == s->my_pid || seg_pid_alive(owner, 0) ||
-	    now_mono_ms() - since < FORK_GRACE_MS;
+	return owner == s->my_pid || seg_pid_alive(owner, 0);
 }
 
 int
@@ -500,9 +502,8 @@ seg_reclaim(struct seg *s, bool throttle)
 			break;
 		case PROC_FORKING:
 			/* Filled in by a parent around fork(): the child if
-			 * it is known, else the parent, speaks for it; a
-			 * parent that died right after fork leaves a child
-			 * that claims the record within FORK_GRACE_MS. */
+			 * its pid is known, else the fork lock (or, without
+			 * one, the parent) speaks for it. */
 			if (owner == 0 || (pid != 0 ? seg_pid_alive(pid, start) :
 			    forking_child(s, i, owner)))
 				continue;
@@ -608,7 +609,7 @@ seg_fork_prepare(struct seg *s, struct seg_fork *f)
 	f->gen = atomic_load(&s->procs[child].gen);
 	f->lockfd = fork_lock(s, (uint32_t)child);
 	if (f->lockfd >= 0)
-		atomic_store(&s->procs[child].since_ms, 0);	/* the lock speaks for it */
+		atomic_store(&s->procs[child].fork_locked, 1);
 	/* The child holds every socket the parent holds now; the holds are
 	 * taken before fork so the parent closing first cannot free them.
 	 * The gate is closed, so no thread is between taking a slot and
@@ -640,12 +641,16 @@ publish_pid(struct seg *s, const struct seg_fork *f, pid_t pid)
 	return atomic_compare_exchange_strong(w, &none, mine) || none == mine;
 }
 
+/* Closes the fork lock's descriptor, if it still is ours: the program may
+ * have closed it and reused the number meanwhile. */
 static void
-fork_unlock(int lockfd)
+fork_unlock(const struct seg *s, int lockfd)
 {
 	int saved = errno;
+	struct stat st;
 
-	if (lockfd >= 0)
+	if (lockfd >= 0 && fstat(lockfd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (uint64_t)st.st_ino == s->ino)
 		close(lockfd);
 	errno = saved;
 }
@@ -674,7 +679,7 @@ seg_fork_child(struct seg *s, const struct seg_fork *f)
 		claimed = atomic_compare_exchange_strong(&s->procs[f->rec].state, &expected,
 		    PROC_LIVE);
 	}
-	fork_unlock(f->lockfd);
+	fork_unlock(s, f->lockfd);
 	if (claimed) {
 		atomic_store(&s->rec, f->rec);
 		return true;
@@ -691,7 +696,7 @@ void
 seg_fork_parent(struct seg *s, const struct seg_fork *f, pid_t pid)
 {
 	seg_dec_floor(&s->forking);
-	fork_unlock(f->lockfd);
+	fork_unlock(s, f->lockfd);
 	if (f->rec < 0)
 		return;
 	if (pid < 0) {

@@ -148,10 +148,13 @@ map_fd(struct seg *s, int fd, size_t size, bool writable)
 {
 	void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
 
+	struct stat st;
+
 	if (p == MAP_FAILED)
 		return -errno;
 	s->base = p;
 	s->size = size;
+	s->ino = fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
 	return 0;
 }
 

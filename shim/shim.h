@@ -393,7 +393,7 @@ struct seg_proc {
 	_Atomic int32_t pid;
 	_Atomic uint32_t gen;		/* bumped each time the record is claimed */
 	uint32_t uid;
-	uint32_t pad;
+	_Atomic uint32_t fork_locked;	/* a FORKING record has its fork lock */
 	_Atomic uint64_t start;		/* start time in clock ticks, 0 = unknown */
 	_Atomic uint64_t since_ms;	/* CLOCK_MONOTONIC when a fork claimed it */
 };
@@ -414,6 +414,7 @@ struct seg {
 	_Atomic uint32_t hint;		/* where the next slot search starts */
 	uint64_t my_start;
 	pid_t my_pid;			/* getpid(), updated by seg_fork_child */
+	uint64_t ino;			/* the segment object's inode */
 	/* The fork gate: threads changing what this process holds are
 	 * `busy`; fork raises `forking` and waits for busy to drain, so the
 	 * child's record is a snapshot of a still moment (procs.c). */

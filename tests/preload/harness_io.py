@@ -125,7 +125,7 @@ SLOT = Layout("seg_slot", [
 ])
 
 PROC = Layout("seg_proc", [
-    ("state", "I"), ("owner", "i"), ("pid", "i"), ("gen", "I"), ("uid", "I"), ("pad", "I"),
+    ("state", "I"), ("owner", "i"), ("pid", "i"), ("gen", "I"), ("uid", "I"), ("fork_locked", "I"),
     ("start", "Q"), ("since_ms", "Q"),
 ])
 

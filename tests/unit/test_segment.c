@@ -343,7 +343,9 @@ test_a_parent_dying_before_fork_leaves_nothing_held(void **state)
 	waitpid(pid, &st, 0);
 	assert_true(res[0] >= 0 && res[1] >= 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
-	/* No child can claim the record: it goes back at once, no grace. */
+	/* Past the fork's moment of grace, no lock held: no child can
+	 * claim the record, and it goes back. */
+	atomic_store(&s->procs[res[0]].since_ms, 1);
 	assert_true(seg_reclaim(s, false) >= 2);
 	assert_int_equal(atomic_load(&s->procs[res[0]].state), PROC_FREE);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
@@ -367,7 +369,9 @@ test_a_child_whose_parent_died_keeps_its_holds(void **state)
 	waitpid(pid, &st, 0);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	/* The parent is dead, its child has not claimed its record yet: the
-	 * parent's own record goes, the child's holds stay. */
+	 * parent's own record goes, the child's holds stay, the moment of
+	 * grace past or not (the child holds the fork lock). */
+	atomic_store(&s->procs[res[0]].since_ms, 1);
 	seg_reclaim(s, false);
 	assert_int_equal(atomic_load(&s->procs[res[0]].state), PROC_FORKING);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
