@@ -581,8 +581,19 @@ void
 seg_gate_close(struct seg *s)
 {
 	uint64_t deadline = now_mono_ms() + GATE_WAIT_MS;
+	uint32_t none = 0;
 
-	atomic_fetch_add(&s->forking, 1);
+	/* One fork at a time in a process: two would each share out the
+	 * same unconnected socket and copy half-made records. Bounded, for
+	 * a signal handler forking in the middle of its own thread's fork. */
+	while (!atomic_compare_exchange_weak(&s->forking, &none, 1)) {
+		if (now_mono_ms() >= deadline) {
+			atomic_fetch_add(&s->forking, 1);
+			break;
+		}
+		none = 0;
+		sched_yield();
+	}
 	while (atomic_load(&s->busy) != 0 && now_mono_ms() < deadline)
 		sched_yield();
 	if (atomic_load(&s->busy) != 0)

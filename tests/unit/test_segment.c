@@ -481,6 +481,39 @@ test_a_late_parent_never_writes_into_a_reused_record(void **state)
 	seg_close(s);
 }
 
+static _Atomic int second_fork_in;
+
+static void *
+second_fork(void *arg)
+{
+	struct seg *s = arg;
+
+	seg_gate_close(s);
+	atomic_store(&second_fork_in, 1);
+	return NULL;
+}
+
+static void
+test_forks_of_one_process_take_turns(void **state)
+{
+	struct seg *s = attach();
+	struct seg_fork none = { -1, 0, -1 };
+	pthread_t t;
+
+	(void)state;
+	seg_gate_close(s);
+	atomic_store(&second_fork_in, 0);
+	assert_int_equal(pthread_create(&t, NULL, second_fork, s), 0);
+	usleep(50000);
+	assert_int_equal(atomic_load(&second_fork_in), 0);
+	seg_fork_parent(s, &none, 1);	/* the first fork is done */
+	pthread_join(t, NULL);
+	assert_int_equal(atomic_load(&second_fork_in), 1);
+	seg_fork_parent(s, &none, 1);
+	assert_int_equal(atomic_load(&s->forking), 0);
+	seg_close(s);
+}
+
 static void
 test_a_leftover_segment_takes_the_new_limits(void **state)
 {
@@ -610,6 +643,7 @@ main(void)
 		    test_a_hold_dropped_half_way_by_a_dead_process_is_finished_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_late_parent_never_writes_into_a_reused_record,
 		    setup, teardown),
+		cmocka_unit_test_setup_teardown(test_forks_of_one_process_take_turns, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
