@@ -718,9 +718,12 @@ class Bench:
              "a target of 100. Requests are tracked in flight whether or not the "
              "compartment limits them, and every request reads the clock %.0f times "
              "(the reply-latency histogram) and does a series of atomic "
-             "read-modify-writes on the shared segment (the in-flight counter, the "
-             "slot's state, the admitted count, the histogram's bucket, count and sum, "
-             "then the give-back). The profile above shows where the instructions go; "
+             "read-modify-writes on the shared segment: taking and giving back the "
+             "in-flight permit are three compare-and-swaps each (announce in the slot's "
+             "mark, change the tagged count after checking the slot its tag names, record "
+             "the result: tally.c, safe against a thread killed at any instruction), then "
+             "the admitted count and the histogram's bucket, count and sum. The profile "
+             "above shows where the instructions go; "
              "natively, the one-CPU ping-pong loses %.0f ns per round trip to it." % (
                  cs, cr, es, er, clk_pp, pp_added * 1000),
              "- **connect** costs %+.0f ns and %+.0f Ir per connect + close over a stubbed "
@@ -748,9 +751,9 @@ class Bench:
         fixes = []
         if getpid >= 1:
             fixes.append(
-                "`seg_my_record` (segment.c) calls `syscall(SYS_getpid)` before it looks at "
-                "its cached record; read `s->rec` first. `foreign_process` (interpose.c) "
-                "makes a getpid system call on every counted connect and close: keep the "
+                "`shim_foreign` (interpose.c) "
+                "makes a getpid system call on every counted connect and close, and on "
+                "every socket(): keep the "
                 "pid in a `__thread` variable refreshed by the fork wrapper and a "
                 "`pthread_atfork` child handler, and ask the kernel only on the rare paths "
                 "that could run in a vfork child. Up to %.0f system calls (%.0f ns) less "
@@ -784,7 +787,7 @@ class Bench:
                 "hand the compartment it already has to `seg_inflight_begin`." % cross)
         if clk_pp >= 1:
             fixes.append(
-                "`seg_inflight_begin`/`inflight_finish` (permit.c): for a compartment "
+                "`seg_inflight_begin`/`inflight_finish` (permit.c, tally.c): for a compartment "
                 "without `max_inflight`, `max_wait_ms` or `io_timeout_ms`, skip the "
                 "in-flight accounting or sample it (one request in 16 records its "
                 "latency); keep `inflight_admitted` and the histogram in per-process "
