@@ -155,19 +155,35 @@ has_bit(const struct seg *s, uint32_t rec, uint32_t slot)
 	return (atomic_load(&seg_row(s, rec)[slot / 64]) >> (slot % 64)) & 1;
 }
 
-/* Writes the bit of the change that tag names into its record's row. */
-static void
+/* Writes the bit of the change that tag names into its record's row.
+ * False if the record is no longer the one the tag names (freed, and
+ * maybe taken again, while the change was under way). */
+static bool
 hold_bit(struct seg *s, uint32_t slot, uint32_t tag)
 {
 	uint32_t rec = HTAG_REC(tag);
 	uint64_t m = 1ULL << (slot % 64);
 
 	if (rec == 0 || rec > s->h->nprocs || HTAG_GEN(tag) != REC_GEN(s, rec - 1))
-		return;
+		return false;
 	if (tag & HTAG_DROP)
 		atomic_fetch_and(&seg_row(s, rec - 1)[slot / 64], ~m);
 	else
 		atomic_fetch_or(&seg_row(s, rec - 1)[slot / 64], m);
+	return true;
+}
+
+/* The unlocked word that ends change w: the same count, or one less if
+ * the change added a hold for a record that has gone meanwhile (its bit
+ * was never written, so the hold must not count). */
+static uint64_t
+hold_end(uint64_t w, bool written)
+{
+	uint32_t tag = (uint32_t)(w >> 32), count = (uint32_t)w;
+
+	if (!written && !(tag & HTAG_DROP) && count > 0)
+		count--;
+	return (uint64_t)(tag & ~HTAG_LOCK) << 32 | count;
 }
 
 /* The changer's own end of a change: its bit, then the unlock (which fails
@@ -175,9 +191,9 @@ hold_bit(struct seg *s, uint32_t slot, uint32_t tag)
 static void
 hold_done(struct seg *s, uint32_t slot, uint64_t w)
 {
-	hold_bit(s, slot, (uint32_t)(w >> 32));
-	atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w,
-	    w & ~((uint64_t)HTAG_LOCK << 32));
+	bool written = hold_bit(s, slot, (uint32_t)(w >> 32));
+
+	atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w, hold_end(w, written));
 }
 
 /* Finishes a change found locked as w whose changer is dead: only if the
@@ -186,9 +202,11 @@ hold_done(struct seg *s, uint32_t slot, uint64_t w)
 static void
 hold_finish(struct seg *s, uint32_t slot, uint64_t w)
 {
-	if (atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w,
-	    w & ~((uint64_t)HTAG_LOCK << 32)))
-		hold_bit(s, slot, (uint32_t)(w >> 32));
+	uint32_t tag = (uint32_t)(w >> 32), rec = HTAG_REC(tag);
+	bool alive = rec != 0 && rec <= s->h->nprocs && HTAG_GEN(tag) == REC_GEN(s, rec - 1);
+
+	if (atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w, hold_end(w, alive)))
+		hold_bit(s, slot, tag);
 }
 
 /* The process making the change a locked tag names: the record's own, or

@@ -515,6 +515,31 @@ test_forks_of_one_process_take_turns(void **state)
 }
 
 static void
+test_a_hold_added_for_a_record_gone_meanwhile_does_not_count(void **state)
+{
+	struct seg *s = attach();
+	int slot = acq(s, 1, 66);
+	_Atomic uint64_t *w;
+	uint32_t other, tag;
+
+	(void)state;
+	assert_true(slot >= 0);
+	/* A fork's parent added a hold for its child's record (count 2)
+	 * and stalled before writing the bit; meanwhile that record was
+	 * reclaimed and claimed again (another generation). */
+	other = (uint32_t)atomic_load(&s->rec) + 1;
+	tag = HTAG_LOCK | HTAG(atomic_load(&s->procs[other].gen) + 1, false, other);
+	w = (_Atomic uint64_t *)(uintptr_t)&s->slots[slot].holders;
+	atomic_store(w, (uint64_t)tag << 32 | 2);
+	/* The next change finishes it without counting that hold, so this
+	 * process's drop is the last and the permit goes back. */
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
+	seg_close(s);
+}
+
+static void
 test_a_leftover_segment_takes_the_new_limits(void **state)
 {
 	struct seg *s = attach();
@@ -644,6 +669,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_late_parent_never_writes_into_a_reused_record,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forks_of_one_process_take_turns, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_hold_added_for_a_record_gone_meanwhile_does_not_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
