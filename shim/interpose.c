@@ -165,8 +165,8 @@ claim_slot(int fd, uint64_t ino, bool *shared)
  * Admits slot into comp. When another process sharing the socket (a fork
  * made both hold it before its connect) is admitting it right now, its
  * verdict is awaited: its permit counts for this connect too, and if it was
- * refused, this connect tries for itself. Returns 0, ADMIT_PASS (admitted
- * by the other), or -EBUSY with *why.
+ * refused, this connect tries for itself. Returns 0 (admitted here), 1
+ * (admitted by the other), or -EBUSY with *why.
  */
 static int
 admit_slot(uint32_t slot, int comp, bool may_wait, enum bs_reason *why)
@@ -180,7 +180,7 @@ admit_slot(uint32_t slot, int comp, bool may_wait, enum bs_reason *why)
 		if (r != -EALREADY)
 			return r;
 		if (seg_slot_admitted(shim.seg, slot))
-			return ADMIT_PASS;
+			return 1;
 		if (seg_slot_pending(shim.seg, slot))
 			continue;	/* the other was refused: our turn */
 		if (deadline == 0) {
@@ -246,10 +246,8 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 		seg_count_rejection(shim.seg, (uint32_t)comp, why);
 	} else {
 		r = admit_slot((uint32_t)slot, comp, may_wait, &why);
-		if (r == 0)
-			return ADMIT_COUNTED;
-		if (r == ADMIT_PASS)
-			return ADMIT_PASS;
+		if (r >= 0)
+			return r == 0 ? ADMIT_COUNTED : ADMIT_PASS;
 		/* Refused: a slot of our own goes; one a fork shared stays
 		 * pending for the process it is shared with. */
 		if (!shared)
@@ -360,7 +358,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	slot = fdt_get(fd) - 1;
 	sl = seg_slot(shim.seg, slot);
-	c = sl != NULL ? seg_comp(shim.seg, atomic_load(&sl->comp)) : NULL;
+	c = sl != NULL ? seg_slot_comp(shim.seg, sl) : NULL;
 	timeout = c != NULL ? atomic_load(&c->connect_timeout_ms) : 0;
 	/* SO_SNDTIMEO bounds a blocking connect on Linux: a shorter one that
 	 * the program set itself wins. */

@@ -27,7 +27,7 @@ comp_of(uint32_t e)
 {
 	struct seg_slot *sl = seg_slot(shim.seg, e - 1);
 
-	return sl != NULL ? seg_comp(shim.seg, atomic_load(&sl->comp)) : NULL;
+	return sl != NULL ? seg_slot_comp(shim.seg, sl) : NULL;
 }
 
 /* The program's own SO_RCVTIMEO/SO_SNDTIMEO in ms, 0 if none. */
