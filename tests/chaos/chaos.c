@@ -93,15 +93,6 @@ static void freeze_workers(void);
 static int diag_fd = -1;
 
 static long long
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static long long
 mono_ms(void)
 {
 	struct timespec ts;
@@ -701,7 +692,7 @@ main(int argc, char **argv)
 		die("pthread_create");
 
 	t0 = mono_ms();
-	until_ms = now_ms() + (long long)(seconds * 1000);
+	until_ms = chaos_now_ms() + (long long)(seconds * 1000);
 	end = t0 + (long long)(seconds * 1000);
 	for (int i = 0; i < procs; i++)
 		workers[i].pid = start_worker();

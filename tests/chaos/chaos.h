@@ -4,10 +4,22 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #define CHAOS_COMPS	3	/* limited compartments, c0..c2 */
 #define CHAOS_SERVERS	(CHAOS_COMPS + 1)	/* and one server no rule matches */
 #define CHAOS_MAGIC	0x534f414843534255ULL	/* "UBSCHAOS" */
+
+/* Wall-clock milliseconds: the run's deadline is handed to worker images
+ * across exec, so it cannot be a monotonic time of one process. */
+static inline long long
+chaos_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /*
  * Operation counters, in a small file every worker maps shared. Each is

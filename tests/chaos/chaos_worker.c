@@ -64,15 +64,6 @@ static char self_path[4096];
 static struct thr thr[MAX_THREADS];
 static _Atomic int execing;
 
-static long long
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void
 count(enum chaos_counter k)
 {
@@ -402,7 +393,7 @@ op_exec(struct thr *t)
 	char bufs[4][32], *argv[10];
 	int expected = 0;
 
-	if (child_mode || gen >= 40 || now_ms() - image_start_ms < 300)
+	if (child_mode || gen >= 40 || chaos_now_ms() - image_start_ms < 300)
 		return;
 	if (!atomic_compare_exchange_strong(&execing, &expected, 1))
 		return;
@@ -478,7 +469,7 @@ thread_main(void *arg)
 	struct thr *t = arg;
 
 	while (!atomic_load(&execing)) {
-		long long now = now_ms();
+		long long now = chaos_now_ms();
 
 		if (now >= until_ms || now >= life_end_ms)
 			break;
@@ -584,7 +575,7 @@ main(int argc, char **argv)
 		nthreads = 1;
 	if (nthreads < 1 || nthreads > MAX_THREADS)
 		return 2;
-	image_start_ms = now_ms();
+	image_start_ms = chaos_now_ms();
 	life_end_ms = image_start_ms + atol(argv[6]);
 	/* Room for every thread's range above the ordinary descriptors. */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 4096) {
