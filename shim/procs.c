@@ -769,15 +769,18 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 				empty_record(s, i, true, true);
 		}
 	}
-	/* The threads of the old image are gone: what they left half done
-	 * on any slot is finished now. */
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
-		if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) != SLOT_FREE &&
-		    atomic_load_explicit(&s->slots[i].op_pid, memory_order_relaxed) == me)
-			seg_resolve(s, i, me);
-	}
-	release_orphans(s, me);
 	if (rec >= 0) {
+		/* The threads of the old image are gone: what they left half
+		 * done on any slot or hold is finished now. (A process new
+		 * under a reused pid has nothing of its own to finish: its
+		 * dead predecessor's record was emptied just above.) */
+		for (uint32_t i = 0; i < s->h->nslots; i++) {
+			if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) !=
+			    SLOT_FREE &&
+			    atomic_load_explicit(&s->slots[i].op_pid, memory_order_relaxed) == me)
+				seg_resolve(s, i, me);
+		}
+		release_orphans(s, me);
 		settle_holds(s, (uint32_t)rec);
 		atomic_store(&s->rec, rec);
 	} else if (!any_slot_used(s))
