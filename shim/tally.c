@@ -247,6 +247,20 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 	}
 }
 
+/* Steps 2 and 3 of giving back permit kind p of slot, once announced
+ * (MARK_GIVING): the count goes down, the mark says so, a waiter wakes. */
+static void
+give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
+{
+	struct seg_slot *sl = &s->slots[slot];
+
+	if (count != NULL)
+		tally_sub(s, count, p, slot, gen);
+	slot_mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
+	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
+		wake_waiters(s, sl, count);
+}
+
 /* Gives back permit kind p of slot, if the slot holds it. True if it did. */
 bool
 tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
@@ -257,11 +271,7 @@ tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 	atomic_store(&sl->op_pid, s->my_pid);
 	if (!slot_mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
 		return false;
-	if (count != NULL)
-		tally_sub(s, count, p, slot, gen);
-	slot_mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
-	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
-		wake_waiters(s, sl, count);
+	give_out(s, slot, gen, p, count);
 	return true;
 }
 
@@ -287,13 +297,8 @@ resolve(struct seg *s, uint32_t slot)
 			help(s, tally(count), atomic_load(tally(count)), p);
 		if (m & MARK_TAKING(p))
 			slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), MARK_WITHDRAWN(p));
-		if ((m & MARK_GIVING(p)) && (atomic_load(&sl->mark) & MARK_GIVING(p))) {
-			if (count != NULL)
-				tally_sub(s, count, p, slot, gen);
-			slot_mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
-			if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
-				wake_waiters(s, sl, count);
-		}
+		if ((m & MARK_GIVING(p)) && (atomic_load(&sl->mark) & MARK_GIVING(p)))
+			give_out(s, slot, gen, p, count);
 	}
 	if ((m & MARK_WAITING) && slot_mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0)) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
