@@ -10,17 +10,21 @@
 #include "shim.h"
 
 /*
- * One 32-bit entry per possible descriptor, holding the segment slot + 1 of
- * the counted socket, or 0. The table is sized once for the largest
- * descriptor the kernel can hand out (/proc/sys/fs/nr_open, which bounds
- * every RLIMIT_NOFILE) and mapped with MAP_NORESERVE: untouched pages cost
- * nothing, and the hot path is a bounds check and one load.
+ * One 64-bit entry per possible descriptor: the segment slot + 1 of the
+ * counted socket (or 0) in the low half, and in the high half the I/O
+ * verdict cached for it (FDT_PLAIN | settings sequence, or 0). The table is
+ * sized once for the largest descriptor the kernel can hand out
+ * (/proc/sys/fs/nr_open, which bounds every RLIMIT_NOFILE) and mapped with
+ * MAP_NORESERVE: untouched pages cost nothing, and the hot path is a bounds
+ * check and one load (fdt_entry in shim.h).
  */
 #define FDT_DEFAULT	(1u << 20)
 #define FDT_CAP		(1u << 24)
 
-static _Atomic(_Atomic uint32_t *) fdt;
-static uint32_t fdt_size;
+/* Until the segment is attached, the sequence is this word's 0: no entry
+ * carries a verdict before then. */
+static _Atomic uint32_t no_seq;
+struct fdt_tab fdt_tab = { NULL, 0, &no_seq };
 static _Atomic int fdt_high_water;
 
 /* One bit per descriptor: a stream socket made by socket() that a fork may
@@ -55,7 +59,7 @@ fdt_init(void)
 	struct rlimit rl;
 	void *p;
 
-	if (fdt != NULL)
+	if (fdt_tab.t != NULL)
 		return 0;
 	if (n == 0)
 		n = FDT_DEFAULT;
@@ -64,7 +68,7 @@ fdt_init(void)
 		n = (uint32_t)(rl.rlim_max < FDT_CAP ? rl.rlim_max : FDT_CAP);
 	if (n > FDT_CAP)
 		n = FDT_CAP;
-	p = mmap(NULL, (size_t)n * sizeof(*fdt), PROT_READ | PROT_WRITE,
+	p = mmap(NULL, (size_t)n * sizeof(*fdt_tab.t), PROT_READ | PROT_WRITE,
 	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
@@ -73,29 +77,26 @@ fdt_init(void)
 	if (fresh == MAP_FAILED) {
 		int e = errno;
 
-		munmap(p, (size_t)n * sizeof(*fdt));
+		munmap(p, (size_t)n * sizeof(*fdt_tab.t));
 		fresh = NULL;
 		return -e;
 	}
-	fdt_size = n;
-	atomic_store_explicit(&fdt, p, memory_order_release);
+	/* The table goes first: a reader that sees a size sees the table. */
+	fdt_tab.t = p;
+	atomic_store_explicit(&fdt_tab.size, n, memory_order_release);
 	return 0;
+}
+
+void
+fdt_set_seq(_Atomic uint32_t *seq)
+{
+	fdt_tab.seq = seq != NULL ? seq : &no_seq;
 }
 
 bool
 fdt_valid(int fd)
 {
-	return fd >= 0 && (uint32_t)fd < fdt_size && fdt != NULL;
-}
-
-uint32_t
-fdt_get(int fd)
-{
-	_Atomic uint32_t *t = atomic_load_explicit(&fdt, memory_order_acquire);
-
-	if (t == NULL || fd < 0 || (uint32_t)fd >= fdt_size)
-		return 0;
-	return atomic_load_explicit(&t[fd], memory_order_acquire);
+	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
 }
 
 uint32_t
@@ -108,15 +109,26 @@ fdt_set(int fd, uint32_t slot)
 	high = atomic_load(&fdt_high_water);
 	while (fd >= high && !atomic_compare_exchange_weak(&fdt_high_water, &high, fd + 1))
 		;
-	return atomic_exchange(&fdt[fd], slot + 1);
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
 }
 
 uint32_t
 fdt_take(int fd)
 {
-	if (!fdt_valid(fd) || atomic_load_explicit(&fdt[fd], memory_order_relaxed) == 0)
+	if (!fdt_valid(fd) || atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == 0)
 		return 0;
-	return atomic_exchange(&fdt[fd], 0);
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
+}
+
+void
+fdt_verdict(int fd, uint64_t was, uint32_t verdict)
+{
+	uint64_t next = (uint64_t)verdict << 32 | (uint32_t)was;
+
+	/* Only if the entry is still the one the verdict was made for: a
+	 * close or a new socket behind the number in between wins. */
+	if (fdt_valid(fd) && (uint32_t)was != 0 && next != was)
+		atomic_compare_exchange_strong(&fdt_tab.t[fd], &was, next);
 }
 
 int

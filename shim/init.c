@@ -189,6 +189,7 @@ shim_init(void)
 		give_up(strict, msg);
 		return;
 	}
+	fdt_set_seq(&seg_header(shim.seg)->settings_seq);
 	m = build_matcher(&shim.cfg, err, sizeof(err));
 	if (m == NULL) {
 		give_up(strict, err);

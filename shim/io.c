@@ -20,7 +20,23 @@ ssize_t __read_chk(int, void *, size_t, size_t);
  * socket closes). That is the window in which a slow dependency holds its
  * caller. Every wrapper here starts with the one table lookup; a descriptor
  * the shim does not count goes straight to libc with errno untouched.
+ *
+ * Most compartments limit only connections: their sockets' I/O has nothing
+ * to count or bound. The first I/O on such a socket caches that verdict in
+ * its table entry (FDT_PLAIN with the segment's settings sequence), and
+ * from then on its sends and receives go straight to libc too, until a
+ * `bulkshim set` or `reload` bumps the sequence. A limit set live thus takes
+ * effect on an open socket at its next send or receive: a request that was
+ * already in flight then is not counted (at most one request late). A
+ * limit removed live lets the request in flight end normally first.
+ *
+ * Those sockets' reply latency (h_reply, which `bulkshim suggest` reads) is
+ * sampled: one send in IO_SAMPLE of each thread goes the slow way, times
+ * its reply and records it with weight IO_SAMPLE.
  */
+#define IO_SAMPLE	64u
+
+static __thread unsigned io_tick __attribute__((tls_model("initial-exec")));
 
 static struct seg_comp *
 comp_of(uint32_t e)
@@ -30,6 +46,28 @@ comp_of(uint32_t e)
 	return sl != NULL ? seg_slot_comp(shim.seg, sl) : NULL;
 }
 
+#define INFLIGHT_MARKS	(MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER) | \
+			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
+
+/*
+ * Caches the verdict "nothing to do on I/O" for fd (entry e, of slot sl in
+ * compartment c) if it holds: no in-flight limit, no I/O timeout, no
+ * request still counted in flight and the connect already timed. The
+ * sequence is read before the settings, so a change after it makes the
+ * verdict stale at once. Returns whether it holds.
+ */
+static bool
+cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
+{
+	uint32_t seq = atomic_load_explicit(fdt_tab.seq, memory_order_acquire);
+
+	if (atomic_load(&c->inflight_limit) != UINT32_MAX || atomic_load(&c->io_timeout_ms) != 0 ||
+	    (atomic_load(&sl->mark) & INFLIGHT_MARKS) != 0 ||
+	    atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0)
+		return false;
+	fdt_verdict(fd, e, FDT_PLAIN | seq);
+	return true;
+}
 /* The program's own SO_RCVTIMEO/SO_SNDTIMEO in ms, 0 if none. */
 static uint64_t
 own_timeout_ms(int fd, int opt)
@@ -78,12 +116,14 @@ wait_ready(int fd, uint32_t e, struct seg_comp *c, int flags, short events)
 	return -1;
 }
 
-/* Before a send on a counted socket: the request may begin (or be refused,
- * with errno set, returning -1). *began says this call made it in flight. */
+/* Before a send on a counted socket (entry e): the request may begin (or be
+ * refused, with errno set, returning -1). *began says this call made it in
+ * flight. */
 static int
-send_begin(int fd, uint32_t e, int flags, const char *what, bool *began)
+send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 {
-	struct seg_slot *sl = seg_slot(shim.seg, e - 1);
+	uint32_t slot = (uint32_t)e - 1;
+	struct seg_slot *sl = seg_slot(shim.seg, slot);
 	uint32_t comp = sl != NULL ? atomic_load(&sl->comp) : 0;
 	struct seg_comp *c = sl != NULL ? seg_comp(shim.seg, comp) : NULL;
 	enum bs_reason why = REASON_MAX;
@@ -93,11 +133,20 @@ send_begin(int fd, uint32_t e, int flags, const char *what, bool *began)
 	*began = false;
 	if (c == NULL || !shim_active())
 		return 0;
-	seg_connect_done(shim.seg, e - 1);
+	if (fdt_plain(e)) {
+		/* A sampled request of a socket with a plain verdict: its
+		 * receive goes the slow way once, to time the reply. */
+		atomic_store(&sl->sent_us, now_mono_us());
+		fdt_verdict(fd, e, 0);
+		return 0;
+	}
+	seg_connect_done(shim.seg, slot);
+	if (cache_plain(fd, e, sl, c))
+		return 0;
 	may_wait = atomic_load(&c->max_wait_ms) != 0 &&
 	    atomic_load(&c->inflight) >= atomic_load(&c->inflight_limit) &&
 	    shim_blocking(fd, flags);
-	r = seg_inflight_begin(shim.seg, e - 1, may_wait, &why);
+	r = seg_inflight_begin(shim.seg, slot, may_wait, &why);
 	if (r == -EBUSY) {
 		shim_log_refusal(comp, why, what, "a counted socket");
 		errno = shim_reject_errno(c);
@@ -105,33 +154,48 @@ send_begin(int fd, uint32_t e, int flags, const char *what, bool *began)
 	}
 	*began = r == 1;
 	/* A timeout here has already ended the request it began. */
-	return wait_ready(fd, e, c, flags, POLLOUT);
+	return wait_ready(fd, slot + 1, c, flags, POLLOUT);
 }
 
 /* After a send: one that sent nothing does not leave a request in flight. */
 static void
-send_end(uint32_t e, long r, bool began)
+send_end(uint64_t e, long r, bool began)
 {
 	int saved = errno;
 
 	if (r < 0 && began)
-		seg_inflight_cancel(shim.seg, e - 1);
+		seg_inflight_cancel(shim.seg, (uint32_t)e - 1);
 	errno = saved;
 }
 
-/* After a receive: a byte, end of file or a hard error ends the request. */
+/* After a receive: a byte, end of file or a hard error ends the request. A
+ * sampled one records its reply latency; then the verdict is cached again
+ * if it holds. */
 static void
-recv_end(uint32_t e, long r, bool asked)
+recv_end(int fd, uint64_t e, long r, bool asked)
 {
+	uint32_t slot = (uint32_t)e - 1;
+	struct seg_slot *sl;
+	struct seg_comp *c;
 	int saved = errno;
+	bool done = r > 0 || (r == 0 && asked);
 
-	if (!shim_active())
+	if (!shim_active() || (sl = seg_slot(shim.seg, slot)) == NULL)
 		return;
-	seg_connect_done(shim.seg, e - 1);
-	if (r > 0 || (r == 0 && asked))
-		seg_inflight_end(shim.seg, e - 1);
-	else if (r < 0 && saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR)
-		seg_inflight_cancel(shim.seg, e - 1);
+	seg_connect_done(shim.seg, slot);
+	c = seg_slot_comp(shim.seg, sl);
+	if (c != NULL && cache_plain(fd, e, sl, c)) {
+		uint64_t t = done ? atomic_exchange(&sl->sent_us, 0) : 0, now;
+
+		if (t != 0) {
+			now = now_mono_us();
+			seg_hist_add_n(&c->h_reply, now > t ? now - t : 0, IO_SAMPLE);
+		}
+	} else if (done) {
+		seg_inflight_end(shim.seg, slot);
+	} else if (r < 0 && saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR) {
+		seg_inflight_cancel(shim.seg, slot);
+	}
 	errno = saved;
 }
 
@@ -145,82 +209,172 @@ iov_asks(const struct iovec *iov, int cnt)
 	return false;
 }
 
-/* Wraps one send-family call: SEND(real call expression). */
-#define SEND_WRAP(fd, flags, what, call) do {				\
-	uint32_t e_ = fdt_get(fd);					\
+/* The slow half of a send-family wrapper, for a counted socket (entry e)
+ * whose verdict is not plain or whose request is sampled. */
+#define SEND_SLOW(e, fd, flags, what, call) do {				\
 	bool began_;							\
 	long r_;							\
 									\
-	if (e_ == 0)							\
-		return call;						\
-	if (send_begin(fd, e_, flags, what, &began_) < 0)		\
+	if (send_begin(fd, e, flags, what, &began_) < 0)		\
 		return -1;						\
 	r_ = call;							\
-	send_end(e_, r_, began_);					\
+	send_end(e, r_, began_);					\
 	return r_;							\
 } while (0)
 
-/* Wraps one receive-family call; `asked` says a byte was asked for, so a
- * zero return means end of file rather than an empty request. */
-#define RECV_WRAP(fd, flags, asked, call) do {				\
-	uint32_t e_ = fdt_get(fd);					\
+/* The slow half of a receive-family wrapper; `asked` says a byte was asked
+ * for, so a zero return means end of file rather than an empty request. */
+#define RECV_SLOW(e, fd, flags, asked, call) do {				\
 	long r_;							\
 									\
-	if (e_ == 0)							\
-		return call;						\
-	if (shim_active() && wait_ready(fd, e_, comp_of(e_), flags, POLLIN) < 0) \
+	if (shim_active() && wait_ready(fd, (uint32_t)(e), comp_of((uint32_t)(e)), flags, \
+	    POLLIN) < 0)						\
 		return -1;						\
 	r_ = call;							\
-	recv_end(e_, r_, asked);					\
+	recv_end(fd, e, r_, asked);					\
 	return r_;							\
 } while (0)
+
+/* A send on entry e goes straight to libc: not counted, or a plain verdict
+ * and not this thread's sample. Inline, so that the wrapper is a table
+ * load, a compare and a tail call; the rest is out of line (`*_counted`). */
+static inline bool
+send_plain(uint64_t e)
+{
+	return __builtin_expect(e == 0, 1) ||
+	    __builtin_expect(fdt_plain(e) && (++io_tick & (IO_SAMPLE - 1)) != 0, 1);
+}
+
+static inline bool
+recv_plain(uint64_t e)
+{
+	return __builtin_expect(e == 0 || fdt_plain(e), 1);
+}
+
+static __attribute__((noinline)) ssize_t
+send_counted(uint64_t e, int fd, const void *buf, size_t n, int flags)
+{
+	SEND_SLOW(e, fd, flags, "send", real.send(fd, buf, n, flags));
+}
 
 BS_EXPORT ssize_t
 send(int fd, const void *buf, size_t n, int flags)
 {
-	SEND_WRAP(fd, flags, "send", real.send(fd, buf, n, flags));
+	uint64_t e = fdt_entry(fd);
+
+	if (send_plain(e))
+		return real.send(fd, buf, n, flags);
+	return send_counted(e, fd, buf, n, flags);
+}
+
+static __attribute__((noinline)) ssize_t
+write_counted(uint64_t e, int fd, const void *buf, size_t n)
+{
+	SEND_SLOW(e, fd, 0, "write", real.write(fd, buf, n));
 }
 
 BS_EXPORT ssize_t
 write(int fd, const void *buf, size_t n)
 {
-	SEND_WRAP(fd, 0, "write", real.write(fd, buf, n));
+	uint64_t e = fdt_entry(fd);
+
+	if (send_plain(e))
+		return real.write(fd, buf, n);
+	return write_counted(e, fd, buf, n);
+}
+
+static __attribute__((noinline)) ssize_t
+writev_counted(uint64_t e, int fd, const struct iovec *iov, int cnt)
+{
+	SEND_SLOW(e, fd, 0, "writev", real.writev(fd, iov, cnt));
 }
 
 BS_EXPORT ssize_t
 writev(int fd, const struct iovec *iov, int cnt)
 {
-	SEND_WRAP(fd, 0, "writev", real.writev(fd, iov, cnt));
+	uint64_t e = fdt_entry(fd);
+
+	if (send_plain(e))
+		return real.writev(fd, iov, cnt);
+	return writev_counted(e, fd, iov, cnt);
+}
+
+static __attribute__((noinline)) int
+sendmmsg_counted(uint64_t e, int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	SEND_SLOW(e, fd, flags, "sendmmsg", real.sendmmsg(fd, v, n, flags));
 }
 
 BS_EXPORT int
 sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
-	SEND_WRAP(fd, flags, "sendmmsg", real.sendmmsg(fd, v, n, flags));
+	uint64_t e = fdt_entry(fd);
+
+	if (send_plain(e))
+		return real.sendmmsg(fd, v, n, flags);
+	return sendmmsg_counted(e, fd, v, n, flags);
+}
+
+static __attribute__((noinline)) ssize_t
+sendfile_counted(uint64_t e, int out, int in, off_t *off, size_t n)
+{
+	SEND_SLOW(e, out, 0, "sendfile", real.sendfile(out, in, off, n));
 }
 
 BS_EXPORT ssize_t
 sendfile(int out, int in, off_t *off, size_t n)
 {
-	SEND_WRAP(out, 0, "sendfile", real.sendfile(out, in, off, n));
+	uint64_t e = fdt_entry(out);
+
+	if (send_plain(e))
+		return real.sendfile(out, in, off, n);
+	return sendfile_counted(e, out, in, off, n);
+}
+
+static __attribute__((noinline)) ssize_t
+sendfile64_counted(uint64_t e, int out, int in, off_t *off, size_t n)
+{
+	SEND_SLOW(e, out, 0, "sendfile", real.sendfile64(out, in, off, n));
 }
 
 BS_EXPORT ssize_t
 sendfile64(int out, int in, off_t *off, size_t n)
 {
-	SEND_WRAP(out, 0, "sendfile", real.sendfile64(out, in, off, n));
+	uint64_t e = fdt_entry(out);
+
+	if (send_plain(e))
+		return real.sendfile64(out, in, off, n);
+	return sendfile64_counted(e, out, in, off, n);
+}
+
+static __attribute__((noinline)) ssize_t
+sendto_counted(uint64_t e, int fd, const void *buf, size_t n, int flags,
+    const struct sockaddr *sa, socklen_t len)
+{
+	SEND_SLOW(e, fd, flags, "sendto", real.sendto(fd, buf, n, flags, sa, len));
+}
+
+static __attribute__((noinline)) ssize_t
+sendmsg_counted(uint64_t e, int fd, const struct msghdr *msg, int flags)
+{
+	SEND_SLOW(e, fd, flags, "sendmsg", real.sendmsg(fd, msg, flags));
 }
 
 /* sendto and sendmsg also connect implicitly with MSG_FASTOPEN. */
 BS_EXPORT ssize_t
 sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
 {
+	uint64_t e;
 	int saved = errno;
 	enum admit a;
 	ssize_t r;
 
-	if (!(flags & MSG_FASTOPEN) || sa == NULL || !shim_active())
-		SEND_WRAP(fd, flags, "sendto", real.sendto(fd, buf, n, flags, sa, len));
+	if (!(flags & MSG_FASTOPEN) || sa == NULL || !shim_active()) {
+		e = fdt_entry(fd);
+		if (send_plain(e))
+			return real.sendto(fd, buf, n, flags, sa, len);
+		return sendto_counted(e, fd, buf, n, flags, sa, len);
+	}
 	a = shim_admit(fd, sa, len, "sendto");
 	if (a == ADMIT_REFUSED)
 		return -1;
@@ -234,12 +388,17 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 BS_EXPORT ssize_t
 sendmsg(int fd, const struct msghdr *msg, int flags)
 {
+	uint64_t e;
 	int saved = errno;
 	enum admit a;
 	ssize_t r;
 
-	if (!(flags & MSG_FASTOPEN) || msg == NULL || msg->msg_name == NULL || !shim_active())
-		SEND_WRAP(fd, flags, "sendmsg", real.sendmsg(fd, msg, flags));
+	if (!(flags & MSG_FASTOPEN) || msg == NULL || msg->msg_name == NULL || !shim_active()) {
+		e = fdt_entry(fd);
+		if (send_plain(e))
+			return real.sendmsg(fd, msg, flags);
+		return sendmsg_counted(e, fd, msg, flags);
+	}
 	a = shim_admit(fd, msg->msg_name, msg->msg_namelen, "sendmsg");
 	if (a == ADMIT_REFUSED)
 		return -1;
@@ -250,59 +409,152 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 	return r;
 }
 
+static __attribute__((noinline)) ssize_t
+recv_counted(uint64_t e, int fd, void *buf, size_t n, int flags)
+{
+	RECV_SLOW(e, fd, flags, n > 0, real.recv(fd, buf, n, flags));
+}
+
 BS_EXPORT ssize_t
 recv(int fd, void *buf, size_t n, int flags)
 {
-	RECV_WRAP(fd, flags, n > 0, real.recv(fd, buf, n, flags));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.recv(fd, buf, n, flags);
+	return recv_counted(e, fd, buf, n, flags);
+}
+
+static __attribute__((noinline)) ssize_t
+recvfrom_counted(uint64_t e, int fd, void *buf, size_t n, int flags, struct sockaddr *sa,
+    socklen_t *len)
+{
+	RECV_SLOW(e, fd, flags, n > 0, real.recvfrom(fd, buf, n, flags, sa, len));
 }
 
 BS_EXPORT ssize_t
 recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
 {
-	RECV_WRAP(fd, flags, n > 0, real.recvfrom(fd, buf, n, flags, sa, len));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.recvfrom(fd, buf, n, flags, sa, len);
+	return recvfrom_counted(e, fd, buf, n, flags, sa, len);
+}
+
+static __attribute__((noinline)) ssize_t
+recvmsg_counted(uint64_t e, int fd, struct msghdr *msg, int flags)
+{
+	RECV_SLOW(e, fd, flags, msg != NULL && iov_asks(msg->msg_iov, (int)msg->msg_iovlen),
+	    real.recvmsg(fd, msg, flags));
 }
 
 BS_EXPORT ssize_t
 recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	RECV_WRAP(fd, flags, msg != NULL && iov_asks(msg->msg_iov, (int)msg->msg_iovlen),
-	    real.recvmsg(fd, msg, flags));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.recvmsg(fd, msg, flags);
+	return recvmsg_counted(e, fd, msg, flags);
+}
+
+static __attribute__((noinline)) int
+recvmmsg_counted(uint64_t e, int fd, struct mmsghdr *v, unsigned n, int flags,
+    struct timespec *tmo)
+{
+	RECV_SLOW(e, fd, flags, n > 0, real.recvmmsg(fd, v, n, flags, tmo));
 }
 
 BS_EXPORT int
 recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *tmo)
 {
-	RECV_WRAP(fd, flags, n > 0, real.recvmmsg(fd, v, n, flags, tmo));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.recvmmsg(fd, v, n, flags, tmo);
+	return recvmmsg_counted(e, fd, v, n, flags, tmo);
+}
+
+static __attribute__((noinline)) ssize_t
+read_counted(uint64_t e, int fd, void *buf, size_t n)
+{
+	RECV_SLOW(e, fd, 0, n > 0, real.read(fd, buf, n));
 }
 
 BS_EXPORT ssize_t
 read(int fd, void *buf, size_t n)
 {
-	RECV_WRAP(fd, 0, n > 0, real.read(fd, buf, n));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.read(fd, buf, n);
+	return read_counted(e, fd, buf, n);
+}
+
+static __attribute__((noinline)) ssize_t
+readv_counted(uint64_t e, int fd, const struct iovec *iov, int cnt)
+{
+	RECV_SLOW(e, fd, 0, iov_asks(iov, cnt), real.readv(fd, iov, cnt));
 }
 
 BS_EXPORT ssize_t
 readv(int fd, const struct iovec *iov, int cnt)
 {
-	RECV_WRAP(fd, 0, iov_asks(iov, cnt), real.readv(fd, iov, cnt));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.readv(fd, iov, cnt);
+	return readv_counted(e, fd, iov, cnt);
 }
 
 /* The _FORTIFY_SOURCE entry points that hardened builds call instead. */
+static __attribute__((noinline)) ssize_t
+recv_chk_counted(uint64_t e, int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	RECV_SLOW(e, fd, flags, n > 0, real.recv_chk(fd, buf, n, buflen, flags));
+}
+
 BS_EXPORT ssize_t
 __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-	RECV_WRAP(fd, flags, n > 0, real.recv_chk(fd, buf, n, buflen, flags));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.recv_chk(fd, buf, n, buflen, flags);
+	return recv_chk_counted(e, fd, buf, n, buflen, flags);
+}
+
+static __attribute__((noinline)) ssize_t
+recvfrom_chk_counted(uint64_t e, int fd, void *buf, size_t n, size_t buflen, int flags,
+    struct sockaddr *sa, socklen_t *len)
+{
+	RECV_SLOW(e, fd, flags, n > 0, real.recvfrom_chk(fd, buf, n, buflen, flags, sa, len));
 }
 
 BS_EXPORT ssize_t
 __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa,
     socklen_t *len)
 {
-	RECV_WRAP(fd, flags, n > 0, real.recvfrom_chk(fd, buf, n, buflen, flags, sa, len));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.recvfrom_chk(fd, buf, n, buflen, flags, sa, len);
+	return recvfrom_chk_counted(e, fd, buf, n, buflen, flags, sa, len);
+}
+
+static __attribute__((noinline)) ssize_t
+read_chk_counted(uint64_t e, int fd, void *buf, size_t n, size_t buflen)
+{
+	RECV_SLOW(e, fd, 0, n > 0, real.read_chk(fd, buf, n, buflen));
 }
 
 BS_EXPORT ssize_t
 __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-	RECV_WRAP(fd, 0, n > 0, real.read_chk(fd, buf, n, buflen));
+	uint64_t e = fdt_entry(fd);
+
+	if (recv_plain(e))
+		return real.read_chk(fd, buf, n, buflen);
+	return read_chk_counted(e, fd, buf, n, buflen);
 }

@@ -119,15 +119,21 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 }
 
 void
-seg_hist_add(struct seg_hist *h, uint64_t us)
+seg_hist_add_n(struct seg_hist *h, uint64_t us, uint64_t n)
 {
 	unsigned b = us == 0 ? 0 : 64 - (unsigned)__builtin_clzll(us);
 
 	if (b >= BS_HIST_BUCKETS)
 		b = BS_HIST_BUCKETS - 1;
-	atomic_fetch_add(&h->bucket[b], 1);
-	atomic_fetch_add(&h->sum_us, us);
-	atomic_fetch_add(&h->count, 1);
+	atomic_fetch_add(&h->bucket[b], n);
+	atomic_fetch_add(&h->sum_us, us * n);
+	atomic_fetch_add(&h->count, n);
+}
+
+void
+seg_hist_add(struct seg_hist *h, uint64_t us)
+{
+	seg_hist_add_n(h, us, 1);
 }
 
 /* Counts one admission in the per-second ring and the peak rate. */
@@ -526,7 +532,7 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 {
 	struct seg_slot *sl;
 	struct seg_comp *c;
-	uint64_t m, t;
+	uint64_t m, t, sent;
 	uint32_t gen;
 
 	if (slot >= s->h->nslots)
@@ -539,6 +545,10 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 	t = atomic_load(&sl->sent_us);
 	if (!tally_give(s, slot, gen, P_INFLIGHT) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
 		return;
+	/* Cleared unless a new request began meanwhile: a sampled reply
+	 * (io.c) must not find this one's start. */
+	sent = t;
+	atomic_compare_exchange_strong(&sl->sent_us, &sent, 0);
 	c = seg_slot_comp(s, sl);
 	if (record && c != NULL) {
 		uint64_t now = now_mono_us();

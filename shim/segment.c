@@ -159,6 +159,12 @@ map_fd(struct seg *s, int fd, size_t size, bool writable)
 }
 
 void
+seg_settings_changed(struct seg *s)
+{
+	atomic_fetch_add_explicit(&s->h->settings_seq, 1, memory_order_release);
+}
+
+void
 seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc)
 {
 	uint32_t lim = cc->max_connections ? cc->max_connections : UINT32_MAX;
@@ -655,6 +661,8 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		goto fail;
 	}
 	s->my_start = seg_pid_start(getpid());
+	/* Start-up may have rewritten settings (a fresh start, a repair). */
+	seg_settings_changed(s);
 	/* The mapping keeps the open file description alive, and the flock
 	 * with it: closing alone would not unlock. */
 	flock(fd, LOCK_UN);

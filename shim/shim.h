@@ -11,6 +11,9 @@
 #include <sys/types.h>
 
 #define BS_EXPORT __attribute__((visibility("default")))
+/* On the shim's globals read by every wrapper: addressed directly, not
+ * through the global offset table. */
+#define BS_HIDDEN __attribute__((visibility("hidden")))
 
 #define BS_VERSION		"0.1.0"
 #define BS_NAME_MAX		64	/* compartment and segment names, with NUL */
@@ -228,7 +231,7 @@ int cfg_resolve_hosts(struct cfg_ctx *c);
 /* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	2
+#define SEG_VERSION	3
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
 /* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
@@ -257,6 +260,10 @@ struct seg_header {
 	char config_path[PATH_MAX];	/* what `bulkshim reload` last applied */
 	char class_name[BS_MAX_CLASSES][BS_CLASS_NAME_MAX];
 	uint32_t nclass;
+	/* Bumped after every change of a compartment's settings (start-up,
+	 * `bulkshim set`, `bulkshim reload`): descriptors cache what their
+	 * I/O needs against it (FDT_PLAIN). Only its low 31 bits count. */
+	_Atomic uint32_t settings_seq;
 };
 
 /* Why a call was refused (or, in observe mode, would have been). */
@@ -437,6 +444,10 @@ struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
 /* Writes a compartment's configured limits and settings into the segment
  * (at creation, on a fresh start, and for `bulkshim reload`). */
 void seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc);
+/* Says that some compartment's settings changed, after the change (bumps
+ * the settings sequence): every process re-reads them at the next I/O of
+ * each counted socket. */
+void seg_settings_changed(struct seg *s);
 /* The segment index of config compartment i, or -1. */
 int seg_comp_index(const struct seg *s, size_t cfg_index);
 /* Counts the bits set in a process's bitmap row. */
@@ -480,6 +491,8 @@ void seg_inflight_cancel(struct seg *s, uint32_t slot);
 void seg_reset_counters(struct seg *s, uint32_t i);
 /* Records one value in a histogram. Lock-free. */
 void seg_hist_add(struct seg_hist *h, uint64_t us);
+/* Records one sample standing for n values. */
+void seg_hist_add_n(struct seg_hist *h, uint64_t us, uint64_t n);
 /* Counts a refusal of compartment comp for reason why. */
 void seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why);
 /* A short name for a reason: "full", "inflight_full", "wait_timeout",
@@ -599,9 +612,55 @@ void seg_exit(struct seg *s);
 
 /* Sizes the table from /proc/sys/fs/nr_open with mmap. Returns 0 or -errno. */
 int fdt_init(void);
-/* The slot + 1 recorded for fd, 0 if untracked. One atomic load. */
-uint32_t fdt_get(int fd);
-/* Records slot for fd and returns what was recorded before (slot + 1 or 0). */
+
+/* The table (fdtable.c): read inline by every wrapper. `size` is 0 until
+ * the table is mapped; `seq` points to the segment's settings sequence
+ * once attached (a word that stays 0 before). */
+struct fdt_tab {
+	_Atomic uint64_t *t;
+	_Atomic uint32_t size;
+	_Atomic uint32_t *seq;
+};
+extern struct fdt_tab fdt_tab BS_HIDDEN;
+
+/* The high half of an entry whose socket needs nothing on its I/O: its
+ * compartment limits no requests in flight and times out no I/O, as of the
+ * settings sequence in the low 31 bits. */
+#define FDT_PLAIN	0x80000000u
+
+/* The whole entry of fd: slot + 1 in the low half (0: not counted), the
+ * cached verdict in the high half. A bounds check and one load. */
+static inline uint64_t
+fdt_entry(int fd)
+{
+	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire))
+		return 0;
+	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
+}
+
+/* The slot + 1 recorded for fd, 0 if untracked. */
+static inline uint32_t
+fdt_get(int fd)
+{
+	return (uint32_t)fdt_entry(fd);
+}
+
+/* True if a counted entry lets its I/O go straight to libc: its verdict is
+ * plain as of the current settings sequence. */
+static inline bool
+fdt_plain(uint64_t e)
+{
+	return (uint32_t)(e >> 32) ==
+	    (FDT_PLAIN | atomic_load_explicit(fdt_tab.seq, memory_order_acquire));
+}
+
+/* Where the settings sequence is (NULL: nowhere yet). */
+void fdt_set_seq(_Atomic uint32_t *seq);
+/* Caches `verdict` (FDT_PLAIN | sequence, or 0) in fd's entry if the entry
+ * is still `was` apart from its verdict. */
+void fdt_verdict(int fd, uint64_t was, uint32_t verdict);
+/* Records slot for fd (with no verdict) and returns what was recorded
+ * before (slot + 1 or 0). */
 uint32_t fdt_set(int fd, uint32_t slot);
 /* Forgets fd and returns what was recorded (slot + 1 or 0). */
 uint32_t fdt_take(int fd);
@@ -662,7 +721,7 @@ struct real_fns {
 };
 
 /* Entries start at trampolines that bind on first use, so none is ever NULL. */
-extern struct real_fns real;
+extern struct real_fns real BS_HIDDEN;
 
 /* Binds every real function once with dlsym(RTLD_NEXT). Safe to call from
  * any wrapper at any time; a recursive call (dlsym calling back into a
@@ -683,7 +742,7 @@ struct shim_state {
 	uint32_t cls;		/* this process's class, as a segment class index */
 	_Atomic uint32_t gen;	/* segment generation the matcher was built for */
 };
-extern struct shim_state shim;
+extern struct shim_state shim BS_HIDDEN;
 
 /* True once start-up finished with a usable segment. */
 bool shim_active(void);

@@ -243,6 +243,7 @@ cmd_set(int argc, char **argv)
 		return 1;
 	}
 	r = apply_set(s, seg_comp(s, (uint32_t)i), argv[optind + 1], argv[optind + 2]);
+	seg_settings_changed(s);
 	seg_close(s);
 	return r;
 }
@@ -311,6 +312,7 @@ apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const 
 		wake_all(&c->in_use);
 		wake_all(&c->inflight);
 	}
+	seg_settings_changed(s);
 	for (uint32_t j = 0; j < h->ncomp; j++) {
 		bool named = false;
 

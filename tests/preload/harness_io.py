@@ -22,7 +22,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 2
+SEG_VERSION = 3
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -92,7 +92,7 @@ HEADER = Layout("seg_header", [
     ("off_comp", "Q"), ("off_slots", "Q"), ("off_procs", "Q"), ("off_bitmaps", "Q"),
     ("generation", "I"), ("creator_uid", "I"), ("created_ms", "Q"), ("last_reclaim_ms", "Q"),
     ("name", "s", NAME_MAX), ("config_path", "s", PATH_MAX),
-    ("class_name", "s", MAX_CLASSES * CLASS_NAME_MAX), ("nclass", "I"),
+    ("class_name", "s", MAX_CLASSES * CLASS_NAME_MAX), ("nclass", "I"), ("settings_seq", "I"),
 ])
 
 HIST = Layout("seg_hist", [("bucket", "Q", HIST_BUCKETS), ("count", "Q"), ("sum_us", "Q")])
