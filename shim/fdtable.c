@@ -159,6 +159,13 @@ fdt_clear_fresh(int fd)
 		atomic_fetch_and(&fresh[fd / 64], ~m);
 }
 
+bool
+fdt_is_fresh(int fd)
+{
+	return fdt_valid(fd) && fresh != NULL &&
+	    (atomic_load_explicit(&fresh[fd / 64], memory_order_relaxed) >> (fd % 64) & 1) != 0;
+}
+
 int
 fdt_next_fresh(int fd)
 {

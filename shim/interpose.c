@@ -237,7 +237,9 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 	c = comp >= 0 ? seg_comp(shim.seg, (uint32_t)comp) : NULL;
 	if (c == NULL || !fdt_valid(fd))
 		return ADMIT_PASS;
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM)
+	/* A socket from our socket() is known to be a stream socket. */
+	if (!fdt_is_fresh(fd) &&
+	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return ADMIT_PASS;
 	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
 	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
@@ -665,20 +667,25 @@ BS_EXPORT int
 socket(int domain, int type, int protocol)
 {
 	bool mark = (type & 0xf) == SOCK_STREAM &&
-	    (domain == AF_INET || domain == AF_INET6 || domain == AF_UNIX) &&
-	    active() && !shim_foreign();
+	    (domain == AF_INET || domain == AF_INET6 || domain == AF_UNIX) && active();
 	int r, saved;
 
+	/* No getpid here: in a vfork child (which shares our memory but not
+	 * our descriptors) a mark is at worst stale, and stale marks are
+	 * harmless (fork and connect check the socket behind the number). */
 	if (mark)
 		seg_gate_enter(shim.seg);
 	r = real.socket(domain, type, protocol);
 	saved = errno;
 	fresh_fd(r);
-	if (mark) {
-		if (r >= 0)
+	if (r >= 0) {
+		if (mark)
 			fdt_mark_fresh(r);
-		seg_gate_leave(shim.seg);
+		else
+			fdt_clear_fresh(r);
 	}
+	if (mark)
+		seg_gate_leave(shim.seg);
 	errno = saved;
 	return r;
 }

@@ -8,6 +8,42 @@
 #include <string.h>
 #include <sys/un.h>
 
+/* uthash's keys here are 16-byte addresses and short names, hashed on every
+ * connect once per prefix length in use: a word-at-a-time multiplicative
+ * hash with a final mix (uthash takes the low bits) costs a fraction of
+ * uthash's default Jenkins hash. */
+static inline uint32_t key_hash(const void *key, size_t n)
+{
+	const unsigned char *p = key;
+	uint64_t h = 0x243f6a8885a308d3ULL ^ n, w;
+
+	if (n == 16) {
+		/* An address: two multiplies, the high half, folded. */
+		uint64_t a, b;
+		uint32_t x;
+
+		memcpy(&a, p, 8);
+		memcpy(&b, p + 8, 8);
+		x = (uint32_t)(((a * 0x9e3779b97f4a7c15ULL) ^ b) * 0xbf58476d1ce4e5b9ULL >> 32);
+		return x ^ x >> 15;
+	}
+	for (; n >= 8; p += 8, n -= 8) {
+		memcpy(&w, p, 8);
+		h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 32;
+	}
+	if (n > 0) {
+		w = 0;
+		memcpy(&w, p, n);
+		h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+	}
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 32;
+	return (uint32_t)h;
+}
+#define HASH_FUNCTION(keyptr, keylen, hashv) ((hashv) = key_hash((keyptr), (keylen)))
+
 /* The tables are built at init; running out of memory there must become an
  * error message, not uthash's default exit(). A failed add leaves hh.tbl NULL. */
 #define HASH_NONFATAL_OOM 1
@@ -53,8 +89,15 @@ struct learned {
 	struct learned_entry e[BS_LEARNED_MAX];
 };
 
+/* Per prefix length: a bit per (hashed) network in use, so that a connect
+ * that matches nothing skips most tables after a hash and one load. */
+#define FILTER_BITS	4096u
+#define FILTER_BIT(h)	(((h) >> 20) & (FILTER_BITS - 1))
+
 struct matcher {
 	struct ip_site *ip[129];	/* one table per prefix length */
+	uint64_t mask[129][2];		/* prefix length -> address mask, memory order */
+	uint64_t filter[129][FILTER_BITS / 64];
 	uint8_t prefixes[129];		/* lengths in use below 128, longest first */
 	int nprefixes;
 	struct name_site *unix_sites;
@@ -223,9 +266,12 @@ static int add_site(struct matcher *m, const struct rule *const *order, size_t i
 	if (a->kind == RULE_IP) {
 		struct ip_site *s = &m->ip_store[(*nip)++];
 
+		uint32_t h = key_hash(a->addr, 16);
+
 		memcpy(s->addr, a->addr, 16);
 		s->first = first;
 		s->count = count;
+		m->filter[a->prefix][FILTER_BIT(h) / 64] |= 1ULL << (FILTER_BIT(h) % 64);
 		HASH_ADD(hh, m->ip[a->prefix], addr, 16, s);
 		if (s->hh.tbl == NULL)
 			goto oom;
@@ -291,6 +337,13 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	if (!m->learned || !m->ranges || !m->ip_store || !m->name_store || !m->names || !order)
 		goto oom;
 
+	for (int p = 0; p <= 128; p++) {
+		uint8_t ones[16];
+
+		memset(ones, 0xff, sizeof(ones));
+		match_mask_addr(ones, p);
+		memcpy(m->mask[p], ones, sizeof(ones));
+	}
 	for (size_t i = 0; i < n; i++)
 		order[i] = &rules[i];
 	qsort(order, n, sizeof(*order), rule_cmp);
@@ -390,7 +443,7 @@ static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t por
 {
 	unsigned width = 0, lwidth = 0;
 	const struct ip_site *s;
-	uint8_t key[16];
+	uint64_t a[2], key[2];
 	int best = -1, c;
 
 	/* Learned addresses rank as /128 rules: compare them with the static
@@ -399,17 +452,24 @@ static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t por
 	HASH_FIND(hh, m->ip[128], addr, 16, s);
 	if (s != NULL)
 		best = site_range(m, s->first, s->count, port, &width);
-	c = learned_find(m->learned, addr, port, &lwidth);
+	/* Nothing learned (no host-name rule resolved yet): no probe. */
+	c = atomic_load_explicit(&m->learned->count, memory_order_acquire) == 0 ? -1 :
+	    learned_find(m->learned, addr, port, &lwidth);
 	if (c >= 0 && (best < 0 || lwidth < width))
 		best = c;
 	if (best >= 0)
 		return best;
+	memcpy(a, addr, 16);
 	for (int i = 0; i < m->nprefixes; i++) {
 		int p = m->prefixes[i];
+		uint32_t h;
 
-		memcpy(key, addr, 16);
-		match_mask_addr(key, p);
-		HASH_FIND(hh, m->ip[p], key, 16, s);
+		key[0] = a[0] & m->mask[p][0];
+		key[1] = a[1] & m->mask[p][1];
+		h = key_hash(key, 16);
+		if (!(m->filter[p][FILTER_BIT(h) / 64] >> (FILTER_BIT(h) % 64) & 1))
+			continue;
+		HASH_FIND_BYHASHVALUE(hh, m->ip[p], key, 16, h, s);
 		if (s != NULL && (c = site_range(m, s->first, s->count, port, &width)) >= 0)
 			return c;
 	}

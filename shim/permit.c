@@ -136,11 +136,12 @@ seg_hist_add(struct seg_hist *h, uint64_t us)
 	seg_hist_add_n(h, us, 1);
 }
 
-/* Counts one admission in the per-second ring and the peak rate. */
+/* Counts one admission at now_us (CLOCK_MONOTONIC) in the per-second ring
+ * and the peak rate. */
 static void
-note_rate(struct seg_comp *c)
+note_rate(struct seg_comp *c, uint64_t now_us)
 {
-	uint64_t sec = now_mono_ms() / 1000, e, next;
+	uint64_t sec = now_us / 1000000, e, next;
 	_Atomic uint64_t *slot = &c->rate[sec % BS_RATE_SECONDS];
 	uint64_t peak;
 
@@ -256,6 +257,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	struct seg_class *k = NULL;
 	enum bs_reason reason = REASON_MAX;
 	uint32_t gen = MARK_GEN(atomic_load(&sl->mark)), none = SLOT_NO_COMP, seen;
+	uint64_t now;
 	int r;
 
 	if (!atomic_compare_exchange_strong(&sl->comp, &none, comp))
@@ -301,9 +303,11 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		raise_peak(&k->peak, atomic_load(&k->in_use));
 		atomic_fetch_add(&k->admitted, 1);
 	}
-	atomic_store(&sl->connect_us, now_mono_us());
+	/* One clock read: the connect is timed from it, and the rate. */
+	now = now_mono_us();
+	atomic_store(&sl->connect_us, now);
 	atomic_fetch_add(&c->admitted, 1);
-	note_rate(c);
+	note_rate(c, now);
 	return 0;
 }
 

@@ -672,6 +672,9 @@ bool fdt_valid(int fd);
  * a fork may share before their connect (see fork in interpose.c). */
 void fdt_mark_fresh(int fd);
 void fdt_clear_fresh(int fd);
+/* True if fd is marked fresh: a stream socket from socket(), as far as
+ * this process knows. */
+bool fdt_is_fresh(int fd);
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
 
