@@ -21,7 +21,7 @@
 
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
-	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", NULL,
+	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "pools", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 
@@ -253,13 +253,17 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 		rc = cfg_get_bool(c, s, &c->cfg->enforce);
 	if (rc == 0 && (s = config_setting_get_member(root, "classes")) != NULL)
 		rc = cfg_parse_classes(c, s);
+	/* Compartments name their pool. */
+	if (rc == 0 && (s = config_setting_get_member(root, "pools")) != NULL)
+		rc = cfg_parse_pools(c, s);
 
 	for (int i = 0; i < config_setting_length(root) && rc == 0; i++) {
 		const char *key;
 
 		s = config_setting_get_elem(root, (unsigned)i);
 		key = cfg_key_of(s);
-		if (strcmp(key, "enforce") == 0 || strcmp(key, "classes") == 0) {
+		if (strcmp(key, "enforce") == 0 || strcmp(key, "classes") == 0 ||
+		    strcmp(key, "pools") == 0) {
 			continue;	/* read above */
 		} else if (strcmp(key, "segment") == 0) {
 			rc = parse_segment(c, s);
@@ -467,6 +471,8 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 		rc = cfg_check_duplicates(&c);
 	if (rc == 0)
 		rc = cfg_check_budget(&c);
+	if (rc == 0)
+		rc = cfg_check_pools(&c);
 	config_destroy(&lc);
 	if (rc == 0 && !c.has_sockets)
 		cfg->max_sockets = default_sockets(cfg);

@@ -63,24 +63,52 @@ raise_peak(_Atomic uint32_t *peak, uint32_t v)
  * sleeps on the tally's count word until the deadline. The slot is marked
  * MARK_WAITING while counted in `waiting`. TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
  */
+/*
+ * One attempt at permit kind p for slot; for a connection in a pool, the
+ * pool's permit after the compartment's (pool.c), and the compartment's
+ * given back, here and only here, when the pool has none. On TALLY_FULL,
+ * *word is the word to sleep on and *why the reason.
+ */
+static int
+take_step(struct seg *s, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
+    _Atomic uint32_t **word, enum bs_reason *why)
+{
+	int r = tally_take(s, slot, gen, p, 0, seen);
+
+	if (r != TALLY_TAKEN || p != P_CONN)
+		return r;
+	r = pool_take(s, slot, gen, seen, word);
+	if (r == TALLY_TAKEN)
+		return r;
+	tally_give(s, slot, gen, P_CONN);
+	if (r == TALLY_FULL)
+		*why = REASON_POOL_FULL;
+	return r;
+}
+
 static int
 take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum bs_reason full,
     enum bs_reason *why)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	struct seg_comp *c = seg_slot_comp(s, sl);
-	_Atomic uint32_t *count = tally_of(s, sl, p, NULL);
+	_Atomic uint32_t *count = tally_of(s, sl, p, NULL), *word = count;
+	enum bs_reason reason = full;
 	uint32_t wait_ms, w, seen;
 	uint64_t t0, deadline, now;
 	int r;
 
 	if (c == NULL || count == NULL)
 		return TALLY_BUSY;
-	if ((r = tally_take(s, slot, gen, p, 0, &seen)) != TALLY_FULL)
+	if ((r = take_step(s, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
 		return r;
-	if (seg_reclaim(s, true) > 0 && (r = tally_take(s, slot, gen, p, 0, &seen)) != TALLY_FULL)
-		return r;
-	*why = full;
+	if (seg_reclaim(s, true) > 0) {
+		word = count;
+		reason = full;
+		if ((r = take_step(s, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
+			return r;
+	}
+	*why = reason;
 	wait_ms = atomic_load(&c->max_wait_ms);
 	if (!may_wait || wait_ms == 0 || !atomic_load(&c->enforce))
 		return TALLY_FULL;
@@ -97,8 +125,11 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 	t0 = now_mono_us();
 	deadline = t0 + (uint64_t)wait_ms * 1000;
 	*why = REASON_WAIT_TIMEOUT;
+	/* A pool's frees wake its sleepers (pool_wake). */
+	pool_sleepers(s, c, 1);
 	for (;;) {
-		r = tally_take(s, slot, gen, p, 0, &seen);
+		word = count;
+		r = take_step(s, slot, gen, p, &seen, &word, &reason);
 		if (r != TALLY_FULL)
 			break;
 		now = now_mono_us();
@@ -106,10 +137,11 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 			break;
 		/* Wake up now and then to take back what dead processes
 		 * hold: they will never wake us themselves. */
-		futex_wait(count, seen,
+		futex_wait(word, seen,
 		    deadline - now < RECLAIM_POLL_MS * 1000 ? deadline - now : RECLAIM_POLL_MS * 1000);
 		seg_reclaim(s, true);
 	}
+	pool_sleepers(s, c, -1);
 	/* The count goes down before the mark: dying in between makes a
 	 * reclaimer take one off again, an error that vanishes at 0. */
 	seg_dec_floor(&c->waiting);
@@ -160,6 +192,7 @@ seg_reason_name(enum bs_reason why)
 {
 	static const char *names[REASON_MAX] = {
 		"full", "inflight_full", "wait_timeout", "too_many_waiting", "class_full", "no_slot",
+		"pool_full",
 	};
 
 	return (unsigned)why < REASON_MAX ? names[why] : "unknown";
@@ -169,10 +202,13 @@ void
 seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why)
 {
 	struct seg_comp *c = seg_comp(s, comp);
+	struct seg_pool *pool;
 
 	if (c == NULL || (unsigned)why >= REASON_MAX)
 		return;
-	atomic_fetch_add(&c->rejected_by[why], 1);
+	atomic_fetch_add(seg_reason_count(c, why, false), 1);
+	if (why == REASON_POOL_FULL && (pool = seg_pool_of(s, c)) != NULL)
+		atomic_fetch_add(&pool->rejected, 1);
 	atomic_fetch_add(&c->rejected, 1);
 	atomic_store(&c->last_rejection_ms, now_real_ms());
 }
@@ -202,7 +238,7 @@ alloc_slot(struct seg *s, int rec, uint64_t ino)
 			continue;
 		atomic_store(&sl->op_pid, s->my_pid);
 		m = atomic_load(&sl->mark);
-		atomic_store(&sl->mark, (uint64_t)(MARK_GEN(m) + 1) << 32);
+		atomic_store(&sl->mark, MARK_OF_GEN(MARK_GEN(m) + 1));
 		atomic_store(&sl->comp, SLOT_NO_COMP);
 		atomic_store(&sl->cls, SLOT_NO_CLASS);
 		atomic_store(&sl->connect_us, 0);
@@ -295,10 +331,12 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		}
 		/* Observe mode: let it through, say what enforcing would
 		 * have done, and keep it apart from the permits proper. */
-		atomic_fetch_add(&c->would_reject[reason], 1);
+		atomic_fetch_add(seg_reason_count(c, reason, true), 1);
 		tally_take(s, slot, gen, P_OVER, 0, &seen);
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
+	if (atomic_load_explicit(&c->pool, memory_order_relaxed) != 0)
+		pool_note_peak(s, c);
 	if (k != NULL) {
 		raise_peak(&k->peak, atomic_load(&k->in_use));
 		atomic_fetch_add(&k->admitted, 1);
@@ -388,10 +426,17 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 		settle(s, slot);
 	m = atomic_load(&sl->mark);
 	gen = MARK_GEN(m);
-	for (int p = 0; p < P_KINDS; p++) {
+	/* Last kind first: a pool's permit goes back before the
+	 * compartment's, so that a compartment never counts fewer permits
+	 * than its guarantee holds (which would refuse it below it). */
+	for (int p = P_KINDS - 1; p >= 0; p--) {
 		if (m & MARK_HELD(p))
 			tally_give(s, slot, gen, p);
 	}
+	/* A guaranteed permit went: one lent to the same compartment moves
+	 * onto the guarantee, and the shared part has it back at once. */
+	if (m & MARK_HELD(P_GUAR))
+		pool_rebalance(s, atomic_load(&sl->comp));
 	if (reclaimed && (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER)))) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
 
@@ -520,7 +565,7 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 			*why = reason;
 			return -EBUSY;
 		}
-		atomic_fetch_add(&c->would_reject[reason], 1);
+		atomic_fetch_add(seg_reason_count(c, reason, true), 1);
 		if (tally_take(s, slot, gen, P_INFLIGHT_OVER, INFLIGHT_ANY, &seen) != TALLY_TAKEN)
 			return 0;
 	} else {
@@ -603,8 +648,8 @@ seg_reset_counters(struct seg *s, uint32_t i)
 	atomic_store(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
 	atomic_store(&c->inflight_peak, atomic_load(&c->inflight));
 	for (int r = 0; r < REASON_MAX; r++) {
-		atomic_store(&c->rejected_by[r], 0);
-		atomic_store(&c->would_reject[r], 0);
+		atomic_store(seg_reason_count(c, (enum bs_reason)r, false), 0);
+		atomic_store(seg_reason_count(c, (enum bs_reason)r, true), 0);
 	}
 	for (int k = 0; k < BS_RATE_SECONDS; k++)
 		atomic_store(&c->rate[k], 0);

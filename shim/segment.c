@@ -74,6 +74,10 @@ damaged_names(const struct seg_header *h)
 		if (memchr(c[i].name, '\0', sizeof(c[i].name)) == NULL)
 			return "damaged (a compartment name is not terminated)";
 	}
+	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
+		if (memchr(h->pools[p].name, '\0', sizeof(h->pools[p].name)) == NULL)
+			return "damaged (a pool name is not terminated)";
+	}
 	return NULL;
 }
 
@@ -103,6 +107,8 @@ validate(const struct seg_header *h, size_t size)
 		return "inconsistent layout";
 	if (h->total_size > size)
 		return "truncated";
+	if (h->npools > BS_MAX_POOLS)
+		return "counts out of range";
 	return damaged_names(h);
 }
 
@@ -209,7 +215,9 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		bs_format(s->comp[i].name, sizeof(s->comp[i].name), "%s", cfg->comp[i].name);
 		seg_apply_limits(&s->comp[i], &cfg->comp[i]);
+		s->cmap[i] = (int)i;
 	}
+	pool_apply(s, cfg, true);
 	atomic_thread_fence(memory_order_release);
 	h->magic = SEG_MAGIC;
 }
@@ -341,7 +349,7 @@ clear_bad_records(struct seg *s)
 
 /* The counts of compartment c that stand for permits, waiters and
  * requests; all of them are 0 when no process holds a record. */
-#define NCOUNTS (5 + BS_MAX_CLASSES)
+#define NCOUNTS (6 + BS_MAX_CLASSES)
 static void
 counts_of(struct seg_comp *c, _Atomic uint32_t *v[NCOUNTS])
 {
@@ -352,12 +360,14 @@ counts_of(struct seg_comp *c, _Atomic uint32_t *v[NCOUNTS])
 	v[4] = &c->waiting;
 	for (int k = 0; k < BS_MAX_CLASSES; k++)
 		v[5 + k] = &c->cls[k].in_use;
+	v[5 + BS_MAX_CLASSES] = &c->guar_in_use;
 }
 
 static const char *const count_names[NCOUNTS] = {
 	"in_use", "inflight", "over", "inflight_over", "waiting",
 	"class 0 in_use", "class 1 in_use", "class 2 in_use", "class 3 in_use",
 	"class 4 in_use", "class 5 in_use", "class 6 in_use", "class 7 in_use",
+	"guaranteed in_use",
 };
 
 /*
@@ -372,7 +382,7 @@ static const char *const count_names[NCOUNTS] = {
 static bool
 reset_unheld(struct seg *s, const char *name)
 {
-	uint32_t nslots = 0;
+	uint32_t nslots = 0, lent[BS_MAX_POOLS] = { 0 };
 	bool done = false;
 	uint32_t *seen = calloc((size_t)s->h->ncomp * NCOUNTS, sizeof(*seen));
 	uint32_t *slot_st = calloc(s->h->nslots, sizeof(*slot_st));
@@ -388,8 +398,17 @@ reset_unheld(struct seg *s, const char *name)
 	}
 	for (uint32_t j = 0; j < s->h->nslots; j++)
 		slot_st[j] = atomic_load(&s->slots[j].state);
+	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++)
+		lent[p] = atomic_load(&s->h->pools[p].lent);
 	if (any_live(s))
 		goto done;
+	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++) {
+		if (lent[p] == 0)
+			continue;
+		sub_floor(&s->h->pools[p].lent, lent[p]);
+		bs_log(LOG_WARN, "segment /dev/shm%s: pool %s: lent was %u with no process holding "
+		    "anything; reset to 0", name, s->h->pools[p].name, lent[p]);
+	}
 	for (uint32_t i = 0; i < s->h->ncomp; i++) {
 		_Atomic uint32_t *v[NCOUNTS];
 
@@ -413,7 +432,7 @@ reset_unheld(struct seg *s, const char *name)
 			continue;
 		atomic_store(&sl->holders, 0);
 		atomic_store(&sl->inode, 0);
-		atomic_store(&sl->mark, (uint64_t)MARK_GEN(atomic_load(&sl->mark)) << 32);
+		atomic_store(&sl->mark, MARK_OF_GEN(MARK_GEN(atomic_load(&sl->mark))));
 		if (atomic_compare_exchange_strong(&sl->state, &st, SLOT_FREE))
 			nslots++;
 	}
@@ -621,7 +640,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			goto fail;
 		}
 	}
-	if (map_compartments(s, cfg) != 0) {
+	if (map_compartments(s, cfg) != 0 || (!created && pool_mismatch(s, cfg) != NULL)) {
 		if (locked)
 			seg_reclaim(s, false);
 		if (!locked || any_live(s)) {
@@ -653,6 +672,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			 * configuration is what the operator means now. */
 			for (size_t i = 0; i < cfg->ncomp; i++)
 				seg_apply_limits(&s->comp[s->cmap[i]], &cfg->comp[i]);
+			pool_apply(s, cfg, true);
 		}
 	}
 	r = alloc_local(s);

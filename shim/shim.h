@@ -112,6 +112,8 @@ void match_rule_text(const struct rule *r, char *buf, size_t len);
 #define BS_MAX_CLASSES	8	/* class 0 is "default" */
 #define BS_CLASS_NAME_MAX 32	/* with NUL */
 #define BS_MAX_PATTERNS	64	/* program-name patterns per class */
+#define BS_MAX_POOLS	16	/* pools of a config (and of a segment) */
+#define BS_NO_POOL	(-1)
 
 struct cfg_compartment {
 	char name[BS_NAME_MAX];
@@ -125,6 +127,17 @@ struct cfg_compartment {
 	bool enforce;			/* false = observe only */
 	uint32_t class_limit[BS_MAX_CLASSES];	/* 0 = no cap for that class */
 	int reject_errno;	/* ECONNREFUSED unless set */
+	int pool;		/* index in bs_config.pools, or BS_NO_POOL */
+	uint32_t guaranteed;	/* permits of the pool nobody else may take */
+	int pool_line;		/* line of `pool` / `guaranteed`, for messages */
+};
+
+/* A pool: capacity shared by compartments, each with a guarantee (pool.c). */
+struct cfg_pool {
+	char name[BS_NAME_MAX];
+	int line;
+	uint32_t size;
+	uint32_t reserved;	/* never handed out */
 };
 
 /* A priority class and the program names (fnmatch patterns) that get it. */
@@ -155,6 +168,8 @@ struct bs_config {
 	struct cfg_compartment *comp;
 	size_t nrules;
 	struct rule *rules;
+	size_t npools;
+	struct cfg_pool pools[BS_MAX_POOLS];
 };
 
 /* Loads and validates path into *cfg (which it zeroes first). Host names are
@@ -225,6 +240,12 @@ int cfg_parse_classes(struct cfg_ctx *c, const struct config_setting_t *s);
 int cfg_parse_compartments(struct cfg_ctx *c, const struct config_setting_t *s);
 int cfg_check_duplicates(struct cfg_ctx *c);
 int cfg_check_budget(struct cfg_ctx *c);
+/* config_pool.c: pools, a compartment's `pool` and `guaranteed`, and the
+ * pools' start-up assertion (sum of guarantees within size - reserved). */
+int cfg_parse_pools(struct cfg_ctx *c, const struct config_setting_t *s);
+int cfg_parse_comp_pool(struct cfg_ctx *c, const struct config_setting_t *g,
+    struct cfg_compartment *comp);
+int cfg_check_pools(struct cfg_ctx *c);
 /* config_resolve.c: host-name destinations, resolved at load with a bounded wait. */
 int cfg_resolve_hosts(struct cfg_ctx *c);
 
@@ -245,6 +266,23 @@ enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
  * never sees more connections than permits. */
 enum { PROC_FREE = 0, PROC_FORKING = 1, PROC_LIVE = 2, PROC_RECLAIMING = 3, PROC_EXITED = 4 };
 
+/* Capacity shared by the compartments naming it. A compartment's permits
+ * up to its guarantee count in its guar_in_use; those above it are
+ * borrowed from the shared part, size - reserved - the sum of guarantees,
+ * and count in `lent` (a tally, by slot). */
+struct seg_pool {
+	char name[BS_NAME_MAX];
+	_Atomic uint32_t size;
+	_Atomic uint32_t reserved;
+	_Atomic uint32_t shared;	/* the limit of `lent` */
+	_Atomic uint32_t sleepers;	/* waiters asleep on `lent`, roughly */
+	_Atomic uint32_t lent;		/* a tally: permits lent above guarantees */
+	_Atomic uint32_t lent_tag;
+	_Atomic uint32_t peak;		/* most permits in use at once */
+	uint32_t pad;
+	_Atomic uint64_t rejected;	/* refusals for pool_full */
+};
+
 struct seg_header {
 	uint64_t magic;
 	uint32_t version;
@@ -264,6 +302,9 @@ struct seg_header {
 	 * `bulkshim set`, `bulkshim reload`): descriptors cache what their
 	 * I/O needs against it (FDT_PLAIN). Only its low 31 bits count. */
 	_Atomic uint32_t settings_seq;
+	/* Layout version 3: the pools. */
+	uint32_t npools;
+	struct seg_pool pools[BS_MAX_POOLS];
 };
 
 /* Why a call was refused (or, in observe mode, would have been). */
@@ -274,8 +315,12 @@ enum bs_reason {
 	REASON_TOO_MANY_WAITING,	/* max_waiting callers already wait */
 	REASON_CLASS_FULL,	/* the caller's class used its class limit */
 	REASON_NO_SLOT,		/* the segment's socket or process table is full */
+	REASON_POOL_FULL,	/* the pool's shared part is lent out (pool.c) */
 	REASON_MAX
 };
+/* The reasons counted in seg_comp's first arrays (layout version 2); the
+ * later ones are counted in the arrays at its end: seg_rejected_by(). */
+#define REASON_V2	6
 
 /* Log-scale latency histogram: bucket i counts values in [2^(i-1), 2^i)
  * microseconds (bucket 0: below 1 us); the last bucket takes the rest. */
@@ -331,13 +376,20 @@ struct seg_comp {
 	_Atomic uint64_t connect_timeouts;
 	_Atomic uint64_t io_timeouts;
 	_Atomic uint64_t peak_rate;	/* most admissions seen in one second */
-	_Atomic uint64_t rejected_by[REASON_MAX];
-	_Atomic uint64_t would_reject[REASON_MAX];
+	_Atomic uint64_t rejected_by[REASON_V2];
+	_Atomic uint64_t would_reject[REASON_V2];
 	_Atomic uint64_t rate[BS_RATE_SECONDS];
 	struct seg_hist h_connect;	/* connect() duration */
 	struct seg_hist h_reply;	/* first send to first reply byte */
 	struct seg_hist h_wait;		/* time spent waiting for a permit */
 	struct seg_class cls[BS_MAX_CLASSES];
+	/* Pools (pool.c), layout version 3. */
+	_Atomic uint32_t pool;		/* pool index + 1, 0 = none */
+	_Atomic uint32_t guaranteed;	/* the guarantee; the ceiling is `limit` */
+	_Atomic uint32_t guar_in_use;	/* a tally: permits held within the guarantee */
+	_Atomic uint32_t guar_in_use_tag;
+	_Atomic uint64_t rejected_by_more[REASON_MAX - REASON_V2];
+	_Atomic uint64_t would_reject_more[REASON_MAX - REASON_V2];
 };
 
 #define SLOT_NO_CLASS	0xffu
@@ -351,20 +403,26 @@ struct seg_comp {
  * thread is adding it, MARK_GIVING(P) a thread is taking it out. tally.c
  * explains how a thread killed half-way is finished by someone else.
  */
-enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_KINDS };
+/* P_GUAR: a permit of its pool within the compartment's guarantee;
+ * P_LENT: one lent by the pool's shared part (pool.c). */
+enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_GUAR, P_LENT,
+	P_KINDS };
 #define MARK_HELD(p)	(1ULL << (p))
-#define MARK_TAKING(p)	(1ULL << (5 + (p)))
-#define MARK_GIVING(p)	(1ULL << (10 + (p)))
-#define MARK_WAITING	(1ULL << 15)	/* counted in its compartment's `waiting` */
-#define MARK_PENDING	(0x7ffULL << 5)	/* every TAKING, GIVING and WAITING flag */
+#define MARK_TAKING(p)	(1ULL << (7 + (p)))
+#define MARK_GIVING(p)	(1ULL << (14 + (p)))
+#define MARK_WAITING	(1ULL << 21)	/* counted in its compartment's `waiting` */
+#define MARK_PENDING	(0x7fffULL << 7)	/* every TAKING, GIVING and WAITING flag */
 /* Set by whoever withdraws a TAKING whose thread looked dead: the taker, if
  * alive after all, gives back what it added. */
-#define MARK_WITHDRAWN(p)	(1ULL << (16 + (p)))
+#define MARK_WITHDRAWN(p)	(1ULL << (22 + (p)))
 /* Bumped by every announcement, so that a compare-and-swap prepared
  * before one (by a helper that was preempted) fails. */
-#define MARK_SEQ	(0x7ffULL << 21)
-#define MARK_SEQ_ONE	(1ULL << 21)
-#define MARK_GEN(m)	((uint32_t)((m) >> 32))
+#define MARK_SEQ	(0x7ffULL << 29)
+#define MARK_SEQ_ONE	(1ULL << 29)
+/* The slot's generation, 24 bits, in the top of the mark. */
+#define MARK_GEN_SHIFT	40
+#define MARK_GEN(m)	((uint32_t)((m) >> MARK_GEN_SHIFT))
+#define MARK_OF_GEN(g)	((uint64_t)(g) << MARK_GEN_SHIFT)
 
 /* One counted socket object, shared by every process holding it. */
 struct seg_slot {
@@ -377,7 +435,7 @@ struct seg_slot {
 	_Atomic uint32_t cls;		/* class permit held, or SLOT_NO_CLASS */
 	_Atomic int32_t op_pid;		/* process of the last operation on mark */
 	_Atomic uint64_t inode;		/* st_ino of the socket, unique host-wide */
-	_Atomic uint64_t mark;		/* generation << 32 | permit flags */
+	_Atomic uint64_t mark;		/* generation << 40 | sequence | permit flags */
 	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
 	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
 };
@@ -527,6 +585,41 @@ void seg_resolve(struct seg *s, uint32_t slot, pid_t dead);
  * that process `dead` was setting up is freed, one it was releasing is
  * released. Safe against live workers: each step is claimed by CAS. */
 void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
+/* ---- pool.c: pools, guarantees, lending ---- */
+
+/* The pool of compartment c, or NULL. */
+struct seg_pool *seg_pool_of(const struct seg *s, const struct seg_comp *c);
+/* tally_of for P_GUAR and P_LENT: NULL if c is in no pool. */
+_Atomic uint32_t *pool_tally_of(const struct seg *s, struct seg_comp *c, int p,
+    _Atomic uint32_t **limit);
+/* The counter of refusals (would: of observe-mode would-rejects) of c for
+ * reason why, or NULL for no such reason. */
+_Atomic uint64_t *seg_reason_count(struct seg_comp *c, enum bs_reason why, bool would);
+/* The permits pool p has in use now, and in *lent_derived (if not NULL)
+ * how many of them are above their compartments' guarantees. */
+uint32_t pool_in_use(const struct seg *s, uint32_t p, uint32_t *lent_derived);
+/* Recomputes pool p's shared part after a change of its size, reserve or
+ * guarantees, and wakes its waiters. */
+void pool_update_shared(struct seg *s, uint32_t p);
+/* Writes cfg's pools, guarantees and (if membership, for a segment nobody
+ * uses) which compartment is in which pool into the segment. */
+void pool_apply(struct seg *s, const struct bs_config *cfg, bool membership);
+/* NULL if the segment has cfg's pools and memberships, else what differs. */
+const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg);
+/* After slot's compartment permit: takes its pool permit, within the
+ * guarantee if there is room, else lent. TALLY_TAKEN (also when not in a
+ * pool), TALLY_FULL with *full the word to wait on, or TALLY_BUSY. */
+int pool_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen, _Atomic uint32_t **full);
+/* Raises the peak of c's pool to what it has in use now. */
+void pool_note_peak(struct seg *s, const struct seg_comp *c);
+/* A pool permit of sl's compartment went back: wakes the pool's waiters. */
+void pool_wake(const struct seg *s, const struct seg_slot *sl);
+/* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
+void pool_sleepers(struct seg *s, const struct seg_comp *c, int delta);
+/* Moves lent permits of compartment comp onto its guarantee while it has
+ * room, giving them back to the shared part. */
+void pool_rebalance(struct seg *s, uint32_t comp);
+
 /* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
 
 enum { TALLY_TAKEN, TALLY_FULL, TALLY_BUSY };
@@ -551,6 +644,8 @@ void tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slo
  * count, record. TALLY_TAKEN, TALLY_FULL (*seen: the count at the limit) or
  * TALLY_BUSY (the slot has or is getting one, of kind p or of `deny`). */
 int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen);
+/* The end of a take whose count went up (tally_take's step 3). */
+int tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
 

@@ -41,7 +41,10 @@ _Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
 _Static_assert(BS_MAX_SOCKETS < TAG_GIVE, "slot index fits a tag");
-_Static_assert(P_KINDS <= 5, "mark flags fit");
+_Static_assert(P_KINDS <= 7, "mark flags fit");
+_Static_assert(offsetof(struct seg_comp, guar_in_use) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_header, pools) % 8 == 0, "tally alignment");
 
 static void
 futex_wake(_Atomic uint32_t *word)
@@ -105,6 +108,9 @@ tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t
 		return &c->inflight;
 	case P_INFLIGHT_OVER:
 		return &c->inflight_over;
+	case P_GUAR:
+	case P_LENT:
+		return pool_tally_of(s, c, p, limit);
 	}
 	return NULL;
 }
@@ -215,7 +221,6 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 {
 	struct seg_slot *sl = &s->slots[slot];
 	_Atomic uint32_t *limit, *count = tally_of(s, sl, p, &limit);
-	uint64_t m;
 
 	*seen = 0;
 	if (count == NULL)
@@ -229,6 +234,17 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 		slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
 		return TALLY_FULL;
 	}
+	return tally_taken(s, slot, gen, p, count);
+}
+
+/* Step 3 of a take whose count went up: the announcement becomes
+ * MARK_HELD(p), unless a helper did it, or it was withdrawn meanwhile. */
+int
+tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	uint64_t m;
+
 	m = atomic_load(&sl->mark);
 	for (;;) {
 		if (MARK_GEN(m) != gen)
@@ -259,6 +275,8 @@ give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *co
 	slot_mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
 	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
 		wake_waiters(s, sl, count);
+	if (count != NULL && (p == P_GUAR || p == P_LENT))
+		pool_wake(s, sl);
 }
 
 /* Gives back permit kind p of slot, if the slot holds it. True if it did. */

@@ -231,8 +231,8 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 	c->io_timeouts = atomic_load(&sc->io_timeouts);
 	c->peak_rate = atomic_load(&sc->peak_rate);
 	for (int r = 0; r < REASON_MAX; r++) {
-		c->rejected_by[r] = atomic_load(&sc->rejected_by[r]);
-		c->would_reject[r] = atomic_load(&sc->would_reject[r]);
+		c->rejected_by[r] = atomic_load(seg_reason_count(sc, (enum bs_reason)r, false));
+		c->would_reject[r] = atomic_load(seg_reason_count(sc, (enum bs_reason)r, true));
 	}
 	for (uint32_t k = 0; k < h->nclass && k < BS_MAX_CLASSES; k++) {
 		struct cli_class *cc = &c->cls[c->nclass];
