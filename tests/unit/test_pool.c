@@ -1,0 +1,417 @@
+/* test_pool.c - unit tests of pools: guarantees, lending up to ceilings, pool_full, waits, kills. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../shim/pool.c"
+#include "seg_fixture.h"
+
+/* Pool "pg" of size 12, reserved 2: room 10. "a": guarantee 3, ceiling 6;
+ * "b": guarantee 2, ceiling 8; "c": no guarantee, ceiling 10. Shared: 5. */
+static struct cfg_compartment comps[3];
+
+static int
+setup(void **state)
+{
+	static const char *names[3] = { "a", "b", "c" };
+	static const uint32_t guar[3] = { 3, 2, 0 }, ceil[3] = { 6, 8, 10 };
+
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	memset(comps, 0, sizeof(comps));
+	snprintf(cfg.segment, sizeof(cfg.segment), "upool%d_%d", (int)getpid(), counter++);
+	snprintf(cfg.path, sizeof(cfg.path), "unit.cfg");
+	for (int i = 0; i < 3; i++) {
+		snprintf(comps[i].name, sizeof(comps[i].name), "%s", names[i]);
+		comps[i].max_connections = ceil[i];
+		comps[i].enforce = true;
+		comps[i].reject_errno = ECONNREFUSED;
+		comps[i].pool = 0;
+		comps[i].guaranteed = guar[i];
+	}
+	cfg.npools = 1;
+	snprintf(cfg.pools[0].name, sizeof(cfg.pools[0].name), "pg");
+	cfg.pools[0].size = 12;
+	cfg.pools[0].reserved = 2;
+	snprintf(cfg.classes[0].name, sizeof(cfg.classes[0].name), "default");
+	cfg.nclass = 1;
+	cfg.comp = comps;
+	cfg.ncomp = 3;
+	cfg.mode = 0600;
+	cfg.max_processes = 16;
+	cfg.max_sockets = 128;
+	return 0;
+}
+
+static uint64_t next_ino = 1000;
+
+/* One connection permit of compartment comp, or -EBUSY with *why. */
+static int
+take(struct seg *s, uint32_t comp, bool wait, enum bs_reason *why)
+{
+	return seg_acquire(s, comp, 0, next_ino++, wait, why);
+}
+
+static uint32_t
+lent(struct seg *s)
+{
+	return atomic_load(&s->h->pools[0].lent);
+}
+
+static void
+test_the_pool_lends_its_shared_part_and_no_more(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	assert_int_equal(atomic_load(&s->h->pools[0].shared), 5);
+	/* c has no guarantee: all it holds is lent, up to the shared 5. */
+	for (int i = 0; i < 5; i++)
+		assert_true(take(s, 2, false, &why) >= 0);
+	assert_int_equal(lent(s), 5);
+	assert_int_equal(take(s, 2, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_POOL_FULL);
+	/* The refusal gave the compartment's permit back. */
+	assert_int_equal(atomic_load(&s->comp[2].in_use), 5);
+	assert_int_equal(atomic_load(seg_reason_count(&s->comp[2], REASON_POOL_FULL, false)), 1);
+	assert_int_equal(atomic_load(&s->h->pools[0].rejected), 1);
+	assert_string_equal(seg_reason_name(REASON_POOL_FULL), "pool_full");
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	for (int i = 0; i < 5; i++)
+		assert_true(take(s, 2, false, &why) >= 0);
+	/* The shared part is all lent to c; a and b still get their 3 and 2. */
+	for (int i = 0; i < 3; i++)
+		assert_true(take(s, 0, false, &why) >= 0);
+	for (int i = 0; i < 2; i++)
+		assert_true(take(s, 1, false, &why) >= 0);
+	/* Above its guarantee, a must borrow, and nothing is left. */
+	assert_int_equal(take(s, 0, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_POOL_FULL);
+	assert_int_equal(pool_in_use(s, 0, NULL), 10);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_no_compartment_exceeds_its_ceiling(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	for (int i = 0; i < 6; i++)
+		assert_true(take(s, 0, false, &why) >= 0);
+	assert_int_equal(take(s, 0, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_FULL);
+	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 3);
+	assert_int_equal(lent(s), 3);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_a_freed_guarantee_takes_back_a_lent_permit_at_once(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	int slot[5];
+	uint32_t derived;
+
+	(void)state;
+	for (int i = 0; i < 5; i++)
+		assert_true((slot[i] = take(s, 0, false, &why)) >= 0);
+	assert_int_equal(lent(s), 2);
+	/* Two of the guaranteed ones go: the two lent ones move onto the
+	 * guarantee and the shared part has both back. */
+	seg_drop(s, (uint32_t)slot[0]);
+	assert_int_equal(lent(s), 1);
+	seg_drop(s, (uint32_t)slot[1]);
+	assert_int_equal(lent(s), 0);
+	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 3);
+	assert_int_equal(pool_in_use(s, 0, &derived), 3);
+	assert_int_equal(derived, 0);
+	for (int i = 2; i < 5; i++)
+		seg_drop(s, (uint32_t)slot[i]);
+	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 0);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static struct seg *wait_seg;
+
+static void *
+late_release(void *arg)
+{
+	usleep(50000);
+	seg_drop(wait_seg, (uint32_t)(uintptr_t)arg);
+	return NULL;
+}
+
+static void
+test_a_waiter_is_woken_when_another_compartment_frees_the_pool(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	pthread_t t;
+	uint64_t t0, took;
+	int slot = -1;
+
+	(void)state;
+	/* a holds its 3, c all of the shared 5: a's fourth must wait for the
+	 * pool, which c frees, not a. */
+	for (int i = 0; i < 3; i++)
+		assert_true(take(s, 0, false, &why) >= 0);
+	for (int i = 0; i < 5; i++)
+		assert_true((slot = take(s, 2, false, &why)) >= 0);
+	atomic_store(&s->comp[0].max_wait_ms, 5000);
+	atomic_store(&s->comp[0].max_waiting, 2);
+	wait_seg = s;
+	pthread_create(&t, NULL, late_release, (void *)(uintptr_t)slot);
+	t0 = now_mono_us();
+	assert_true(take(s, 0, true, &why) >= 0);
+	took = now_mono_us() - t0;
+	pthread_join(t, NULL);
+	/* Woken by the release after ~50 ms, long before the 5 s limit (the
+	 * poll for dead holders is every 100 ms: a wake within 90 ms is the
+	 * pool's own). */
+	assert_true(took >= 40000 && took < 90000);
+	assert_int_equal(atomic_load(&s->h->pools[0].sleepers), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_shrinking_the_pool_refuses_until_it_drains(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	int slot[4];
+
+	(void)state;
+	for (int i = 0; i < 4; i++)
+		assert_true((slot[i] = take(s, 2, false, &why)) >= 0);
+	/* Size 8, reserved 2: room 6, guarantees 5, shared 1 < 4 lent. */
+	atomic_store(&s->h->pools[0].size, 8);
+	pool_update_shared(s, 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].shared), 1);
+	assert_int_equal(atomic_load(&s->comp[2].in_use), 4);	/* nothing closed */
+	assert_int_equal(take(s, 2, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_POOL_FULL);
+	for (int i = 0; i < 3; i++)
+		seg_drop(s, (uint32_t)slot[i]);
+	assert_int_equal(take(s, 2, false, &why), -EBUSY);	/* 1 lent of 1 */
+	seg_drop(s, (uint32_t)slot[3]);
+	assert_true(take(s, 2, false, &why) >= 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+test_a_guarantee_raised_live_takes_lent_permits_onto_it(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		assert_true(take(s, 2, false, &why) >= 0);
+	assert_int_equal(lent(s), 3);
+	comps[2].guaranteed = 2;
+	comps[0].guaranteed = 1;
+	pool_apply(s, &cfg, false);
+	assert_int_equal(atomic_load(&s->comp[2].guar_in_use), 2);
+	assert_int_equal(lent(s), 1);
+	/* Room 10 - guarantees 1 + 2 + 2 = shared 5. */
+	assert_int_equal(atomic_load(&s->h->pools[0].shared), 5);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/* Every pool count back to 0 and every slot free. */
+static void
+assert_pool_back(struct seg *s, int round)
+{
+	for (int i = 0; i < 3; i++) {
+		struct seg_comp *c = &s->comp[i];
+
+		if (atomic_load(&c->in_use) != 0 || atomic_load(&c->guar_in_use) != 0)
+			fail_msg("after kill %d: %s in_use %u guaranteed in use %u", round, c->name,
+			    atomic_load(&c->in_use), atomic_load(&c->guar_in_use));
+	}
+	if (lent(s) != 0)
+		fail_msg("after kill %d: lent %u", round, lent(s));
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		if (atomic_load(&s->slots[i].state) != SLOT_FREE)
+			fail_msg("after kill %d: slot %u still in state %u", round, i,
+			    atomic_load(&s->slots[i].state));
+	}
+}
+
+/*
+ * A process taking and giving pool permits in three compartments, with
+ * connections held across iterations so that lent permits move onto freed
+ * guarantees, is SIGKILLed at random instants, 200 times; after each kill
+ * the reclaim leaves every count at 0. While it runs, the parent checks the
+ * single words that bound the pool: no guarantee and no lending over its
+ * limit.
+ */
+static void
+test_kills_at_random_instants_leave_the_pool_exact(void **state)
+{
+	struct seg *s = attach();
+	unsigned seed = (unsigned)getpid();
+
+	(void)state;
+	for (int round = 0; round < 200; round++) {
+		int go[2];
+		char c;
+		pid_t pid;
+		uint64_t until;
+
+		assert_int_equal(pipe(go), 0);
+		pid = fork();
+		if (pid == 0) {
+			struct seg_fork none = { -1, 0, -1 };
+			enum bs_reason why;
+			int held[16];
+
+			for (int k = 0; k < 16; k++)
+				held[k] = -1;
+			seg_fork_child(s, &none);
+			if (write(go[1], "x", 1) != 1)
+				_exit(2);
+			for (uint64_t i = 0;; i++) {
+				int k = (int)(i * 7 % 16);
+
+				if (held[k] >= 0) {
+					seg_drop(s, (uint32_t)held[k]);
+					held[k] = -1;
+				} else {
+					held[k] = seg_acquire(s, (uint32_t)(i % 3), 0, 5000 + i, false,
+					    &why);
+				}
+			}
+		}
+		assert_int_equal(read(go[0], &c, 1), 1);
+		close(go[0]);
+		close(go[1]);
+		until = now_mono_us() + (uint64_t)(rand_r(&seed) % 3000);
+		while (now_mono_us() < until) {
+			assert_true(lent(s) <= 5);
+			for (int i = 0; i < 3; i++) {
+				assert_true(atomic_load(&s->comp[i].guar_in_use) <= comps[i].guaranteed);
+				assert_true(atomic_load(&s->comp[i].in_use) <= comps[i].max_connections);
+			}
+		}
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		seg_reclaim(s, false);
+		assert_pool_back(s, round);
+	}
+	seg_close(s);
+}
+
+/* Threads of two processes hammer the pool; the words bounding it never
+ * pass their limits and all is back to 0 at the end. */
+static void *
+hammer(void *arg)
+{
+	struct seg *s = arg;
+	enum bs_reason why;
+	int held[4] = { -1, -1, -1, -1 };
+
+	for (uint64_t i = 0; i < 20000; i++) {
+		int k = (int)(i % 4);
+
+		if (held[k] >= 0) {
+			seg_drop(s, (uint32_t)held[k]);
+			held[k] = -1;
+		} else {
+			held[k] = seg_acquire(s, (uint32_t)((i / 4 + (uintptr_t)&held % 3) % 3), 0,
+			    ((uint64_t)(uintptr_t)&held << 20) + i, false, &why);
+		}
+	}
+	for (int k = 0; k < 4; k++)
+		if (held[k] >= 0)
+			seg_drop(s, (uint32_t)held[k]);
+	return NULL;
+}
+
+static void
+test_threads_of_two_processes_keep_the_pool_exact(void **state)
+{
+	struct seg *s = attach();
+	pthread_t t[4];
+	pid_t pid;
+	int st;
+
+	(void)state;
+	pid = fork();
+	if (pid == 0) {
+		struct seg *s2 = NULL;
+
+		if (seg_attach(&cfg, &s2, err, sizeof(err)) != 0)
+			_exit(2);
+		for (int i = 0; i < 4; i++)
+			pthread_create(&t[i], NULL, hammer, s2);
+		for (int i = 0; i < 4; i++)
+			pthread_join(t[i], NULL);
+		seg_detach_all(s2);
+		_exit(0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, hammer, s);
+	for (int r = 0; r < 2000; r++) {
+		assert_true(lent(s) <= 5);
+		for (int i = 0; i < 3; i++)
+			assert_true(atomic_load(&s->comp[i].guar_in_use) <= comps[i].guaranteed);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	waitpid(pid, &st, 0);
+	assert_int_equal(WEXITSTATUS(st), 0);
+	seg_reclaim(s, false);
+	assert_pool_back(s, 0);
+	seg_close(s);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_the_pool_lends_its_shared_part_and_no_more, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_compartment_exceeds_its_ceiling, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_freed_guarantee_takes_back_a_lent_permit_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_waiter_is_woken_when_another_compartment_frees_the_pool, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shrinking_the_pool_refuses_until_it_drains, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_guarantee_raised_live_takes_lent_permits_onto_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kills_at_random_instants_leave_the_pool_exact, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_pool_exact, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
