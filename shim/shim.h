@@ -721,6 +721,8 @@ struct real_fns {
 	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
 				socklen_t *);
 	ssize_t (*read_chk)(int, void *, size_t, size_t);
+	pid_t (*_Fork)(void);
+	int (*clone)(int (*)(void *), void *, int, void *, ...);
 };
 
 /* Entries start at trampolines that bind on first use, so none is ever NULL. */
@@ -749,9 +751,16 @@ extern struct shim_state shim BS_HIDDEN;
 
 /* True once start-up finished with a usable segment. */
 bool shim_active(void);
-/* True in a process that shares our memory but is not the one the tables
- * describe (a vfork child, a raw clone): its descriptors are not ours. */
+/* procid.c: true in a process that shares our memory but is not the one
+ * the tables describe (a vfork child, a clone), or a copy of it the fork
+ * wrapper did not prepare: its descriptors are not ours. A system call only
+ * while such a process may exist. */
 bool shim_foreign(void);
+extern _Atomic int shim_unseen BS_HIDDEN;
+/* Registers the fork handler that marks children of unseen forks. */
+void shim_watch_forks(void);
+/* In the child of the fork wrapper: it is seen; shim.pid becomes its pid. */
+void shim_forked_seen(void);
 /* Records that fd refers to slot (exec adoption). */
 void shim_adopt_fd(int fd, uint32_t slot);
 /* The errno a refusal of compartment c answers with (an allowed one). */
