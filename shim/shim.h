@@ -438,8 +438,19 @@ int seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t 
 int seg_open(const char *name, bool writable, struct seg **out, char *err, size_t errlen);
 void seg_close(struct seg *s);
 struct seg_header *seg_header(const struct seg *s);
-struct seg_comp *seg_comp(const struct seg *s, uint32_t i);
-struct seg_slot *seg_slot(const struct seg *s, uint32_t i);
+/* Compartment i and slot i, or NULL if out of range. Inline: every counted
+ * call reads them. */
+static inline struct seg_comp *
+seg_comp(const struct seg *s, uint32_t i)
+{
+	return i < s->h->ncomp ? &s->comp[i] : NULL;
+}
+
+static inline struct seg_slot *
+seg_slot(const struct seg *s, uint32_t i)
+{
+	return i < s->h->nslots ? &s->slots[i] : NULL;
+}
 struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
 /* Writes a compartment's configured limits and settings into the segment
  * (at creation, on a fresh start, and for `bulkshim reload`). */
@@ -531,7 +542,11 @@ void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
 
 enum { TALLY_TAKEN, TALLY_FULL, TALLY_BUSY };
 /* The compartment of a slot, or NULL (a pending slot, or garbage). */
-struct seg_comp *seg_slot_comp(const struct seg *s, const struct seg_slot *sl);
+static inline struct seg_comp *
+seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
+{
+	return seg_comp(s, atomic_load(&sl->comp));
+}
 /* The count that permit kind p of slot sl is counted in, and in *limit (if
  * not NULL) its limit (NULL: none); NULL if the slot names no such count. */
 _Atomic uint32_t *tally_of(const struct seg *s, const struct seg_slot *sl, int p,
@@ -553,6 +568,10 @@ void tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slo
 int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
+/* tally_take and tally_give of P_INFLIGHT, compiled for that kind alone:
+ * the path of every request in a compartment with max_inflight. */
+int tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen);
+bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen);
 
 /* Internal to segment.c, procs.c and permit.c. */
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
