@@ -556,7 +556,11 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
-	r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
+	/* One attempt by the copy compiled for this kind; waiting and
+	 * reclaiming only when full. */
+	r = tally_take_inflight(s, slot, gen, &seen);
+	if (r == TALLY_FULL)
+		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
 	if (r == TALLY_BUSY)
 		return 0;	/* another thread's send on the same socket won */
 	if (r == TALLY_FULL) {
@@ -592,7 +596,7 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 		return;
 	gen = MARK_GEN(m);
 	t = atomic_load(&sl->sent_us);
-	if (!tally_give(s, slot, gen, P_INFLIGHT) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
+	if (!tally_give_inflight(s, slot, gen) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
 		return;
 	/* Cleared unless a new request began meanwhile: a sampled reply
 	 * (io.c) must not find this one's start. */
