@@ -113,6 +113,15 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
 		    shim.cls < BS_MAX_CLASSES ? seg_header(shim.seg)->class_name[shim.cls] : "?",
 		    atomic_load(&c->cls[shim.cls < BS_MAX_CLASSES ? shim.cls : 0].limit), what, dest);
 		break;
+	case REASON_POOL_FULL: {
+		struct seg_pool *pool = seg_pool_of(shim.seg, c);
+
+		log_rejection(comp, "%s: pool %s has lent all %u of its shared permits (pool_full; "
+		    "%s holds %u, guaranteed %u): %s to %s refused", c->name,
+		    pool != NULL ? pool->name : "?", pool != NULL ? atomic_load(&pool->shared) : 0,
+		    c->name, atomic_load(&c->in_use), atomic_load(&c->guaranteed), what, dest);
+		break;
+	}
 	default:
 		log_rejection(comp, "%s: the socket or process table of segment %s is full: "
 		    "%s to %s refused", c->name, seg_header(shim.seg)->name, what, dest);

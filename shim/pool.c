@@ -118,7 +118,7 @@ pool_update_shared(struct seg *s, uint32_t p)
 }
 
 void
-pool_apply(struct seg *s, const struct bs_config *cfg, bool membership)
+pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool membership)
 {
 	if (membership) {
 		s->h->npools = (uint32_t)cfg->npools;
@@ -126,13 +126,13 @@ pool_apply(struct seg *s, const struct bs_config *cfg, bool membership)
 			bs_format(s->h->pools[p].name, sizeof(s->h->pools[p].name), "%s",
 			    cfg->pools[p].name);
 	}
-	for (size_t i = 0; i < cfg->ncomp && i < s->ncmap; i++) {
+	for (size_t i = 0; i < cfg->ncomp; i++) {
 		const struct cfg_compartment *cc = &cfg->comp[i];
 		struct seg_comp *c;
 
-		if (s->cmap[i] < 0)
+		if (cmap[i] < 0 || (uint32_t)cmap[i] >= s->h->ncomp)
 			continue;
-		c = &s->comp[s->cmap[i]];
+		c = &s->comp[cmap[i]];
 		if (membership)
 			atomic_store(&c->pool, cc->pool == BS_NO_POOL ? 0 : (uint32_t)cc->pool + 1);
 		atomic_store(&c->guaranteed, cc->pool == BS_NO_POOL ? 0 : cc->guaranteed);
@@ -147,7 +147,7 @@ pool_apply(struct seg *s, const struct bs_config *cfg, bool membership)
 }
 
 const char *
-pool_mismatch(const struct seg *s, const struct bs_config *cfg)
+pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 {
 	if (s->h->npools != cfg->npools)
 		return "a different number of pools";
@@ -155,10 +155,11 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg)
 		if (strncmp(s->h->pools[p].name, cfg->pools[p].name, BS_NAME_MAX) != 0)
 			return "other pools";
 	}
-	for (size_t i = 0; i < cfg->ncomp && i < s->ncmap; i++) {
+	for (size_t i = 0; i < cfg->ncomp; i++) {
 		uint32_t want = cfg->comp[i].pool == BS_NO_POOL ? 0 : (uint32_t)cfg->comp[i].pool + 1;
 
-		if (s->cmap[i] >= 0 && atomic_load(&s->comp[s->cmap[i]].pool) != want)
+		if (cmap[i] >= 0 && (uint32_t)cmap[i] < s->h->ncomp &&
+		    atomic_load(&s->comp[cmap[i]].pool) != want)
 			return "compartments in other pools";
 	}
 	return NULL;

@@ -217,7 +217,7 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 		seg_apply_limits(&s->comp[i], &cfg->comp[i]);
 		s->cmap[i] = (int)i;
 	}
-	pool_apply(s, cfg, true);
+	pool_apply(s, cfg, s->cmap, true);
 	atomic_thread_fence(memory_order_release);
 	h->magic = SEG_MAGIC;
 }
@@ -640,7 +640,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			goto fail;
 		}
 	}
-	if (map_compartments(s, cfg) != 0 || (!created && pool_mismatch(s, cfg) != NULL)) {
+	if (map_compartments(s, cfg) != 0 || (!created && pool_mismatch(s, cfg, s->cmap) != NULL)) {
 		if (locked)
 			seg_reclaim(s, false);
 		if (!locked || any_live(s)) {
@@ -672,7 +672,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			 * configuration is what the operator means now. */
 			for (size_t i = 0; i < cfg->ncomp; i++)
 				seg_apply_limits(&s->comp[s->cmap[i]], &cfg->comp[i]);
-			pool_apply(s, cfg, true);
+			pool_apply(s, cfg, s->cmap, true);
 		}
 	}
 	r = alloc_local(s);

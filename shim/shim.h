@@ -613,10 +613,12 @@ uint32_t pool_in_use(const struct seg *s, uint32_t p, uint32_t *lent_derived);
  * guarantees, and wakes its waiters. */
 void pool_update_shared(struct seg *s, uint32_t p);
 /* Writes cfg's pools, guarantees and (if membership, for a segment nobody
- * uses) which compartment is in which pool into the segment. */
-void pool_apply(struct seg *s, const struct bs_config *cfg, bool membership);
-/* NULL if the segment has cfg's pools and memberships, else what differs. */
-const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg);
+ * uses) which compartment is in which pool into the segment; cmap maps
+ * config compartments to the segment's. */
+void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool membership);
+/* NULL if the segment has cfg's pools and memberships (cmap: config
+ * compartment -> segment compartment), else what differs. */
+const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
 /* After slot's compartment permit: takes its pool permit, within the
  * guarantee if there is room, else lent. TALLY_TAKEN (also when not in a
  * pool), TALLY_FULL with *full the word to wait on, or TALLY_BUSY. */

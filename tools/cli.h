@@ -39,6 +39,19 @@ struct cli_comp {
 	uint64_t rejected_by[REASON_MAX], would_reject[REASON_MAX];
 	size_t nclass;		/* classes with a limit */
 	struct cli_class cls[BS_MAX_CLASSES];
+	/* In a pool (pool >= 0): the guarantee, and how much of in_use is
+	 * above it (borrowed, derived); the ceiling is limit. */
+	int pool;
+	char pool_name[BS_NAME_MAX];
+	uint32_t guaranteed, borrowed;
+};
+
+/* One pool's figures; in_use and borrowed are derived from its
+ * compartments, free is what is neither in use nor reserved. */
+struct cli_pool {
+	char name[BS_NAME_MAX];
+	uint32_t size, reserved, guaranteed, shared, lent, in_use, borrowed, free, peak, sleepers;
+	uint64_t rejected;
 };
 
 /* A histogram read once: buckets, their total, and the sum. */
@@ -92,6 +105,35 @@ const char *cli_limit_text(uint32_t limit, char *buf, size_t len);
 void cli_format_ago(uint64_t when_ms, char *buf, size_t len);
 /* Parses a whole decimal number into *out; false on junk or overflow. */
 bool cli_parse_u64(const char *s, uint64_t *out);
+
+/* ---- cli_pool.c: pools in status, watch and metrics ---- */
+
+/* Reads pool p (< npools) of s into *out; cannot fail. */
+void cli_read_pool(const struct seg *s, uint32_t p, struct cli_pool *out);
+/* Fills the pool fields of c (compartment c->index of s). */
+void cli_read_comp_pool(const struct seg *s, struct cli_comp *c);
+/* `, "pools": [...]` for status --json. */
+void cli_json_pools(FILE *f, const struct seg *s);
+/* The pool keys of a compartment for status --json. */
+void cli_json_comp_pool(FILE *f, const struct cli_comp *c);
+/* The pool table of status and watch; nothing if the segment has none. */
+void cli_text_pools(FILE *f, const struct seg *s, const char *eol);
+/* The pool series of the metrics exposition. */
+void cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n);
+
+/* True for the keys of `set` that name a pool's setting (size, reserved). */
+bool cli_pool_key(const char *key);
+/* `bulkshim set POOL size|reserved N`: refused (1, said on stderr) when
+ * the pool would leave less than its guarantees. */
+int cli_set_pool(struct seg *s, const char *name, const char *key, uint32_t v);
+/* `bulkshim set COMPARTMENT guaranteed N`: refused above the ceiling or
+ * when the pool's guarantees would pass its size less its reserve. */
+int cli_set_guaranteed(struct seg *s, uint32_t i, uint32_t v);
+/* False (said on stderr) if v as compartment i's ceiling is below its guarantee. */
+bool cli_ceiling_ok(const struct seg *s, uint32_t i, uint32_t v);
+/* A reload's pools (the caller checked pool_mismatch): applies sizes,
+ * reserves and guarantees and says what changed. */
+void cli_reload_pools(struct seg *s, const struct bs_config *cfg, const int *cmap);
 
 /* ---- bulkshim.c ---- */
 

@@ -43,7 +43,9 @@ static const struct {
 	{ "set", "set [-c FILE | -s SEGMENT] COMPARTMENT KEY VALUE",
 	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
 	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
-	  "io_timeout_ms, errno, enforce (on or off) or class.NAME (a class limit, 0 = none).\n" },
+	  "io_timeout_ms, errno, enforce (on or off), class.NAME (a class limit, 0 = none) or\n"
+	  "guaranteed (its share of its pool); for a pool, COMPARTMENT is the pool's name and\n"
+	  "KEY is size or reserved.\n" },
 	{ "reload", "reload -c FILE [-s SEGMENT]",
 	  "Applies an edited FILE to the live segment: limits at once, destinations at each\n"
 	  "running process's next connect. New compartments or classes need a restart.\n" },
@@ -250,6 +252,7 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		c->nclass++;
 	}
 	c->hot = near_limit(c->in_use, c->limit) || near_limit(c->inflight, c->inflight_limit);
+	cli_read_comp_pool(s, c);
 }
 
 void

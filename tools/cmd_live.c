@@ -157,6 +157,11 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 
 	if (strncmp(key, "class.", 6) == 0)
 		return set_class(s, c, key + 6, value);
+	if (strcmp(key, "guaranteed") == 0) {
+		if (parse_range(key, value, 0, BS_MAX_LIMIT, &v) < 0)
+			return 1;
+		return cli_set_guaranteed(s, (uint32_t)(c - seg_comp(s, 0)), v);
+	}
 	if (strcmp(key, "enforce") == 0) {
 		if (parse_switch(value, &v) < 0)
 			return 1;
@@ -187,6 +192,8 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		if (parse_range(key, value, keys[i].lo, keys[i].hi, &v) < 0)
 			return 1;
 		word = (_Atomic uint32_t *)(void *)((char *)c + keys[i].off);
+		if (word == &c->limit && !cli_ceiling_ok(s, (uint32_t)(c - seg_comp(s, 0)), v))
+			return 1;
 		old = atomic_exchange(word, v);
 		if (keys[i].is_limit)
 			cli_limit_text(old, was, sizeof(was));
@@ -208,8 +215,8 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		return 0;
 	}
 	fprintf(stderr, "bulkshim: unknown key \"%s\" (use max_connections, max_inflight, "
-	    "max_wait_ms, max_waiting, connect_timeout_ms, io_timeout_ms, errno, enforce or "
-	    "class.NAME)\n", key);
+	    "max_wait_ms, max_waiting, connect_timeout_ms, io_timeout_ms, errno, enforce, "
+	    "guaranteed or class.NAME; size or reserved of a pool)\n", key);
 	return 1;
 }
 
@@ -237,6 +244,14 @@ cmd_set(int argc, char **argv)
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
 	i = find_comp(s, argv[optind]);
+	if (i < 0 && cli_pool_key(argv[optind + 1])) {
+		uint32_t v;
+
+		r = parse_range(argv[optind + 1], argv[optind + 2], 1, BS_MAX_LIMIT, &v) < 0 ? 1 :
+		    cli_set_pool(s, argv[optind], argv[optind + 1], v);
+		seg_close(s);
+		return r;
+	}
 	if (i < 0) {
 		no_such_comp(s, argv[optind]);
 		seg_close(s);
@@ -377,8 +392,15 @@ cmd_reload(int argc, char **argv)
 		    "restart of every process attached to segment %s\n", h->name);
 		goto done;
 	}
+	if (pool_mismatch(s, &cfg, cmap) != NULL) {
+		fprintf(stderr, "bulkshim: nothing reloaded: %s has %s than segment %s, and "
+		    "changing which compartment is in which pool needs a restart of every "
+		    "process attached to it\n", abs, pool_mismatch(s, &cfg, cmap), h->name);
+		goto done;
+	}
 	printf("reloading %s into segment %s\n", abs, h->name);
 	apply_reload(s, &cfg, cmap, kmap);
+	cli_reload_pools(s, &cfg, cmap);
 	/* The path goes in before the generation moves: a process that sees
 	 * the new generation reads this path. */
 	memset(h->config_path, 0, sizeof(h->config_path));

@@ -211,6 +211,7 @@ cli_write_metrics(FILE *f, const struct seg *s)
 	    h->ncomp, false);
 	by_reason(f, "bulkshim_would_reject_total", "Calls observe mode let through that "
 	    "enforcing would have refused, by reason.", seg, all, h->ncomp, true);
+	cli_metrics_pools(f, s, all, h->ncomp);
 	family(f, "bulkshim_timeouts_total", "counter", "Calls that gave up with ETIMEDOUT "
 	    "(connect_timeout_ms, io_timeout_ms).");
 	for (uint32_t i = 0; i < h->ncomp; i++) {

@@ -242,6 +242,7 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 	for (uint32_t i = 0; i < n; i++)
 		row(f, v, &all[i], namew, bw, now);
 	remember(v, all, n, now);
+	cli_text_pools(f, s, v->ansi ? "\033[K" : "");
 	free(all);
 }
 

@@ -241,7 +241,7 @@ test_a_guarantee_raised_live_takes_lent_permits_onto_it(void **state)
 	assert_int_equal(lent(s), 3);
 	comps[2].guaranteed = 2;
 	comps[0].guaranteed = 1;
-	pool_apply(s, &cfg, false);
+	pool_apply(s, &cfg, s->cmap, false);
 	assert_int_equal(atomic_load(&s->comp[2].guar_in_use), 2);
 	assert_int_equal(lent(s), 1);
 	/* Room 10 - guarantees 1 + 2 + 2 = shared 5. */

@@ -1,0 +1,305 @@
+/* cli_pool.c - pools in `status`, `watch` and `metrics`: size, reserve, in use, borrowed, free; each compartment's guarantee and ceiling. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void
+cli_read_pool(const struct seg *s, uint32_t p, struct cli_pool *out)
+{
+	const struct seg_pool *pool = &seg_header(s)->pools[p];
+	uint32_t room;
+
+	memset(out, 0, sizeof(*out));
+	memcpy(out->name, pool->name, sizeof(out->name));
+	out->name[sizeof(out->name) - 1] = '\0';
+	out->size = atomic_load(&pool->size);
+	out->reserved = atomic_load(&pool->reserved);
+	out->shared = atomic_load(&pool->shared);
+	out->lent = atomic_load(&pool->lent);
+	out->peak = atomic_load(&pool->peak);
+	out->sleepers = atomic_load(&pool->sleepers);
+	out->rejected = atomic_load(&pool->rejected);
+	out->in_use = pool_in_use(s, p, &out->borrowed);
+	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++) {
+		const struct seg_comp *c = seg_comp(s, i);
+
+		if (atomic_load(&c->pool) == p + 1)
+			out->guaranteed += atomic_load(&c->guaranteed);
+	}
+	room = out->size > out->reserved ? out->size - out->reserved : 0;
+	out->free = room > out->in_use ? room - out->in_use : 0;
+}
+
+void
+cli_read_comp_pool(const struct seg *s, struct cli_comp *c)
+{
+	const struct seg_comp *sc = seg_comp(s, c->index);
+	const struct seg_pool *pool = seg_pool_of(s, sc);
+	uint32_t n;
+
+	c->pool = -1;
+	if (pool == NULL)
+		return;
+	c->pool = (int)atomic_load(&sc->pool) - 1;
+	memcpy(c->pool_name, pool->name, sizeof(c->pool_name));
+	c->pool_name[sizeof(c->pool_name) - 1] = '\0';
+	c->guaranteed = atomic_load(&sc->guaranteed);
+	n = atomic_load(&sc->in_use);
+	c->borrowed = n > c->guaranteed ? n - c->guaranteed : 0;
+}
+
+void
+cli_json_pools(FILE *f, const struct seg *s)
+{
+	const struct seg_header *h = seg_header(s);
+
+	fputs(", \"pools\": [", f);
+	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
+		struct cli_pool v;
+
+		cli_read_pool(s, p, &v);
+		fputs(p ? ", {\"name\": " : "{\"name\": ", f);
+		cli_json_string(f, v.name);
+		fprintf(f, ", \"size\": %u, \"reserved\": %u, \"in_use\": %u, \"borrowed\": %u, "
+		    "\"free\": %u, \"guaranteed\": %u, \"shared\": %u, \"lent\": %u, \"peak\": %u, "
+		    "\"rejected\": %llu}", v.size, v.reserved, v.in_use, v.borrowed, v.free,
+		    v.guaranteed, v.shared, v.lent, v.peak, (unsigned long long)v.rejected);
+	}
+	fputc(']', f);
+}
+
+void
+cli_json_comp_pool(FILE *f, const struct cli_comp *c)
+{
+	fputs(", \"pool\": ", f);
+	if (c->pool < 0) {
+		fputs("null", f);
+		return;
+	}
+	cli_json_string(f, c->pool_name);
+	fprintf(f, ", \"guaranteed\": %u, \"ceiling\": %u, \"borrowed\": %u", c->guaranteed,
+	    c->limit == UINT32_MAX ? 0 : c->limit, c->borrowed);
+}
+
+void
+cli_text_pools(FILE *f, const struct seg *s, const char *eol)
+{
+	const struct seg_header *h = seg_header(s);
+	char bar[21];
+
+	if (h->npools == 0)
+		return;
+	fprintf(f, "%s\n%-24s %7s %8s %7s %8s %7s %10s %7s%s\n", eol, "POOL", "SIZE", "RESERVED",
+	    "IN USE", "BORROWED", "FREE", "GUARANTEED", "PEAK", eol);
+	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
+		struct cli_pool v;
+
+		cli_read_pool(s, p, &v);
+		fprintf(f, "%-24s %7u %8u %7u %8u %7u %10u %7u", v.name, v.size, v.reserved,
+		    v.in_use, v.borrowed, v.free, v.guaranteed, v.peak);
+		cli_bar(bar, 20, v.in_use, v.size > v.reserved ? v.size - v.reserved : 0, '#');
+		fprintf(f, "  [%s]%s\n", bar, eol);
+		for (uint32_t i = 0; i < h->ncomp; i++) {
+			struct cli_comp c;
+
+			if (atomic_load(&seg_comp(s, i)->pool) != p + 1)
+				continue;
+			cli_read_comp(s, i, &c);
+			fprintf(f, "  %-22s in use %u of ceiling %u, guaranteed %u, borrowed %u%s\n",
+			    c.name, c.in_use, c.limit == UINT32_MAX ? 0 : c.limit, c.guaranteed,
+			    c.borrowed, eol);
+		}
+	}
+}
+
+static void
+gauge(FILE *f, const char *name, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+}
+
+void
+cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n)
+{
+	static const struct {
+		const char *name, *help;
+	} fam[] = {
+		{ "bulkshim_pool_size", "Permits of the pool." },
+		{ "bulkshim_pool_reserved", "Permits of the pool never handed out." },
+		{ "bulkshim_pool_in_use", "Permits of the pool its compartments hold now." },
+		{ "bulkshim_pool_borrowed", "Permits held above their compartments' guarantees." },
+		{ "bulkshim_pool_free", "Permits of the pool neither in use nor reserved." },
+		{ "bulkshim_pool_rejections_total", "Connects refused because the pool had lent "
+		    "its shared part (pool_full)." },
+	};
+	const struct seg_header *h = seg_header(s);
+
+	if (h->npools == 0)
+		return;
+	for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+		if (k == 5)
+			fprintf(f, "# HELP %s %s\n# TYPE %s counter\n", fam[k].name, fam[k].help,
+			    fam[k].name);
+		else
+			gauge(f, fam[k].name, fam[k].help);
+		for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
+			struct cli_pool v;
+			unsigned long long x;
+
+			cli_read_pool(s, p, &v);
+			x = k == 0 ? v.size : k == 1 ? v.reserved : k == 2 ? v.in_use :
+			    k == 3 ? v.borrowed : k == 4 ? v.free : v.rejected;
+			fprintf(f, "%s{segment=\"%s\",pool=\"%s\"} %llu\n", fam[k].name, h->name,
+			    v.name, x);
+		}
+	}
+	gauge(f, "bulkshim_guaranteed", "Permits of its pool guaranteed to the compartment.");
+	for (uint32_t i = 0; i < n; i++)
+		if (all[i].pool >= 0)
+			fprintf(f, "bulkshim_guaranteed{segment=\"%s\",compartment=\"%s\",pool=\"%s\"} "
+			    "%u\n", h->name, all[i].name, all[i].pool_name, all[i].guaranteed);
+	gauge(f, "bulkshim_borrowed", "Permits the compartment holds above its guarantee.");
+	for (uint32_t i = 0; i < n; i++)
+		if (all[i].pool >= 0)
+			fprintf(f, "bulkshim_borrowed{segment=\"%s\",compartment=\"%s\",pool=\"%s\"} "
+			    "%u\n", h->name, all[i].name, all[i].pool_name, all[i].borrowed);
+}
+
+/* ---- set and reload ---- */
+
+static int
+find_pool(const struct seg *s, const char *name)
+{
+	const struct seg_header *h = seg_header(s);
+
+	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
+		if (strncmp(h->pools[p].name, name, BS_NAME_MAX) == 0)
+			return (int)p;
+	}
+	return -1;
+}
+
+/* The sum of the guarantees of pool p's compartments, with compartment
+ * `but` counted as `instead`. */
+static uint64_t
+guarantees(const struct seg *s, uint32_t p, int but, uint32_t instead)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++) {
+		const struct seg_comp *c = seg_comp(s, i);
+
+		if (atomic_load(&c->pool) == p + 1)
+			sum += (int)i == but ? instead : atomic_load(&c->guaranteed);
+	}
+	return sum;
+}
+
+bool
+cli_pool_key(const char *key)
+{
+	return strcmp(key, "size") == 0 || strcmp(key, "reserved") == 0;
+}
+
+int
+cli_set_pool(struct seg *s, const char *name, const char *key, uint32_t v)
+{
+	int p = find_pool(s, name);
+	struct seg_pool *pool;
+	uint32_t size, reserved, old;
+	uint64_t g;
+
+	if (p < 0) {
+		fprintf(stderr, "bulkshim: no compartment or pool \"%s\" in segment %s\n", name,
+		    seg_header(s)->name);
+		return 1;
+	}
+	pool = &seg_header(s)->pools[p];
+	size = strcmp(key, "size") == 0 ? v : atomic_load(&pool->size);
+	reserved = strcmp(key, "reserved") == 0 ? v : atomic_load(&pool->reserved);
+	g = guarantees(s, (uint32_t)p, -1, 0);
+	if (size == 0 || reserved >= size || g > (uint64_t)size - reserved) {
+		fprintf(stderr, "bulkshim: pool %s: size %u - reserved %u leaves less than its "
+		    "guarantees (%llu); lower a guarantee first\n", name, size, reserved,
+		    (unsigned long long)g);
+		return 1;
+	}
+	old = atomic_exchange(strcmp(key, "size") == 0 ? &pool->size : &pool->reserved, v);
+	pool_update_shared(s, (uint32_t)p);
+	printf("%s: pool %s %s %u -> %u (shared part %u)", seg_header(s)->name, name, key, old, v,
+	    atomic_load(&pool->shared));
+	if (atomic_load(&pool->lent) > atomic_load(&pool->shared))
+		printf(" (%u lent: nothing is revoked; new admissions above the guarantees wait "
+		    "for it to drain)", atomic_load(&pool->lent));
+	putchar('\n');
+	return 0;
+}
+
+int
+cli_set_guaranteed(struct seg *s, uint32_t i, uint32_t v)
+{
+	struct seg_comp *c = seg_comp(s, i);
+	struct seg_pool *pool = seg_pool_of(s, c);
+	uint32_t p, old, room, lim = atomic_load(&c->limit);
+	uint64_t g;
+
+	if (pool == NULL) {
+		fprintf(stderr, "bulkshim: compartment %s is in no pool: a guarantee needs one\n",
+		    c->name);
+		return 1;
+	}
+	p = atomic_load(&c->pool) - 1;
+	if (v > lim) {
+		fprintf(stderr, "bulkshim: guaranteed %u of %s is above its ceiling, "
+		    "max_connections %u\n", v, c->name, lim);
+		return 1;
+	}
+	g = guarantees(s, p, (int)i, v);
+	room = atomic_load(&pool->size) - atomic_load(&pool->reserved);
+	if (g > room) {
+		fprintf(stderr, "bulkshim: pool %s: guarantees would sum to %llu > %u - %u reserved\n",
+		    pool->name, (unsigned long long)g, atomic_load(&pool->size),
+		    atomic_load(&pool->reserved));
+		return 1;
+	}
+	old = atomic_exchange(&c->guaranteed, v);
+	pool_update_shared(s, p);
+	pool_rebalance(s, i);
+	printf("%s: %s guaranteed %u -> %u (pool %s, shared part %u)\n", seg_header(s)->name,
+	    c->name, old, v, pool->name, atomic_load(&pool->shared));
+	return 0;
+}
+
+bool
+cli_ceiling_ok(const struct seg *s, uint32_t i, uint32_t v)
+{
+	const struct seg_comp *c = seg_comp(s, i);
+
+	if (seg_pool_of(s, c) == NULL || v >= atomic_load(&c->guaranteed))
+		return true;
+	fprintf(stderr, "bulkshim: max_connections %u of %s is below its guarantee %u; lower "
+	    "the guarantee first\n", v, c->name, atomic_load(&c->guaranteed));
+	return false;
+}
+
+void
+cli_reload_pools(struct seg *s, const struct bs_config *cfg, const int *cmap)
+{
+	const struct seg_header *h = seg_header(s);
+	uint32_t size[BS_MAX_POOLS], reserved[BS_MAX_POOLS];
+
+	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
+		size[p] = atomic_load(&h->pools[p].size);
+		reserved[p] = atomic_load(&h->pools[p].reserved);
+	}
+	pool_apply(s, cfg, cmap, false);
+	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
+		if (atomic_load(&h->pools[p].size) != size[p] ||
+		    atomic_load(&h->pools[p].reserved) != reserved[p])
+			printf("  pool %s size %u reserved %u -> size %u reserved %u\n",
+			    h->pools[p].name, size[p], reserved[p], atomic_load(&h->pools[p].size),
+			    atomic_load(&h->pools[p].reserved));
+	}
+}
