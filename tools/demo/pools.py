@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""pools.py - stranded capacity: three dependencies bursting in turn, as static compartments of 23 and as one pool of 70.
+
+usage: pools.py [--test] [--build DIR] [--out DIR] [--png FILE] [--json FILE]
+                [--hold S] [--mode static|pool|both]
+
+Three compartments a, b and c reach one resource of 70 connections. Each of
+them bursts to 40 connections in turn while the other two stay at 10, so the
+resource never sees more than 60 at once. The same clients run twice under
+bulkshim: first with static compartments of 23 each (3 x 23 = 69 <= 70),
+then with one pool of 70 in which each compartment is guaranteed 10 and may
+borrow up to a ceiling of 40. Clients are CPython programs: compartment a
+and c open their connections from threads, b from forked processes (one per
+connection). A witness, three listening sockets served by one thread of this
+program, counts the connections it has open, per compartment and in all,
+independently of bulkshim.
+
+Prints a table (refusals, worst total and worst per compartment as the
+witness saw them), writes the per-compartment timeline as CSV into OUT and,
+with gnuplot, draws it against guarantee and ceiling into PNG. --test runs
+a short version and exits 1 unless: the pool refused nothing, the static
+split refused, the witness never saw more than 70 in all or a compartment
+above its ceiling, and every count of the segment went back to 0.
+"""
+
+import argparse
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NAMES = ("a", "b", "c")
+POOL_SIZE, GUARANTEE, CEILING, STATIC = 70, 10, 40, 23
+BASE, BURST = 10, 40
+
+# The client each compartment runs under the shim: it reads a target count
+# per line and answers {"held": N, "refused": R} once there.
+CLIENT = r'''
+import json, os, socket, sys
+from concurrent.futures import ThreadPoolExecutor
+
+mode, port = sys.argv[1], int(sys.argv[2])
+held, refused = [], 0
+
+def one():
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+def child():
+    """A forked process holding one connection until its pipe closes; it
+    ends with a normal exit. Returns (pid, pipe) or None when refused."""
+    r, w = os.pipe()
+    r2, w2 = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for _, other in held:
+            os.close(other)
+        os.close(r)
+        os.close(w2)
+        s = one()
+        os.write(w, b"1" if s else b"0")
+        os.close(w)
+        os.read(r2, 1)
+        sys.exit(0)
+    os.close(w)
+    os.close(r2)
+    ok = os.read(r, 1) == b"1"
+    os.close(r)
+    if ok:
+        return pid, w2
+    os.close(w2)
+    os.waitpid(pid, 0)
+    return None
+
+for line in sys.stdin:
+    want = int(line)
+    if len(held) < want:
+        n = want - len(held)
+        if mode == "threads":
+            with ThreadPoolExecutor(max_workers=n) as ex:
+                got = list(ex.map(lambda _: one(), range(n)))
+            for s in got:
+                if s is None:
+                    refused += 1
+                else:
+                    held.append(s)
+        else:
+            for _ in range(n):
+                h = child()
+                if h is None:
+                    refused += 1
+                else:
+                    held.append(h)
+    while len(held) > want:
+        h = held.pop()
+        if mode == "threads":
+            h.close()
+        else:
+            os.close(h[1])
+            os.waitpid(h[0], 0)
+    print(json.dumps({"held": len(held), "refused": refused}), flush=True)
+'''
+
+
+class Witness:
+    """Three listening sockets served by one thread: open connections per
+    port and in all, and the worst of each."""
+
+    def __init__(self, n=len(NAMES)):
+        self.socks = []
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(256)
+            s.setblocking(False)
+            self.socks.append(s)
+        self.ports = [s.getsockname()[1] for s in self.socks]
+        self.live = [0] * n
+        self.worst = [0] * n
+        self.worst_total = 0
+        self.lock = threading.Lock()
+        self.stop = False
+        self.t = threading.Thread(target=self.loop, daemon=True)
+        self.t.start()
+
+    def loop(self):
+        sel = selectors.DefaultSelector()
+        for i, s in enumerate(self.socks):
+            sel.register(s, selectors.EVENT_READ, ("listen", i))
+        while not self.stop:
+            events = sel.select(0.1)
+            # Ends before starts: a close followed by a new connect must
+            # not be seen as both at once.
+            events.sort(key=lambda e: e[0].data[0] == "listen")
+            for key, _ in events:
+                kind, i = key.data
+                if kind == "listen":
+                    while True:
+                        try:
+                            c, _ = key.fileobj.accept()
+                        except (BlockingIOError, InterruptedError, OSError):
+                            break
+                        c.setblocking(False)
+                        sel.register(c, selectors.EVENT_READ, ("conn", i))
+                        with self.lock:
+                            self.live[i] += 1
+                            self.worst[i] = max(self.worst[i], self.live[i])
+                            self.worst_total = max(self.worst_total, sum(self.live))
+                    continue
+                try:
+                    data = key.fileobj.recv(4096)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()
+                    with self.lock:
+                        self.live[i] -= 1
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+
+    def sample(self):
+        with self.lock:
+            return list(self.live)
+
+    def close(self):
+        self.stop = True
+        self.t.join(2)
+
+
+def config(mode, segment):
+    lines = ['segment = "%s";' % segment]
+    if mode == "pool":
+        lines.append('pools = ( { name = "db"; size = %d; reserved = 0; } );' % POOL_SIZE)
+    lines.append("compartments = (")
+    items = []
+    return lines, items
+
+
+def write_config(path, mode, segment, ports):
+    lines, items = config(mode, segment)
+    for name, port in zip(NAMES, ports):
+        if mode == "pool":
+            limits = 'pool = "db"; guaranteed = %d; max_connections = %d;' % (GUARANTEE, CEILING)
+        else:
+            limits = "max_connections = %d;" % STATIC
+        items.append('  { name = "%s"; destinations = [ "127.0.0.1:%d" ]; %s }'
+                     % (name, port, limits))
+    lines.append(",\n".join(items))
+    lines.append(");")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+class Client:
+    def __init__(self, env, mode, port, workdir):
+        path = os.path.join(workdir, "client.py")
+        with open(path, "w") as f:
+            f.write(CLIENT)
+        self.p = subprocess.Popen([sys.executable, path, mode, str(port)], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                  start_new_session=True)
+        self.state = {"held": 0, "refused": 0}
+
+    def send(self, n):
+        self.p.stdin.write("%d\n" % n)
+        self.p.stdin.flush()
+
+    def recv(self):
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("a client died")
+        self.state = json.loads(line)
+        return self.state
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait()
+
+
+def status(cli, segment):
+    r = subprocess.run([cli, "status", "-s", segment, "--json"], capture_output=True, text=True,
+                       timeout=10)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def run(mode, args, workdir):
+    """One run: returns its figures and timeline."""
+    segment = "pooldemo%d%s" % (os.getpid(), mode)
+    w = Witness()
+    cfg = os.path.join(workdir, mode + ".cfg")
+    write_config(cfg, mode, segment, w.ports)
+    env = dict(os.environ, LD_PRELOAD=os.path.join(args.build, "libbulkshim.so"),
+               BULKSHIM_CONFIG=cfg, BULKSHIM_LOG="off")
+    clients = [Client(env, "procs" if i == 1 else "threads", port, workdir)
+               for i, port in enumerate(w.ports)]
+    timeline, t0, done = [], time.monotonic(), threading.Event()
+
+    def sampler():
+        while not done.is_set():
+            timeline.append((time.monotonic() - t0, w.sample()))
+            time.sleep(0.02)
+    st = threading.Thread(target=sampler, daemon=True)
+    st.start()
+
+    def step(targets):
+        for c, n in zip(clients, targets):
+            c.send(n)
+        for c in clients:
+            c.recv()
+        time.sleep(args.hold)
+    try:
+        step([BASE] * 3)
+        for k in range(3):
+            step([BURST if i == k else BASE for i in range(3)])
+            step([BASE] * 3)
+        step([0] * 3)
+        peak_status = status(os.path.join(args.build, "bulkshim"), segment)
+    finally:
+        for c in clients:
+            c.close()
+        done.set()
+        st.join(1)
+    time.sleep(0.3)
+    after = status(os.path.join(args.build, "bulkshim"), segment)
+    w.close()
+    try:
+        os.unlink("/dev/shm/bulkshim." + segment)
+    except OSError:
+        pass
+    leftover = None
+    if after is not None:
+        leftover = sum(c["in_use"] for c in after["compartments"])
+        leftover += sum(p["in_use"] + p["lent"] for p in after.get("pools", []))
+    return {
+        "mode": mode,
+        "refused": {n: c.state["refused"] for n, c in zip(NAMES, clients)},
+        "refused_total": sum(c.state["refused"] for c in clients),
+        "worst_total": w.worst_total,
+        "worst": dict(zip(NAMES, w.worst)),
+        "leftover": leftover,
+        "pool_full": sum(c["rejected_by"].get("pool_full", 0)
+                         for c in (peak_status or {}).get("compartments", [])),
+        "timeline": timeline,
+    }
+
+
+def plot(results, out, png):
+    if shutil.which("gnuplot") is None:
+        print("pools: gnuplot is not installed, so no %s (apt-get install gnuplot-nox)" % png)
+        return
+    gp = os.path.join(out, "pools.gp")
+    plots = []
+    for r in results:
+        csv = os.path.join(out, "pools-%s.csv" % r["mode"])
+        with open(csv, "w") as f:
+            f.write("t,a,b,c,total\n")
+            for t, live in r["timeline"]:
+                f.write("%.3f,%d,%d,%d,%d\n" % (t, live[0], live[1], live[2], sum(live)))
+        plots.append((r, csv))
+    with open(gp, "w") as f:
+        f.write('set terminal png size 1100,700\nset output "%s"\n' % png)
+        f.write('set datafile separator ","\nset multiplot layout 2,1\n')
+        f.write('set key outside right\nset yrange [0:75]\nset xlabel "seconds"\n'
+                'set ylabel "connections open (witness)"\n')
+        for r, csv in plots:
+            title = ("static: 3 compartments of %d, %d refused" % (STATIC, r["refused_total"])
+                     if r["mode"] == "static" else
+                     "pool of %d: guarantee %d, ceiling %d each, %d refused"
+                     % (POOL_SIZE, GUARANTEE, CEILING, r["refused_total"]))
+            f.write('set title "%s"\n' % title)
+            lines = ['"%s" using 1:%d with steps lw 2 title "%s"' % (csv, i + 2, n)
+                     for i, n in enumerate(NAMES)]
+            lines.append('"%s" using 1:5 with steps lw 1 dt 2 title "total"' % csv)
+            if r["mode"] == "static":
+                lines.append("%d with lines lc rgb 'red' title 'limit %d'" % (STATIC, STATIC))
+            else:
+                lines.append("%d with lines lc rgb 'gray' title 'guarantee'" % GUARANTEE)
+                lines.append("%d with lines lc rgb 'red' title 'ceiling'" % CEILING)
+            lines.append("%d with lines lc rgb 'black' title 'resource (%d)'"
+                         % (POOL_SIZE, POOL_SIZE))
+            f.write("plot " + ", ".join(lines) + "\n")
+        f.write("unset multiplot\n")
+    r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
+    if r.returncode == 0:
+        print("pools: chart in %s" % png)
+    else:
+        print("pools: gnuplot failed: %s" % r.stderr.strip()[:300], file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--test", action="store_true")
+    ap.add_argument("--build", default=os.environ.get("BULKSHIM_BUILD", os.path.join(ROOT, "build")))
+    ap.add_argument("--out")
+    ap.add_argument("--png")
+    ap.add_argument("--json")
+    ap.add_argument("--hold", type=float)
+    ap.add_argument("--mode", choices=("static", "pool", "both"), default="both")
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    if args.hold is None:
+        args.hold = 0.2 if args.test else 1.0
+    args.out = args.out or os.path.join(args.build, "demo", "out")
+    args.png = args.png or os.path.join(args.build, "demo-pools.png")
+    os.makedirs(args.out, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="bulkshim-pools-")
+    try:
+        modes = ("static", "pool") if args.mode == "both" else (args.mode,)
+        results = [run(m, args, workdir) for m in modes]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("\nstranded capacity: a, b and c burst to %d in turn, the others at %d; "
+          "the resource holds %d" % (BURST, BASE, POOL_SIZE))
+    print("%-34s %14s %14s" % ("", *[("static 3 x %d" % STATIC) if r["mode"] == "static"
+                                       else "pool %d" % POOL_SIZE for r in results])
+          if len(results) == 2 else "")
+    for label, key in (("connects refused", "refused_total"),
+                       ("worst total open (witness)", "worst_total"),
+                       ("worst compartment (witness)", None),
+                       ("refused as pool_full", "pool_full"),
+                       ("in use after the clients exit", "leftover")):
+        vals = [max(r["worst"].values()) if key is None else r[key] for r in results]
+        print("%-34s %14s %14s" % (label, *[str(v) for v in vals]) if len(vals) == 2
+              else "%-34s %14s" % (label, vals[0]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{k: v for k, v in r.items() if k != "timeline"} for r in results], f)
+    if not args.test:
+        plot(results, args.out, args.png)
+        return 0
+    bad = []
+    for r in results:
+        if r["worst_total"] > POOL_SIZE:
+            bad.append("%s: the witness saw %d open in all" % (r["mode"], r["worst_total"]))
+        if r["leftover"] != 0:
+            bad.append("%s: %r still in use after every client exited" % (r["mode"], r["leftover"]))
+        if r["mode"] == "pool":
+            if r["refused_total"] != 0:
+                bad.append("pool: %d connects refused, want 0" % r["refused_total"])
+            if max(r["worst"].values()) > CEILING:
+                bad.append("pool: a compartment above its ceiling: %r" % r["worst"])
+            if max(r["worst"].values()) != BURST:
+                bad.append("pool: no compartment reached %d: %r" % (BURST, r["worst"]))
+        else:
+            if r["refused_total"] != 3 * (BURST - STATIC):
+                bad.append("static: %d refused, want %d" % (r["refused_total"], 3 * (BURST - STATIC)))
+            if max(r["worst"].values()) > STATIC:
+                bad.append("static: a compartment above %d: %r" % (STATIC, r["worst"]))
+    for b in bad:
+        print("pools: FAIL: " + b, file=sys.stderr)
+    print("pools: %s" % ("FAILED" if bad else "all checks passed"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
