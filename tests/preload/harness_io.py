@@ -31,6 +31,9 @@ HIST_BUCKETS = 32
 RATE_SECONDS = 64
 # enum bs_reason, in order.
 REASONS = ["full", "inflight_full", "wait_timeout", "too_many_waiting", "class_full", "no_slot"]
+# Reasons added in layout version 3, counted in arrays at the end of seg_comp.
+REASONS_MORE = ["pool_full"]
+MAX_POOLS = 16
 
 _SCALARS = {"Q": 8, "q": 8, "I": 4, "i": 4}
 
@@ -86,6 +89,11 @@ class Layout:
         return out
 
 
+POOL = Layout("seg_pool", [
+    ("name", "s", NAME_MAX), ("size", "I"), ("reserved", "I"), ("shared", "I"), ("sleepers", "I"),
+    ("lent", "I"), ("lent_tag", "I"), ("peak", "I"), ("pad", "I"), ("rejected", "Q"),
+])
+
 HEADER = Layout("seg_header", [
     ("magic", "Q"), ("version", "I"), ("header_size", "I"), ("total_size", "Q"),
     ("ncomp", "I"), ("nslots", "I"), ("nprocs", "I"), ("bitmap_words", "I"),
@@ -93,6 +101,7 @@ HEADER = Layout("seg_header", [
     ("generation", "I"), ("creator_uid", "I"), ("created_ms", "Q"), ("last_reclaim_ms", "Q"),
     ("name", "s", NAME_MAX), ("config_path", "s", PATH_MAX),
     ("class_name", "s", MAX_CLASSES * CLASS_NAME_MAX), ("nclass", "I"), ("settings_seq", "I"),
+    ("npools", "I"), ("pools", POOL, MAX_POOLS),
 ])
 
 HIST = Layout("seg_hist", [("bucket", "Q", HIST_BUCKETS), ("count", "Q"), ("sum_us", "Q")])
@@ -117,6 +126,8 @@ COMP = Layout("seg_comp", [
     ("rate", "Q", RATE_SECONDS),
     ("h_connect", HIST), ("h_reply", HIST), ("h_wait", HIST),
     ("cls", CLASS, MAX_CLASSES),
+    ("pool", "I"), ("guaranteed", "I"), ("guar_in_use", "I"), ("guar_in_use_tag", "I"),
+    ("rejected_by_more", "Q", len(REASONS_MORE)), ("would_reject_more", "Q", len(REASONS_MORE)),
 ])
 
 SLOT = Layout("seg_slot", [
@@ -191,8 +202,10 @@ def read_segment(segment):
         comps = []
         for i in range(h["ncomp"]):
             c = COMP.decode(m, h["off_comp"] + i * COMP.size)
-            c["rejected_by"] = dict(zip(REASONS, c["rejected_by"]))
-            c["would_reject"] = dict(zip(REASONS, c["would_reject"]))
+            c["rejected_by"] = dict(zip(REASONS + REASONS_MORE,
+                                        c["rejected_by"] + c.pop("rejected_by_more")))
+            c["would_reject"] = dict(zip(REASONS + REASONS_MORE,
+                                         c["would_reject"] + c.pop("would_reject_more")))
             for k, cl in enumerate(c["cls"]):
                 cl["name"] = names[k]
             comps.append(c)
