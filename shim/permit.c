@@ -275,7 +275,9 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		}
 	}
 	if (reason == REASON_MAX) {
-		r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
+		r = tally_take(s, slot, gen, P_CONN, 0, &seen);
+		if (r == TALLY_FULL)
+			r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
 		if (r == TALLY_TAKEN)
 			reason = REASON_MAX;
 		else if (r == TALLY_BUSY)
@@ -511,9 +513,9 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
-	/* One attempt by the copy compiled for this kind; waiting and
-	 * reclaiming only when full. */
-	r = tally_take_inflight(s, slot, gen, &seen);
+	/* One attempt first; the waits and reclaims of take_wait only when
+	 * full. */
+	r = tally_take(s, slot, gen, P_INFLIGHT, 0, &seen);
 	if (r == TALLY_FULL)
 		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
 	if (r == TALLY_BUSY)
@@ -551,7 +553,7 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 		return;
 	gen = MARK_GEN(m);
 	t = atomic_load(&sl->sent_us);
-	if (!tally_give_inflight(s, slot, gen) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
+	if (!tally_give(s, slot, gen, P_INFLIGHT) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
 		return;
 	/* Cleared unless a new request began meanwhile: a sampled reply
 	 * (io.c) must not find this one's start. */

@@ -568,10 +568,6 @@ void tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slo
 int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
-/* tally_take and tally_give of P_INFLIGHT, compiled for that kind alone:
- * the path of every request in a compartment with max_inflight. */
-int tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen);
-bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen);
 
 /* Internal to segment.c, procs.c and permit.c. */
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
