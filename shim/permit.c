@@ -58,24 +58,22 @@ raise_peak(_Atomic uint32_t *peak, uint32_t v)
 /* ---- waiting ---- */
 
 /*
- * Takes permit kind p for slot, waiting for one when full if the caller may
- * wait and the compartment allows it: reclaims dead holders once, then
- * sleeps on the tally's count word until the deadline. The slot is marked
- * MARK_WAITING while counted in `waiting`. TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
- */
-/*
  * One attempt at permit kind p for slot; for a connection in a pool, the
  * pool's permit after the compartment's (pool.c), and the compartment's
  * given back, here and only here, when the pool has none. On TALLY_FULL,
  * *word is the word to sleep on and *why the reason.
  */
-static int
+static inline __attribute__((always_inline)) int
 take_step(struct seg *s, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
     _Atomic uint32_t **word, enum bs_reason *why)
 {
 	int r = tally_take(s, slot, gen, p, 0, seen);
+	const struct seg_comp *c;
 
 	if (r != TALLY_TAKEN || p != P_CONN)
+		return r;
+	c = seg_slot_comp(s, &s->slots[slot]);
+	if (c == NULL || atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)
 		return r;
 	r = pool_take(s, slot, gen, seen, word);
 	if (r == TALLY_TAKEN)
@@ -86,6 +84,12 @@ take_step(struct seg *s, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
 	return r;
 }
 
+/*
+ * Takes permit kind p for slot, waiting for one when full if the caller may
+ * wait and the compartment allows it: reclaims dead holders once, then
+ * sleeps on the tally's count word until the deadline. The slot is marked
+ * MARK_WAITING while counted in `waiting`. TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
+ */
 static int
 take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum bs_reason full,
     enum bs_reason *why)
@@ -311,7 +315,11 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		}
 	}
 	if (reason == REASON_MAX) {
-		r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
+		_Atomic uint32_t *word;
+
+		r = take_step(s, slot, gen, P_CONN, &seen, &word, &reason);
+		if (r == TALLY_FULL)
+			r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
 		if (r == TALLY_TAKEN)
 			reason = REASON_MAX;
 		else if (r == TALLY_BUSY)
@@ -556,9 +564,9 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
-	/* One attempt by the copy compiled for this kind; waiting and
-	 * reclaiming only when full. */
-	r = tally_take_inflight(s, slot, gen, &seen);
+	/* One attempt first; the waits and reclaims of take_wait only when
+	 * full. */
+	r = tally_take(s, slot, gen, P_INFLIGHT, 0, &seen);
 	if (r == TALLY_FULL)
 		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
 	if (r == TALLY_BUSY)
@@ -596,7 +604,7 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 		return;
 	gen = MARK_GEN(m);
 	t = atomic_load(&sl->sent_us);
-	if (!tally_give_inflight(s, slot, gen) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
+	if (!tally_give(s, slot, gen, P_INFLIGHT) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
 		return;
 	/* Cleared unless a new request began meanwhile: a sampled reply
 	 * (io.c) must not find this one's start. */

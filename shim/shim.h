@@ -665,10 +665,6 @@ int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny,
 int tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
-/* tally_take and tally_give of P_INFLIGHT, compiled for that kind alone:
- * the path of every request in a compartment with max_inflight. */
-int tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen);
-bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen);
 
 /* Internal to segment.c, procs.c and permit.c. */
 uint32_t seg_dec_floor(_Atomic uint32_t *v);

@@ -68,10 +68,10 @@ tagged(uint32_t slot, uint32_t gen, bool give, uint32_t count)
 }
 
 /*
- * The steps below are inlined into one specialised copy per permit kind
- * where the kind is known (tally_take_inflight, tally_give_inflight: every
- * request of a compartment with max_inflight), so that masks are constants
- * and the kind's switch disappears; the exported functions take any kind.
+ * The steps below are inlined into tally_take and tally_give, which keep a
+ * copy specialised for the kinds taken and given most (P_CONN at every
+ * connect and close, P_INFLIGHT at every request of a compartment with
+ * max_inflight): their masks are constants and count_of's switch is gone.
  */
 
 /* The counter that permit kind p of slot sl is counted in, and its limit
@@ -293,16 +293,18 @@ tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t 
 	return taken(s, slot, gen, p, count);
 }
 
+/* The kinds of every connect and every limited request get a copy each. */
 int
 tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
 {
-	return take(s, slot, gen, p, deny, seen);
-}
-
-int
-tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen)
-{
-	return take(s, slot, gen, P_INFLIGHT, 0, seen);
+	switch (p) {
+	case P_CONN:
+		return take(s, slot, gen, P_CONN, deny, seen);
+	case P_INFLIGHT:
+		return take(s, slot, gen, P_INFLIGHT, deny, seen);
+	default:
+		return take(s, slot, gen, p, deny, seen);
+	}
 }
 
 /* Steps 2 and 3 of giving back permit kind p of slot, once announced
@@ -338,13 +340,14 @@ give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 bool
 tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 {
-	return give(s, slot, gen, p);
-}
-
-bool
-tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen)
-{
-	return give(s, slot, gen, P_INFLIGHT);
+	switch (p) {
+	case P_CONN:
+		return give(s, slot, gen, P_CONN);
+	case P_INFLIGHT:
+		return give(s, slot, gen, P_INFLIGHT);
+	default:
+		return give(s, slot, gen, p);
+	}
 }
 
 /*
