@@ -10,8 +10,8 @@ resource never sees more than 60 at once. The same clients run twice under
 bulkshim: first with static compartments of 23 each (3 x 23 = 69 <= 70),
 then with one pool of 70 in which each compartment is guaranteed 10 and may
 borrow up to a ceiling of 40. Clients are CPython programs: compartment a
-and c open their connections from threads, b from forked processes (one per
-connection). A witness, three listening sockets served by one thread of this
+and c open their connections from threads, b from forked processes (up to five
+connections each). A witness, three listening sockets served by one thread of this
 program, counts the connections it has open, per compartment and in all,
 independently of bulkshim.
 
@@ -49,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 mode, port = sys.argv[1], int(sys.argv[2])
 held, refused = [], 0
+PER_CHILD = 5
 
 def one():
     s = socket.socket()
@@ -59,36 +60,35 @@ def one():
         s.close()
         return None
 
-def child():
-    """A forked process holding one connection until its pipe closes; it
-    ends with a normal exit. Returns (pid, pipe) or None when refused."""
+def child(n):
+    """A forked process holding up to n connections until its pipe closes;
+    it ends with a normal exit. Returns (pid, pipe, count)."""
     r, w = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
     if pid == 0:
-        for _, other in held:
+        for _, other, _ in held:
             os.close(other)
         os.close(r)
         os.close(w2)
-        s = one()
-        os.write(w, b"1" if s else b"0")
+        mine = [s for s in (one() for _ in range(n)) if s is not None]
+        os.write(w, b"%d" % len(mine))
         os.close(w)
         os.read(r2, 1)
         sys.exit(0)
     os.close(w)
     os.close(r2)
-    ok = os.read(r, 1) == b"1"
+    got = int(os.read(r, 16) or b"0")
     os.close(r)
-    if ok:
-        return pid, w2
-    os.close(w2)
-    os.waitpid(pid, 0)
-    return None
+    return pid, w2, got
+
+def count():
+    return len(held) if mode == "threads" else sum(h[2] for h in held)
 
 for line in sys.stdin:
     want = int(line)
-    if len(held) < want:
-        n = want - len(held)
+    if count() < want:
+        n = want - count()
         if mode == "threads":
             with ThreadPoolExecutor(max_workers=n) as ex:
                 got = list(ex.map(lambda _: one(), range(n)))
@@ -98,20 +98,20 @@ for line in sys.stdin:
                 else:
                     held.append(s)
         else:
-            for _ in range(n):
-                h = child()
-                if h is None:
-                    refused += 1
-                else:
-                    held.append(h)
-    while len(held) > want:
+            # Forked processes of up to PER_CHILD connections each.
+            while n > 0:
+                h = child(min(n, PER_CHILD))
+                refused += min(n, PER_CHILD) - h[2]
+                n -= min(n, PER_CHILD)
+                held.append(h)
+    while count() > want:
         h = held.pop()
         if mode == "threads":
             h.close()
         else:
             os.close(h[1])
             os.waitpid(h[0], 0)
-    print(json.dumps({"held": len(held), "refused": refused}), flush=True)
+    print(json.dumps({"held": count(), "refused": refused}), flush=True)
 '''
 
 
