@@ -5,7 +5,8 @@
 # $(B)/tsan, fuzzers in $(B)/fuzz, so none of them clashes with the normal
 # build.
 #
-#   make chaos           8 processes x 16 threads, kills, forks and execs, 20 s
+#   make chaos           8 processes x 16 threads, kills, forks and execs, 20 s; again
+#                        with the three compartments in one pool (-P)
 #   make chaos-short     the same for a few seconds (part of `make test`)
 #   make check-sanitize  units + preload suite under ASan/UBSan, threaded units under TSan
 #   make fuzz            each libFuzzer target for FUZZ_SECONDS (default 60)
@@ -30,8 +31,10 @@ $(CHAOS_BIN): $(B)/tests/%: tests/chaos/%.c tests/chaos/chaos.h | $(B)/tests
 
 chaos: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS)
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -P
 chaos-short: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS)
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -P
 
 # The hostile-segment and permission tests alone.
 hostile: all $(HELPERS)

@@ -29,7 +29,7 @@
 #include "chaos.h"
 
 /*
- * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-K] [-D]
+ * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-P] [-K] [-D]
  *
  * Starts a loopback server per compartment (and one no rule matches), writes
  * a config giving the compartments limits L0..L2, and runs PROCS workers of
@@ -50,6 +50,12 @@
  * (ESTABLISHED, SYN_SENT, CLOSE_WAIT) is a connection that is really there.
  * All of those were open at the start of the lookups, so more than the limit
  * of them is a real overshoot; fewer is counted as witness lag.
+ *
+ * With -P the three compartments share a pool of POOL_SIZE less POOL_RESERVED
+ * permits, with guarantees 2, 1 and 1 and their limits as ceilings (which sum
+ * to more than the pool): the witness then also checks, at every accept, the
+ * connections open to the three servers together against the pool, the same
+ * way (a count above it is confirmed with sock_diag).
  *
  * After the run, when every process is gone, each compartment's in_use as
  * `bulkshim status -s SEG --json` shows it must be 0 within 1 s.
@@ -75,6 +81,13 @@ struct conn {
 };
 
 static int limits[CHAOS_COMPS] = { 3, 5, 2 };
+/* -P: one pool for the three compartments. */
+#define POOL_SIZE	8
+#define POOL_RESERVED	1
+static const int guarantees[CHAOS_COMPS] = { 2, 1, 1 };
+static bool pooled;
+static int pool_room, max_pool_live, max_pool_confirmed;
+static _Atomic int worst_pool_overshoot;
 static int lsock[CHAOS_SERVERS];
 static uint16_t ports[CHAOS_SERVERS];
 static struct chaos_stats *stats;
@@ -290,6 +303,44 @@ confirm(int epfd, int srv)
 	}
 }
 
+/* The three compartments' count just grew past the pool: is it real? */
+static void
+confirm_pool(int epfd)
+{
+	unsigned inode;
+	int open = 0, live_all = 0, over;
+
+	for (int srv = 0; srv < CHAOS_COMPS; srv++) {
+		rescan(epfd, srv);
+		live_all += live[srv];
+	}
+	if (live_all <= pool_room)
+		return;
+	for (int srv = 0; srv < CHAOS_COMPS; srv++) {
+		for (int i = 0; i < live[srv]; i++)
+			open += client_open(srv, byserver[srv][i]->peer_port, &inode);
+	}
+	if (open > max_pool_confirmed)
+		max_pool_confirmed = open;
+	over = open - pool_room;
+	if (over <= 0) {
+		atomic_fetch_add(&lag_events, 1);
+		return;
+	}
+	atomic_fetch_add(&overshoot_events, 1);
+	if (over > atomic_load(&worst_pool_overshoot))
+		atomic_store(&worst_pool_overshoot, over);
+	if (freeze_on_overshoot)
+		freeze_workers();
+	fprintf(stderr, "chaos: OVERSHOOT: the pool has %d open connections, room %d\n", open,
+	    pool_room);
+	if (freeze_on_overshoot) {
+		fprintf(stderr, "chaos: stopping myself too (pid %d); SIGCONT it to go on\n",
+		    (int)getpid());
+		raise(SIGSTOP);
+	}
+}
+
 static void
 accept_all(int epfd, int srv)
 {
@@ -324,6 +375,14 @@ accept_all(int epfd, int srv)
 			atomic_fetch_add(&checks, 1);
 			if (live[srv] > limits[srv])
 				confirm(epfd, srv);
+		}
+		if (srv < CHAOS_COMPS && pooled) {
+			int all = live[0] + live[1] + live[2];
+
+			if (all > max_pool_live)
+				max_pool_live = all;
+			if (all > pool_room)
+				confirm_pool(epfd);
 		}
 	}
 }
@@ -510,12 +569,22 @@ in_use_total(char *shown, size_t len)
 		return -1;
 	}
 	shown[0] = '\0';
+	/* Every count of permits: compartments', classes', pools' in_use
+	 * and the pools' lent permits. */
 	for (p = strstr(out, "\"in_use\":"); p != NULL; p = strstr(p + 1, "\"in_use\":")) {
 		long v = strtol(p + 9, NULL, 10);
 
 		total += v;
 		used += (size_t)snprintf(shown + used, used < len ? len - used : 0, "%s%ld",
 		    used ? "/" : "", v);
+		if (used >= len)
+			used = len - 1;
+	}
+	for (p = strstr(out, "\"lent\":"); p != NULL; p = strstr(p + 1, "\"lent\":")) {
+		long v = strtol(p + 7, NULL, 10);
+
+		total += v;
+		used += (size_t)snprintf(shown + used, used < len ? len - used : 0, " lent %ld", v);
 		if (used >= len)
 			used = len - 1;
 	}
@@ -554,13 +623,22 @@ write_config(const char *dir)
 	f = fopen(cfg_path, "w");
 	if (f == NULL)
 		die(cfg_path);
-	fprintf(f, "segment = \"%s\";\ncompartments = (\n", segment);
+	fprintf(f, "segment = \"%s\";\n", segment);
+	if (pooled)
+		fprintf(f, "pools = ( { name = \"p\"; size = %d; reserved = %d; } );\n", POOL_SIZE,
+		    POOL_RESERVED);
+	fprintf(f, "compartments = (\n");
 	for (int i = 0; i < CHAOS_COMPS; i++) {
+		char pool[64] = "";
+
+		if (pooled)
+			snprintf(pool, sizeof(pool), " pool = \"p\"; guaranteed = %d;", guarantees[i]);
 		/* c1 lets blocking callers wait a little, to have futex
-		 * waiters woken by releases and by reclaims. */
+		 * waiters woken by releases and by reclaims (and, in a
+		 * pool, by the other compartments' releases). */
 		fprintf(f, "  { name = \"c%d\"; destinations = [ \"127.0.0.1:%u\" ]; "
-		    "max_connections = %d;%s }%s\n", i, ports[i], limits[i],
-		    i == 1 ? " max_wait_ms = 20;" : "", i + 1 < CHAOS_COMPS ? "," : "");
+		    "max_connections = %d;%s%s }%s\n", i, ports[i], limits[i],
+		    i == 1 ? " max_wait_ms = 20;" : "", pool, i + 1 < CHAOS_COMPS ? "," : "");
 	}
 	fprintf(f, ");\n");
 	if (fclose(f) != 0)
@@ -628,8 +706,12 @@ main(int argc, char **argv)
 	struct rlimit rl;
 
 	seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	while ((c = getopt(argc, argv, "b:t:p:n:s:l:DK")) != -1) {
+	while ((c = getopt(argc, argv, "b:t:p:n:s:l:DKP")) != -1) {
 		switch (c) {
+		case 'P':
+			pooled = true;
+			pool_room = POOL_SIZE - POOL_RESERVED;
+			break;
 		case 'K':
 			no_kills = true;
 			break;
@@ -801,6 +883,11 @@ main(int argc, char **argv)
 	    (long long)atomic_load(&accepted_total), (long long)atomic_load(&checks),
 	    (long long)atomic_load(&lag_events), max_live[0], max_live[1], max_live[2],
 	    max_confirmed[0], max_confirmed[1], max_confirmed[2]);
+	if (pooled)
+		printf("chaos: pool of %d - %d reserved, guarantees %d/%d/%d: peak live together %d "
+		    "(confirmed open %d), worst pool overshoot %d\n", POOL_SIZE, POOL_RESERVED,
+		    guarantees[0], guarantees[1], guarantees[2], max_pool_live, max_pool_confirmed,
+		    atomic_load(&worst_pool_overshoot));
 	printf("chaos: worst overshoot %d (%lld events); in_use after the last exit: %s%s",
 	    atomic_load(&worst_overshoot), (long long)atomic_load(&overshoot_events),
 	    total < 0 ? "status failed: " : "", shown);
@@ -808,7 +895,8 @@ main(int argc, char **argv)
 		printf(" (0 after %lld ms)\n", zero_at - drained_at);
 	else
 		printf(" (NOT 0 after %d ms)\n", SETTLE_MS);
-	if (atomic_load(&worst_overshoot) > 0 || zero_at < 0 || crashes > 0) {
+	if (atomic_load(&worst_overshoot) > 0 || atomic_load(&worst_pool_overshoot) > 0 ||
+	    zero_at < 0 || crashes > 0) {
 		status = 1;
 		if (crashes > 0)
 			printf("chaos: %lld processes crashed or failed\n", crashes);
@@ -839,6 +927,6 @@ main(int argc, char **argv)
 	return status;
 usage:
 	fprintf(stderr, "usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] "
-	    "[-l L0,L1,L2] [-K] [-D]\n");
+	    "[-l L0,L1,L2] [-P] [-K] [-D]\n");
 	return 2;
 }

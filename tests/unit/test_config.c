@@ -1320,6 +1320,77 @@ static void cfg_free_zeroes_the_config(void **state)
 	cfg_free(NULL);
 }
 
+/* ---- pools ---- */
+
+static const char pooled[] =
+	"pools = (\n"									/* 1 */
+	"  { name = \"pg\"; size = 100; reserved = 10; }\n"			/* 2 */
+	");\n"										/* 3 */
+	"compartments = (\n"								/* 4 */
+	" { name = \"checkout\"; pool = \"pg\"; guaranteed = 30; max_connections = 60;\n"	/* 5 */
+	"   destinations = [\"10.0.0.1\"]; },\n"					/* 6 */
+	" { name = \"reports\"; pool = \"pg\"; destinations = [\"10.0.0.2\"]; },\n"	/* 7 */
+	" { name = \"alone\"; destinations = [\"10.0.0.3\"]; max_connections = 5; }\n"	/* 8 */
+	");\n";
+
+static void pools_guarantees_and_ceilings_are_read(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	if (load(pooled, &cfg, false) != 0)
+		fail_msg("%s", err);
+	assert_int_equal(cfg.npools, 1);
+	assert_string_equal(cfg.pools[0].name, "pg");
+	assert_int_equal(cfg.pools[0].size, 100);
+	assert_int_equal(cfg.pools[0].reserved, 10);
+	assert_int_equal(cfg.comp[0].pool, 0);
+	assert_int_equal(cfg.comp[0].guaranteed, 30);
+	assert_int_equal(cfg.comp[0].max_connections, 60);
+	/* No max_connections in a pool: the pool's room is the ceiling. */
+	assert_int_equal(cfg.comp[1].pool, 0);
+	assert_int_equal(cfg.comp[1].guaranteed, 0);
+	assert_int_equal(cfg.comp[1].max_connections, 90);
+	assert_int_equal(cfg.comp[2].pool, BS_NO_POOL);
+	cfg_free(&cfg);
+}
+
+static void guarantees_beyond_the_pool_list_each_term(void **state)
+{
+	char want[256];
+
+	(void)state;
+	expect_error("pools = ( { name = \"pg\"; size = 50;\n reserved = 10; } );\n"
+		     "compartments = (\n"
+		     " { name = \"a\"; pool = \"pg\"; guaranteed = 30; destinations = [\"10.0.0.1\"]; },\n"
+		     " { name = \"b\"; pool = \"pg\"; guaranteed = 15; destinations = [\"10.0.0.2\"]; }\n"
+		     ");\n", ":1: ", "guarantees exceed", NULL);
+	snprintf(want, sizeof(want), "%s:1: pool \"pg\": guarantees exceed its room: "
+		 "30 (a) + 15 (b) = 45 > 50 - 10 reserved", path);
+	assert_string_equal(err, want);
+}
+
+static void pool_mistakes_are_errors_at_their_line(void **state)
+{
+	(void)state;
+	expect_error("pools = ( { name = \"pg\"; size = 5; } );\ncompartments = (\n"
+		     " { name = \"a\"; pool = \"pq\"; destinations = [\"10.0.0.1\"]; } );\n",
+		     ":3: ", "names pool \"pq\"", NULL);
+	expect_error("compartments = (\n { name = \"a\"; guaranteed = 3;\n"
+		     " destinations = [\"10.0.0.1\"]; max_connections = 5; } );\n",
+		     ":2: ", "needs a \"pool\"", NULL);
+	expect_error("pools = ( { name = \"pg\"; size = 50; } );\ncompartments = (\n"
+		     " { name = \"a\"; pool = \"pg\";\n guaranteed = 9; max_connections = 5;"
+		     " destinations = [\"10.0.0.1\"]; } );\n", ":4: ", "above its ceiling", NULL);
+	expect_error("pools = ( { name = \"pg\";\n size = 5; reserved = 5; } );\n" COMPS, ":2: ",
+		     "reserved of pool \"pg\"", "below its size");
+	expect_error("pools = ( { name = \"pg\"; size = 5; },\n { name = \"pg\"; size = 6; } );\n"
+		     COMPS, ":2: ", "duplicate pool name", NULL);
+	expect_error("pools = ( { name = \"pg\"; size = 0; } );\n" COMPS, ":1: ", "size of pool", NULL);
+	expect_error("pools = ( { name = \"pg\"; size = 5; sise = 3; } );\n" COMPS, ":1: ",
+		     "unknown key \"sise\" in a pool", "(did you mean \"size\"?)");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1405,6 +1476,9 @@ int main(void)
 		cmocka_unit_test(broken_config_can_still_ask_for_strict),
 		cmocka_unit_test(default_segment_comes_from_the_file_name),
 		cmocka_unit_test(cfg_free_zeroes_the_config),
+		cmocka_unit_test(pools_guarantees_and_ceilings_are_read),
+		cmocka_unit_test(guarantees_beyond_the_pool_list_each_term),
+		cmocka_unit_test(pool_mistakes_are_errors_at_their_line),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
