@@ -135,6 +135,9 @@ bool cli_ceiling_ok(const struct seg *s, uint32_t i, uint32_t v);
  * reserves and guarantees and says what changed. */
 void cli_reload_pools(struct seg *s, const struct bs_config *cfg, const int *cmap);
 
+/* `bulkshim check`: each pool's size, reserve, guarantees and shared part. */
+void cli_check_pools(const struct bs_config *cfg);
+
 /* ---- bulkshim.c ---- */
 
 /* Writes `status` of s to f: the table, or the JSON object when json. Out

@@ -303,3 +303,28 @@ cli_reload_pools(struct seg *s, const struct bs_config *cfg, const int *cmap)
 			    atomic_load(&h->pools[p].reserved));
 	}
 }
+
+void
+cli_check_pools(const struct bs_config *cfg)
+{
+	for (size_t p = 0; p < cfg->npools; p++) {
+		const struct cfg_pool *pool = &cfg->pools[p];
+		uint64_t guar = 0;
+		bool first = true;
+
+		printf("  pool %s: size %u, reserved %u; guaranteed", pool->name, pool->size,
+		    pool->reserved);
+		for (size_t i = 0; i < cfg->ncomp; i++) {
+			const struct cfg_compartment *cc = &cfg->comp[i];
+
+			if (cc->pool != (int)p)
+				continue;
+			printf("%s %u (%s, ceiling %u)", first ? "" : " +", cc->guaranteed, cc->name,
+			    cc->max_connections);
+			guar += cc->guaranteed;
+			first = false;
+		}
+		printf(" = %llu; shared %llu\n", (unsigned long long)guar,
+		    (unsigned long long)(pool->size - pool->reserved - guar));
+	}
+}

@@ -84,6 +84,7 @@ print_budget(const struct bs_config *cfg)
 	} else {
 		printf("  %-24s %7llu  (no budget set)\n", "total", (unsigned long long)sum);
 	}
+	cli_check_pools(cfg);
 	for (size_t k = 1; k < cfg->nclass; k++) {
 		printf("  class %s:", cfg->classes[k].name);
 		for (size_t p = 0; p < cfg->classes[k].npatterns; p++)

@@ -191,6 +191,9 @@ struct advice {
 	const char *limit_key;
 	uint64_t refused;
 	const char *verdict;
+	/* In a pool: a guarantee for its usual need (p50) and a ceiling for
+	 * its bursts (the larger of Little's law at p99 and its peak). */
+	uint64_t guar, ceiling;
 };
 
 static void
@@ -229,6 +232,10 @@ advise(const struct seg *s, uint32_t i, struct advice *a)
 		if (r != REASON_NO_SLOT)
 			a->refused += a->c.rejected_by[r] + a->c.would_reject[r];
 	}
+	a->guar = (uint64_t)(((u128)a->c.peak_rate * a->p50_us * 2 + 999999) / 1000000);
+	a->ceiling = a->suggested > a->c.peak ? a->suggested : a->c.peak;
+	if (a->guar > a->ceiling)
+		a->guar = a->ceiling;
 	if (a->c.peak_rate == 0 || a->source == NULL)
 		a->verdict = "no data";
 	else if (a->limit == UINT32_MAX)
@@ -284,6 +291,12 @@ print_advice(const struct advice *a)
 		    (unsigned long long)a->suggested);
 	else
 		printf("  %-20s %s\n", "verdict", a->verdict);
+	if (a->c.pool >= 0 && a->source != NULL)
+		printf("  %-20s %s: guaranteed %u, propose %llu (rate \u00d7 p50 \u00d7 2); ceiling %u, "
+		    "propose %llu (the larger of Little's law and the peak %u)\n", "pool",
+		    a->c.pool_name, a->c.guaranteed, (unsigned long long)a->guar,
+		    a->c.limit == UINT32_MAX ? 0 : a->c.limit, (unsigned long long)a->ceiling,
+		    a->c.peak);
 }
 
 static void
@@ -303,10 +316,15 @@ json_advice(const struct advice *a)
 		fputs("null", stdout);
 	printf(", \"samples\": %llu, \"p50_s\": %s, \"p99_s\": %s, \"suggested\": %llu, "
 	    "\"limit\": %u, \"limit_key\": \"%s\", \"unlimited\": %s, \"enforce\": %s, "
-	    "\"refused\": %llu, \"verdict\": \"%s\"}", (unsigned long long)a->samples, p50, p99,
+	    "\"refused\": %llu, \"verdict\": \"%s\"", (unsigned long long)a->samples, p50, p99,
 	    (unsigned long long)a->suggested, a->limit == UINT32_MAX ? 0 : a->limit, a->limit_key,
 	    a->limit == UINT32_MAX ? "true" : "false", a->c.enforce ? "true" : "false",
 	    (unsigned long long)a->refused, a->verdict);
+	if (a->c.pool >= 0)
+		printf(", \"pool\": \"%s\", \"suggested_guaranteed\": %llu, \"suggested_ceiling\": "
+		    "%llu", a->c.pool_name, (unsigned long long)a->guar,
+		    (unsigned long long)a->ceiling);
+	fputc('}', stdout);
 }
 
 int
