@@ -162,6 +162,23 @@ class Bench:
             f.write("\n".join(lines) + "\n")
         return path
 
+    def pool_config(self, name, target, guaranteed):
+        """One compartment, ceiling LIMIT, in a pool of LIMIT with a guarantee
+        of `guaranteed` (LIMIT: every connect within it; 0: every one borrowed),
+        beside two other compartments of the pool."""
+        lines = ['segment = "%s-%s";' % (self.tag, name),
+                 'pools = ( { name = "p"; size = %d; reserved = 0; } );' % (LIMIT + 2),
+                 "compartments = (",
+                 '  { name = "b"; destinations = [ "%s" ]; max_connections = %d; pool = "p"; '
+                 'guaranteed = %d; },' % (target, LIMIT, guaranteed),
+                 '  { name = "o1"; destinations = [ "10.9.9.1" ]; pool = "p"; guaranteed = 1; },',
+                 '  { name = "o2"; destinations = [ "10.9.9.2" ]; pool = "p"; guaranteed = 1; }',
+                 ");"]
+        path = self.path(name + ".cfg")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
     def check_config(self, path):
         """The in-flight key is recent: wait (bounded) for a library that takes it."""
         for attempt in range(10):
@@ -239,6 +256,9 @@ class Bench:
                  for i in range(63)]
         comps.append(("c63", [target] + many_destinations(15, None, seed=63), LIMIT, None))
         self.cfg["c64"] = mk("c64", comps)
+        # The same stubbed connect in a compartment in a pool (issue 14).
+        self.cfg["pool_guar"] = self.pool_config("poolguar", target, LIMIT)
+        self.cfg["pool_lent"] = self.pool_config("poollent", target, 0)
         # 10,000 rules and the connect matches none of them: every prefix
         # length in use is looked up.
         self.cfg["d10000_miss"] = mk("d10000miss", [("b", many_destinations(
@@ -375,7 +395,7 @@ class Bench:
                                   self.shim_env(self.cfg["pp_unmatched"])),
             "stub/none": (["connect", 1, 1, CG_STUB], self.stub_env()),
         }
-        for k in ("d1", "d100", "d10000", "c64", "d10000_miss"):
+        for k in ("d1", "d100", "d10000", "c64", "d10000_miss", "pool_guar", "pool_lent"):
             jobs["stub/" + k] = (["connect", 1, 1, CG_STUB], stubbed(self.cfg[k]))
         if self.today:
             t = self.cfg_today
@@ -515,7 +535,9 @@ class Bench:
         variants = [("none", None), ("d1", "1 destination, 1 compartment"),
                     ("d100", "100 destinations"), ("d10000", "10,000 destinations"),
                     ("c64", "64 compartments (16 destinations each)"),
-                    ("d10000_miss", "10,000 destinations, connect matches none")]
+                    ("d10000_miss", "10,000 destinations, connect matches none"),
+                    ("pool_guar", "1 destination, compartment in a pool, within its guarantee"),
+                    ("pool_lent", "1 destination, compartment in a pool, every permit borrowed")]
         res = {k: [] for k, _ in variants}
         start = {k: [] for k, _ in variants}
         args = ["connect", 1, STUB_BATCHES, STUB_PER]
@@ -563,6 +585,12 @@ class Bench:
         self.target("connect overhead flat from 1 to 10,000 destinations",
                     "%+.0f ns / %+.0f Ir (1) vs %+.0f ns / %+.0f Ir (10,000)" % (
                         a1, i1, a10k, i10k), flat)
+        # Issue 14: the pool's permit (a second tally take and give) costs
+        # a few tens of instructions on top of the compartment's.
+        for k, label in (("pool_guar", "within its guarantee"), ("pool_lent", "borrowed")):
+            ap, ip = self.scale_added[k]
+            self.target("connect + close in a pool (%s) ≤ 90 Ir more than without" % label,
+                        "%+.0f Ir, %+.0f ns" % (ip - i1, ap - a1), ip - i1 <= 90)
 
     def permits(self):
         log("2b. acquire/release throughput: threads and processes")

@@ -343,7 +343,8 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		tally_take(s, slot, gen, P_OVER, 0, &seen);
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
-	if (atomic_load_explicit(&c->pool, memory_order_relaxed) != 0)
+	/* The pool's peak is noted when it lends (a sum over compartments). */
+	if (atomic_load_explicit(&sl->mark, memory_order_relaxed) & MARK_HELD(P_LENT))
 		pool_note_peak(s, c);
 	if (k != NULL) {
 		raise_peak(&k->peak, atomic_load(&k->in_use));
@@ -443,8 +444,12 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 	}
 	/* A guaranteed permit went: one lent to the same compartment moves
 	 * onto the guarantee, and the shared part has it back at once. */
-	if (m & MARK_HELD(P_GUAR))
-		pool_rebalance(s, atomic_load(&sl->comp));
+	if (m & MARK_HELD(P_GUAR)) {
+		struct seg_comp *c = seg_slot_comp(s, sl);
+
+		if (c != NULL && atomic_load(&c->in_use) > atomic_load(&c->guar_in_use))
+			pool_rebalance(s, atomic_load(&sl->comp));
+	}
 	if (reclaimed && (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER)))) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
 

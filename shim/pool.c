@@ -174,6 +174,15 @@ pool_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen, _Atomic ui
 
 	if (c == NULL || (pool = seg_pool_of(s, c)) == NULL)
 		return TALLY_TAKEN;
+	/* Lent beyond the shared part (it shrank live, or a guarantee grew):
+	 * nothing more until it drains, guaranteed or not, so that the pool
+	 * never has more than size - reserved in use. Lending never passes
+	 * the shared part, so once this reads below it, it stays so. */
+	if (atomic_load(&pool->lent) > atomic_load(&pool->shared)) {
+		*seen = atomic_load(&pool->lent);
+		*full = &pool->lent;
+		return TALLY_FULL;
+	}
 	r = tally_take(s, slot, gen, P_GUAR, 0, seen);
 	if (r != TALLY_FULL)
 		return r;

@@ -278,7 +278,7 @@ struct seg_pool {
 	_Atomic uint32_t sleepers;	/* waiters asleep on `lent`, roughly */
 	_Atomic uint32_t lent;		/* a tally: permits lent above guarantees */
 	_Atomic uint32_t lent_tag;
-	_Atomic uint32_t peak;		/* most permits in use at once */
+	_Atomic uint32_t peak;		/* most permits in use at once while it lent */
 	uint32_t pad;
 	_Atomic uint64_t rejected;	/* refusals for pool_full */
 };

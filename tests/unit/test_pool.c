@@ -250,6 +250,31 @@ test_a_guarantee_raised_live_takes_lent_permits_onto_it(void **state)
 	seg_close(s);
 }
 
+static void
+test_a_pool_lent_beyond_its_shared_part_lends_and_guarantees_nothing_until_it_drains(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	int slot[5];
+
+	(void)state;
+	for (int i = 0; i < 5; i++)
+		assert_true((slot[i] = take(s, 2, false, &why)) >= 0);
+	/* b's guarantee raised live to 5: guarantees 8, shared 2, 5 lent.
+	 * Granting a its guarantee now would put 11 in a pool of 10. */
+	comps[1].guaranteed = 5;
+	pool_apply(s, &cfg, s->cmap, false);
+	assert_int_equal(atomic_load(&s->h->pools[0].shared), 2);
+	assert_int_equal(take(s, 0, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_POOL_FULL);
+	for (int i = 0; i < 3; i++)
+		seg_drop(s, (uint32_t)slot[i]);
+	assert_true(take(s, 0, false, &why) >= 0);
+	assert_true(take(s, 1, false, &why) >= 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
 /* Every pool count back to 0 and every slot free. */
 static void
 assert_pool_back(struct seg *s, int round)
@@ -409,6 +434,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_waiter_is_woken_when_another_compartment_frees_the_pool, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shrinking_the_pool_refuses_until_it_drains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_guarantee_raised_live_takes_lent_permits_onto_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_pool_lent_beyond_its_shared_part_lends_and_guarantees_nothing_until_it_drains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kills_at_random_instants_leave_the_pool_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_pool_exact, setup, teardown),
 	};
