@@ -189,6 +189,8 @@ pool_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen, _Atomic ui
 	r = tally_take(s, slot, gen, P_LENT, 0, seen);
 	if (r == TALLY_FULL)
 		*full = &pool->lent;
+	else if (r == TALLY_TAKEN)
+		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
 	return r;
 }
 
@@ -264,13 +266,18 @@ void
 pool_rebalance(struct seg *s, uint32_t comp)
 {
 	struct seg_comp *c;
+	uint32_t n = s->h->nslots, start;
 
 	if (comp >= s->h->ncomp)
 		return;
 	c = &s->comp[comp];
 	if (seg_pool_of(s, c) == NULL)
 		return;
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
+	/* From the slot that borrowed last: slots are handed out in turn,
+	 * so the compartment's other borrowers are usually close by. */
+	start = atomic_load_explicit(&c->lent_hint, memory_order_relaxed) % n;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = (start + n - k) % n;
 		struct seg_slot *sl = &s->slots[i];
 		uint64_t m;
 

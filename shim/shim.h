@@ -390,6 +390,8 @@ struct seg_comp {
 	_Atomic uint32_t guar_in_use_tag;
 	_Atomic uint64_t rejected_by_more[REASON_MAX - REASON_V2];
 	_Atomic uint64_t would_reject_more[REASON_MAX - REASON_V2];
+	_Atomic uint32_t lent_hint;	/* the slot that borrowed last: where a rebalance looks first */
+	uint32_t pad2;
 };
 
 #define SLOT_NO_CLASS	0xffu

@@ -128,6 +128,7 @@ COMP = Layout("seg_comp", [
     ("cls", CLASS, MAX_CLASSES),
     ("pool", "I"), ("guaranteed", "I"), ("guar_in_use", "I"), ("guar_in_use_tag", "I"),
     ("rejected_by_more", "Q", len(REASONS_MORE)), ("would_reject_more", "Q", len(REASONS_MORE)),
+    ("lent_hint", "I"), ("pad2", "I"),
 ])
 
 SLOT = Layout("seg_slot", [
