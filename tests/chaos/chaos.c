@@ -257,6 +257,34 @@ rescan(int epfd, int srv)
 	}
 }
 
+/* `over` open connections beyond a limit were confirmed (or none, over <= 0:
+ * the witness lagged). Records it in *worst; false when it was lag. */
+static bool
+overshoot(int over, _Atomic int *worst)
+{
+	if (over <= 0) {
+		atomic_fetch_add(&lag_events, 1);
+		return false;
+	}
+	atomic_fetch_add(&overshoot_events, 1);
+	if (over > atomic_load(worst))
+		atomic_store(worst, over);
+	if (freeze_on_overshoot)
+		freeze_workers();
+	return true;
+}
+
+/* After the report of an overshoot, with -D: stop here too. */
+static void
+freeze_self(void)
+{
+	if (freeze_on_overshoot) {
+		fprintf(stderr, "chaos: stopping myself too (pid %d); SIGCONT it to go on\n",
+		    (int)getpid());
+		raise(SIGSTOP);
+	}
+}
+
 /* The count of server srv just grew past its limit: is it real? */
 static void
 confirm(int epfd, int srv)
@@ -276,15 +304,8 @@ confirm(int epfd, int srv)
 	if (open > max_confirmed[srv])
 		max_confirmed[srv] = open;
 	over = open - limits[srv];
-	if (over <= 0) {
-		atomic_fetch_add(&lag_events, 1);
+	if (!overshoot(over, &worst_overshoot))
 		return;
-	}
-	atomic_fetch_add(&overshoot_events, 1);
-	if (over > atomic_load(&worst_overshoot))
-		atomic_store(&worst_overshoot, over);
-	if (freeze_on_overshoot)
-		freeze_workers();
 	fprintf(stderr, "chaos: OVERSHOOT: compartment c%d has %d open connections, limit %d\n",
 	    srv, open, limits[srv]);
 	for (int i = 0; i < live[srv]; i++) {
@@ -296,11 +317,7 @@ confirm(int epfd, int srv)
 		fprintf(stderr, "chaos:   client port %u, socket inode %u, held by pid/fd:%s\n",
 		    byserver[srv][i]->peer_port, inode[i], who[0] ? who : " (nobody now)");
 	}
-	if (freeze_on_overshoot) {
-		fprintf(stderr, "chaos: stopping myself too (pid %d); SIGCONT it to go on\n",
-		    (int)getpid());
-		raise(SIGSTOP);
-	}
+	freeze_self();
 }
 
 /* The three compartments' count just grew past the pool: is it real? */
@@ -323,22 +340,11 @@ confirm_pool(int epfd)
 	if (open > max_pool_confirmed)
 		max_pool_confirmed = open;
 	over = open - pool_room;
-	if (over <= 0) {
-		atomic_fetch_add(&lag_events, 1);
+	if (!overshoot(over, &worst_pool_overshoot))
 		return;
-	}
-	atomic_fetch_add(&overshoot_events, 1);
-	if (over > atomic_load(&worst_pool_overshoot))
-		atomic_store(&worst_pool_overshoot, over);
-	if (freeze_on_overshoot)
-		freeze_workers();
 	fprintf(stderr, "chaos: OVERSHOOT: the pool has %d open connections, room %d\n", open,
 	    pool_room);
-	if (freeze_on_overshoot) {
-		fprintf(stderr, "chaos: stopping myself too (pid %d); SIGCONT it to go on\n",
-		    (int)getpid());
-		raise(SIGSTOP);
-	}
+	freeze_self();
 }
 
 static void

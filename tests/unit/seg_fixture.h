@@ -32,4 +32,39 @@ attach(void)
 	return s;
 }
 
+/* Forks a child that runs as a forked process of this one (with no
+ * record of its own) and calls work(s) forever; returns once it runs. */
+static __attribute__((unused)) pid_t
+start_child(struct seg *s, void (*work)(struct seg *))
+{
+	int go[2];
+	char c;
+	pid_t pid;
+
+	assert_int_equal(pipe(go), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct seg_fork none = { -1, 0, -1 };
+
+		seg_fork_child(s, &none);
+		if (write(go[1], "x", 1) != 1)
+			_exit(2);
+		work(s);
+		_exit(0);
+	}
+	assert_int_equal(read(go[0], &c, 1), 1);
+	close(go[0]);
+	close(go[1]);
+	return pid;
+}
+
+/* SIGKILLs pid, reaps it and takes back what it held. */
+static __attribute__((unused)) void
+kill_and_reclaim(struct seg *s, pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	seg_reclaim(s, false);
+}
+
 #endif

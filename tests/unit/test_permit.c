@@ -407,6 +407,24 @@ assert_all_back(struct seg *s, int round)
 	}
 }
 
+/* The killed child's work: connection, class and in-flight permits taken
+ * and given back, forever. */
+static void
+take_and_give(struct seg *s)
+{
+	enum bs_reason why;
+
+	for (uint64_t i = 0;; i++) {
+		int a = seg_acquire(s, 0, (uint32_t)(i & 1), 100 + i, false, &why);
+
+		if (a < 0)
+			continue;
+		if (seg_inflight_begin(s, (uint32_t)a, false, &why) == 1)
+			seg_inflight_end(s, (uint32_t)a);
+		seg_drop(s, (uint32_t)a);
+	}
+}
+
 /*
  * A process that does nothing but take and give permits (connection, class,
  * request in flight) is SIGKILLed at random instants, 300 times; after each
@@ -421,41 +439,14 @@ test_kills_at_random_instants_leak_nothing(void **state)
 
 	(void)state;
 	for (int round = 0; round < 300; round++) {
-		int go[2];
-		char c;
-		pid_t pid;
+		pid_t pid = start_child(s, take_and_give);
 
-		assert_int_equal(pipe(go), 0);
-		pid = fork();
-		if (pid == 0) {
-			struct seg_fork none = { -1, 0, -1 };
-			enum bs_reason why;
-
-			seg_fork_child(s, &none);
-			if (write(go[1], "x", 1) != 1)
-				_exit(2);
-			for (uint64_t i = 0;; i++) {
-				int a = seg_acquire(s, 0, (uint32_t)(i & 1), 100 + i, false, &why);
-
-				if (a < 0)
-					continue;
-				if (seg_inflight_begin(s, (uint32_t)a, false, &why) == 1)
-					seg_inflight_end(s, (uint32_t)a);
-				seg_drop(s, (uint32_t)a);
-			}
-		}
-		assert_int_equal(read(go[0], &c, 1), 1);
-		close(go[0]);
-		close(go[1]);
 		usleep((useconds_t)(rand_r(&seed) % 3000));
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		seg_reclaim(s, false);
+		kill_and_reclaim(s, pid);
 		assert_all_back(s, round);
 	}
 	seg_close(s);
 }
-
 static void
 test_histogram_buckets_are_log2_microseconds(void **state)
 {
