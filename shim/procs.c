@@ -337,6 +337,39 @@ release_orphans(struct seg *s, pid_t pid)
 	}
 }
 
+/* True if some record in use names pid. */
+static bool
+has_record(const struct seg *s, pid_t pid)
+{
+	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		if (atomic_load(&s->procs[i].state) != PROC_FREE &&
+		    atomic_load(&s->procs[i].pid) == pid)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Slots set up or released half-way by a dead process that had no record:
+ * a process reclaims (and so releases others' slots) before it has a
+ * record of its own, at attach or when the table is full, and a kill can
+ * land there. Nobody's reclaim would ever finish those. A process with a
+ * record is left to release_orphans, after its row's holds are dropped.
+ */
+static void
+release_recordless(struct seg *s)
+{
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint32_t st = atomic_load_explicit(&s->slots[i].state, memory_order_relaxed);
+		pid_t by = SLOT_BY(st);
+
+		if ((SLOT_KIND(st) != SLOT_INIT && SLOT_KIND(st) != SLOT_RELEASING) || by <= 0 ||
+		    by == s->my_pid || seg_pid_alive(by, 0) || has_record(s, by))
+			continue;
+		seg_release_orphan(s, i, by);
+	}
+}
+
 /* ---- process records ---- */
 
 /* Drops every hold of record rec and frees the record. The caller owns rec
@@ -552,6 +585,9 @@ seg_reclaim(struct seg *s, bool throttle)
 		empty_record(s, i, true, st != PROC_EXITED);
 		n++;
 	}
+	/* Unthrottled (the CLI, a start-up, a full table) or after a death. */
+	if (!throttle || n > 0)
+		release_recordless(s);
 	return n;
 }
 

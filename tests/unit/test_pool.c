@@ -275,6 +275,40 @@ test_a_pool_lent_beyond_its_shared_part_lends_and_guarantees_nothing_until_it_dr
 	seg_close(s);
 }
 
+/*
+ * A process reclaims before it has a record of its own (at attach, or when
+ * the table is full); killed while releasing a dead process's slot, it
+ * leaves the slot RELEASING under its pid with permits still counted, and
+ * no record whose reclaim would finish it. The next unthrottled reclaim
+ * does (found by the chaos run with a pool: a permit leaked).
+ */
+static void
+test_a_release_left_by_a_dead_process_without_a_record_is_finished(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	int rec, a = take(s, 0, false, &why);
+	pid_t dead = fork();
+
+	(void)state;
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	assert_true(a >= 0);
+	rec = seg_my_record(s);
+	/* Our hold gone, the slot claimed for release by the dead pid. */
+	atomic_fetch_and(&seg_row(s, (uint32_t)rec)[a / 64], ~(1ULL << (a % 64)));
+	atomic_store(&s->slots[a].holders, 0);
+	atomic_store(&s->lcount[a], 0);
+	atomic_store(&s->slots[a].state, SLOT_BUSY(SLOT_RELEASING, dead));
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 1);
+	seg_reclaim(s, false);
+	assert_int_equal(atomic_load(&s->slots[a].state), SLOT_FREE);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
+	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 0);
+	seg_close(s);
+}
+
 /* Every pool count back to 0 and every slot free. */
 static void
 assert_pool_back(struct seg *s, int round)
@@ -426,6 +460,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_shrinking_the_pool_refuses_until_it_drains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_guarantee_raised_live_takes_lent_permits_onto_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_pool_lent_beyond_its_shared_part_lends_and_guarantees_nothing_until_it_drains, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_release_left_by_a_dead_process_without_a_record_is_finished, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kills_at_random_instants_leave_the_pool_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_pool_exact, setup, teardown),
 	};
