@@ -306,26 +306,29 @@ oom:
 
 static const uint8_t v4_mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
-/* Fills m->v4lens from the IPv4 rules of prefix 96 to 127. A rule wider
- * than a /16 marks every /16 it covers. Returns 0 or -ENOMEM. */
-static int build_v4lens(struct matcher *m, const struct rule *rules, size_t n)
+/* Fills m->v4lens from the IPv4 sites of prefix 96 to 127 (sites, not
+ * rules: a rule repeated in one compartment is one site). A site wider than
+ * a /16 marks every /16 it covers; there are at most 2^q sites of IPv4
+ * prefix q, so the work stays below 16 * 65536 marks. Returns 0 or -ENOMEM. */
+static int build_v4lens(struct matcher *m)
 {
 	m->v4lens = calloc(65536, sizeof(*m->v4lens));
 	if (m->v4lens == NULL)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		const struct rule *r = &rules[i];
-		uint32_t q, first, count;
+	for (uint32_t q = 0; q < 32; q++) {
+		const struct ip_site *site, *tmp;
 
-		if (r->kind != RULE_IP || r->prefix < 96 || r->prefix >= 128 ||
-		    memcmp(r->addr, v4_mapped, 12) != 0)
-			continue;
-		q = (uint32_t)r->prefix - 96;
-		first = (uint32_t)r->addr[12] << 8 | r->addr[13];
-		count = q >= 16 ? 1 : 1u << (16 - q);
-		first &= ~(count - 1);
-		for (uint32_t k = first; k < first + count; k++)
-			m->v4lens[k] |= 1u << q;
+		HASH_ITER(hh, m->ip[96 + q], site, tmp) {
+			uint32_t first, count;
+
+			if (memcmp(site->addr, v4_mapped, 12) != 0)
+				continue;
+			first = (uint32_t)site->addr[12] << 8 | site->addr[13];
+			count = q >= 16 ? 1 : 1u << (16 - q);
+			first &= ~(count - 1);
+			for (uint32_t k = first; k < first + count; k++)
+				m->v4lens[k] |= 1u << q;
+		}
 	}
 	return 0;
 }
@@ -390,7 +393,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	for (int p = 127; p >= 0; p--)
 		if (m->ip[p] != NULL)
 			m->prefixes[m->nprefixes++] = (uint8_t)p;
-	if (m->nprefixes > 4 && build_v4lens(m, rules, n) < 0)
+	if (m->nprefixes > 4 && build_v4lens(m) < 0)
 		goto oom;
 	free(order);
 	return m;
