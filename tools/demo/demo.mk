@@ -1,4 +1,4 @@
-# demo.mk - `make demo` (the incident, replayed with and without bulkshim) and `make demo-test`.
+# demo.mk - `make demo` (the incident, replayed with and without bulkshim, then stranded capacity: static compartments against a pool) and `make demo-test`.
 #
 # Included by the main Makefile after $(B), $(CC) and $(CFLAGS) are set. The
 # programs are tools/demo/DEMO.md's shop, backend and load generator.
@@ -36,6 +36,7 @@ demo-deps:
 demo: demo-deps
 	$(MAKE) --no-print-directory all demo-bin
 	BULKSHIM_BUILD=$(B) bash tools/demo/demo.sh
+	python3 tools/demo/pools.py --build $(B)
 
 # The same scenario, a few seconds each way; fails unless it proves its point.
 demo-test: all demo-bin
