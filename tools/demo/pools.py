@@ -183,17 +183,12 @@ class Witness:
         self.t.join(2)
 
 
-def config(mode, segment):
-    lines = ['segment = "%s";' % segment]
+def write_config(path, mode, segment, ports):
+    """The static split (three compartments of STATIC) or the pool."""
+    lines, items = ['segment = "%s";' % segment], []
     if mode == "pool":
         lines.append('pools = ( { name = "db"; size = %d; reserved = 0; } );' % POOL_SIZE)
     lines.append("compartments = (")
-    items = []
-    return lines, items
-
-
-def write_config(path, mode, segment, ports):
-    lines, items = config(mode, segment)
     for name, port in zip(NAMES, ports):
         if mode == "pool":
             limits = 'pool = "db"; guaranteed = %d; max_connections = %d;' % (GUARANTEE, CEILING)
