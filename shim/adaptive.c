@@ -19,14 +19,18 @@
  *
  * The rule, for a backend whose latency grows with the queue it is given:
  * - the baseline is the latency without a queue. It starts as the first
- *   window's mean, follows lower samples down (a quarter of the way per
+ *   window's mean, follows lower samples down (an eighth of the way per
  *   window) and never moves up under load: a sustained overload cannot
- *   ratchet it (Envoy's #11579). It moves up only when the limit has sat at
- *   `min` for AD_FLOOR_WINDOWS windows and latency is still high: a queue
- *   we no longer feed cannot explain that, the backend itself is slower.
- * - a window whose mean is above tolerance x baseline shrinks the limit in
- *   proportion (limit x tolerance x baseline / sample, at most halving per
- *   window): the queue it measures is drained at once, not slowly.
+ *   ratchet it (Envoy's #11579). It moves up to the sample only when
+ *   cutting the limit did not bring latency down: after AD_STUCK_WINDOWS
+ *   cuts in a row with no fall in latency, or AD_FLOOR_WINDOWS windows at
+ *   `min` with latency still high. A queue we feed less would have
+ *   shrunk; the backend itself is slower (or the baseline had followed
+ *   noise too far down).
+ * - two windows in a row whose mean is above tolerance x baseline (or one
+ *   above twice that: one such window may be noise) shrink the limit in
+ *   proportion (limit x tolerance x baseline / sample; at least 1/8, so
+ *   the latency can show the effect, and at most halving per window): the queue it measures is drained at once, not slowly.
  * - otherwise, if the limit is in use (mean concurrency at least half of
  *   it), it grows: doubling while ramping up from `initial` (until the
  *   first queue), then by 1/16 (at least one) per window. An unused limit
@@ -44,6 +48,10 @@
 #define AD_CTL_BASE(w)	((uint32_t)(((w) >> AD_LIMIT_BITS) & AD_BASE_MAX))
 #define AD_CTL_RAMP	(1ULL << 50)
 #define AD_CTL_FLOOR(w)	((uint32_t)(((w) >> 51) & 0xf))
+#define AD_CTL_HIGH	(1ULL << 55)
+#define AD_CTL_PREV(w)	((uint32_t)(((w) >> 56) & 0x3f))
+#define AD_CTL_STUCK(w)	((uint32_t)((w) >> 62))
+#define AD_STUCK_WINDOWS	3
 #define ACC_N_SHIFT	44
 #define ACC_SUM_MASK	((1ULL << ACC_N_SHIFT) - 1)
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
@@ -56,7 +64,9 @@ ad_pack(const struct ad_state *st)
 	uint32_t fl = st->floor_windows < 15 ? st->floor_windows : 15;
 
 	return (uint64_t)lim | (uint64_t)base << AD_LIMIT_BITS | (st->ramp ? AD_CTL_RAMP : 0) |
-	    (uint64_t)fl << 51;
+	    (uint64_t)fl << 51 | (st->high ? AD_CTL_HIGH : 0) |
+	    (uint64_t)(st->prev16 < 63 ? st->prev16 : 63) << 56 |
+	    (uint64_t)(st->stuck < 3 ? st->stuck : 3) << 62;
 }
 
 void
@@ -66,6 +76,9 @@ ad_unpack(uint64_t ctl, struct ad_state *st)
 	st->base_us = AD_CTL_BASE(ctl);
 	st->ramp = (ctl & AD_CTL_RAMP) != 0;
 	st->floor_windows = AD_CTL_FLOOR(ctl);
+	st->high = (ctl & AD_CTL_HIGH) != 0;
+	st->prev16 = AD_CTL_PREV(ctl);
+	st->stuck = AD_CTL_STUCK(ctl);
 }
 
 static uint32_t
@@ -84,7 +97,7 @@ enum ad_reason
 ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
 {
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
-	uint64_t base = st->base_us, next;
+	uint64_t base = st->base_us, next, r16;
 
 	if (w->n == 0)
 		return AD_R_NONE;
@@ -95,7 +108,13 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		return AD_R_NONE;
 	}
 	if (m * 100 > base * tol) {
-		/* A queue (or a slower backend). */
+		/* A queue (or a slower backend). One window above the
+		 * tolerance may be noise; two in a row, or one far above,
+		 * is not. */
+		if (!st->high && m * 100 <= 2 * base * tol) {
+			st->high = true;
+			return AD_R_NONE;
+		}
 		if (lim <= (uint64_t)p->min * 16) {
 			if (++st->floor_windows >= AD_FLOOR_WINDOWS) {
 				/* At the floor and still slow: the backend is. */
@@ -108,15 +127,36 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		}
 		st->floor_windows = 0;
 		st->ramp = false;
+		/* A run of cuts whose latency stays where the run began:
+		 * AD_STUCK_WINDOWS of them mean the baseline is too low (it
+		 * followed noise down), not that there is a queue, which
+		 * would have shrunk with the limit. */
+		r16 = m * 16 / base;
+		if (r16 > 63)
+			r16 = 63;
+		if (st->prev16 == 0)
+			st->prev16 = (uint32_t)r16;	/* the run's first cut */
+		else if (r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
+			st->base_us = (uint32_t)m;
+			st->stuck = 0;
+			st->prev16 = 0;
+			st->high = false;
+			return AD_R_SLOWER;
+		}
 		next = lim * base * tol / (m * 100);
+		if (next > lim - lim / 8)
+			next = lim - lim / 8;	/* a step the latency can show */
 		if (next < lim / 2)
 			next = lim / 2;
 		st->limit16 = clamp16(p, next);
 		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 	}
 	st->floor_windows = 0;
+	st->high = false;
+	st->prev16 = 0;
+	st->stuck = 0;
 	if (m < base)
-		st->base_us = (uint32_t)(base - (base - m) / 4);
+		st->base_us = (uint32_t)(base - (base - m) / 8);
 	if (w->conc16 * 2 < lim)
 		return AD_R_NONE;	/* the limit is not what holds the traffic back */
 	if (st->ramp)

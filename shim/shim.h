@@ -654,6 +654,9 @@ struct ad_state {
 	uint32_t base_us;	/* latency baseline, 0 = none yet */
 	bool ramp;		/* still ramping (doubling) since the start */
 	uint32_t floor_windows;	/* windows in a row at the floor with latency high */
+	bool high;		/* the last window was above the tolerance */
+	uint32_t prev16;	/* latency / baseline in 1/16ths at the first cut of a run */
+	uint32_t stuck;		/* cuts of the run that did not lower the latency */
 };
 struct ad_params {
 	uint32_t min, max, tolerance_pct;
@@ -687,7 +690,7 @@ const char *ad_reason_name(unsigned r);
 const char *ad_mode_name(unsigned mode);
 /* Defaults of the knobs, documented in bulkshim.conf(5). */
 #define AD_DEF_WINDOW_MS	100
-#define AD_DEF_TOLERANCE_PCT	120
+#define AD_DEF_TOLERANCE_PCT	115
 #define AD_MIN_SAMPLES		4
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
