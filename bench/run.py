@@ -85,7 +85,9 @@ def pin(cpu):
 
 
 class Bench:
-    def __init__(self, build, quick):
+    def __init__(self, build, quick, today=None, today_rev=None):
+        self.today = os.path.abspath(today) if today else None
+        self.today_rev = today_rev or "?"
         self.build = os.path.abspath(build)
         self.bin = os.path.join(self.build, "bench")
         self.shim = os.path.join(self.build, "libbulkshim.so")
@@ -110,9 +112,9 @@ class Bench:
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def shim_env(self, cfg, extra=None):
+    def shim_env(self, cfg, extra=None, lib=None):
         env = dict(self.env)
-        env["LD_PRELOAD"] = self.shim + ((" " + extra) if extra else "")
+        env["LD_PRELOAD"] = (lib or self.shim) + ((" " + extra) if extra else "")
         env["BULKSHIM_CONFIG"] = cfg
         return env
 
@@ -243,20 +245,34 @@ class Bench:
             10000, None, seed=99), LIMIT, None)])
         for path in self.cfg.values():
             self.check_config(path)
+        # The library of the "today" column has an older segment layout:
+        # its runs use segments of their own.
+        self.cfg_today = {}
+        for key in ("connect", "pp_conn", "pp_inflight", "pp_unmatched", "d10000_miss"):
+            with open(self.cfg[key]) as f:
+                text = f.read()
+            path = self.cfg[key][:-4] + "-today.cfg"
+            with open(path, "w") as f:
+                f.write(text.replace('";', '-today";', 1))
+            self.cfg_today[key] = path
 
     # ---- 1. per call ----
 
     def ab(self, args, shim_cfg, cpu=None, rounds=ROUNDS, pause=0.0, base_env=None,
-           extra=None):
+           extra=None, today_cfg=None):
         """Interleaved A (no shim), B (shim), C (no shim again: the control),
-        rotating the order each round. Returns {side: [min_ns of each run]}."""
+        and, given today_cfg, T (the "today" library), rotating the order each
+        round. Returns {side: [min_ns of each run]}."""
         base_env = base_env or self.env
         envs = {"none": base_env, "shim": self.shim_env(shim_cfg, extra),
                 "control": base_env}
         order = ["none", "shim", "control"]
+        if today_cfg and self.today:
+            envs["today"] = self.shim_env(today_cfg, extra, lib=self.today)
+            order.append("today")
         out = {k: [] for k in order}
         for r in range(rounds):
-            for side in order[r % 3:] + order[:r % 3]:
+            for side in order[r % len(order):] + order[:r % len(order)]:
                 res = self.client(args, env=envs[side], cpu=cpu)
                 if res.get("errors", 0):
                     raise BenchError("client %s: %d errors" % (args, res["errors"]))
@@ -284,7 +300,8 @@ class Bench:
                 cases.append(("%s (%s)" % (label, pname), key,
                               ["pingpong", ep, PP_BATCHES, PP_PER, MSG], ccpu, 0.0))
         for label, key, args, cpu, pause in cases:
-            d = self.ab(args, self.cfg[key], cpu=cpu, pause=pause)
+            today = self.cfg_today.get(key) if key == "pp_conn" and cpu == same else None
+            d = self.ab(args, self.cfg[key], cpu=cpu, pause=pause, today_cfg=today)
             rows.append((label, key, d))
             log("   %-55s none %8.0f  shim %8.0f  control %8.0f ns (min)" % (
                 label, min(d["none"]), min(d["shim"]), min(d["control"])))
@@ -360,6 +377,16 @@ class Bench:
         }
         for k in ("d1", "d100", "d10000", "c64", "d10000_miss"):
             jobs["stub/" + k] = (["connect", 1, 1, CG_STUB], stubbed(self.cfg[k]))
+        if self.today:
+            t = self.cfg_today
+            jobs["connect/today"] = (["connect", cp, 1, CG_CONN],
+                                     self.shim_env(t["connect"], lib=self.today))
+            for k in ("pp_conn", "pp_inflight", "pp_unmatched"):
+                jobs[k + "/today"] = (["pingpong", ep, 1, CG_PP, MSG],
+                                      self.shim_env(t[k], lib=self.today))
+            jobs["stub/d10000_miss/today"] = (["connect", 1, 1, CG_STUB],
+                                              self.shim_env(t["d10000_miss"], self.stub,
+                                                            lib=self.today))
         with ThreadPoolExecutor(max_workers=max(1, self.ncpu)) as ex:
             futs = {k: ex.submit(self.callgrind, k.replace("/", "-"), a, e)
                     for k, (a, e) in jobs.items()}
@@ -408,6 +435,68 @@ class Bench:
             self.target("< 100 extra instructions per send/recv, matched (%s)" % (
                 "max_connections" if key == "pp_conn" else "+ max_inflight"),
                 "send %+.0f, recv %+.0f" % (es, er), es < 100 and er < 100)
+
+    def issue13(self):
+        """The table of issue 13: each target row with today's library (the
+        commit the issue started from) and this tree's, side by side with no
+        shim. Goes first in results.md."""
+        if not self.today:
+            return
+
+        def incl(key, fn, n):
+            row = find_fn(self.cg[key]["incl"], fn)
+            return row[0] / n if row else 0.0
+
+        def rt(key):
+            return incl(key, "bench_send", CG_PP) + incl(key, "bench_recv", CG_PP)
+
+        def calls(key, n):
+            sc = syscalls_by_fn(self.cg[key]["excl"])
+            return sum(v for f, v in sc.items() if f != "clock_gettime") / n
+
+        base_rt = rt("pp/none")
+        base_cc = incl("connect/none", "bench_connect_close", CG_CONN)
+        base_st = incl("stub/none", "bench_connect_close", CG_STUB)
+        base_sys = calls("connect/none", CG_CONN)
+        rows = []
+        for key, label, target in (
+                ("pp_conn", "send+recv round trip, compartment with `max_connections` only", 50),
+                ("pp_unmatched", "send+recv round trip, descriptor not counted", 20),
+                ("pp_inflight", "send+recv round trip, compartment with `max_inflight`", 300)):
+            t, n = rt(key + "/today") - base_rt, rt(key + "/shim") - base_rt
+            rows.append((label, "%+.0f" % t, "%+.0f" % n, "≤ %d" % target, n <= target))
+        t = incl("connect/today", "bench_connect_close", CG_CONN) - base_cc
+        n = incl("connect/shim", "bench_connect_close", CG_CONN) - base_cc
+        ts = calls("connect/today", CG_CONN) - base_sys
+        ns = calls("connect/shim", CG_CONN) - base_sys
+        rows.append(("connect+close, counted destination", "%+.0f, %.0f extra syscalls" % (t, ts),
+                     "%+.0f, %.0f extra syscalls" % (n, ns), "≤ 500, ≤ 1 extra syscall",
+                     n <= 500 and ns <= 1.001))
+        t = incl("stub/d10000_miss/today", "bench_connect_close", CG_STUB) - base_st
+        n = incl("stub/d10000_miss", "bench_connect_close", CG_STUB) - base_st
+        rows.append(("connect to a destination that matches none of 10,000 rules",
+                     "%+.0f" % t, "%+.0f" % n, "≤ 400", n <= 400))
+        pp = [d for label, key, d in self.per_call_rows
+              if key == "pp_conn" and "same CPU" in label][0]
+        rt_new, rt_today = paired_ratio(pp["none"], pp["shim"]), paired_ratio(pp["none"], pp["today"])
+        ctl = paired_ratio(pp["none"], pp["control"])
+        rows.append(("one-CPU ping-pong throughput, shim / none, counted socket",
+                     "%.3f" % rt_today, "%.3f (control %.3f)" % (rt_new, ctl), "≥ 0.99",
+                     rt_new >= 0.99))
+        md = ["## Issue 13: the cost per call, today and now", "",
+              "Extra user-space instructions (callgrind Ir, as in 1b) over the same loop "
+              "without the shim, per iteration. *Today* is the library built from commit "
+              "`%s` (the tree before issue 13, `BENCH_BASE` in bench/bench.mk), run in this "
+              "same bench on segments of its own; *new* is this tree's. Extra system calls "
+              "leave out `clock_gettime`, a vDSO call natively (under valgrind a system "
+              "call). Throughput is the one-CPU ping-pong of table 1, both libraries in the "
+              "same interleaved rounds." % self.today_rev, "",
+              "| path | today | new | target | met? |", "| --- | ---: | ---: | ---: | --- |"]
+        for label, t, n, target, met in rows:
+            md.append("| %s | %s | %s | %s | %s |" % (label, t, n, target,
+                                                     "**met**" if met else "**missed**"))
+            self.target("issue 13: %s %s" % (label, target), "today %s, new %s" % (t, n), met)
+        self.md.insert(0, "\n".join(md))
 
     def syscall_table(self, pairs):
         md = ["| Loop | libc function | calls without shim | calls with shim |",
@@ -996,6 +1085,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.md"))
     ap.add_argument("--quick", action="store_true", help="a smoke run, fewer rounds")
     ap.add_argument("--command", default="make bench")
+    ap.add_argument("--today", help="the library to measure as \"today\" (issue 13 table)")
+    ap.add_argument("--today-rev", help="the commit that library was built from")
     opts = ap.parse_args()
     global ROUNDS, SCALE_ROUNDS, WRK_SECONDS, WRK_ROUNDS
     if opts.quick:
@@ -1003,7 +1094,7 @@ def main():
     for tool in ("valgrind", "callgrind_annotate", "haproxy", "wrk"):
         if shutil.which(tool) is None:
             sys.exit("bench: %s is missing (make bench installs it: see bench/bench.mk)" % tool)
-    b = Bench(opts.build, opts.quick)
+    b = Bench(opts.build, opts.quick, opts.today, opts.today_rev)
     try:
         run_all(b, opts)
     except (BenchError, subprocess.TimeoutExpired) as e:
@@ -1029,6 +1120,7 @@ def run_all(b, opts):
     log("   %.0f s so far" % b.elapsed())
     b.proxy()
     b.profile()
+    b.issue13()
     b.write(opts.out, opts.command)
     log("wrote %s in %.0f s" % (opts.out, b.elapsed()))
     for what, value, met in b.targets:

@@ -155,6 +155,7 @@ shim_init(void)
 
 	real_bind();
 	shim.pid = (pid_t)syscall(SYS_getpid);
+	shim_watch_forks();
 	/* In secure execution the environment belongs to someone else. */
 	if (getauxval(AT_SECURE) != 0)
 		return;

@@ -24,19 +24,6 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
-/*
- * A process that shares our memory but is not the process the table
- * describes: a vfork child, or a child of a raw clone or _Fork that the
- * fork wrapper did not see. Its descriptors are not ours to account, so
- * every wrapper leaves them alone. Only asked on paths that already concern
- * a counted socket, so the system call is not on anyone's hot path.
- */
-bool
-shim_foreign(void)
-{
-	return (pid_t)syscall(SYS_getpid) != shim.pid;
-}
-
 bool
 shim_active(void)
 {
@@ -649,7 +636,7 @@ fork(void)
 	pid = real.fork();
 	saved = errno;
 	if (pid == 0) {
-		shim.pid = (pid_t)syscall(SYS_getpid);
+		shim_forked_seen();
 		if (!seg_fork_child(shim.seg, &f)) {
 			drop_range_local();
 			seg_adopt(shim.seg, shim_adopt_fd);

@@ -87,14 +87,13 @@ own_timeout_ms(int fd, int opt)
  * -1 with errno ETIMEDOUT.
  */
 static int
-wait_ready(int fd, uint32_t e, struct seg_comp *c, int flags, short events)
+wait_ready_for(int fd, uint32_t e, struct seg_comp *c, uint32_t limit, int flags, short events)
 {
-	uint32_t limit = c != NULL ? atomic_load(&c->io_timeout_ms) : 0;
 	struct pollfd p = { .fd = fd, .events = events };
 	uint64_t own, deadline, now;
 	int r;
 
-	if (limit == 0 || !shim_blocking(fd, flags))
+	if (!shim_blocking(fd, flags))
 		return 0;
 	own = own_timeout_ms(fd, events == POLLIN ? SO_RCVTIMEO : SO_SNDTIMEO);
 	if (own != 0 && own <= limit)
@@ -114,6 +113,22 @@ wait_ready(int fd, uint32_t e, struct seg_comp *c, int flags, short events)
 	seg_inflight_cancel(shim.seg, e - 1);
 	errno = ETIMEDOUT;
 	return -1;
+}
+
+static inline int
+wait_ready(int fd, uint32_t e, struct seg_comp *c, int flags, short events)
+{
+	uint32_t limit = c != NULL ? atomic_load(&c->io_timeout_ms) : 0;
+
+	return limit == 0 ? 0 : wait_ready_for(fd, e, c, limit, flags, events);
+}
+
+/* The connect of slot sl is timed at its first use, unless it was already. */
+static inline void
+connect_done(struct seg_slot *sl, uint32_t slot)
+{
+	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0)
+		seg_connect_done(shim.seg, slot);
 }
 
 /* Before a send on a counted socket (entry e): the request may begin (or be
@@ -140,7 +155,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 		fdt_verdict(fd, e, 0);
 		return 0;
 	}
-	seg_connect_done(shim.seg, slot);
+	connect_done(sl, slot);
 	if (cache_plain(fd, e, sl, c))
 		return 0;
 	may_wait = atomic_load(&c->max_wait_ms) != 0 &&
@@ -182,7 +197,7 @@ recv_end(int fd, uint64_t e, long r, bool asked)
 
 	if (!shim_active() || (sl = seg_slot(shim.seg, slot)) == NULL)
 		return;
-	seg_connect_done(shim.seg, slot);
+	connect_done(sl, slot);
 	c = seg_slot_comp(shim.seg, sl);
 	if (c != NULL && cache_plain(fd, e, sl, c)) {
 		uint64_t t = done ? atomic_exchange(&sl->sent_us, 0) : 0, now;

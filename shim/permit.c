@@ -275,7 +275,9 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		}
 	}
 	if (reason == REASON_MAX) {
-		r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
+		r = tally_take(s, slot, gen, P_CONN, 0, &seen);
+		if (r == TALLY_FULL)
+			r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
 		if (r == TALLY_TAKEN)
 			reason = REASON_MAX;
 		else if (r == TALLY_BUSY)
@@ -527,7 +529,11 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
-	r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
+	/* One attempt first; the waits and reclaims of take_wait only when
+	 * full. */
+	r = tally_take(s, slot, gen, P_INFLIGHT, 0, &seen);
+	if (r == TALLY_FULL)
+		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
 	if (r == TALLY_BUSY)
 		return 0;	/* another thread's send on the same socket won */
 	if (r == TALLY_FULL) {

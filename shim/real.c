@@ -61,6 +61,8 @@ static ssize_t tr_readv(int, const struct iovec *, int);
 static ssize_t tr_recv_chk(int, void *, size_t, size_t, int);
 static ssize_t tr_recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
 static ssize_t tr_read_chk(int, void *, size_t, size_t);
+static pid_t tr__Fork(void);
+static int tr_clone(int (*)(void *), void *, int, void *, ...);
 
 struct real_fns real = {
 	.connect = tr_connect,
@@ -95,6 +97,8 @@ struct real_fns real = {
 	.recv_chk = tr_recv_chk,
 	.recvfrom_chk = tr_recvfrom_chk,
 	.read_chk = tr_read_chk,
+	._Fork = tr__Fork,
+	.clone = tr_clone,
 };
 
 /* Our own exported wrappers, to detect dlsym handing them back. */
@@ -164,6 +168,8 @@ real_bind(void)
 	BIND(recv_chk, "__recv_chk", NULL);
 	BIND(recvfrom_chk, "__recvfrom_chk", NULL);
 	BIND(read_chk, "__read_chk", NULL);
+	BIND(_Fork, "_Fork", NULL);
+	BIND(clone, "clone", NULL);
 	/* glibc before 2.28 has no fcntl64; fcntl is then the same call. */
 	if (fns.fcntl64 == tr_fcntl64 && fns.fcntl != tr_fcntl)
 		fns.fcntl64 = fns.fcntl;
@@ -284,6 +290,31 @@ static pid_t
 tr_fork(void)
 {
 	FORWARD(fork, tr_fork);
+	errno = ENOSYS;
+	return -1;
+}
+
+/* _Fork is glibc 2.34's. */
+static pid_t
+tr__Fork(void)
+{
+	FORWARD(_Fork, tr__Fork);
+	errno = ENOSYS;
+	return -1;
+}
+
+static int
+tr_clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	va_list ap;
+	void *ptid, *tls, *ctid;
+
+	va_start(ap, arg);
+	ptid = va_arg(ap, void *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, void *);
+	va_end(ap);
+	FORWARD(clone, tr_clone, fn, stack, flags, arg, ptid, tls, ctid);
 	errno = ENOSYS;
 	return -1;
 }

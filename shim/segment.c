@@ -746,18 +746,6 @@ seg_header(const struct seg *s)
 	return s->h;
 }
 
-struct seg_comp *
-seg_comp(const struct seg *s, uint32_t i)
-{
-	return i < s->h->ncomp ? &s->comp[i] : NULL;
-}
-
-struct seg_slot *
-seg_slot(const struct seg *s, uint32_t i)
-{
-	return i < s->h->nslots ? &s->slots[i] : NULL;
-}
-
 struct seg_proc *
 seg_proc(const struct seg *s, uint32_t i)
 {

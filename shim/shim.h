@@ -476,8 +476,19 @@ int seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t 
 int seg_open(const char *name, bool writable, struct seg **out, char *err, size_t errlen);
 void seg_close(struct seg *s);
 struct seg_header *seg_header(const struct seg *s);
-struct seg_comp *seg_comp(const struct seg *s, uint32_t i);
-struct seg_slot *seg_slot(const struct seg *s, uint32_t i);
+/* Compartment i and slot i, or NULL if out of range. Inline: every counted
+ * call reads them. */
+static inline struct seg_comp *
+seg_comp(const struct seg *s, uint32_t i)
+{
+	return i < s->h->ncomp ? &s->comp[i] : NULL;
+}
+
+static inline struct seg_slot *
+seg_slot(const struct seg *s, uint32_t i)
+{
+	return i < s->h->nslots ? &s->slots[i] : NULL;
+}
 struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
 /* Writes a compartment's configured limits and settings into the segment
  * (at creation, on a fresh start, and for `bulkshim reload`). */
@@ -569,7 +580,11 @@ void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
 
 enum { TALLY_TAKEN, TALLY_FULL, TALLY_BUSY };
 /* The compartment of a slot, or NULL (a pending slot, or garbage). */
-struct seg_comp *seg_slot_comp(const struct seg *s, const struct seg_slot *sl);
+static inline struct seg_comp *
+seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
+{
+	return seg_comp(s, atomic_load(&sl->comp));
+}
 /* The count that permit kind p of slot sl is counted in, and in *limit (if
  * not NULL) its limit (NULL: none); NULL if the slot names no such count. */
 _Atomic uint32_t *tally_of(const struct seg *s, const struct seg_slot *sl, int p,
@@ -806,6 +821,8 @@ struct real_fns {
 	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
 				socklen_t *);
 	ssize_t (*read_chk)(int, void *, size_t, size_t);
+	pid_t (*_Fork)(void);
+	int (*clone)(int (*)(void *), void *, int, void *, ...);
 };
 
 /* Entries start at trampolines that bind on first use, so none is ever NULL. */
@@ -834,9 +851,16 @@ extern struct shim_state shim BS_HIDDEN;
 
 /* True once start-up finished with a usable segment. */
 bool shim_active(void);
-/* True in a process that shares our memory but is not the one the tables
- * describe (a vfork child, a raw clone): its descriptors are not ours. */
+/* procid.c: true in a process that shares our memory but is not the one
+ * the tables describe (a vfork child, a clone), or a copy of it the fork
+ * wrapper did not prepare: its descriptors are not ours. A system call only
+ * while such a process may exist. */
 bool shim_foreign(void);
+extern _Atomic int shim_unseen BS_HIDDEN;
+/* Registers the fork handler that marks children of unseen forks. */
+void shim_watch_forks(void);
+/* In the child of the fork wrapper: it is seen; shim.pid becomes its pid. */
+void shim_forked_seen(void);
 /* Records that fd refers to slot (exec adoption). */
 void shim_adopt_fd(int fd, uint32_t slot);
 /* The errno a refusal of compartment c answers with (an allowed one). */

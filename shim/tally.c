@@ -64,19 +64,17 @@ tagged(uint32_t slot, uint32_t gen, bool give, uint32_t count)
 	return (uint64_t)tag << 32 | count;
 }
 
-/* The compartment of a slot, or NULL (a pending slot, or garbage). */
-struct seg_comp *
-seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
-{
-	uint32_t comp = atomic_load(&sl->comp);
-
-	return comp < s->h->ncomp ? &s->comp[comp] : NULL;
-}
+/*
+ * The steps below are inlined into tally_take and tally_give, which keep a
+ * copy specialised for the kinds taken and given most (P_CONN at every
+ * connect and close, P_INFLIGHT at every request of a compartment with
+ * max_inflight): their masks are constants and count_of's switch is gone.
+ */
 
 /* The counter that permit kind p of slot sl is counted in, and its limit
  * (NULL: none). NULL if the slot names no such counter. */
-_Atomic uint32_t *
-tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+static inline __attribute__((always_inline)) _Atomic uint32_t *
+count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
 {
 	struct seg_comp *c = seg_slot_comp(s, sl);
 	uint32_t k;
@@ -109,10 +107,16 @@ tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t
 	return NULL;
 }
 
+_Atomic uint32_t *
+tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+{
+	return count_of(s, sl, p, limit);
+}
+
 /* Changes slot's mark while it is of generation gen, has every flag of
  * `need` and none of `deny`: clears `clr`, sets `set`. False if it cannot. */
-bool
-slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
+static inline __attribute__((always_inline)) bool
+mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
     uint64_t set)
 {
 	uint64_t m = atomic_load(&sl->mark), n;
@@ -128,13 +132,20 @@ slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny
 	return true;
 }
 
+bool
+slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
+    uint64_t set)
+{
+	return mark_change(sl, gen, need, deny, clr, set);
+}
+
 /*
  * Finishes the operation that tally value w names, if its announcement is
  * still up and the tally still reads w (so the change it made is the last
  * one: see the top of this file). Anyone about to change the tally from w
  * calls this first.
  */
-static void
+static inline __attribute__((always_inline)) void
 help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 {
 	uint32_t tag = (uint32_t)(w >> 32), i = TAG_INDEX(tag);
@@ -177,8 +188,8 @@ limit_now(_Atomic uint32_t *limit, int p)
 /* Adds one to the tally if below *limit (or if limit is NULL), tagged with
  * slot; helps the last operation first. Returns true if added; *seen is the
  * count last read, for a futex wait. */
-bool
-tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
+static inline __attribute__((always_inline)) bool
+add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
     uint32_t slot, uint32_t gen, uint32_t *seen)
 {
 	_Atomic uint64_t *t = tally(count);
@@ -196,9 +207,16 @@ tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit,
 	}
 }
 
+bool
+tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
+    uint32_t slot, uint32_t gen, uint32_t *seen)
+{
+	return add(s, count, limit, p, slot, gen, seen);
+}
+
 /* Takes one from the tally (never below 0), tagged with slot; helps first. */
-void
-tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
+static inline __attribute__((always_inline)) void
+sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
 {
 	_Atomic uint64_t *t = tally(count);
 	uint64_t w = atomic_load(t);
@@ -210,6 +228,12 @@ tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, ui
 		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, true, cur > 0 ? cur - 1 : 0)))
 			return;
 	}
+}
+
+void
+tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
+{
+	sub(s, count, p, slot, gen);
 }
 
 static void
@@ -226,11 +250,11 @@ wake_waiters(const struct seg *s, struct seg_slot *sl, _Atomic uint32_t *count)
  * TALLY_FULL (*seen: the count that was at the limit), or TALLY_BUSY: the slot already
  * has, or is getting, a permit of that kind (or of the kinds in `deny`).
  */
-int
-tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+static inline __attribute__((always_inline)) int
+take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *limit, *count = tally_of(s, sl, p, &limit);
+	_Atomic uint32_t *limit, *count = count_of(s, sl, p, &limit);
 	uint64_t m;
 
 	*seen = 0;
@@ -238,11 +262,11 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 		return TALLY_BUSY;
 	atomic_store(&sl->op_pid, s->my_pid);
 	/* A leftover MARK_WITHDRAWN(p) is of a dead thread's attempt. */
-	if (!slot_mark_change(sl, gen, 0, deny | MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
+	if (!mark_change(sl, gen, 0, deny | MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
 	    MARK_WITHDRAWN(p), MARK_TAKING(p)))
 		return TALLY_BUSY;
-	if (!tally_add(s, count, limit, p, slot, gen, seen)) {
-		slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
+	if (!add(s, count, limit, p, slot, gen, seen)) {
+		mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
 		return TALLY_FULL;
 	}
 	m = atomic_load(&sl->mark);
@@ -263,32 +287,59 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 	}
 }
 
+/* The kinds of every connect and every limited request get a copy each. */
+int
+tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+{
+	switch (p) {
+	case P_CONN:
+		return take(s, slot, gen, P_CONN, deny, seen);
+	case P_INFLIGHT:
+		return take(s, slot, gen, P_INFLIGHT, deny, seen);
+	default:
+		return take(s, slot, gen, p, deny, seen);
+	}
+}
+
 /* Steps 2 and 3 of giving back permit kind p of slot, once announced
  * (MARK_GIVING): the count goes down, the mark says so, a waiter wakes. */
-static void
+static inline __attribute__((always_inline)) void
 give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
 
 	if (count != NULL)
-		tally_sub(s, count, p, slot, gen);
-	slot_mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
+		sub(s, count, p, slot, gen);
+	mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
 	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
 		wake_waiters(s, sl, count);
 }
 
 /* Gives back permit kind p of slot, if the slot holds it. True if it did. */
-bool
-tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+static inline __attribute__((always_inline)) bool
+give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *count = tally_of(s, sl, p, NULL);
+	_Atomic uint32_t *count = count_of(s, sl, p, NULL);
 
 	atomic_store(&sl->op_pid, s->my_pid);
-	if (!slot_mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
+	if (!mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
 		return false;
 	give_out(s, slot, gen, p, count);
 	return true;
+}
+
+bool
+tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+{
+	switch (p) {
+	case P_CONN:
+		return give(s, slot, gen, P_CONN);
+	case P_INFLIGHT:
+		return give(s, slot, gen, P_INFLIGHT);
+	default:
+		return give(s, slot, gen, p);
+	}
 }
 
 /*

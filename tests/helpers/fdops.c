@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /*
@@ -25,6 +28,10 @@
  *   fdopen FD               replies the stream index
  *   fclose INDEX
  *   pid
+ *   vfork_close FD | _Fork_close FD | clone_close FD
+ *                           a child made by vfork(), _Fork() or clone() (no
+ *                           shared memory) closes FD and exits; replies
+ *                           once the child is gone
  *   exit STATUS             exit(3): a normal exit, nothing closed first
  *   _exit STATUS
  */
@@ -141,6 +148,41 @@ static long do_fclose(int i)
 	return fclose(f) == 0 ? 0 : -1;
 }
 
+/* The child of clone_close: closes the descriptor in its own copy. */
+static int clone_child(void *arg)
+{
+	close(*(int *)arg);
+	return 0;
+}
+
+/* Makes a child by `how` that closes fd and exits; returns 0 once it is
+ * gone. */
+static long child_close(const char *how, int fd)
+{
+	static char stack[64 * 1024] __attribute__((aligned(16)));
+	int st;
+	pid_t pid;
+
+	if (strcmp(how, "vfork_close") == 0) {
+		pid = vfork();
+		if (pid == 0) {
+			close(fd);
+			_exit(0);
+		}
+	} else if (strcmp(how, "_Fork_close") == 0) {
+		pid = _Fork();
+		if (pid == 0) {
+			close(fd);
+			_exit(0);
+		}
+	} else {
+		pid = clone(clone_child, stack + sizeof(stack), SIGCHLD, &fd);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return -1;
+	return 0;
+}
+
 int main(void)
 {
 	char line[512], a[256], b[256], c[256];
@@ -190,6 +232,9 @@ int main(void)
 			reply(do_fdopen(atoi(b)));
 		} else if (strcmp(a, "fclose") == 0 && n == 2) {
 			reply(do_fclose(atoi(b)));
+		} else if ((strcmp(a, "vfork_close") == 0 || strcmp(a, "_Fork_close") == 0 ||
+		    strcmp(a, "clone_close") == 0) && n == 2) {
+			reply(child_close(a, atoi(b)));
 		} else if (strcmp(a, "pid") == 0) {
 			reply(getpid());
 		} else if (strcmp(a, "exit") == 0 && n == 2) {

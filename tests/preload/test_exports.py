@@ -5,7 +5,7 @@ import subprocess
 from harness import LIB, need_built
 
 INTERPOSED = {"connect", "close", "dup", "dup2", "dup3", "fcntl", "fcntl64", "close_range",
-              "closefrom", "fclose", "fork", "socket", "accept", "accept4", "sendto", "sendmsg",
+              "closefrom", "fclose", "fork", "vfork", "_Fork", "clone", "socket", "accept", "accept4", "sendto", "sendmsg",
               "getaddrinfo",
               # The send and receive families, for requests in flight.
               "send", "write", "writev", "sendmmsg", "sendfile", "sendfile64", "recv", "recvfrom",

@@ -1,0 +1,140 @@
+/* procid.c - which process this is: the cached pid, and processes made behind the fork wrapper's back. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+/*
+ * The tables describe the process whose pid is shim.pid, cached at start-up
+ * and refreshed by the fork wrapper in the child. A process that shares our
+ * memory but is not that process (a vfork child, a CLONE_VM child), or a
+ * copy of it made without the fork wrapper (_Fork, clone, glibc's internal
+ * fork in daemon() or forkpty()), must leave every descriptor alone. Asking
+ * the kernel for the pid on every call would cost a system call per
+ * connect and per close; instead every way to make such a process raises
+ * `unseen` first, and only while it is raised does shim_foreign ask:
+ *
+ *   - vfork (below): raised in the parent before the child runs, lowered by
+ *     the parent when it resumes (the child has exec'd or exited);
+ *   - a fork of any kind runs pthread_atfork's child handler, which raises
+ *     it in the child's copy for good; the fork wrapper lowers it again in
+ *     a child it prepared properly;
+ *   - _Fork and clone (which run no fork handlers): raised around the call,
+ *     so that the child's copy keeps it; a clone sharing our memory
+ *     without CLONE_VFORK keeps it raised in ours too.
+ *
+ * Raw fork or clone system calls made with syscall() are not seen.
+ */
+_Atomic int shim_unseen;
+
+bool
+shim_foreign(void)
+{
+	if (__builtin_expect(atomic_load_explicit(&shim_unseen, memory_order_relaxed) == 0, 1))
+		return false;
+	return (pid_t)syscall(SYS_getpid) != shim.pid;
+}
+
+static void
+forked_unseen(void)
+{
+	atomic_fetch_add(&shim_unseen, 1);
+}
+
+void
+shim_watch_forks(void)
+{
+	pthread_atfork(NULL, NULL, forked_unseen);
+}
+
+void
+shim_forked_seen(void)
+{
+	atomic_fetch_sub(&shim_unseen, 1);
+	shim.pid = (pid_t)syscall(SYS_getpid);
+}
+
+#if defined(__x86_64__)
+/* Called by vfork below on failure, with the error number. */
+BS_HIDDEN long shim_vfork_failed(int e);
+
+long
+shim_vfork_failed(int e)
+{
+	errno = e;
+	return -1;
+}
+
+/*
+ * vfork cannot be a C function: the child returns through the caller's
+ * stack while the parent is suspended, and the parent then returns through
+ * the same stack. As glibc does, the return address is kept in a register
+ * across the system call. The count goes up before the child runs and down
+ * when the parent resumes, after the child exec'd or exited.
+ */
+__attribute__((naked)) BS_EXPORT pid_t
+vfork(void)
+{
+	__asm__ volatile(
+	    "lock incl shim_unseen(%%rip)\n\t"
+	    "popq %%rdi\n\t"
+	    "movl %[nr], %%eax\n\t"
+	    "syscall\n\t"
+	    "pushq %%rdi\n\t"
+	    "testl %%eax, %%eax\n\t"
+	    "jz 1f\n\t"
+	    "lock decl shim_unseen(%%rip)\n\t"
+	    "cmpl $-4095, %%eax\n\t"
+	    "jae 2f\n\t"
+	    "1:\n\t"
+	    "ret\n\t"
+	    "2:\n\t"
+	    "negl %%eax\n\t"
+	    "movl %%eax, %%edi\n\t"
+	    "jmp shim_vfork_failed\n\t"
+	    : : [nr] "i"(SYS_vfork));
+}
+#endif
+
+BS_EXPORT pid_t
+_Fork(void)
+{
+	pid_t pid;
+	int saved;
+
+	atomic_fetch_add(&shim_unseen, 1);
+	pid = real._Fork();
+	saved = errno;
+	if (pid != 0)
+		atomic_fetch_sub(&shim_unseen, 1);
+	errno = saved;
+	return pid;
+}
+
+/* glibc's clone reads the three optional arguments only when the flags ask
+ * for them; passing them on as read is what it expects. */
+BS_EXPORT int
+clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	va_list ap;
+	void *ptid, *tls, *ctid;
+	int r, saved;
+
+	va_start(ap, arg);
+	ptid = va_arg(ap, void *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, void *);
+	va_end(ap);
+	atomic_fetch_add(&shim_unseen, 1);
+	r = real.clone(fn, stack, flags, arg, ptid, tls, ctid);
+	saved = errno;
+	/* A child sharing our memory for good keeps the count raised. */
+	if (!(flags & CLONE_VM) || (flags & CLONE_VFORK) || r < 0)
+		atomic_fetch_sub(&shim_unseen, 1);
+	errno = saved;
+	return r;
+}
