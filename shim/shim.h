@@ -686,11 +686,22 @@ void ad_unpack(uint64_t ctl, struct ad_state *st);
 /* The pure controller: the state after window w; returns the reason of a
  * change of the limit (AD_R_NONE: none). */
 enum ad_reason ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w);
-/* The limit a take of permit kind p in c is held to now: `lim`, or the
- * adaptive limit when lower. Called by tally_add. */
-uint32_t ad_limit(const struct seg_comp *c, int p, uint32_t lim);
 /* The adaptive limit of c now (whole permits), UINT32_MAX if c has none. */
 uint32_t ad_current(const struct seg_comp *c);
+/* The limit a take of permit kind p in c is held to now: `lim`, or the
+ * adaptive limit when lower. Called by tally_add; one load when c is not
+ * adaptive. */
+static inline uint32_t
+ad_limit(const struct seg_comp *c, int p, uint32_t lim)
+{
+	uint32_t a;
+
+	if (__builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON, 1) ||
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) != (uint32_t)p)
+		return lim;
+	a = ad_current(c);
+	return a < lim ? a : lim;
+}
 /* A request of c (of permit kind p) completed after us microseconds: adds
  * the sample to the open window; the completion that finds the window over
  * closes it (one CAS decides who) and moves the limit (one CAS on ctl). */
