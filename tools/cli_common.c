@@ -43,7 +43,8 @@ static const struct {
 	{ "set", "set [-c FILE | -s SEGMENT] COMPARTMENT KEY VALUE",
 	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
 	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
-	  "io_timeout_ms, errno, enforce (on or off) or class.NAME (a class limit, 0 = none).\n" },
+	  "io_timeout_ms, errno, enforce (on or off), adaptive (off pins the adaptive limit,\n"
+	  "on resumes it) or class.NAME (a class limit, 0 = none). KEY=VALUE works too.\n" },
 	{ "reload", "reload -c FILE [-s SEGMENT]",
 	  "Applies an edited FILE to the live segment: limits at once, destinations at each\n"
 	  "running process's next connect. New compartments or classes need a restart.\n" },
@@ -230,6 +231,7 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 	c->connect_timeouts = atomic_load(&sc->connect_timeouts);
 	c->io_timeouts = atomic_load(&sc->io_timeouts);
 	c->peak_rate = atomic_load(&sc->peak_rate);
+	cli_read_adaptive(sc, &c->ad);
 	for (int r = 0; r < REASON_MAX; r++) {
 		c->rejected_by[r] = atomic_load(&sc->rejected_by[r]);
 		c->would_reject[r] = atomic_load(&sc->would_reject[r]);
@@ -249,7 +251,10 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		cc->rejected = atomic_load(&sc->cls[k].rejected);
 		c->nclass++;
 	}
-	c->hot = near_limit(c->in_use, c->limit) || near_limit(c->inflight, c->inflight_limit);
+	c->hot = near_limit(c->in_use, c->ad.mode == AD_ON && c->ad.kind == P_CONN &&
+	    c->ad.limit < c->limit ? c->ad.limit : c->limit) ||
+	    near_limit(c->inflight, c->ad.mode == AD_ON && c->ad.kind == P_INFLIGHT &&
+	    c->ad.limit < c->inflight_limit ? c->ad.limit : c->inflight_limit);
 }
 
 void
