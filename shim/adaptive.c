@@ -5,7 +5,8 @@
 #include "shim.h"
 
 /*
- * The controller works in windows of at least window_ms. Every completed
+ * The controller works in windows of at least window_ms, and at least as
+ * long as the last window's mean latency. Every completed
  * request adds its latency to the open window (one atomic add on `acc`,
  * shared by every process). The first completion that finds the window
  * over claims it with one compare-and-swap of `win_start_us`, takes the
@@ -32,8 +33,10 @@
  *   proportion (limit x tolerance x baseline / sample; at least 1/8, so
  *   the latency can show the effect, and at most halving per window): the queue it measures is drained at once, not slowly.
  * - otherwise, if the limit is in use (mean concurrency at least half of
- *   it), it grows: doubling while ramping up from `initial` (until the
- *   first queue), then by 1/16 (at least one) per window. An unused limit
+ *   it), it grows: doubling while ramping up from `initial` (by default
+ *   `min`, so that the first baseline is measured without a queue of our
+ *   making; until the first queue), then by 1/16 (at least one) per
+ *   window. An unused limit
  *   does not grow, so it stays meaningful.
  * There are no probe windows: the limit never goes down on a backend whose
  * latency stays within the tolerance, so traffic below capacity is never
@@ -240,7 +243,11 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 		atomic_compare_exchange_strong(&a->win_start_us, &start, now_us);
 		return;
 	}
+	/* A window at least as long as the last one's latency: its
+	 * completions were then mostly admitted under the limit it judges. */
 	win = (uint64_t)atomic_load(&a->window_ms) * 1000;
+	if (atomic_load_explicit(&a->sample_us, memory_order_relaxed) > win)
+		win = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
 	if (now_us - start < win)
 		return;
 	/* Few samples: wait for more, up to ten windows. */

@@ -74,10 +74,8 @@ cfg_parse_adaptive(struct cfg_ctx *c, const config_setting_t *s, struct cfg_comp
 		return cfg_fail(c, s, -EINVAL, "adaptive min %u of \"%s\" is above its max %u",
 				comp->ad_min, comp->name, comp->ad_max);
 	if (comp->ad_initial == 0)
-		comp->ad_initial = comp->ad_max / 4;
-	if (comp->ad_initial < comp->ad_min)
 		comp->ad_initial = comp->ad_min;
-	if (comp->ad_initial > comp->ad_max)
+	if (comp->ad_initial < comp->ad_min || comp->ad_initial > comp->ad_max)
 		return cfg_fail(c, s, -EINVAL, "adaptive initial %u of \"%s\" is outside min %u .. max %u",
 				comp->ad_initial, comp->name, comp->ad_min, comp->ad_max);
 	return 0;
