@@ -38,6 +38,9 @@
  *   making; until the first queue), then by 1/16 (at least one) per
  *   window. An unused limit
  *   does not grow, so it stays meaningful.
+ * In observe mode (enforce = false) nothing is cut, so the limit is what
+ * Little's law gives: the window's concurrency scaled by tolerance x
+ * baseline / sample; refusals it would make are counted in would_reject.
  * There are no probe windows: the limit never goes down on a backend whose
  * latency stays within the tolerance, so traffic below capacity is never
  * refused by adaptation (Envoy's #8337, #18152).
@@ -118,6 +121,15 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->high = true;
 			return AD_R_NONE;
 		}
+		if (p->observe) {
+			/* Observe mode: the limit holds nothing back, so no
+			 * cut can show in the latency. What it would be is
+			 * the concurrency that Little's law says brings the
+			 * latency back within the tolerance. */
+			st->ramp = false;
+			st->limit16 = clamp16(p, w->conc16 * base * tol / (m * 100));
+			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+		}
 		if (lim <= (uint64_t)p->min * 16) {
 			if (++st->floor_windows >= AD_FLOOR_WINDOWS) {
 				/* At the floor and still slow: the backend is. */
@@ -195,10 +207,11 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
 
 /* Closes the window that started at `start`, if this caller wins it. */
 static void
-close_window(struct seg_adaptive *a, uint64_t start, uint64_t now_us)
+close_window(struct seg_comp *c, uint64_t start, uint64_t now_us)
 {
+	struct seg_adaptive *a = &c->ad;
 	struct ad_params p = { atomic_load(&a->min), atomic_load(&a->max),
-			       atomic_load(&a->tolerance_pct) };
+			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
 	uint64_t acc, old, next, el = now_us - start;
@@ -253,7 +266,7 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 	/* Few samples: wait for more, up to ten windows. */
 	if ((acc >> ACC_N_SHIFT) < AD_MIN_SAMPLES && now_us - start < 10 * win)
 		return;
-	close_window(a, start, now_us);
+	close_window(c, start, now_us);
 }
 
 void
@@ -288,7 +301,7 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 		atomic_store(&a->last_change_ms, now_real_ms());
 	} else {
 		/* A reload keeps what was learned, within the new bounds. */
-		struct ad_params p = { cc->ad_min, cc->ad_max, cc->ad_tolerance_pct };
+		struct ad_params p = { cc->ad_min, cc->ad_max, cc->ad_tolerance_pct, false };
 
 		st.limit16 = clamp16(&p, st.limit16);
 	}

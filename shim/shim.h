@@ -675,6 +675,7 @@ struct ad_state {
 };
 struct ad_params {
 	uint32_t min, max, tolerance_pct;
+	bool observe;		/* enforce = false: the limit holds nothing back */
 };
 /* One closed window: samples, their mean latency and the mean concurrency
  * (Little's law: the sum of latencies over the window's length). */

@@ -220,7 +220,7 @@ test_slower_backend_resets_the_baseline_at_the_floor(void **state)
 static void
 test_idle_and_unused_limits_stay(void **state)
 {
-	struct ad_params p = { 1, 100, 120 };
+	struct ad_params p = { 1, 100, 120, false };
 	struct ad_state st = { .limit16 = 40 * 16, .base_us = 10000 };
 	struct ad_window none = { 0, 0, 0 }, light = { 50, 10000, 10 * 16 };
 
@@ -234,7 +234,7 @@ test_idle_and_unused_limits_stay(void **state)
 static void
 test_limit_stays_within_min_and_max(void **state)
 {
-	struct ad_params p = { 3, 10, 120 };
+	struct ad_params p = { 3, 10, 120, false };
 	struct ad_state st = { .limit16 = 10 * 16, .base_us = 1000 };
 	struct ad_window slow = { 10, 1000000, 1 * 16 }, fast = { 10, 500, 10 * 16 };
 
@@ -250,6 +250,23 @@ test_limit_stays_within_min_and_max(void **state)
 		fast.conc16 = st.limit16;
 	}
 	assert_int_equal(st.limit16, 10 * 16);
+}
+
+/* Observe mode: the limit cuts nothing, so the latency stays; the limit is
+ * the concurrency that would bring it within tolerance, and it stays there
+ * (no spiral to the floor, no baseline raised). */
+static void
+test_observe_mode_estimates_without_spiralling(void **state)
+{
+	struct ad_params p = { 1, 64, 115, true };
+	struct ad_state st = { .limit16 = 64 * 16, .base_us = 20000 };
+	struct ad_window w = { 100, 60000, 24 * 16 };	/* 24 in flight, 3x the latency */
+
+	(void)state;
+	for (int i = 0; i < 50; i++)
+		ad_step(&p, &st, &w);
+	assert_int_equal(st.base_us, 20000);
+	assert_true(st.limit16 >= 9 * 16 && st.limit16 <= 10 * 16);	/* 24 x 1.15 / 3 = 9.2 */
 }
 
 /* ---- the shared window, on a compartment in memory ---- */
@@ -424,6 +441,7 @@ main(void)
 		cmocka_unit_test(test_slower_backend_resets_the_baseline_at_the_floor),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
+		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
 		cmocka_unit_test(test_window_counts_every_sample_and_closes_once),
 		cmocka_unit_test(test_a_closer_killed_midway_leaves_nothing_inconsistent),
 		cmocka_unit_test(test_off_pins_and_on_resumes),
