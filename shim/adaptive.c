@@ -338,6 +338,15 @@ ad_set_mode(struct seg_comp *c, bool on)
 	return 0;
 }
 
+void
+ad_pin(struct seg_comp *c, uint32_t v)
+{
+	uint32_t cur = ad_current(c), on = AD_ON;
+
+	if (atomic_compare_exchange_strong(&c->ad.mode, &on, AD_OFF))
+		note_change(&c->ad, cur, v, AD_R_PINNED);
+}
+
 const char *
 ad_reason_name(unsigned r)
 {

@@ -713,6 +713,9 @@ void ad_apply(struct seg_comp *c, const struct cfg_compartment *cc);
  * `on`: resumes from the current limit with the configured static limit
  * back. Returns -EINVAL if c is not adaptive. */
 int ad_set_mode(struct seg_comp *c, bool on);
+/* `set NAME max_inflight V` (the limit c's adaptive one moves) while it is
+ * on: turns it off, noting the pin of V as the last change. */
+void ad_pin(struct seg_comp *c, uint32_t v);
 const char *ad_reason_name(unsigned r);
 const char *ad_mode_name(unsigned mode);
 /* Defaults of the knobs, documented in bulkshim.conf(5). */

@@ -219,9 +219,9 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		/* A number set for the limit the adaptive one moves pins it. */
 		pinned = keys[i].is_limit && atomic_load(&c->ad.mode) == AD_ON &&
 		    word == (atomic_load(&c->ad.kind) == P_CONN ? &c->limit : &c->inflight_limit);
-		if (pinned)
-			atomic_store(&c->ad.mode, AD_OFF);
 		old = atomic_exchange(word, v);
+		if (pinned)
+			ad_pin(c, v);
 		if (keys[i].is_limit)
 			cli_limit_text(old, was, sizeof(was));
 		else
