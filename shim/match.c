@@ -100,6 +100,12 @@ struct matcher {
 	uint64_t filter[129][FILTER_BITS / 64];
 	uint8_t prefixes[129];		/* lengths in use below 128, longest first */
 	int nprefixes;
+	/* With many prefix lengths in use: per IPv4 /16 (the first two bytes
+	 * of an IPv4 address), bit q says that some IPv4 rule of prefix
+	 * length q (0..31, as ::ffff:0:0/(96 + q)) covers part of that /16.
+	 * An IPv4 connect then tries only those lengths, and the lengths
+	 * below 96 (IPv6 rules wide enough to hold IPv4-mapped addresses). */
+	uint32_t *v4lens;
 	struct name_site *unix_sites;
 	struct name_site *host_sites;
 	struct mrange *ranges;
@@ -298,6 +304,35 @@ oom:
 	return -ENOMEM;
 }
 
+static const uint8_t v4_mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+/* Fills m->v4lens from the IPv4 sites of prefix 96 to 127 (sites, not
+ * rules: a rule repeated in one compartment is one site). A site wider than
+ * a /16 marks every /16 it covers; there are at most 2^q sites of IPv4
+ * prefix q, so the work stays below 16 * 65536 marks. Returns 0 or -ENOMEM. */
+static int build_v4lens(struct matcher *m)
+{
+	m->v4lens = calloc(65536, sizeof(*m->v4lens));
+	if (m->v4lens == NULL)
+		return -ENOMEM;
+	for (uint32_t q = 0; q < 32; q++) {
+		const struct ip_site *site, *tmp;
+
+		HASH_ITER(hh, m->ip[96 + q], site, tmp) {
+			uint32_t first, count;
+
+			if (memcmp(site->addr, v4_mapped, 12) != 0)
+				continue;
+			first = (uint32_t)site->addr[12] << 8 | site->addr[13];
+			count = q >= 16 ? 1 : 1u << (16 - q);
+			first &= ~(count - 1);
+			for (uint32_t k = first; k < first + count; k++)
+				m->v4lens[k] |= 1u << q;
+		}
+	}
+	return 0;
+}
+
 /* Builds the lookup tables for n rules as match_parse makes them (see
  * shim.h). The same destination twice in one compartment is accepted; in two
  * compartments it is an error. Returns NULL with a reason in err. */
@@ -358,6 +393,8 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	for (int p = 127; p >= 0; p--)
 		if (m->ip[p] != NULL)
 			m->prefixes[m->nprefixes++] = (uint8_t)p;
+	if (m->nprefixes > 4 && build_v4lens(m) < 0)
+		goto oom;
 	free(order);
 	return m;
 oom:
@@ -382,6 +419,7 @@ void match_free(struct matcher *m)
 	free(m->name_store);
 	free(m->names);
 	free(m->learned);
+	free(m->v4lens);
 	free(m);
 }
 
@@ -439,11 +477,29 @@ static int learned_find(const struct learned *l, const uint8_t addr[16], uint16_
 	return best;
 }
 
+/* The compartment of the rule of prefix length p matching address a and
+ * port, or -1. */
+static inline int find_len(const struct matcher *m, const uint64_t a[2], int p, uint16_t port)
+{
+	const struct ip_site *s;
+	unsigned width = 0;
+	uint64_t key[2];
+	uint32_t h;
+
+	key[0] = a[0] & m->mask[p][0];
+	key[1] = a[1] & m->mask[p][1];
+	h = key_hash(key, 16);
+	if (!(m->filter[p][FILTER_BIT(h) / 64] >> (FILTER_BIT(h) % 64) & 1))
+		return -1;
+	HASH_FIND_BYHASHVALUE(hh, m->ip[p], key, 16, h, s);
+	return s != NULL ? site_range(m, s->first, s->count, port, &width) : -1;
+}
+
 static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t port)
 {
 	unsigned width = 0, lwidth = 0;
 	const struct ip_site *s;
-	uint64_t a[2], key[2];
+	uint64_t a[2];
 	int best = -1, c;
 
 	/* Learned addresses rank as /128 rules: compare them with the static
@@ -460,17 +516,26 @@ static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t por
 	if (best >= 0)
 		return best;
 	memcpy(a, addr, 16);
-	for (int i = 0; i < m->nprefixes; i++) {
-		int p = m->prefixes[i];
-		uint32_t h;
+	if (m->v4lens != NULL && memcmp(addr, v4_mapped, 12) == 0) {
+		/* IPv4: the lengths of the rules covering its /16, longest
+		 * first, then the IPv6 rules wide enough to hold it. */
+		uint32_t lens = m->v4lens[(uint32_t)addr[12] << 8 | addr[13]];
 
-		key[0] = a[0] & m->mask[p][0];
-		key[1] = a[1] & m->mask[p][1];
-		h = key_hash(key, 16);
-		if (!(m->filter[p][FILTER_BIT(h) / 64] >> (FILTER_BIT(h) % 64) & 1))
-			continue;
-		HASH_FIND_BYHASHVALUE(hh, m->ip[p], key, 16, h, s);
-		if (s != NULL && (c = site_range(m, s->first, s->count, port, &width)) >= 0)
+		while (lens != 0) {
+			int q = 31 - __builtin_clz(lens);
+
+			lens &= ~(1u << q);
+			if ((c = find_len(m, a, 96 + q, port)) >= 0)
+				return c;
+		}
+		for (int i = 0; i < m->nprefixes; i++) {
+			if (m->prefixes[i] < 96 && (c = find_len(m, a, m->prefixes[i], port)) >= 0)
+				return c;
+		}
+		return -1;
+	}
+	for (int i = 0; i < m->nprefixes; i++) {
+		if ((c = find_len(m, a, m->prefixes[i], port)) >= 0)
 			return c;
 	}
 	return -1;

@@ -76,27 +76,30 @@ shim_vfork_failed(int e)
  * across the system call. The count goes up before the child runs and down
  * when the parent resumes, after the child exec'd or exited.
  */
+#define STR(x)	#x
+#define XSTR(x)	STR(x)
+
 __attribute__((naked)) BS_EXPORT pid_t
 vfork(void)
 {
+	/* Basic asm only, as GCC asks of a naked function. */
 	__asm__ volatile(
-	    "lock incl shim_unseen(%%rip)\n\t"
-	    "popq %%rdi\n\t"
-	    "movl %[nr], %%eax\n\t"
+	    "lock incl shim_unseen(%rip)\n\t"
+	    "popq %rdi\n\t"
+	    "movl $" XSTR(SYS_vfork) ", %eax\n\t"
 	    "syscall\n\t"
-	    "pushq %%rdi\n\t"
-	    "testl %%eax, %%eax\n\t"
+	    "pushq %rdi\n\t"
+	    "testl %eax, %eax\n\t"
 	    "jz 1f\n\t"
-	    "lock decl shim_unseen(%%rip)\n\t"
-	    "cmpl $-4095, %%eax\n\t"
+	    "lock decl shim_unseen(%rip)\n\t"
+	    "cmpl $-4095, %eax\n\t"
 	    "jae 2f\n\t"
 	    "1:\n\t"
 	    "ret\n\t"
 	    "2:\n\t"
-	    "negl %%eax\n\t"
-	    "movl %%eax, %%edi\n\t"
-	    "jmp shim_vfork_failed\n\t"
-	    : : [nr] "i"(SYS_vfork));
+	    "negl %eax\n\t"
+	    "movl %eax, %edi\n\t"
+	    "jmp shim_vfork_failed\n\t");
 }
 #endif
 

@@ -1,6 +1,6 @@
 """test_procid.py - the cached pid: processes made behind the fork wrapper's back leave the parent's permits alone."""
 
-from harness import FdOps, Server, Shim, run
+from harness import Agent, FdOps, Server, Shim, run
 
 
 def _setup():
@@ -34,6 +34,21 @@ def test_a_Fork_child_closing_a_counted_socket_leaves_the_parents_permit():
 
 def test_a_clone_child_closing_a_counted_socket_leaves_the_parents_permit():
     _child_closes_copy("clone_close")
+
+
+def test_a_python_subprocess_leaves_the_parents_permit():
+    # CPython 3.10+ starts subprocesses with vfork(); the child closes every
+    # descriptor above 2 (close_fds) with close_range() before exec.
+    srv, shim = _setup()
+    a = Agent(shim.env(log="off"))
+    a.call("s = socket.create_connection(('127.0.0.1', %d))" % srv.port)
+    assert shim.comp("p")["in_use"] == 1
+    assert a("__import__('subprocess').run(['true'], close_fds=True).returncode") == 0
+    c = shim.wait("p", "in_use", 1)
+    assert c["in_use"] == 1, "after a subprocess the parent's permit is gone: %r" % c
+    a.call("s.close()")
+    shim.wait("p", "in_use", 0, timeout=3)
+    assert a.finish() == 0
 
 
 if __name__ == "__main__":

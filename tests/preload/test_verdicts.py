@@ -26,17 +26,24 @@ def round_trip(s, data):
 """
 
 
+def _open(**limits):
+    """An agent under the shim with two connections, s1 and s2, to an echo
+    server in compartment "echo" with these limits."""
+    echo = Server("echo")
+    comps = [dict({"name": "echo", "destinations": ["127.0.0.1:%d" % echo.port]}, **limits)]
+    shim = IoShim(comps)
+    a = Agent(shim.env(log="off"))
+    a.call(OPEN % (echo.port, echo.port))
+    return comps, shim, a
+
+
 def _ping(a, sock, n):
     for i in range(n):
         assert a("round_trip(%s, b'ping %d\\n')" % (sock, i)) == "ping %d\n" % i
 
 
 def test_a_limit_set_live_counts_the_next_request_of_an_open_socket():
-    echo = Server("echo")
-    shim = IoShim([{"name": "echo", "destinations": ["127.0.0.1:%d" % echo.port],
-                    "max_connections": 4}])
-    a = Agent(shim.env(log="off"))
-    a.call(OPEN % (echo.port, echo.port))
+    _, shim, a = _open(max_connections=4)
     # No in-flight limit: requests go straight to libc, nothing is counted
     # in flight (and nothing is left in flight).
     _ping(a, "s1", 5)
@@ -62,12 +69,7 @@ def test_a_limit_set_live_counts_the_next_request_of_an_open_socket():
 
 
 def test_a_limit_removed_by_reload_lets_the_request_in_flight_end_and_counts_no_more():
-    echo = Server("echo")
-    limited = [{"name": "echo", "destinations": ["127.0.0.1:%d" % echo.port],
-                "max_connections": 4, "max_inflight": 1}]
-    shim = IoShim(limited)
-    a = Agent(shim.env(log="off"))
-    a.call(OPEN % (echo.port, echo.port))
+    limited, shim, a = _open(max_connections=4, max_inflight=1)
     assert a("try_send(s1, b'one\\n')") == "sent"
     expect(shim.comp("echo"), inflight=1, inflight_admitted=1)
 
@@ -102,11 +104,7 @@ def test_a_limit_removed_by_reload_lets_the_request_in_flight_end_and_counts_no_
 
 
 def test_sampled_reply_latency_of_an_unlimited_compartment_is_weighted():
-    echo = Server("echo")
-    shim = IoShim([{"name": "echo", "destinations": ["127.0.0.1:%d" % echo.port],
-                    "max_connections": 4}])
-    a = Agent(shim.env(log="off"))
-    a.call(OPEN % (echo.port, echo.port))
+    _, shim, a = _open(max_connections=4)
     # One send in 64 of a thread is timed and stands for 64 replies.
     a.call("for i in range(640): round_trip(s1, b'x')")
     c = shim.comp("echo")

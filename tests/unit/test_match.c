@@ -438,6 +438,52 @@ static void find_ipv4_cidr(void **state)
 	match_free(m);
 }
 
+/* With more than four prefix lengths in use, an IPv4 address tries only the
+ * lengths of the rules covering its /16, and the IPv6 rules wide enough to
+ * hold it: the most specific rule must still win, a rule wider than a /16
+ * must still be found, and a miss must stay a miss. */
+static void find_ipv4_with_many_prefix_lengths(void **state)
+{
+	static const char *const t[] = {
+		"10.0.0.0/8", "10.2.0.0/15", "10.2.0.0/16", "10.2.3.0/24", "10.2.3.128/25",
+		"10.2.3.200/30", "192.168.0.0/20", "[::fffe:0:0/95]", "[2001:db8::/32]",
+	};
+	static const int c[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.2.3.201", 80), 5);
+	assert_int_equal(find4(m, "10.2.3.129", 80), 4);
+	assert_int_equal(find4(m, "10.2.3.1", 80), 3);
+	assert_int_equal(find4(m, "10.2.9.9", 80), 2);
+	assert_int_equal(find4(m, "10.3.0.1", 80), 1);
+	assert_int_equal(find4(m, "10.200.0.1", 80), 0);
+	assert_int_equal(find4(m, "192.168.15.255", 80), 6);
+	/* Not under any IPv4 rule: the IPv6 rule holding every IPv4-mapped
+	 * address answers. */
+	assert_int_equal(find4(m, "192.168.16.1", 80), 7);
+	assert_int_equal(find6(m, "2001:db8::1", 80), 8);
+	assert_int_equal(find6(m, "2001:db9::1", 80), -1);
+	match_free(m);
+}
+
+static void find_ipv4_with_many_prefix_lengths_misses(void **state)
+{
+	static const char *const t[] = {
+		"10.0.0.0/8", "10.2.0.0/15", "10.2.0.0/16", "10.2.3.0/24", "10.2.3.128/25",
+		"172.16.0.0/12:443",
+	};
+	static const int c[] = { 0, 1, 2, 3, 4, 5 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "11.0.0.1", 80), -1);
+	assert_int_equal(find4(m, "172.31.255.255", 443), 5);
+	assert_int_equal(find4(m, "172.31.255.255", 80), -1);
+	assert_int_equal(find4(m, "172.32.0.0", 443), -1);
+	match_free(m);
+}
+
 static void find_port_range_includes_both_ends(void **state)
 {
 	static const char *const t[] = { "10.0.0.5:1000-2000" };
@@ -1026,6 +1072,8 @@ int main(void)
 		cmocka_unit_test(find_ipv4_exact_address_and_port),
 		cmocka_unit_test(find_ipv4_any_port),
 		cmocka_unit_test(find_ipv4_cidr),
+		cmocka_unit_test(find_ipv4_with_many_prefix_lengths),
+		cmocka_unit_test(find_ipv4_with_many_prefix_lengths_misses),
 		cmocka_unit_test(find_port_range_includes_both_ends),
 		cmocka_unit_test(find_ipv6),
 		cmocka_unit_test(find_ipv4_mapped_ipv6_matches_ipv4_rule),
