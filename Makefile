@@ -94,3 +94,4 @@ clean:
 -include tools/demo/demo.mk
 -include tests/hardening.mk
 -include bench/bench.mk
+-include bench/adaptive.mk
