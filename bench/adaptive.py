@@ -91,7 +91,7 @@ def run_config(scenario, harness, IoShim, name, comp_extra, schedule=True, threa
         "settle_up": settle(rows, STEADY + DOWN, STEADY + DOWN + UP, C) if lims else None,
         "served_max": be.stats()["max"],
     }
-    harness.cleanup()
+    be.stop()
     return summ, rows, reqs
 
 
@@ -216,6 +216,7 @@ def main():
                              pct(served, 0.99), len(served) / 60.0))
         drift = mins
 
+    harness.cleanup()
     picture(args.png, res[configs[-1][0]][1], res[configs[-1][0]][2], res[configs[3][0]][2])
 
     best = max((res[n][0] for n, e in configs if "adaptive" not in e and e),
