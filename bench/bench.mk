@@ -1,12 +1,14 @@
 # bench/bench.mk - `make bench`: what the shim costs per call, at scale, and against an HAProxy hop.
 # Included by the main Makefile; never part of `make test`. Writes bench/results.md.
 
-BENCH_PROGS := $(B)/bench/client $(B)/bench/backend $(B)/bench/permits \
-               $(B)/bench/libstubconnect.so $(B)/bench/today/libbulkshim.so
 # "Today": the library of this commit, built from git, measured beside the
 # tree's own in the issue-13 table (bench/results.md). A fixed commit, so
 # that the column means the same in every run.
 BENCH_BASE  ?= 43d7058
+TODAY_DIR   := $(B)/bench/today-$(BENCH_BASE)
+TODAY_LIB   := $(TODAY_DIR)/libbulkshim.so
+BENCH_PROGS := $(B)/bench/client $(B)/bench/backend $(B)/bench/permits \
+               $(B)/bench/libstubconnect.so $(TODAY_LIB)
 # The makefile that was run (the main one, which includes this file), so
 # that the second make below sees these rules too.
 BENCH_MAKE  := $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST))
@@ -18,7 +20,7 @@ bench: bench-deps
 	$(BENCH_MAKE) all
 	$(BENCH_MAKE) bench-build
 	python3 bench/run.py --build $(B) --out bench/results.md \
-		--today $(B)/bench/today/libbulkshim.so --today-rev $(BENCH_BASE)
+		--today $(TODAY_LIB) --today-rev $(BENCH_BASE)
 bench-deps:
 	@sh tests/deps.sh gcc make pkg-config libconfig-dev python3 haproxy wrk valgrind
 bench-build: $(BENCH_PROGS)
@@ -31,10 +33,10 @@ $(B)/bench/libstubconnect.so: bench/stubconnect.c | $(B)/bench
 	$(CC) $(CFLAGS) -shared -o $@ $<
 $(B)/bench/permits: bench/permits.c $(COMMON:%=$(B)/cli/%.o) shim/shim.h | $(B)/bench
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(COMMON:%=$(B)/cli/%.o) $(PC_LIBS) -lpthread
-$(B)/bench/today/libbulkshim.so: | $(B)/bench
-	rm -rf $(B)/bench/today && mkdir -p $(B)/bench/today/src
-	git archive $(BENCH_BASE) | tar -x -C $(B)/bench/today/src
-	$(MAKE) --no-print-directory -C $(B)/bench/today/src B=build build/libbulkshim.so
-	cp $(B)/bench/today/src/build/libbulkshim.so $@
+$(TODAY_LIB): | $(B)/bench
+	rm -rf $(TODAY_DIR) && mkdir -p $(TODAY_DIR)/src
+	git archive $(BENCH_BASE) | tar -x -C $(TODAY_DIR)/src
+	$(MAKE) --no-print-directory -C $(TODAY_DIR)/src B=build build/libbulkshim.so
+	cp $(TODAY_DIR)/src/build/libbulkshim.so $@
 $(B)/bench:
 	mkdir -p $@

@@ -66,7 +66,27 @@ cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 	    atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0)
 		return false;
 	fdt_verdict(fd, e, FDT_PLAIN | seq);
+	/* Another thread's send may have begun a request (under the limit
+	 * it read before the change) since the mark was read: then the
+	 * verdict goes again, so that the reply ends that request. Either
+	 * this load sees its mark, or its check in send_begin sees our
+	 * verdict (both sequentially consistent). */
+	if ((atomic_load(&sl->mark) & INFLIGHT_MARKS) != 0) {
+		fdt_verdict(fd, (uint64_t)(FDT_PLAIN | seq) << 32 | (uint32_t)e, 0);
+		return false;
+	}
 	return true;
+}
+
+/* After a request began on fd (entry e): a plain verdict cached meanwhile
+ * by another thread is dropped (see cache_plain). */
+static void
+drop_plain(int fd, uint64_t e)
+{
+	uint64_t now = atomic_load(&fdt_tab.t[fd]);
+
+	if ((uint32_t)now == (uint32_t)e && fdt_plain(now))
+		fdt_verdict(fd, now, 0);
 }
 /* The program's own SO_RCVTIMEO/SO_SNDTIMEO in ms, 0 if none. */
 static uint64_t
@@ -168,6 +188,8 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 		return -1;
 	}
 	*began = r == 1;
+	if (*began)
+		drop_plain(fd, e);
 	/* A timeout here has already ended the request it began. */
 	return wait_ready(fd, slot + 1, c, flags, POLLOUT);
 }
