@@ -172,7 +172,9 @@ def main():
     configs = [("no limit", {}), ("static C/4 = %d" % (C // 4), {"max_inflight": C // 4}),
                ("static C = %d" % C, {"max_inflight": C}),
                ("static 4C = %d" % (4 * C), {"max_inflight": 4 * C}),
-               ("adaptive (min 1, max 4C)", adaptive)]
+               ("adaptive, tolerance_pct 110", {"max_inflight": 4 * C, "adaptive": {
+                   "min": 1, "max": 4 * C, "tolerance_pct": 110}}),
+               ("adaptive (min 1, max 4C, defaults)", adaptive)]
     res = {}
     for name, extra in configs:
         print("bench-adaptive: %s ..." % name, flush=True)
