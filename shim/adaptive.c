@@ -6,8 +6,8 @@
 
 /*
  * The controller works in windows of at least window_ms, and at least as
- * long as the last window's mean latency. Every completed
- * request adds its latency to the open window (one atomic add on `acc`,
+ * long as the last window's mean latency. Every completed request adds its
+ * latency to the open window (one atomic add on `acc`,
  * shared by every process). The first completion that finds the window
  * over claims it with one compare-and-swap of `win_start_us`, takes the
  * window's sum out with one exchange, computes the next state with the pure
@@ -24,20 +24,20 @@
  *   window) and never moves up under load: a sustained overload cannot
  *   ratchet it (Envoy's #11579). It moves up to the sample only when
  *   cutting the limit did not bring latency down: after AD_STUCK_WINDOWS
- *   cuts in a row with no fall in latency, or AD_FLOOR_WINDOWS windows at
- *   `min` with latency still high. A queue we feed less would have
+ *   cuts of one run whose latency stayed where the run began, or
+ *   AD_FLOOR_WINDOWS windows at `min` with latency still high. A queue we feed less would have
  *   shrunk; the backend itself is slower (or the baseline had followed
  *   noise too far down).
  * - two windows in a row whose mean is above tolerance x baseline (or one
  *   above twice that: one such window may be noise) shrink the limit in
  *   proportion (limit x tolerance x baseline / sample; at least 1/8, so
- *   the latency can show the effect, and at most halving per window): the queue it measures is drained at once, not slowly.
+ *   the latency can show the effect, and at most halving per window): the
+ *   queue it measures is drained at once, not slowly.
  * - otherwise, if the limit is in use (mean concurrency at least half of
  *   it), it grows: doubling while ramping up from `initial` (by default
  *   `min`, so that the first baseline is measured without a queue of our
  *   making; until the first queue), then by 1/16 (at least one) per
- *   window. An unused limit
- *   does not grow, so it stays meaningful.
+ *   window. An unused limit does not grow, so it stays meaningful.
  * In observe mode (enforce = false) nothing is cut, so the limit is what
  * Little's law gives: the window's concurrency scaled by tolerance x
  * baseline / sample; refusals it would make are counted in would_reject.
