@@ -34,8 +34,11 @@ _Atomic int shim_unseen;
 bool
 shim_foreign(void)
 {
+#if defined(__x86_64__)
 	if (__builtin_expect(atomic_load_explicit(&shim_unseen, memory_order_relaxed) == 0, 1))
 		return false;
+#endif
+	/* Elsewhere vfork is not wrapped (below): always ask. */
 	return (pid_t)syscall(SYS_getpid) != shim.pid;
 }
 
