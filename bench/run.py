@@ -796,6 +796,14 @@ class Bench:
         for what, value, met in self.targets:
             head.append("| %s | %s | **%s** |" % (what, value, "met" if met else "missed"))
         text = "\n".join(head) + "\n\n" + "\n\n".join(self.md) + "\n\n" + self.notes() + "\n"
+        # The section `make bench-adaptive` writes between its markers stays.
+        try:
+            with open(out) as f:
+                old = f.read()
+            a, b = old.index("<!-- adaptive: begin"), old.index("<!-- adaptive: end -->")
+            text += "\n" + old[a:b + len("<!-- adaptive: end -->")] + "\n"
+        except (OSError, ValueError):
+            pass
         with open(out, "w") as f:
             f.write(text)
 

@@ -10,7 +10,7 @@
 static const char *const comp_keys[] = {
 	"name", "destinations", "max_connections", "max_inflight", "max_wait_ms", "max_waiting",
 	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", "pool", "guaranteed",
-	NULL,
+	"adaptive", NULL,
 };
 
 /* Appends a rule, growing cfg->rules and src together. Returns 0, or -ENOMEM
@@ -374,6 +374,9 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 		return rc;
 	s = config_setting_get_member(g, "class_limits");
 	if (s != NULL && (rc = parse_class_limits(c, s, comp)) < 0)
+		return rc;
+	s = config_setting_get_member(g, "adaptive");
+	if (s != NULL && (rc = cfg_parse_adaptive(c, s, comp)) < 0)
 		return rc;
 
 	s = config_setting_get_member(g, "errno");

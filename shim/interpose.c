@@ -93,12 +93,15 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
 		return;
 	switch (why) {
 	case REASON_FULL:
-		log_rejection(comp, "%s full (%u/%u): %s to %s refused", c->name,
-		    atomic_load(&c->in_use), atomic_load(&c->limit), what, dest);
+		log_rejection(comp, "%s full (%u/%u%s): %s to %s refused", c->name,
+		    atomic_load(&c->in_use), ad_limit(c, P_CONN, atomic_load(&c->limit)),
+		    ad_limit(c, P_CONN, UINT32_MAX) != UINT32_MAX ? ", adaptive" : "", what, dest);
 		break;
 	case REASON_INFLIGHT_FULL:
-		log_rejection(comp, "%s: %u/%u requests in flight: %s to %s refused", c->name,
-		    atomic_load(&c->inflight), atomic_load(&c->inflight_limit), what, dest);
+		log_rejection(comp, "%s: %u/%u requests in flight%s: %s to %s refused", c->name,
+		    atomic_load(&c->inflight), ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)),
+		    ad_limit(c, P_INFLIGHT, UINT32_MAX) != UINT32_MAX ? " (adaptive limit)" : "", what,
+		    dest);
 		break;
 	case REASON_WAIT_TIMEOUT:
 		log_rejection(comp, "%s full: waited %u ms in vain: %s to %s refused", c->name,

@@ -179,7 +179,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 	if (cache_plain(fd, e, sl, c))
 		return 0;
 	may_wait = atomic_load(&c->max_wait_ms) != 0 &&
-	    atomic_load(&c->inflight) >= atomic_load(&c->inflight_limit) &&
+	    atomic_load(&c->inflight) >= ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)) &&
 	    shim_blocking(fd, flags);
 	r = seg_inflight_begin(shim.seg, slot, may_wait, &why);
 	if (r == -EBUSY) {

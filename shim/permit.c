@@ -353,6 +353,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	/* One clock read: the connect is timed from it, and the rate. */
 	now = now_mono_us();
 	atomic_store(&sl->connect_us, now);
+	atomic_store(&sl->admit_us, now);
 	atomic_fetch_add(&c->admitted, 1);
 	note_rate(c, now);
 	return 0;
@@ -421,6 +422,19 @@ settle(struct seg *s, uint32_t slot)
 	seg_resolve(s, slot, 0);
 }
 
+/* A connection of an adaptive compartment without max_inflight ended: its
+ * lifetime is the request's latency. */
+static void
+adaptive_conn_done(struct seg_comp *c, struct seg_slot *sl)
+{
+	uint64_t t = atomic_load(&sl->admit_us), now;
+
+	if (t == 0 || atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON)
+		return;
+	now = now_mono_us();
+	ad_sample(c, P_CONN, now > t ? now - t : 0, now);
+}
+
 /* The release of a slot this process has claimed (state busy = RELEASING
  * with our pid): every permit it stood for goes back, then it is free. */
 static void
@@ -450,11 +464,13 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 		if (c != NULL && atomic_load(&c->in_use) > atomic_load(&c->guar_in_use))
 			pool_rebalance(s, atomic_load(&sl->comp));
 	}
-	if (reclaimed && (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER)))) {
+	if (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
 
-		if (c != NULL)
+		if (c != NULL && reclaimed)
 			atomic_fetch_add(&c->reclaimed, 1);
+		else if (c != NULL)
+			adaptive_conn_done(c, sl);
 	}
 	atomic_store(&sl->inode, 0);
 	/* Only if the release is still ours: after a stall long enough to
@@ -620,6 +636,7 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 		uint64_t now = now_mono_us();
 
 		seg_hist_add(&c->h_reply, now > t ? now - t : 0);
+		ad_sample(c, P_INFLIGHT, now > t ? now - t : 0, now);
 	}
 }
 

@@ -189,6 +189,7 @@ seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&c->io_timeout_ms, cc->io_timeout_ms);
 	for (int k = 0; k < BS_MAX_CLASSES; k++)
 		atomic_store(&c->cls[k].limit, cc->class_limit[k]);
+	ad_apply(c, cc);
 	/* A limit lowered below what is in use now revokes nothing: the
 	 * counts drain through the normal releases. */
 }

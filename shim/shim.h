@@ -130,6 +130,12 @@ struct cfg_compartment {
 	int pool;		/* index in bs_config.pools, or BS_NO_POOL */
 	uint32_t guaranteed;	/* permits of the pool nobody else may take */
 	int pool_line;		/* line of `pool` / `guaranteed`, for messages */
+	/* adaptive = { ... } (adaptive.c): the limit moves with the latency. */
+	bool adaptive;
+	uint32_t ad_min, ad_max;	/* bounds of the adaptive limit */
+	uint32_t ad_initial;		/* where it starts in a fresh segment */
+	uint32_t ad_window_ms;		/* shortest measurement window */
+	uint32_t ad_tolerance_pct;	/* a sample up to this % of the baseline is no queue */
 };
 
 /* A pool: capacity shared by compartments, each with a guarantee (pool.c). */
@@ -248,6 +254,9 @@ int cfg_parse_comp_pool(struct cfg_ctx *c, const struct config_setting_t *g,
 int cfg_check_pools(struct cfg_ctx *c);
 /* config_resolve.c: host-name destinations, resolved at load with a bounded wait. */
 int cfg_resolve_hosts(struct cfg_ctx *c);
+/* config_adaptive.c: the `adaptive = { ... }` group of a compartment. */
+int cfg_parse_adaptive(struct cfg_ctx *c, const struct config_setting_t *s,
+    struct cfg_compartment *comp);
 
 /* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
@@ -341,6 +350,33 @@ struct seg_class {
 	_Atomic uint64_t rejected;
 };
 
+/*
+ * The adaptive limit of a compartment (adaptive.c). `ctl` is the one word
+ * the controller moves, by compare-and-swap: the limit in 1/16ths, the
+ * latency baseline and the controller's phase. Admission reads only it (and
+ * `mode`); the other words are for the CLI, written after a change.
+ */
+enum { AD_NONE = 0, AD_ON = 1, AD_OFF = 2 };	/* AD_OFF: pinned by `set` */
+enum ad_reason { AD_R_NONE, AD_R_START, AD_R_RAMP, AD_R_GROW, AD_R_QUEUE, AD_R_SLOWER,
+	AD_R_PINNED, AD_R_RESUMED, AD_R_MAX };
+struct seg_adaptive {
+	_Atomic uint32_t mode;		/* AD_NONE: not adaptive */
+	_Atomic uint32_t kind;		/* P_INFLIGHT or P_CONN: the permits it limits */
+	_Atomic uint32_t min, max;
+	_Atomic uint32_t window_ms, tolerance_pct;
+	_Atomic uint32_t static_limit;	/* the configured limit, restored by adaptive=on */
+	_Atomic uint32_t last_reason;	/* enum ad_reason of the last change */
+	_Atomic uint64_t ctl;		/* see AD_CTL_* in adaptive.c */
+	_Atomic uint64_t acc;		/* the open window: samples << 44 | sum of us */
+	_Atomic uint64_t win_start_us;	/* CLOCK_MONOTONIC start of the open window */
+	_Atomic uint64_t sample_us;	/* mean latency of the last closed window */
+	_Atomic uint64_t sample_conc16;	/* its mean concurrency, in 1/16ths */
+	_Atomic uint64_t windows;	/* windows closed */
+	_Atomic uint64_t changes;	/* windows that moved the limit */
+	_Atomic uint64_t last_change_ms;	/* CLOCK_REALTIME, 0 = never */
+	_Atomic uint32_t last_from, last_to;
+};
+
 /* Admissions per second for the last BS_RATE_SECONDS seconds: each entry
  * packs (second << 32 | count), second being CLOCK_MONOTONIC seconds. */
 #define BS_RATE_SECONDS 64
@@ -392,6 +428,7 @@ struct seg_comp {
 	_Atomic uint64_t would_reject_more[REASON_MAX - REASON_V2];
 	_Atomic uint32_t lent_hint;	/* the slot that borrowed last: where a rebalance looks first */
 	uint32_t pad2;
+	struct seg_adaptive ad;		/* layout 3: the adaptive limit (adaptive.c) */
 };
 
 #define SLOT_NO_CLASS	0xffu
@@ -440,6 +477,7 @@ struct seg_slot {
 	_Atomic uint64_t mark;		/* generation << 40 | sequence | permit flags */
 	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
 	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
+	_Atomic uint64_t admit_us;	/* layout 3: admission time, for adaptive connections */
 };
 
 /* The tag of a slot's holders count (procs.c): record index + 1, whether
@@ -721,6 +759,68 @@ void seg_detach_all(struct seg *s);
  * which this makes run unthrottled; not while the kernel still has its
  * sockets open or its other threads still run. */
 void seg_exit(struct seg *s);
+
+/* ---- adaptive.c: the limit that sizes itself from measured latency ---- */
+
+/* The controller's state, unpacked from seg_adaptive.ctl. */
+struct ad_state {
+	uint32_t limit16;	/* the limit in 1/16ths */
+	uint32_t base_us;	/* latency baseline, 0 = none yet */
+	bool ramp;		/* still ramping (doubling) since the start */
+	uint32_t floor_windows;	/* windows in a row at the floor with latency high */
+	bool high;		/* the last window was above the tolerance */
+	uint32_t prev16;	/* latency / baseline in 1/16ths at the first cut of a run */
+	uint32_t stuck;		/* cuts of the run that did not lower the latency */
+};
+struct ad_params {
+	uint32_t min, max, tolerance_pct;
+	bool observe;		/* enforce = false: the limit holds nothing back */
+};
+/* One closed window: samples, their mean latency and the mean concurrency
+ * (Little's law: the sum of latencies over the window's length). */
+struct ad_window {
+	uint64_t n, mean_us, conc16;
+};
+uint64_t ad_pack(const struct ad_state *st);
+void ad_unpack(uint64_t ctl, struct ad_state *st);
+/* The pure controller: the state after window w; returns the reason of a
+ * change of the limit (AD_R_NONE: none). */
+enum ad_reason ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w);
+/* The adaptive limit of c now (whole permits), UINT32_MAX if c has none. */
+uint32_t ad_current(const struct seg_comp *c);
+/* The limit a take of permit kind p in c is held to now: `lim`, or the
+ * adaptive limit when lower. Called by tally_add; one load when c is not
+ * adaptive. */
+static inline uint32_t
+ad_limit(const struct seg_comp *c, int p, uint32_t lim)
+{
+	uint32_t a;
+
+	if (__builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON, 1) ||
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) != (uint32_t)p)
+		return lim;
+	a = ad_current(c);
+	return a < lim ? a : lim;
+}
+/* A request of c (of permit kind p) completed after us microseconds: adds
+ * the sample to the open window; the completion that finds the window over
+ * closes it (one CAS decides who) and moves the limit (one CAS on ctl). */
+void ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us);
+/* Writes the configured adaptive settings into c (seg_apply_limits). */
+void ad_apply(struct seg_comp *c, const struct cfg_compartment *cc);
+/* `set NAME adaptive=off`: pins the current limit into the static word;
+ * `on`: resumes from the current limit with the configured static limit
+ * back. Returns -EINVAL if c is not adaptive. */
+int ad_set_mode(struct seg_comp *c, bool on);
+/* `set NAME max_inflight V` (the limit c's adaptive one moves) while it is
+ * on: turns it off, noting the pin of V as the last change. */
+void ad_pin(struct seg_comp *c, uint32_t v);
+const char *ad_reason_name(unsigned r);
+const char *ad_mode_name(unsigned mode);
+/* Defaults of the knobs, documented in bulkshim.conf(5). */
+#define AD_DEF_WINDOW_MS	100
+#define AD_DEF_TOLERANCE_PCT	115
+#define AD_MIN_SAMPLES		4
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
 

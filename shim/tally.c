@@ -175,6 +175,22 @@ help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 	}
 }
 
+/* The limit a take of kind p is held to: *limit, or lower, the adaptive
+ * limit of the compartment whose word it is (adaptive.c). */
+static uint32_t
+limit_now(_Atomic uint32_t *limit, int p)
+{
+	uint32_t v = atomic_load(limit);
+
+	if (p == P_INFLIGHT)
+		return ad_limit((const struct seg_comp *)((uintptr_t)limit -
+		    offsetof(struct seg_comp, inflight_limit)), p, v);
+	if (p == P_CONN)
+		return ad_limit((const struct seg_comp *)((uintptr_t)limit -
+		    offsetof(struct seg_comp, limit)), p, v);
+	return v;
+}
+
 /* Adds one to the tally if below *limit (or if limit is NULL), tagged with
  * slot; helps the last operation first. Returns true if added; *seen is the
  * count last read, for a futex wait. */
@@ -190,7 +206,7 @@ add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p
 
 		help(s, t, w, p);
 		*seen = cur;
-		if (limit != NULL ? cur >= atomic_load(limit) : cur == UINT32_MAX)
+		if (limit != NULL ? cur >= limit_now(limit, p) : cur == UINT32_MAX)
 			return false;
 		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, false, cur + 1)))
 			return true;

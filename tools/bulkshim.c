@@ -131,6 +131,7 @@ json_comp(FILE *f, const struct cli_comp *c)
 	json_reasons(f, "rejected_by", c->rejected_by);
 	json_reasons(f, "would_reject", c->would_reject);
 	cli_json_comp_pool(f, c);
+	cli_adaptive_json(f, &c->ad);
 	fputs(", \"classes\": [", f);
 	for (size_t k = 0; k < c->nclass; k++) {
 		const struct cli_class *cc = &c->cls[k];
@@ -248,6 +249,7 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 	}
 	text_inflight(f, all, h->ncomp);
 	cli_text_pools(f, s, "");
+	cli_adaptive_text(f, all, h->ncomp);
 	if (extra)
 		fputc('\n', f);
 	for (uint32_t i = 0; i < h->ncomp; i++) {

@@ -25,6 +25,13 @@ struct cli_class {
 	uint64_t admitted, rejected;
 };
 
+/* The adaptive limit of a compartment, read once (cli_adaptive.c). */
+struct cli_adaptive {
+	uint32_t mode, kind, limit, min, max, window_ms, tolerance_pct, baseline_us;
+	uint32_t last_from, last_to, last_reason;
+	uint64_t sample_us, sample_conc16, windows, changes, last_change_ms;
+};
+
 struct cli_comp {
 	uint32_t index;
 	char name[BS_NAME_MAX];
@@ -44,6 +51,7 @@ struct cli_comp {
 	int pool;
 	char pool_name[BS_NAME_MAX];
 	uint32_t guaranteed, borrowed;
+	struct cli_adaptive ad;
 };
 
 /* One pool's figures; in_use and borrowed are derived from its
@@ -60,6 +68,21 @@ struct cli_hist {
 	uint64_t total;
 	uint64_t sum_us;
 };
+
+/* ---- cli_adaptive.c ---- */
+
+void cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a);
+/* "inflight" or "connections": the limit the adaptive one moves. */
+const char *cli_adaptive_applies(const struct cli_adaptive *a);
+/* `, "adaptive": {...}` (null when the compartment is not adaptive). */
+void cli_adaptive_json(FILE *f, const struct cli_adaptive *a);
+/* The ADAPTIVE table of `status`, printed when a compartment is adaptive. */
+void cli_adaptive_text(FILE *f, const struct cli_comp *all, uint32_t n);
+/* One line under a compartment's row in `watch`, if it is adaptive. */
+void cli_adaptive_watch(FILE *f, const struct cli_comp *c, bool ansi);
+/* The bulkshim_adaptive_* families of `metrics`; labels() writes a label set. */
+void cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n,
+    void (*labels)(FILE *, const char *, const char *, const char *, const char *));
 
 /* ---- cli_common.c ---- */
 

@@ -43,9 +43,10 @@ static const struct {
 	{ "set", "set [-c FILE | -s SEGMENT] COMPARTMENT KEY VALUE",
 	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
 	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
-	  "io_timeout_ms, errno, enforce (on or off), class.NAME (a class limit, 0 = none) or\n"
-	  "guaranteed (its share of its pool); for a pool, COMPARTMENT is the pool's name and\n"
-	  "KEY is size or reserved.\n" },
+	  "io_timeout_ms, errno, enforce (on or off), adaptive (off pins the adaptive limit,\n"
+	  "on resumes it), class.NAME (a class limit, 0 = none) or guaranteed (its share of\n"
+	  "its pool); for a pool, COMPARTMENT is the pool's name and KEY is size or reserved.\n"
+	  "KEY=VALUE works too.\n" },
 	{ "reload", "reload -c FILE [-s SEGMENT]",
 	  "Applies an edited FILE to the live segment: limits at once, destinations at each\n"
 	  "running process's next connect. New compartments or classes need a restart.\n" },
@@ -232,6 +233,7 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 	c->connect_timeouts = atomic_load(&sc->connect_timeouts);
 	c->io_timeouts = atomic_load(&sc->io_timeouts);
 	c->peak_rate = atomic_load(&sc->peak_rate);
+	cli_read_adaptive(sc, &c->ad);
 	for (int r = 0; r < REASON_MAX; r++) {
 		c->rejected_by[r] = atomic_load(seg_reason_count(sc, (enum bs_reason)r, false));
 		c->would_reject[r] = atomic_load(seg_reason_count(sc, (enum bs_reason)r, true));
@@ -251,7 +253,10 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		cc->rejected = atomic_load(&sc->cls[k].rejected);
 		c->nclass++;
 	}
-	c->hot = near_limit(c->in_use, c->limit) || near_limit(c->inflight, c->inflight_limit);
+	c->hot = near_limit(c->in_use, c->ad.mode == AD_ON && c->ad.kind == P_CONN &&
+	    c->ad.limit < c->limit ? c->ad.limit : c->limit) ||
+	    near_limit(c->inflight, c->ad.mode == AD_ON && c->ad.kind == P_INFLIGHT &&
+	    c->ad.limit < c->inflight_limit ? c->ad.limit : c->inflight_limit);
 	cli_read_comp_pool(s, c);
 }
 

@@ -149,6 +149,32 @@ set_class(struct seg *s, struct seg_comp *c, const char *cls, const char *value)
 	return 0;
 }
 
+/* `set NAME adaptive off` pins the adaptive limit where it is (into the
+ * static limit word); `on` resumes it from there. */
+static int
+set_adaptive(struct seg *s, struct seg_comp *c, const char *value)
+{
+	_Atomic uint32_t *word = atomic_load(&c->ad.kind) == P_CONN ? &c->limit : &c->inflight_limit;
+	uint32_t v, was = atomic_load(&c->ad.mode), cur = ad_current(c);
+
+	if (parse_switch(value, &v) < 0)
+		return 1;
+	if (ad_set_mode(c, v != 0) < 0) {
+		fprintf(stderr, "bulkshim: \"%s\" has no adaptive limit (add adaptive = { min = ...; "
+		    "max = ...; } to its config and reload)\n", c->name);
+		return 1;
+	}
+	if (v)
+		printf("%s: %s adaptive %s -> on (resumes from %u; static limit %u is the ceiling "
+		    "again)\n", seg_header(s)->name, c->name, ad_mode_name(was),
+		    ad_current(c), atomic_load(word));
+	else
+		printf("%s: %s adaptive %s -> off (pinned at %u)\n", seg_header(s)->name, c->name,
+		    ad_mode_name(was), was == AD_ON ? cur : atomic_load(word));
+	wake_all(atomic_load(&c->ad.kind) == P_CONN ? &c->in_use : &c->inflight);
+	return 0;
+}
+
 static int
 apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 {
@@ -170,6 +196,8 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		    v ? "on" : "off", v ? "" : " (observe mode: count, refuse nothing)");
 		return 0;
 	}
+	if (strcmp(key, "adaptive") == 0)
+		return set_adaptive(s, c, value);
 	if (strcmp(key, "errno") == 0) {
 		int e = cfg_errno_value(value);
 
@@ -186,6 +214,7 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		_Atomic uint32_t *word;
 		char was[16];
+		bool pinned;
 
 		if (strcmp(key, keys[i].key) != 0)
 			continue;
@@ -194,7 +223,12 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		word = (_Atomic uint32_t *)(void *)((char *)c + keys[i].off);
 		if (word == &c->limit && !cli_ceiling_ok(s, (uint32_t)(c - seg_comp(s, 0)), v))
 			return 1;
+		/* A number set for the limit the adaptive one moves pins it. */
+		pinned = keys[i].is_limit && atomic_load(&c->ad.mode) == AD_ON &&
+		    word == (atomic_load(&c->ad.kind) == P_CONN ? &c->limit : &c->inflight_limit);
 		old = atomic_exchange(word, v);
+		if (pinned)
+			ad_pin(c, v);
 		if (keys[i].is_limit)
 			cli_limit_text(old, was, sizeof(was));
 		else
@@ -211,12 +245,14 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		}
 		if (strcmp(key, "max_waiting") == 0 && atomic_load(&c->max_wait_ms) == 0)
 			printf(" (max_wait_ms is 0: nobody waits until it is raised)");
+		if (pinned)
+			printf(" (adaptive limit off: pinned at %u; `adaptive on` resumes)", v);
 		putchar('\n');
 		return 0;
 	}
 	fprintf(stderr, "bulkshim: unknown key \"%s\" (use max_connections, max_inflight, "
 	    "max_wait_ms, max_waiting, connect_timeout_ms, io_timeout_ms, errno, enforce, "
-	    "guaranteed or class.NAME; size or reserved of a pool)\n", key);
+	    "adaptive, guaranteed or class.NAME; size or reserved of a pool)\n", key);
 	return 1;
 }
 
@@ -228,6 +264,7 @@ cmd_set(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
+	char *key = NULL, *value = NULL, *eq;
 	struct seg *s;
 	int c, i, r;
 
@@ -239,7 +276,16 @@ cmd_set(int argc, char **argv)
 			return cli_help("set", stdout, 0);
 		return cli_help("set", stderr, 2);
 	}
-	if (argc - optind != 3 || (t.config != NULL && t.segment != NULL))
+	/* `set NAME KEY VALUE`, or `set NAME KEY=VALUE`. */
+	if (argc - optind == 2 && (eq = strchr(argv[optind + 1], '=')) != NULL) {
+		*eq = '\0';
+		key = argv[optind + 1];
+		value = eq + 1;
+	} else if (argc - optind == 3) {
+		key = argv[optind + 1];
+		value = argv[optind + 2];
+	}
+	if (key == NULL || (t.config != NULL && t.segment != NULL))
 		return cli_help("set", stderr, 2);
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
@@ -257,7 +303,7 @@ cmd_set(int argc, char **argv)
 		seg_close(s);
 		return 1;
 	}
-	r = apply_set(s, seg_comp(s, (uint32_t)i), argv[optind + 1], argv[optind + 2]);
+	r = apply_set(s, seg_comp(s, (uint32_t)i), key, value);
 	seg_settings_changed(s);
 	seg_close(s);
 	return r;

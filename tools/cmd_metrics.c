@@ -225,6 +225,7 @@ cli_write_metrics(FILE *f, const struct seg *s)
 	histogram(f, s, all, h->ncomp, H_CONNECT);
 	histogram(f, s, all, h->ncomp, H_REPLY);
 	histogram(f, s, all, h->ncomp, H_WAIT);
+	cli_adaptive_metrics(f, seg, all, h->ncomp, labels);
 	free(all);
 }
 

@@ -239,8 +239,10 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 	    COUNT_WIDTH, "CONNECTIONS", (int)bw + 3 + COUNT_WIDTH, "IN FLIGHT", "WAITING",
 	    "REJ/S", v->ansi ? "\033[K" : "");
 	qsort(all, n, sizeof(*all), hot_first);
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
 		row(f, v, &all[i], namew, bw, now);
+		cli_adaptive_watch(f, &all[i], v->ansi);
+	}
 	remember(v, all, n, now);
 	cli_text_pools(f, s, v->ansi ? "\033[K" : "");
 	free(all);

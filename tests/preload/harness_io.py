@@ -111,6 +111,14 @@ CLASS = Layout("seg_class", [
     ("admitted", "Q"), ("rejected", "Q"),
 ])
 
+AD = Layout("seg_adaptive", [
+    ("mode", "I"), ("kind", "I"), ("min", "I"), ("max", "I"), ("window_ms", "I"),
+    ("tolerance_pct", "I"), ("static_limit", "I"), ("last_reason", "I"),
+    ("ctl", "Q"), ("acc", "Q"), ("win_start_us", "Q"), ("sample_us", "Q"), ("sample_conc16", "Q"),
+    ("windows", "Q"), ("changes", "Q"), ("last_change_ms", "Q"), ("last_from", "I"),
+    ("last_to", "I"),
+])
+
 COMP = Layout("seg_comp", [
     ("name", "s", NAME_MAX),
     ("limit", "I"), ("peak", "I"), ("in_use", "I"), ("in_use_tag", "I"),
@@ -129,11 +137,13 @@ COMP = Layout("seg_comp", [
     ("pool", "I"), ("guaranteed", "I"), ("guar_in_use", "I"), ("guar_in_use_tag", "I"),
     ("rejected_by_more", "Q", len(REASONS_MORE)), ("would_reject_more", "Q", len(REASONS_MORE)),
     ("lent_hint", "I"), ("pad2", "I"),
+    ("ad", AD),
 ])
 
 SLOT = Layout("seg_slot", [
     ("state", "I"), ("comp", "I"), ("holders", "I"), ("holders_tag", "I"), ("cls", "I"),
     ("op_pid", "i"), ("inode", "Q"), ("mark", "Q"), ("sent_us", "Q"), ("connect_us", "Q"),
+    ("admit_us", "Q"),
 ])
 
 PROC = Layout("seg_proc", [

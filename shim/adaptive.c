@@ -1,0 +1,366 @@
+/* adaptive.c - the adaptive limit: a compartment that sizes itself from the latency it measures. */
+#include <errno.h>
+#include <stddef.h>
+
+#include "shim.h"
+
+/*
+ * The controller works in windows of at least window_ms, and at least as
+ * long as the last window's mean latency. Every completed request adds its
+ * latency to the open window (one atomic add on `acc`,
+ * shared by every process). The first completion that finds the window
+ * over claims it with one compare-and-swap of `win_start_us`, takes the
+ * window's sum out with one exchange, computes the next state with the pure
+ * function ad_step and installs it with one compare-and-swap of `ctl`. A
+ * process killed anywhere in that sequence leaves every word valid: killed
+ * after claiming, its samples stay in `acc` for the next window; killed
+ * after the exchange, one window's samples are lost; killed before the last
+ * CAS, the limit simply did not move. The words after `ctl` are for the CLI
+ * only and are written after it.
+ *
+ * The rule, for a backend whose latency grows with the queue it is given:
+ * - the baseline is the latency without a queue. It starts as the first
+ *   window's mean, follows lower samples down (an eighth of the way per
+ *   window) and never moves up under load: a sustained overload cannot
+ *   ratchet it (Envoy's #11579). It moves up to the sample only when
+ *   cutting the limit did not bring latency down: after AD_STUCK_WINDOWS
+ *   cuts of one run whose latency stayed where the run began, or
+ *   AD_FLOOR_WINDOWS windows at `min` with latency still high. A queue we feed less would have
+ *   shrunk; the backend itself is slower (or the baseline had followed
+ *   noise too far down).
+ * - two windows in a row whose mean is above tolerance x baseline (or one
+ *   above twice that: one such window may be noise) shrink the limit in
+ *   proportion (limit x tolerance x baseline / sample; at least 1/8, so
+ *   the latency can show the effect, and at most halving per window): the
+ *   queue it measures is drained at once, not slowly.
+ * - otherwise, if the limit is in use (mean concurrency at least half of
+ *   it), it grows: doubling while ramping up from `initial` (by default
+ *   `min`, so that the first baseline is measured without a queue of our
+ *   making; until the first queue), then by 1/16 (at least one) per
+ *   window. An unused limit does not grow, so it stays meaningful.
+ * In observe mode (enforce = false) nothing is cut, so the limit is what
+ * Little's law gives: the window's concurrency scaled by tolerance x
+ * baseline / sample; refusals it would make are counted in would_reject.
+ * There are no probe windows: the limit never goes down on a backend whose
+ * latency stays within the tolerance, so traffic below capacity is never
+ * refused by adaptation (Envoy's #8337, #18152).
+ */
+
+#define AD_FLOOR_WINDOWS	3
+#define AD_LIMIT_BITS	24	/* the limit in 1/16ths: up to 2^20 permits */
+#define AD_BASE_BITS	26	/* baseline microseconds: up to 67 s */
+#define AD_BASE_MAX	((1u << AD_BASE_BITS) - 1)
+#define AD_CTL_LIMIT(w)	((uint32_t)((w) & ((1u << AD_LIMIT_BITS) - 1)))
+#define AD_CTL_BASE(w)	((uint32_t)(((w) >> AD_LIMIT_BITS) & AD_BASE_MAX))
+#define AD_CTL_RAMP	(1ULL << 50)
+#define AD_CTL_FLOOR(w)	((uint32_t)(((w) >> 51) & 0xf))
+#define AD_CTL_HIGH	(1ULL << 55)
+#define AD_CTL_PREV(w)	((uint32_t)(((w) >> 56) & 0x3f))
+#define AD_CTL_STUCK(w)	((uint32_t)((w) >> 62))
+#define AD_STUCK_WINDOWS	3
+#define ACC_N_SHIFT	44
+#define ACC_SUM_MASK	((1ULL << ACC_N_SHIFT) - 1)
+#define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
+
+uint64_t
+ad_pack(const struct ad_state *st)
+{
+	uint32_t lim = st->limit16 < (1u << AD_LIMIT_BITS) ? st->limit16 : (1u << AD_LIMIT_BITS) - 1;
+	uint32_t base = st->base_us < AD_BASE_MAX ? st->base_us : AD_BASE_MAX;
+	uint32_t fl = st->floor_windows < 15 ? st->floor_windows : 15;
+
+	return (uint64_t)lim | (uint64_t)base << AD_LIMIT_BITS | (st->ramp ? AD_CTL_RAMP : 0) |
+	    (uint64_t)fl << 51 | (st->high ? AD_CTL_HIGH : 0) |
+	    (uint64_t)(st->prev16 < 63 ? st->prev16 : 63) << 56 |
+	    (uint64_t)(st->stuck < 3 ? st->stuck : 3) << 62;
+}
+
+void
+ad_unpack(uint64_t ctl, struct ad_state *st)
+{
+	st->limit16 = AD_CTL_LIMIT(ctl);
+	st->base_us = AD_CTL_BASE(ctl);
+	st->ramp = (ctl & AD_CTL_RAMP) != 0;
+	st->floor_windows = AD_CTL_FLOOR(ctl);
+	st->high = (ctl & AD_CTL_HIGH) != 0;
+	st->prev16 = AD_CTL_PREV(ctl);
+	st->stuck = AD_CTL_STUCK(ctl);
+}
+
+static uint32_t
+clamp16(const struct ad_params *p, uint64_t v)
+{
+	uint64_t lo = (uint64_t)p->min * 16, hi = (uint64_t)p->max * 16;
+
+	if (v < lo)
+		v = lo;
+	if (v > hi)
+		v = hi;
+	return (uint32_t)v;
+}
+
+enum ad_reason
+ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
+{
+	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
+	uint64_t base = st->base_us, next, r16;
+
+	if (w->n == 0)
+		return AD_R_NONE;
+	if (m > AD_BASE_MAX)
+		m = AD_BASE_MAX;
+	if (base == 0) {
+		st->base_us = (uint32_t)m;
+		return AD_R_NONE;
+	}
+	if (m * 100 > base * tol) {
+		/* A queue (or a slower backend). One window above the
+		 * tolerance may be noise; two in a row, or one far above,
+		 * is not. */
+		if (!st->high && m * 100 <= 2 * base * tol) {
+			st->high = true;
+			return AD_R_NONE;
+		}
+		if (p->observe) {
+			/* Observe mode: the limit holds nothing back, so no
+			 * cut can show in the latency. What it would be is
+			 * the concurrency that Little's law says brings the
+			 * latency back within the tolerance. */
+			st->ramp = false;
+			st->limit16 = clamp16(p, w->conc16 * base * tol / (m * 100));
+			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+		}
+		if (lim <= (uint64_t)p->min * 16) {
+			if (++st->floor_windows >= AD_FLOOR_WINDOWS) {
+				/* At the floor and still slow: the backend is. */
+				st->base_us = (uint32_t)m;
+				st->floor_windows = 0;
+				st->ramp = false;
+				return AD_R_SLOWER;
+			}
+			return AD_R_NONE;
+		}
+		st->floor_windows = 0;
+		st->ramp = false;
+		/* A run of cuts whose latency stays where the run began:
+		 * AD_STUCK_WINDOWS of them mean the baseline is too low (it
+		 * followed noise down), not that there is a queue, which
+		 * would have shrunk with the limit. */
+		r16 = m * 16 / base;
+		if (r16 > 63)
+			r16 = 63;
+		if (st->prev16 == 0)
+			st->prev16 = (uint32_t)r16;	/* the run's first cut */
+		else if (r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
+			st->base_us = (uint32_t)m;
+			st->stuck = 0;
+			st->prev16 = 0;
+			st->high = false;
+			return AD_R_SLOWER;
+		}
+		next = lim * base * tol / (m * 100);
+		if (next > lim - lim / 8)
+			next = lim - lim / 8;	/* a step the latency can show */
+		if (next < lim / 2)
+			next = lim / 2;
+		st->limit16 = clamp16(p, next);
+		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+	}
+	st->floor_windows = 0;
+	st->high = false;
+	st->prev16 = 0;
+	st->stuck = 0;
+	if (m < base)
+		st->base_us = (uint32_t)(base - (base - m) / 8);
+	if (w->conc16 * 2 < lim)
+		return AD_R_NONE;	/* the limit is not what holds the traffic back */
+	if (st->ramp)
+		next = lim * 2;
+	else
+		next = lim + (lim / 16 > 16 ? lim / 16 : 16);
+	st->limit16 = clamp16(p, next);
+	if (st->limit16 == lim)
+		return AD_R_NONE;
+	return st->ramp ? AD_R_RAMP : AD_R_GROW;
+}
+
+uint32_t
+ad_current(const struct seg_comp *c)
+{
+	uint32_t l;
+
+	if (atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON)
+		return UINT32_MAX;
+	l = AD_CTL_LIMIT(atomic_load_explicit(&c->ad.ctl, memory_order_relaxed)) / 16;
+	return l > 0 ? l : 1;
+}
+
+static void
+note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason why)
+{
+	atomic_store(&a->last_from, from);
+	atomic_store(&a->last_to, to);
+	atomic_store(&a->last_reason, (uint32_t)why);
+	atomic_store(&a->last_change_ms, now_real_ms());
+	atomic_fetch_add(&a->changes, 1);
+}
+
+/* Closes the window that started at `start`, if this caller wins it. */
+static void
+close_window(struct seg_comp *c, uint64_t start, uint64_t now_us)
+{
+	struct seg_adaptive *a = &c->ad;
+	struct ad_params p = { atomic_load(&a->min), atomic_load(&a->max),
+			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
+	struct ad_window w;
+	struct ad_state st;
+	uint64_t acc, old, next, el = now_us - start;
+	enum ad_reason why;
+
+	if (!atomic_compare_exchange_strong(&a->win_start_us, &start, now_us))
+		return;		/* another completion closed it */
+	acc = atomic_exchange(&a->acc, 0);
+	w.n = acc >> ACC_N_SHIFT;
+	if (w.n == 0 || el == 0 || p.min == 0 || p.max < p.min)
+		return;
+	w.mean_us = (acc & ACC_SUM_MASK) / w.n;
+	w.conc16 = (acc & ACC_SUM_MASK) * 16 / el;
+	atomic_store(&a->sample_us, w.mean_us);
+	atomic_store(&a->sample_conc16, w.conc16);
+	atomic_fetch_add(&a->windows, 1);
+	old = atomic_load(&a->ctl);
+	ad_unpack(old, &st);
+	why = ad_step(&p, &st, &w);
+	next = ad_pack(&st);
+	if (next == old || !atomic_compare_exchange_strong(&a->ctl, &old, next))
+		return;
+	if (why != AD_R_NONE)
+		note_change(a, AD_CTL_LIMIT(old) / 16, st.limit16 / 16, why);
+}
+
+void
+ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
+{
+	struct seg_adaptive *a = &c->ad;
+	uint64_t start, acc, win;
+
+	if (atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON ||
+	    atomic_load_explicit(&a->kind, memory_order_relaxed) != (uint32_t)p)
+		return;
+	if (us > SAMPLE_MAX_US)
+		us = SAMPLE_MAX_US;
+	acc = atomic_fetch_add(&a->acc, (1ULL << ACC_N_SHIFT) | us) + ((1ULL << ACC_N_SHIFT) | us);
+	start = atomic_load(&a->win_start_us);
+	if (start == 0 || start > now_us) {
+		/* The first sample since the start (or a clock from elsewhere). */
+		atomic_compare_exchange_strong(&a->win_start_us, &start, now_us);
+		return;
+	}
+	/* A window at least as long as the last one's latency: its
+	 * completions were then mostly admitted under the limit it judges. */
+	win = (uint64_t)atomic_load(&a->window_ms) * 1000;
+	if (atomic_load_explicit(&a->sample_us, memory_order_relaxed) > win)
+		win = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
+	if (now_us - start < win)
+		return;
+	/* Few samples: wait for more, up to ten windows. */
+	if ((acc >> ACC_N_SHIFT) < AD_MIN_SAMPLES && now_us - start < 10 * win)
+		return;
+	close_window(c, start, now_us);
+}
+
+void
+ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
+{
+	struct seg_adaptive *a = &c->ad;
+	struct ad_state st;
+	uint32_t was = atomic_load(&a->mode);
+
+	if (!cc->adaptive) {
+		atomic_store(&a->mode, AD_NONE);
+		return;
+	}
+	atomic_store(&a->kind, cc->max_inflight ? P_INFLIGHT : P_CONN);
+	atomic_store(&a->min, cc->ad_min);
+	atomic_store(&a->max, cc->ad_max);
+	atomic_store(&a->window_ms, cc->ad_window_ms);
+	atomic_store(&a->tolerance_pct, cc->ad_tolerance_pct);
+	atomic_store(&a->static_limit, cc->max_inflight ? cc->max_inflight : cc->max_connections);
+	ad_unpack(atomic_load(&a->ctl), &st);
+	if (was == AD_NONE || st.limit16 == 0) {
+		/* Newly adaptive: start from `initial`, learn a baseline. */
+		st.limit16 = cc->ad_initial * 16;
+		st.base_us = 0;
+		st.ramp = true;
+		st.floor_windows = 0;
+		atomic_store(&a->acc, 0);
+		atomic_store(&a->win_start_us, 0);
+		atomic_store(&a->last_reason, AD_R_START);
+		atomic_store(&a->last_from, 0);
+		atomic_store(&a->last_to, cc->ad_initial);
+		atomic_store(&a->last_change_ms, now_real_ms());
+	} else {
+		/* A reload keeps what was learned, within the new bounds. */
+		struct ad_params p = { cc->ad_min, cc->ad_max, cc->ad_tolerance_pct, false };
+
+		st.limit16 = clamp16(&p, st.limit16);
+	}
+	atomic_store(&a->ctl, ad_pack(&st));
+	atomic_store(&a->mode, AD_ON);
+}
+
+int
+ad_set_mode(struct seg_comp *c, bool on)
+{
+	struct seg_adaptive *a = &c->ad;
+	_Atomic uint32_t *word = atomic_load(&a->kind) == P_CONN ? &c->limit : &c->inflight_limit;
+	uint32_t mode = atomic_load(&a->mode), cur;
+
+	if (mode == AD_NONE)
+		return -EINVAL;
+	if (!on) {
+		cur = ad_current(c);
+		if (mode == AD_ON && cur < atomic_load(word))
+			atomic_store(word, cur);
+		atomic_store(&a->mode, AD_OFF);
+		if (mode == AD_ON)
+			note_change(a, cur, cur, AD_R_PINNED);
+		return 0;
+	}
+	if (mode == AD_ON)
+		return 0;
+	cur = AD_CTL_LIMIT(atomic_load(&a->ctl)) / 16;
+	atomic_store(&a->win_start_us, 0);
+	atomic_store(&a->acc, 0);
+	atomic_store(&a->mode, AD_ON);
+	atomic_store(word, atomic_load(&a->static_limit));
+	note_change(a, cur, cur, AD_R_RESUMED);
+	return 0;
+}
+
+void
+ad_pin(struct seg_comp *c, uint32_t v)
+{
+	uint32_t cur = ad_current(c), on = AD_ON;
+
+	if (atomic_compare_exchange_strong(&c->ad.mode, &on, AD_OFF))
+		note_change(&c->ad, cur, v, AD_R_PINNED);
+}
+
+const char *
+ad_reason_name(unsigned r)
+{
+	static const char *const names[AD_R_MAX] = {
+		[AD_R_NONE] = "none", [AD_R_START] = "start", [AD_R_RAMP] = "ramp",
+		[AD_R_GROW] = "grow", [AD_R_QUEUE] = "queue", [AD_R_SLOWER] = "slower_backend",
+		[AD_R_PINNED] = "pinned", [AD_R_RESUMED] = "resumed",
+	};
+
+	return r < AD_R_MAX ? names[r] : "?";
+}
+
+const char *
+ad_mode_name(unsigned mode)
+{
+	return mode == AD_ON ? "on" : mode == AD_OFF ? "off" : "none";
+}

@@ -1,0 +1,82 @@
+/* config_adaptive.c - the `adaptive = { ... }` group of a compartment. */
+#include "shim.h"
+
+#include <errno.h>
+#include <libconfig.h>
+
+static const char *const adaptive_keys[] = {
+	"min", "max", "initial", "window_ms", "tolerance_pct", NULL,
+};
+
+/* Reads member `key` of group g into *out if present, within lo..hi. */
+static int
+get_member(struct cfg_ctx *c, const config_setting_t *g, const char *key, long long lo,
+    long long hi, uint32_t *out)
+{
+	const config_setting_t *s = config_setting_get_member(g, key);
+	long long v = 0;
+	int rc;
+
+	if (s == NULL)
+		return 0;
+	if ((rc = cfg_get_range(c, s, lo, hi, &v)) < 0)
+		return rc;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/*
+ * `adaptive = true;` (every default) or `adaptive = { min; max; initial;
+ * window_ms; tolerance_pct; }`. The adaptive limit applies to max_inflight,
+ * or to max_connections in a compartment without max_inflight, and never
+ * exceeds that static limit. Returns 0, or -EINVAL with a message.
+ */
+int
+cfg_parse_adaptive(struct cfg_ctx *c, const config_setting_t *s, struct cfg_compartment *comp)
+{
+	uint32_t cap = comp->max_inflight ? comp->max_inflight : comp->max_connections;
+	const char *what = comp->max_inflight ? "max_inflight" : "max_connections";
+	bool on = true;
+	int rc;
+
+	comp->ad_min = 1;
+	comp->ad_max = cap;
+	comp->ad_initial = 0;
+	comp->ad_window_ms = AD_DEF_WINDOW_MS;
+	comp->ad_tolerance_pct = AD_DEF_TOLERANCE_PCT;
+	if (config_setting_type(s) == CONFIG_TYPE_BOOL) {
+		if ((rc = cfg_get_bool(c, s, &on)) < 0)
+			return rc;
+	} else if (config_setting_is_group(s)) {
+		for (int i = 0; i < config_setting_length(s); i++) {
+			const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+
+			if (!cfg_is_known(cfg_key_of(e), adaptive_keys))
+				return cfg_unknown_key(c, e, adaptive_keys, " in adaptive");
+		}
+		if ((rc = get_member(c, s, "min", 1, BS_MAX_LIMIT, &comp->ad_min)) < 0 ||
+		    (rc = get_member(c, s, "max", 1, BS_MAX_LIMIT, &comp->ad_max)) < 0 ||
+		    (rc = get_member(c, s, "initial", 1, BS_MAX_LIMIT, &comp->ad_initial)) < 0 ||
+		    (rc = get_member(c, s, "window_ms", 10, 60000, &comp->ad_window_ms)) < 0 ||
+		    (rc = get_member(c, s, "tolerance_pct", 105, 1000, &comp->ad_tolerance_pct)) < 0)
+			return rc;
+	} else {
+		return cfg_fail(c, s, -EINVAL, "\"adaptive\" must be a group { min = ...; max = ...; } "
+				"or true/false, not %s", cfg_type_name(config_setting_type(s)));
+	}
+	comp->adaptive = on;
+	if (!on)
+		return 0;
+	if (comp->ad_max > cap)
+		return cfg_fail(c, s, -EINVAL, "adaptive max %u of \"%s\" is above its %s %u "
+				"(the static limit stays the ceiling)", comp->ad_max, comp->name, what, cap);
+	if (comp->ad_min > comp->ad_max)
+		return cfg_fail(c, s, -EINVAL, "adaptive min %u of \"%s\" is above its max %u",
+				comp->ad_min, comp->name, comp->ad_max);
+	if (comp->ad_initial == 0)
+		comp->ad_initial = comp->ad_min;
+	if (comp->ad_initial < comp->ad_min || comp->ad_initial > comp->ad_max)
+		return cfg_fail(c, s, -EINVAL, "adaptive initial %u of \"%s\" is outside min %u .. max %u",
+				comp->ad_initial, comp->name, comp->ad_min, comp->ad_max);
+	return 0;
+}

@@ -1,0 +1,452 @@
+/* test_adaptive.c - unit tests of the adaptive limit: the controller on synthetic latency series,
+ * the window closed by compare-and-swap, and the config group. */
+#include "../../shim/adaptive.c"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+/*
+ * A synthetic backend of capacity C and service time S: it serves at most
+ * C requests at once and queues the rest, so a window at concurrency q
+ * (the smaller of the offered concurrency and the limit) has mean latency
+ * S * max(1, q / C) and mean concurrency q (Little's law), times a noise
+ * factor of +-noise_pct, drawn from a fixed LCG so every run is the same.
+ */
+struct model {
+	double cap, service_us, offered;
+	int noise_pct;
+	uint64_t rng;
+	struct ad_params p;
+	struct ad_state st;
+};
+
+static double
+noise(struct model *m)
+{
+	m->rng = m->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	return 1.0 + m->noise_pct / 100.0 * ((double)(m->rng >> 33) / (double)(1ULL << 31) * 2 - 1);
+}
+
+static double
+limit_of(const struct model *m)
+{
+	return m->st.limit16 / 16.0;
+}
+
+/* One 100 ms window; returns the reason of the change. */
+static enum ad_reason
+window(struct model *m)
+{
+	double q = m->offered < limit_of(m) ? m->offered : limit_of(m);
+	double lat = m->service_us * (q > m->cap ? q / m->cap : 1.0) * noise(m);
+	struct ad_window w = { (uint64_t)(q * 100000.0 / lat) + 1, (uint64_t)lat,
+			       (uint64_t)(q * 16) };
+
+	return ad_step(&m->p, &m->st, &w);
+}
+
+static void
+model_init(struct model *m, double cap, double offered, uint32_t min, uint32_t max)
+{
+	memset(m, 0, sizeof(*m));
+	m->cap = cap;
+	m->service_us = 20000;
+	m->offered = offered;
+	m->noise_pct = 10;
+	m->rng = 42;
+	m->p.min = min;
+	m->p.max = max;
+	m->p.tolerance_pct = AD_DEF_TOLERANCE_PCT;
+	m->st.limit16 = min * 16;
+	m->st.ramp = true;
+}
+
+/* Runs n windows; the smallest and largest limit seen in them. */
+static void
+run(struct model *m, int n, double *lo, double *hi)
+{
+	*lo = 1e9;
+	*hi = 0;
+	for (int i = 0; i < n; i++) {
+		window(m);
+		if (limit_of(m) < *lo)
+			*lo = limit_of(m);
+		if (limit_of(m) > *hi)
+			*hi = limit_of(m);
+	}
+}
+
+/* Windows until the limit is within [lo, hi], at most n; n + 1 if never. */
+static int
+windows_until(struct model *m, double lo, double hi, int n)
+{
+	for (int i = 1; i <= n; i++) {
+		window(m);
+		if (limit_of(m) >= lo && limit_of(m) <= hi)
+			return i;
+	}
+	return n + 1;
+}
+
+static void
+test_pack_round_trips(void **state)
+{
+	struct ad_state a = { .base_us = 12345678, .ramp = true, .floor_windows = 3, .high = true }, b;
+
+	(void)state;
+	a.limit16 = 64 * 16 + 5;
+	ad_unpack(ad_pack(&a), &b);
+	assert_int_equal(b.limit16, a.limit16);
+	assert_int_equal(b.base_us, a.base_us);
+	assert_true(b.ramp);
+	assert_int_equal(b.floor_windows, 3);
+	assert_true(b.high);
+	a.base_us = 0xffffffffu;	/* clamped, not wrapped */
+	ad_unpack(ad_pack(&a), &b);
+	assert_int_equal(b.base_us, AD_BASE_MAX);
+}
+
+/* Four times C offered: the limit settles within +-30 % of C in 5 s and
+ * stays within a band of [0.6 C, 1.4 C] over the next 60 s, with 10 %
+ * noise on each window's mean. */
+static void
+test_converges_near_capacity_and_stays_in_band(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	model_init(&m, 32, 128, 2, 64);
+	run(&m, 50, &lo, &hi);
+	assert_true(limit_of(&m) >= 0.7 * 32 && limit_of(&m) <= 1.3 * 32);
+	run(&m, 600, &lo, &hi);
+	assert_true(lo >= 0.6 * 32);
+	assert_true(hi <= 1.4 * 32);
+}
+
+/* Offered below C: once the ramp from `initial` is past (or from the start,
+ * with initial above the offered load), the limit never goes below what is
+ * offered, so nothing is refused: 5 minutes of windows with 10 % noise. */
+static void
+test_below_capacity_never_refuses(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	model_init(&m, 32, 24, 2, 128);
+	m.st.limit16 = 32 * 16;		/* initial = 32 */
+	run(&m, 3000, &lo, &hi);
+	assert_true(lo >= 24);
+	/* From min: the ramp doubles per window while the limit is used. */
+	model_init(&m, 32, 24, 2, 128);
+	assert_true(windows_until(&m, 24, 1000, 6) <= 6);
+	run(&m, 3000, &lo, &hi);
+	assert_true(lo >= 24);
+}
+
+/* C drops to C/4: the limit is within 1.3 x C/4 in 2 s of windows; C comes
+ * back: the limit is back above 0.7 C within 10 s. */
+static void
+test_steps_down_in_2s_and_up_in_10s(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	model_init(&m, 32, 128, 2, 64);
+	run(&m, 100, &lo, &hi);
+	m.cap = 8;
+	assert_true(windows_until(&m, 1, 1.3 * 8, 20) <= 20);
+	run(&m, 100, &lo, &hi);
+	assert_true(lo >= 0.7 * 8 && hi <= 1.45 * 8);
+	m.cap = 32;
+	assert_true(windows_until(&m, 0.7 * 32, 1.45 * 32, 100) <= 100);
+}
+
+/* Five minutes of sustained overload, 15 % noise: the baseline stays
+ * within the noise of the true no-queue latency (S = 20 ms) and never
+ * ratchets toward the queued latency; the limit's mean over the last
+ * minute is still within 30 % of C. */
+static void
+test_baseline_does_not_ratchet_under_overload(void **state)
+{
+	struct model m;
+	uint32_t base_max = 0;
+	double sum = 0;
+
+	(void)state;
+	model_init(&m, 32, 128, 2, 64);
+	m.noise_pct = 15;
+	for (int i = 0; i < 3000; i++) {
+		window(&m);
+		if (i >= 50 && m.st.base_us > base_max)
+			base_max = m.st.base_us;
+		if (i >= 2400)
+			sum += limit_of(&m);
+	}
+	assert_true(base_max <= 20000 * 1.15);
+	assert_true(sum / 600 >= 0.7 * 32 && sum / 600 <= 1.3 * 32);
+}
+
+/* The backend itself becomes slower (5 ms -> 2 s at the same capacity):
+ * the limit goes to the floor, the baseline is taken again there, and the
+ * limit comes back up to near C. */
+static void
+test_slower_backend_resets_the_baseline_at_the_floor(void **state)
+{
+	struct model m;
+	double lo, hi;
+	bool slower = false;
+
+	(void)state;
+	model_init(&m, 32, 128, 2, 64);
+	m.service_us = 5000;
+	run(&m, 100, &lo, &hi);
+	m.service_us = 2000000;
+	for (int i = 0; i < 40 && !slower; i++)
+		slower = window(&m) == AD_R_SLOWER;
+	assert_true(slower);
+	assert_true(m.st.base_us >= 1500000);
+	assert_true(windows_until(&m, 0.7 * 32, 1.45 * 32, 200) <= 200);
+}
+
+/* No change without samples; an unused limit does not grow. */
+static void
+test_idle_and_unused_limits_stay(void **state)
+{
+	struct ad_params p = { 1, 100, 120, false };
+	struct ad_state st = { .limit16 = 40 * 16, .base_us = 10000 };
+	struct ad_window none = { 0, 0, 0 }, light = { 50, 10000, 10 * 16 };
+
+	(void)state;
+	assert_int_equal(ad_step(&p, &st, &none), AD_R_NONE);
+	assert_int_equal(ad_step(&p, &st, &light), AD_R_NONE);
+	assert_int_equal(st.limit16, 40 * 16);
+}
+
+/* Bounds: never below min, never above max, whatever the samples. */
+static void
+test_limit_stays_within_min_and_max(void **state)
+{
+	struct ad_params p = { 3, 10, 120, false };
+	struct ad_state st = { .limit16 = 10 * 16, .base_us = 1000 };
+	struct ad_window slow = { 10, 1000000, 1 * 16 }, fast = { 10, 500, 10 * 16 };
+
+	(void)state;
+	for (int i = 0; i < 20; i++) {
+		ad_step(&p, &st, &slow);
+		assert_true(st.limit16 >= 3 * 16);
+	}
+	assert_int_equal(st.limit16, 3 * 16);
+	st.base_us = 1000;
+	for (int i = 0; i < 50; i++) {
+		ad_step(&p, &st, &fast);
+		fast.conc16 = st.limit16;
+	}
+	assert_int_equal(st.limit16, 10 * 16);
+}
+
+/* Observe mode: the limit cuts nothing, so the latency stays; the limit is
+ * the concurrency that would bring it within tolerance, and it stays there
+ * (no spiral to the floor, no baseline raised). */
+static void
+test_observe_mode_estimates_without_spiralling(void **state)
+{
+	struct ad_params p = { 1, 64, 115, true };
+	struct ad_state st = { .limit16 = 64 * 16, .base_us = 20000 };
+	struct ad_window w = { 100, 60000, 24 * 16 };	/* 24 in flight, 3x the latency */
+
+	(void)state;
+	for (int i = 0; i < 50; i++)
+		ad_step(&p, &st, &w);
+	assert_int_equal(st.base_us, 20000);
+	assert_true(st.limit16 >= 9 * 16 && st.limit16 <= 10 * 16);	/* 24 x 1.15 / 3 = 9.2 */
+}
+
+/* ---- the shared window, on a compartment in memory ---- */
+
+static struct seg_comp comp;
+
+static void
+comp_init(void)
+{
+	struct cfg_compartment cc;
+
+	memset(&comp, 0, sizeof(comp));
+	memset(&cc, 0, sizeof(cc));
+	cc.max_inflight = 64;
+	cc.adaptive = true;
+	cc.ad_min = 2;
+	cc.ad_max = 64;
+	cc.ad_initial = 16;
+	cc.ad_window_ms = 100;
+	cc.ad_tolerance_pct = 120;
+	atomic_store(&comp.inflight_limit, 64);
+	ad_apply(&comp, &cc);
+}
+
+/* Samples from any caller all count in the window; the one completion that
+ * finds the window over closes it, exactly once. */
+static void
+test_window_counts_every_sample_and_closes_once(void **state)
+{
+	uint64_t t = 1000000;
+
+	(void)state;
+	comp_init();
+	assert_int_equal(ad_current(&comp), 16);
+	assert_int_equal(ad_limit(&comp, P_INFLIGHT, 64), 16);
+	assert_int_equal(ad_limit(&comp, P_CONN, 64), 64);
+	ad_sample(&comp, P_INFLIGHT, 10000, t);	/* opens the first window */
+	for (int i = 0; i < 9; i++)
+		ad_sample(&comp, P_INFLIGHT, 10000, t + 1000 * (uint64_t)i);
+	assert_int_equal(atomic_load(&comp.ad.windows), 0);
+	ad_sample(&comp, P_INFLIGHT, 10000, t + 100000);
+	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	assert_int_equal(atomic_load(&comp.ad.sample_us), 10000);
+	assert_int_equal(atomic_load(&comp.ad.acc), 0);
+	/* A second completion at the same instant finds a new window open. */
+	ad_sample(&comp, P_INFLIGHT, 10000, t + 100000);
+	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, 1);
+}
+
+/* A process killed after winning the window (its CAS of win_start done,
+ * nothing else) leaves its samples for the next window, and the limit
+ * word valid; killed after taking the sums out, only that window is lost. */
+static void
+test_a_closer_killed_midway_leaves_nothing_inconsistent(void **state)
+{
+	uint64_t t = 1000000, start, ctl;
+
+	(void)state;
+	comp_init();
+	ctl = atomic_load(&comp.ad.ctl);
+	ad_sample(&comp, P_INFLIGHT, 10000, t);
+	for (int i = 0; i < 8; i++)
+		ad_sample(&comp, P_INFLIGHT, 10000, t + 50000);
+	/* The killed closer: wins the CAS at t + 100 ms, dies. */
+	start = atomic_load(&comp.ad.win_start_us);
+	assert_true(atomic_compare_exchange_strong(&comp.ad.win_start_us, &start, t + 100000));
+	assert_int_equal(atomic_load(&comp.ad.ctl), ctl);
+	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, 9);
+	/* The next window closes normally, with the dead closer's samples. */
+	ad_sample(&comp, P_INFLIGHT, 10000, t + 200000);
+	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	assert_int_equal(atomic_load(&comp.ad.acc), 0);
+	ad_unpack(atomic_load(&comp.ad.ctl), &(struct ad_state){ 0 });
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
+	/* Killed after the exchange: the sums are gone, ctl untouched. */
+	ctl = atomic_load(&comp.ad.ctl);
+	for (int i = 0; i < 8; i++)
+		ad_sample(&comp, P_INFLIGHT, 90000, t + 250000);
+	start = atomic_load(&comp.ad.win_start_us);
+	assert_true(atomic_compare_exchange_strong(&comp.ad.win_start_us, &start, t + 300000));
+	atomic_exchange(&comp.ad.acc, 0);
+	assert_int_equal(atomic_load(&comp.ad.ctl), ctl);
+	assert_int_equal(ad_current(&comp), 16);
+}
+
+/* `set adaptive=off` pins the current limit into the static word and stops
+ * the controller; `on` restores the static limit and resumes. */
+static void
+test_off_pins_and_on_resumes(void **state)
+{
+	(void)state;
+	comp_init();
+	assert_int_equal(ad_set_mode(&comp, false), 0);
+	assert_int_equal(atomic_load(&comp.inflight_limit), 16);
+	assert_int_equal(ad_limit(&comp, P_INFLIGHT, 16), 16);
+	assert_int_equal(atomic_load(&comp.ad.last_reason), AD_R_PINNED);
+	ad_sample(&comp, P_INFLIGHT, 10000, 1000000);
+	assert_int_equal(atomic_load(&comp.ad.acc), 0);	/* not measuring */
+	assert_int_equal(ad_set_mode(&comp, true), 0);
+	assert_int_equal(atomic_load(&comp.inflight_limit), 64);
+	assert_int_equal(ad_limit(&comp, P_INFLIGHT, 64), 16);
+	memset(&comp.ad, 0, sizeof(comp.ad));
+	assert_int_equal(ad_set_mode(&comp, true), -EINVAL);
+}
+
+/* ---- the config group ---- */
+
+static int
+load(const char *text, struct bs_config *cfg, char *err, size_t errlen)
+{
+	char path[64];
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "/tmp/bulkshim-ad-XXXXXX.cfg");
+	fd = mkstemps(path, 4);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	rc = cfg_load(path, cfg, false, err, errlen);
+	unlink(path);
+	return rc;
+}
+
+#define CFG(lim, ad) "compartments = ( { name = \"r\"; destinations = [ \"10.2.0.0/16:8080\" ]; " \
+	lim " adaptive = " ad "; } );\n"
+
+static void
+test_config_defaults_and_bounds(void **state)
+{
+	struct bs_config cfg;
+	char err[BS_ERRLEN];
+
+	(void)state;
+	assert_int_equal(load(CFG("max_inflight = 64;", "{ min = 2; max = 64; }"), &cfg, err,
+	    sizeof(err)), 0);
+	assert_true(cfg.comp[0].adaptive);
+	assert_int_equal(cfg.comp[0].ad_min, 2);
+	assert_int_equal(cfg.comp[0].ad_max, 64);
+	assert_int_equal(cfg.comp[0].ad_initial, 2);
+	assert_int_equal(cfg.comp[0].ad_window_ms, AD_DEF_WINDOW_MS);
+	assert_int_equal(cfg.comp[0].ad_tolerance_pct, AD_DEF_TOLERANCE_PCT);
+	cfg_free(&cfg);
+	assert_int_equal(load(CFG("max_connections = 40;", "true"), &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.comp[0].ad_min, 1);
+	assert_int_equal(cfg.comp[0].ad_max, 40);
+	assert_int_equal(cfg.comp[0].ad_initial, 1);
+	cfg_free(&cfg);
+	assert_int_equal(load(CFG("max_inflight = 64;", "{ max = 100; }"), &cfg, err,
+	    sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, ":1: adaptive max 100 of \"r\" is above its max_inflight 64"));
+	assert_int_equal(load(CFG("max_inflight = 64;", "{ min = 9; max = 8; }"), &cfg, err,
+	    sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "adaptive min 9 of \"r\" is above its max 8"));
+	assert_int_equal(load(CFG("max_inflight = 64;", "{ mni = 9; }"), &cfg, err, sizeof(err)),
+	    -EINVAL);
+	assert_non_null(strstr(err, "mni"));
+	assert_int_equal(load(CFG("max_inflight = 64;", "{ tolerance_pct = 100; }"), &cfg, err,
+	    sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "tolerance_pct"));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_pack_round_trips),
+		cmocka_unit_test(test_converges_near_capacity_and_stays_in_band),
+		cmocka_unit_test(test_below_capacity_never_refuses),
+		cmocka_unit_test(test_steps_down_in_2s_and_up_in_10s),
+		cmocka_unit_test(test_baseline_does_not_ratchet_under_overload),
+		cmocka_unit_test(test_slower_backend_resets_the_baseline_at_the_floor),
+		cmocka_unit_test(test_idle_and_unused_limits_stay),
+		cmocka_unit_test(test_limit_stays_within_min_and_max),
+		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
+		cmocka_unit_test(test_window_counts_every_sample_and_closes_once),
+		cmocka_unit_test(test_a_closer_killed_midway_leaves_nothing_inconsistent),
+		cmocka_unit_test(test_off_pins_and_on_resumes),
+		cmocka_unit_test(test_config_defaults_and_bounds),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

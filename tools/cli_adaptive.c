@@ -1,0 +1,175 @@
+/* cli_adaptive.c - the adaptive limit as status, status --json, watch and metrics show it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+void
+cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a)
+{
+	const struct seg_adaptive *d = &sc->ad;
+	struct ad_state st;
+
+	memset(a, 0, sizeof(*a));
+	a->mode = atomic_load(&d->mode);
+	if (a->mode == AD_NONE)
+		return;
+	ad_unpack(atomic_load(&d->ctl), &st);
+	a->kind = atomic_load(&d->kind);
+	a->limit = st.limit16 / 16 > 0 ? st.limit16 / 16 : 1;
+	a->baseline_us = st.base_us;
+	a->min = atomic_load(&d->min);
+	a->max = atomic_load(&d->max);
+	a->window_ms = atomic_load(&d->window_ms);
+	a->tolerance_pct = atomic_load(&d->tolerance_pct);
+	a->sample_us = atomic_load(&d->sample_us);
+	a->sample_conc16 = atomic_load(&d->sample_conc16);
+	a->windows = atomic_load(&d->windows);
+	a->changes = atomic_load(&d->changes);
+	a->last_change_ms = atomic_load(&d->last_change_ms);
+	a->last_from = atomic_load(&d->last_from);
+	a->last_to = atomic_load(&d->last_to);
+	a->last_reason = atomic_load(&d->last_reason);
+}
+
+const char *
+cli_adaptive_applies(const struct cli_adaptive *a)
+{
+	return a->kind == P_CONN ? "connections" : "inflight";
+}
+
+void
+cli_adaptive_json(FILE *f, const struct cli_adaptive *a)
+{
+	if (a->mode == AD_NONE) {
+		fputs(", \"adaptive\": null", f);
+		return;
+	}
+	fprintf(f, ", \"adaptive\": {\"mode\": \"%s\", \"applies_to\": \"%s\", \"limit\": %u, "
+	    "\"min\": %u, \"max\": %u, \"window_ms\": %u, \"tolerance_pct\": %u, "
+	    "\"baseline_us\": %u, \"sample_us\": %llu, \"sample_concurrency\": %.2f, "
+	    "\"windows\": %llu, \"changes\": %llu, \"last_change_ms\": %llu, "
+	    "\"last_change_from\": %u, \"last_change_to\": %u, \"last_change_reason\": \"%s\"}",
+	    ad_mode_name(a->mode), cli_adaptive_applies(a), a->limit, a->min, a->max, a->window_ms,
+	    a->tolerance_pct, a->baseline_us, (unsigned long long)a->sample_us,
+	    a->sample_conc16 / 16.0, (unsigned long long)a->windows,
+	    (unsigned long long)a->changes, (unsigned long long)a->last_change_ms, a->last_from,
+	    a->last_to, ad_reason_name(a->last_reason));
+}
+
+/* Microseconds as "850us", "12.3ms" or "2.05s". */
+static const char *
+dur_text(uint64_t us, char *buf, size_t len)
+{
+	if (us < 1000)
+		snprintf(buf, len, "%lluus", (unsigned long long)us);
+	else if (us < 1000000)
+		snprintf(buf, len, "%.1fms", us / 1000.0);
+	else
+		snprintf(buf, len, "%.2fs", us / 1e6);
+	return buf;
+}
+
+void
+cli_adaptive_text(FILE *f, const struct cli_comp *all, uint32_t n)
+{
+	char b1[16], b2[16], ago[32];
+	bool any = false;
+
+	for (uint32_t i = 0; i < n; i++)
+		any = any || all[i].ad.mode != AD_NONE;
+	if (!any)
+		return;
+	fprintf(f, "\n%-24s %-4s %-11s %7s %9s %9s %9s  %s\n", "ADAPTIVE", "MODE", "LIMITS",
+	    "LIMIT", "MIN..MAX", "BASELINE", "SAMPLE", "LAST CHANGE");
+	for (uint32_t i = 0; i < n; i++) {
+		const struct cli_adaptive *a = &all[i].ad;
+		char range[24];
+
+		if (a->mode == AD_NONE)
+			continue;
+		snprintf(range, sizeof(range), "%u..%u", a->min, a->max);
+		cli_format_ago(a->last_change_ms, ago, sizeof(ago));
+		fprintf(f, "%-24s %-4s %-11s %7u %9s %9s %9s  %u -> %u (%s) %s\n", all[i].name,
+		    ad_mode_name(a->mode), cli_adaptive_applies(a), a->limit, range,
+		    a->baseline_us ? dur_text(a->baseline_us, b1, sizeof(b1)) : "-",
+		    a->windows ? dur_text(a->sample_us, b2, sizeof(b2)) : "-", a->last_from,
+		    a->last_to, ad_reason_name(a->last_reason), ago);
+	}
+}
+
+void
+cli_adaptive_watch(FILE *f, const struct cli_comp *c, bool ansi)
+{
+	const struct cli_adaptive *a = &c->ad;
+	char b1[16], b2[16];
+
+	if (a->mode == AD_NONE)
+		return;
+	fprintf(f, "  adaptive %s: limit %u (%u..%u), baseline %s, sample %s, last %u -> %u (%s)%s\n",
+	    ad_mode_name(a->mode), a->limit, a->min, a->max,
+	    a->baseline_us ? dur_text(a->baseline_us, b1, sizeof(b1)) : "-",
+	    a->windows ? dur_text(a->sample_us, b2, sizeof(b2)) : "-", a->last_from, a->last_to,
+	    ad_reason_name(a->last_reason), ansi ? "\033[K" : "");
+}
+
+/* One gauge family over the adaptive compartments. */
+static void
+gauge(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n, const char *name,
+    const char *help, int which, void (*labels)(FILE *, const char *, const char *,
+    const char *, const char *))
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct cli_adaptive *a = &all[i].ad;
+
+		if (a->mode == AD_NONE)
+			continue;
+		fputs(name, f);
+		switch (which) {
+		case 0:
+			labels(f, seg, all[i].name, "mode", ad_mode_name(a->mode));
+			fprintf(f, " %u\n", a->limit);
+			break;
+		case 1: labels(f, seg, all[i].name, NULL, NULL); fprintf(f, " %u\n", a->min); break;
+		case 2: labels(f, seg, all[i].name, NULL, NULL); fprintf(f, " %u\n", a->max); break;
+		case 3:
+			labels(f, seg, all[i].name, NULL, NULL);
+			fprintf(f, " %.6f\n", a->baseline_us / 1e6);
+			break;
+		case 4:
+			labels(f, seg, all[i].name, NULL, NULL);
+			fprintf(f, " %.6f\n", a->sample_us / 1e6);
+			break;
+		case 5:
+			labels(f, seg, all[i].name, "reason", ad_reason_name(a->last_reason));
+			fprintf(f, " %.3f\n", a->last_change_ms / 1e3);
+			break;
+		}
+	}
+}
+
+void
+cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n,
+    void (*labels)(FILE *, const char *, const char *, const char *, const char *))
+{
+	gauge(f, seg, all, n, "bulkshim_adaptive_limit", "The adaptive limit now (mode on: "
+	    "moving, off: pinned).", 0, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_min", "The adaptive limit's floor.", 1, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_max", "The adaptive limit's ceiling.", 2, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_baseline_seconds", "Latency without a queue, "
+	    "as the controller estimates it.", 3, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_sample_seconds", "Mean latency of the last "
+	    "measurement window.", 4, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_last_change_timestamp_seconds", "When the "
+	    "adaptive limit last changed, with why.", 5, labels);
+	fputs("# HELP bulkshim_adaptive_changes_total Windows that moved the adaptive limit.\n"
+	    "# TYPE bulkshim_adaptive_changes_total counter\n", f);
+	for (uint32_t i = 0; i < n; i++) {
+		if (all[i].ad.mode == AD_NONE)
+			continue;
+		fputs("bulkshim_adaptive_changes_total", f);
+		labels(f, seg, all[i].name, NULL, NULL);
+		fprintf(f, " %llu\n", (unsigned long long)all[i].ad.changes);
+	}
+}
