@@ -228,7 +228,7 @@ int cfg_resolve_hosts(struct cfg_ctx *c);
 /* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	2
+#define SEG_VERSION	3
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
 /* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
@@ -331,6 +331,7 @@ struct seg_comp {
 	struct seg_hist h_reply;	/* first send to first reply byte */
 	struct seg_hist h_wait;		/* time spent waiting for a permit */
 	struct seg_class cls[BS_MAX_CLASSES];
+	_Atomic uint64_t reconciled;	/* permits whose socket the kernel had closed unseen */
 };
 
 #define SLOT_NO_CLASS	0xffu
@@ -659,6 +660,9 @@ struct real_fns {
 	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
 				socklen_t *);
 	ssize_t (*read_chk)(int, void *, size_t, size_t);
+	long (*syscall)(long, ...);
+	void *(*dlopen)(const char *, int);
+	void *(*dlmopen)(long, const char *, int);
 };
 
 /* Entries start at trampolines that bind on first use, so none is ever NULL. */
@@ -670,6 +674,9 @@ extern struct real_fns real;
  * calls. Aborts if dlsym returns one of our own wrappers. */
 void real_bind(void);
 bool real_bound(void);
+/* A system call made with the instruction itself, past libc's syscall()
+ * and the shim's wrapper of it. Returns the result or -1 with errno. */
+long raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6);
 
 /* ---- interpose.c: the process-wide state ---- */
 
@@ -707,5 +714,14 @@ enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const ch
 void shim_settle(int fd, long r);
 /* Rebuilds the destination rules if `bulkshim reload` changed them. */
 void shim_maybe_reload(void);
+
+/* ---- deepbind.c: RTLD_DEEPBIND loads bound back to the wrappers ---- */
+
+/* Loads file with `open` (libc's dlopen or dlmopen, given ctx), and when
+ * the load brought objects in, points their GOT entries of the names the
+ * shim exports at the shim's wrappers. Returns open's handle (NULL with
+ * dlerror() set on failure, as dlopen). */
+void *deepbind_load(void *(*open)(void *ctx, const char *file, int mode), void *ctx,
+    const char *file, int mode);
 
 #endif
