@@ -22,7 +22,7 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # What the shim and the CLI share; interpose.c, io.c, init.c and real.c are the shim's own.
 COMMON  := config config_setting config_comp config_resolve match match_parse segment procs permit \
-           tally fdtable log
+           tally fdtable log reconcile
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
            $(B)/shim/init.o $(B)/shim/deepbind.o
 CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c))

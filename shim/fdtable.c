@@ -166,3 +166,9 @@ fdt_next_fresh(int fd)
 	}
 	return -1;
 }
+
+bool
+fdt_take_if(int fd, uint32_t e)
+{
+	return fdt_valid(fd) && e != 0 && atomic_compare_exchange_strong(&fdt[fd], &e, 0);
+}

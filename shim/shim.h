@@ -548,8 +548,8 @@ int seg_my_record(struct seg *s);
 /* The first hold of a slot being claimed: record rec, holders 1. */
 void seg_hold_first(struct seg *s, int rec, uint32_t slot);
 /* Drops record rec's hold of slot, if it has one; the last hold releases
- * the slot's permits (seg_release_slot). */
-void seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
+ * the slot's permits (seg_release_slot). True if this drop released it. */
+bool seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
 /* Gives back every permit of a slot nobody holds and frees it; only the
  * caller that moves it from SLOT_USED to SLOT_RELEASING (with its pid)
  * does. */
@@ -596,6 +596,17 @@ void seg_detach_all(struct seg *s);
  * sockets open or its other threads still run. */
 void seg_exit(struct seg *s);
 
+/* ---- reconcile.c: holds checked against the kernel ---- */
+
+/* Gives back the holds whose socket is gone: this process's recorded
+ * descriptors by fstat, other live processes' holds (of compartment comp,
+ * or all if comp < 0) through /proc/PID/fd. Never drops a hold on doubt.
+ * Returns the permits given back (each counted in `reconciled`). */
+int seg_reconcile(struct seg *s, int comp);
+/* Before admitting into compartment comp: if it is full, reconcile (at
+ * most every 100 ms per process). Two loads when it is not full. */
+void reconcile_if_full(struct seg *s, uint32_t comp);
+
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
 
 /* Sizes the table from /proc/sys/fs/nr_open with mmap. Returns 0 or -errno. */
@@ -616,6 +627,8 @@ void fdt_mark_fresh(int fd);
 void fdt_clear_fresh(int fd);
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
+/* Forgets fd if its entry is still e (slot + 1); true if it did. */
+bool fdt_take_if(int fd, uint32_t e);
 
 /* ---- real.c: the real libc functions ---- */
 

@@ -39,6 +39,7 @@ struct cli_comp {
 	uint64_t rejected_by[REASON_MAX], would_reject[REASON_MAX];
 	size_t nclass;		/* classes with a limit */
 	struct cli_class cls[BS_MAX_CLASSES];
+	uint64_t reconciled;	/* permits of sockets found closed unseen */
 };
 
 /* A histogram read once: buckets, their total, and the sum. */
