@@ -2,9 +2,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,9 +32,15 @@
  *    the same moment wins);
  *  - another live process's holds through /proc/PID/fd: a hold is dropped
  *    only if two scans of that directory, one after the other, both lack the
- *    socket's inode. A socket open in the process (under any descriptor
- *    number) keeps its hold; a directory that cannot be read (another user,
- *    hidepid) keeps every hold: doubt never releases.
+ *    socket's inode, and the kernel's socket tables (sock_diag) do not list
+ *    that inode as still having a file. A directory read can miss a
+ *    descriptor that the process moves meanwhile (dup2 to a lower number,
+ *    then close), twice; sock_diag cannot, for every socket in its tables
+ *    (a TCP socket with a file reports its inode, one whose last file is
+ *    closed reports 0; a Unix socket is listed while it exists). A socket
+ *    open anywhere keeps its hold; a directory that cannot be read (another
+ *    user, hidepid) or a sock_diag that fails keeps every hold: doubt never
+ *    releases.
  *
  * Dead processes are seg_reclaim's business and are left alone here. The
  * permits a dropped hold frees (its last holder gone) count in the
@@ -145,6 +157,86 @@ scan_fds(pid_t pid, const uint64_t *ino, bool *found, size_t n)
 	return err;
 }
 
+/* Sends one sock_diag dump request and marks in alive[] the inodes of
+ * ino[] that its answers list with a file. Returns 0 or -errno. */
+static int
+diag_dump(int nl, const void *req, size_t len, const uint64_t *ino, bool *alive, size_t n)
+{
+	char buf[16384] __attribute__((aligned(8)));
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	bool unix_family = ((const struct unix_diag_req *)(const void *)
+	    ((const char *)req + sizeof(struct nlmsghdr)))->sdiag_family == AF_UNIX;
+
+	if (sendto(nl, req, len, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -errno;
+	for (;;) {
+		ssize_t got = recv(nl, buf, sizeof(buf), 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)(void *)buf;
+		int left = (int)got;
+
+		if (got < 0)
+			return errno == EINTR ? -EAGAIN : -errno;
+		for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+			uint64_t v;
+
+			if (h->nlmsg_type == NLMSG_DONE)
+				return 0;
+			if (h->nlmsg_type == NLMSG_ERROR)
+				return -EIO;
+			if (unix_family)
+				v = ((struct unix_diag_msg *)NLMSG_DATA(h))->udiag_ino;
+			else
+				v = ((struct inet_diag_msg *)NLMSG_DATA(h))->idiag_inode;
+			for (size_t i = 0; v != 0 && i < n; i++) {
+				if (ino[i] == v)
+					alive[i] = true;
+			}
+		}
+	}
+}
+
+/* Marks in alive[] the inodes of ino[] that some file still refers to,
+ * by the kernel's TCP (IPv4, IPv6) and Unix socket tables. Returns 0, or
+ * -errno if it cannot tell (then nothing may be released). */
+static int
+diag_alive(const uint64_t *ino, bool *alive, size_t n)
+{
+	struct {
+		struct nlmsghdr h;
+		struct inet_diag_req_v2 r;
+	} inet = {
+		.h = { .nlmsg_len = sizeof(inet), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+		.r = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u },
+	};
+	struct {
+		struct nlmsghdr h;
+		struct unix_diag_req r;
+	} unx = {
+		.h = { .nlmsg_len = sizeof(unx), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+		.r = { .sdiag_family = AF_UNIX, .udiag_states = ~0u },
+	};
+	int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), r;
+
+	if (nl < 0)
+		return -errno;
+	inet.r.sdiag_family = AF_INET;
+	inet.h.nlmsg_seq = 1;
+	r = diag_dump(nl, &inet, sizeof(inet), ino, alive, n);
+	if (r == 0) {
+		inet.r.sdiag_family = AF_INET6;
+		inet.h.nlmsg_seq = 2;
+		r = diag_dump(nl, &inet, sizeof(inet), ino, alive, n);
+	}
+	if (r == 0) {
+		unx.h.nlmsg_seq = 3;
+		r = diag_dump(nl, &unx, sizeof(unx), ino, alive, n);
+	}
+	close(nl);
+	return r;
+}
+
 /* True if record rec still belongs to the process (pid, start) found in it. */
 static bool
 same_process(const struct seg *s, uint32_t rec, pid_t pid, uint64_t start)
@@ -173,12 +265,18 @@ check_batch(struct seg *s, uint32_t rec, pid_t pid, uint64_t start, const uint32
 	sched_yield();
 	if (scan_fds(pid, ino, again, n) < 0)
 		return 0;
+	/* What both scans missed is asked of the kernel's socket tables,
+	 * which no descriptor juggling can hide a socket from. */
+	for (size_t i = 0; i < n; i++)
+		found[i] = found[i] || again[i];
+	if (diag_alive(ino, found, n) < 0)
+		return 0;
 	for (size_t i = 0; i < n; i++) {
 		struct seg_slot *sl = seg_slot(s, slot[i]);
 		struct seg_comp *c;
 		bool r;
 
-		if (found[i] || again[i] || sl == NULL)
+		if (found[i] || sl == NULL)
 			continue;
 		/* Still the same process, and the slot still this socket. */
 		if (!same_process(s, rec, pid, start) || !seg_pid_alive(pid, start) ||
