@@ -739,10 +739,13 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
  * act only on descriptors the table counts, and the forward is libc's
  * syscall(), or the instruction itself before libc is bound, never this.
  */
+/* Only where real.c makes the system call without libc's syscall(), which
+ * would otherwise be this wrapper again. */
+#if defined(__x86_64__) || defined(__aarch64__)
 static long
 sys_forward(long n, const long a[6])
 {
-	return real.syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return real_syscall6(n, a);
 }
 
 /* close(2) of a counted descriptor by number: as in close() above. */
@@ -829,6 +832,7 @@ syscall(long n, ...)
 	}
 	return sys_forward(n, a);
 }
+#endif
 
 /* ---- dlopen(): RTLD_DEEPBIND must not take a library past the shim ---- */
 

@@ -61,6 +61,7 @@ raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6)
 	    : "memory");
 	r = x0;
 #else
+	/* interpose.c exports no syscall() wrapper here: this is libc's. */
 	return syscall(n, a1, a2, a3, a4, a5, a6);
 #endif
 	if (r < 0 && r > -4096) {
@@ -72,6 +73,9 @@ raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6)
 
 #define RAW(n, a1, a2, a3) raw_syscall((n), (long)(a1), (long)(a2), (long)(a3), 0, 0, 0)
 static _Atomic int bind_state;
+/* libc's syscall(), apart from `real`: it is variadic, and reached only
+ * through real_syscall6 below, which falls back to the instruction. */
+static long (*libc_syscall)(long, ...);
 
 static int tr_connect(int, const struct sockaddr *, socklen_t);
 static int tr_close(int);
@@ -106,7 +110,6 @@ static ssize_t tr_readv(int, const struct iovec *, int);
 static ssize_t tr_recv_chk(int, void *, size_t, size_t, int);
 static ssize_t tr_recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
 static ssize_t tr_read_chk(int, void *, size_t, size_t);
-static long tr_syscall(long, ...);
 static void *tr_dlopen(const char *, int);
 static void *tr_dlmopen(long, const char *, int);
 
@@ -143,7 +146,6 @@ struct real_fns real = {
 	.recv_chk = tr_recv_chk,
 	.recvfrom_chk = tr_recvfrom_chk,
 	.read_chk = tr_read_chk,
-	.syscall = tr_syscall,
 	.dlopen = tr_dlopen,
 	.dlmopen = tr_dlmopen,
 };
@@ -215,7 +217,11 @@ real_bind(void)
 	BIND(recv_chk, "__recv_chk", NULL);
 	BIND(recvfrom_chk, "__recvfrom_chk", NULL);
 	BIND(read_chk, "__read_chk", NULL);
-	BIND(syscall, "syscall", (void *)syscall);
+	{
+		void *p = bind_one("syscall", (void *)syscall);
+
+		memcpy(&libc_syscall, &p, sizeof(p));
+	}
 	BIND(dlopen, "dlopen", (void *)dlopen);
 	BIND(dlmopen, "dlmopen", (void *)dlmopen);
 	/* glibc before 2.28 has no fcntl64; fcntl is then the same call. */
@@ -500,24 +506,6 @@ tr_read_chk(int fd, void *buf, size_t n, size_t buflen)
 	return tr_read(fd, buf, n);
 }
 
-/* Every argument is passed on: the kernel ignores those a call does not
- * take, and a caller may pass any number of them. */
-static long
-tr_syscall(long n, ...)
-{
-	va_list ap;
-	long a[6];
-
-	va_start(ap, n);
-	for (int i = 0; i < 6; i++)
-		a[i] = va_arg(ap, long);
-	va_end(ap);
-	real_bind();
-	if (real.syscall != tr_syscall)
-		return real.syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
-	return raw_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
-}
-
 static void *
 tr_dlopen(const char *file, int mode)
 {
@@ -530,4 +518,13 @@ tr_dlmopen(long ns, const char *file, int mode)
 {
 	FORWARD(dlmopen, tr_dlmopen, ns, file, mode);
 	return NULL;
+}
+
+long
+real_syscall6(long n, const long a[6])
+{
+	real_bind();
+	if (real_bound() && libc_syscall != NULL)
+		return libc_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return raw_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

@@ -673,7 +673,6 @@ struct real_fns {
 	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
 				socklen_t *);
 	ssize_t (*read_chk)(int, void *, size_t, size_t);
-	long (*syscall)(long, ...);
 	void *(*dlopen)(const char *, int);
 	void *(*dlmopen)(long, const char *, int);
 };
@@ -690,6 +689,8 @@ bool real_bound(void);
 /* A system call made with the instruction itself, past libc's syscall()
  * and the shim's wrapper of it. Returns the result or -1 with errno. */
 long raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6);
+/* libc's syscall(n, a[0..5]) once bound, the instruction before. */
+long real_syscall6(long n, const long a[6]);
 
 /* ---- interpose.c: the process-wide state ---- */
 

@@ -130,6 +130,13 @@ class Witness:
             self.lsock.close()
 
 
+def free_port():
+    """A loopback TCP port free a moment ago, for a server that binds it itself."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def comp_now(shim):
     return shim.comp("dep")
 
@@ -182,6 +189,20 @@ def shim_for(port, limit, extra=""):
                   "max_connections": limit}], extra=extra)
 
 
+def matrix(what, prog, source, suffix, delay=None, limit=3, total=6, env=None,
+           start_timeout=30, name=None):
+    """One row of the matrix: `prog SOURCE PORT TOTAL` against a witness answering after
+    `delay` (None: never), with a compartment of `limit`. Returns the Shim."""
+    need(prog)
+    w = Witness(delay=delay)
+    shim = shim_for(w.port, limit)
+    src = write_file(source, name=name, suffix=suffix)
+    run_matrix_program([shutil.which(prog) or prog, src, str(w.port), str(total)],
+                       dict(shim.env(log="off"), **(env or {})), limit, total, w, shim, what,
+                       start_timeout)
+    return shim
+
+
 # ---- Node.js (libuv closes with syscall(SYS_close, fd)) ----
 
 NODE_NET = r"""
@@ -211,12 +232,7 @@ function done() {
 
 
 def test_node_net_limits_and_returns_permits_on_destroy():
-    need("node")
-    w = Witness(delay=None)
-    shim = shim_for(w.port, 3)
-    src = write_file(NODE_NET, suffix=".js")
-    run_matrix_program(["node", src, str(w.port), "6"], shim.env(log="off"), 3, 6, w, shim,
-                       "node net")
+    matrix("node net", "node", NODE_NET, ".js")
 
 
 NODE_LOCKOUT = r"""
@@ -291,12 +307,7 @@ function done() {
 
 
 def test_node_http_limits_and_returns_permits():
-    need("node")
-    w = Witness(delay=0.8)
-    shim = shim_for(w.port, 3)
-    src = write_file(NODE_HTTP, suffix=".js")
-    run_matrix_program(["node", src, str(w.port), "6"], shim.env(log="off"), 3, 6, w, shim,
-                       "node http")
+    matrix("node http", "node", NODE_HTTP, ".js", delay=0.8)
 
 
 # ---- PHP: extensions loaded with RTLD_DEEPBIND ----
@@ -329,12 +340,7 @@ fgets(STDIN);
 def test_php_curl_multi_is_limited():
     """php-curl's libcurl is loaded with RTLD_DEEPBIND: without the shim's dlopen it opened
     all 8 connections and admitted stayed 0."""
-    need("php")
-    w = Witness(delay=0.8)
-    shim = shim_for(w.port, 3)
-    src = write_file(PHP_CURL_MULTI, suffix=".php")
-    run_matrix_program(["php", src, str(w.port), "8"], shim.env(log="off"), 3, 8, w, shim,
-                       "php curl_multi")
+    shim = matrix("php curl_multi", "php", PHP_CURL_MULTI, ".php", delay=0.8, total=8)
     assert comp_now(shim)["admitted"] == 3
 
 
@@ -353,10 +359,7 @@ class Postgres:
         self.bindir = bindir
         self.dir = os.path.join(tmpdir(), "pg")
         os.makedirs(self.dir)
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
+        self.port = free_port()
         self.as_user = []
         if os.geteuid() == 0:
             os.chmod(tmpdir(), 0o755)
@@ -465,14 +468,6 @@ http {
     }
 }
 """
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def nginx_run(keepalive):
@@ -610,12 +605,7 @@ $stdin.gets
 
 
 def test_ruby_net_http_threads_are_limited():
-    need("ruby")
-    w = Witness(delay=0.8)
-    shim = shim_for(w.port, 3)
-    src = write_file(RUBY_THREADS, suffix=".rb")
-    env = shim.env(log="off")
-    run_matrix_program(["ruby", src, str(w.port), "6"], env, 3, 6, w, shim, "ruby net/http")
+    matrix("ruby net/http", "ruby", RUBY_THREADS, ".rb", delay=0.8)
 
 
 PERL_FORKS = r"""
@@ -658,12 +648,7 @@ waitpid($_, 0) for @kids;
 
 
 def test_perl_forks_are_limited():
-    need("perl")
-    w = Witness(delay=None)
-    shim = shim_for(w.port, 3)
-    src = write_file(PERL_FORKS, suffix=".pl")
-    run_matrix_program(["perl", src, str(w.port), "6"], shim.env(log="off"), 3, 6, w, shim,
-                       "perl forks")
+    matrix("perl forks", "perl", PERL_FORKS, ".pl")
 
 
 JAVA_CLIENT = r"""
@@ -697,14 +682,8 @@ public class Client {
 
 
 def test_openjdk_threads_are_limited():
-    need("java")
-    w = Witness(delay=None)
-    shim = shim_for(w.port, 3)
-    src = write_file(JAVA_CLIENT, name="Client.java", suffix="")
-    env = shim.env(log="off")
-    env["JAVA_TOOL_OPTIONS"] = "-Xshare:auto -XX:TieredStopAtLevel=1 -Xmx64m"
-    run_matrix_program(["java", src, str(w.port), "6"], env, 3, 6, w, shim, "openjdk",
-                       start_timeout=90)
+    matrix("openjdk", "java", JAVA_CLIENT, "", name="Client.java", start_timeout=90,
+           env={"JAVA_TOOL_OPTIONS": "-Xshare:auto -XX:TieredStopAtLevel=1 -Xmx64m"})
 
 
 PY_ASYNCIO = r"""
@@ -733,11 +712,7 @@ asyncio.run(main())
 
 
 def test_cpython_asyncio_is_limited():
-    w = Witness(delay=None)
-    shim = shim_for(w.port, 3)
-    src = write_file(PY_ASYNCIO, suffix=".py")
-    run_matrix_program([harness.PY, src, str(w.port), "6"], shim.env(log="off"), 3, 6, w, shim,
-                       "cpython asyncio")
+    matrix("cpython asyncio", harness.PY, PY_ASYNCIO, ".py")
 
 
 def test_wrk_is_limited_and_returns_to_zero():
