@@ -212,28 +212,34 @@ def matrix(what, prog, source, suffix, delay=None, limit=3, total=6, env=None,
 
 # ---- Node.js (libuv closes with syscall(SYS_close, fd)) ----
 
-NODE_NET = r"""
-const net = require('net'), rl = require('readline');
+# What the Node rows share: a refusal's time, and the end of a round (result line, then
+# "closed" once `close` has run, then exit at the first line on stdin).
+NODE_TALLY = r"""
+const rl = require('readline');
 const [port, n] = process.argv.slice(2).map(Number);
-let ok = 0, refused = 0, slowest = 0; const socks = [];
-let pending = n;
+let ok = 0, refused = 0, slowest = 0, pending = n;
+function failed(t0, e) {
+  const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+  if (e.code === 'ECONNREFUSED') { refused++; slowest = Math.max(slowest, ms); }
+}
+function done(close) {
+  if (--pending) return;
+  console.log(`result ${ok} ${refused} ${slowest.toFixed(1)}`);
+  close();
+  setTimeout(() => console.log('closed'), 100);
+  rl.createInterface({input: process.stdin}).on('line', () => process.exit(0));
+}
+"""
+
+NODE_NET = NODE_TALLY + r"""
+const net = require('net'), socks = [];
+const closeAll = () => { for (const s of socks) s.destroy(); };
 for (let i = 0; i < n; i++) {
   const t0 = process.hrtime.bigint();
   const s = net.connect(port, '127.0.0.1');
   socks.push(s);
-  s.on('connect', () => { ok++; done(); });
-  s.on('error', (e) => {
-    const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-    if (e.code === 'ECONNREFUSED') { refused++; slowest = Math.max(slowest, ms); }
-    done();
-  });
-}
-function done() {
-  if (--pending) return;
-  console.log(`result ${ok} ${refused} ${slowest.toFixed(1)}`);
-  for (const s of socks) s.destroy();
-  setTimeout(() => console.log('closed'), 50);
-  rl.createInterface({input: process.stdin}).on('line', () => process.exit(0));
+  s.on('connect', () => { ok++; done(closeAll); });
+  s.on('error', (e) => { failed(t0, e); done(closeAll); });
 }
 """
 
@@ -289,26 +295,15 @@ def test_node_destroy_then_open_files_does_not_lock_out():
            back_to_zero_s="%.3f" % dt)
 
 
-NODE_HTTP = r"""
-const http = require('http'), rl = require('readline');
-const [port, n] = process.argv.slice(2).map(Number);
+NODE_HTTP = NODE_TALLY + r"""
+const http = require('http');
 const agent = new http.Agent({keepAlive: false, maxSockets: Infinity});
-let ok = 0, refused = 0, slowest = 0, pending = n;
+const nothing = () => {};
 for (let i = 0; i < n; i++) {
   const t0 = process.hrtime.bigint();
   http.get({host: '127.0.0.1', port, path: '/', agent}, (res) => {
-    res.resume(); res.on('end', () => { if (res.statusCode === 200) ok++; done(); });
-  }).on('error', (e) => {
-    const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-    if (e.code === 'ECONNREFUSED') { refused++; slowest = Math.max(slowest, ms); }
-    done();
-  });
-}
-function done() {
-  if (--pending) return;
-  console.log(`result ${ok} ${refused} ${slowest.toFixed(1)}`);
-  setTimeout(() => console.log('closed'), 100);
-  rl.createInterface({input: process.stdin}).on('line', () => process.exit(0));
+    res.resume(); res.on('end', () => { if (res.statusCode === 200) ok++; done(nothing); });
+  }).on('error', (e) => { failed(t0, e); done(nothing); });
 }
 """
 
