@@ -254,11 +254,16 @@ check_batch(struct seg *s, uint32_t rec, pid_t pid, uint64_t start, const uint32
     const uint64_t *ino, size_t n)
 {
 	bool found[BATCH], again[BATCH];
+	size_t missing = 0;
 	int released = 0;
 
 	memset(found, 0, sizeof(found));
 	if (scan_fds(pid, ino, found, n) < 0)
 		return 0;
+	for (size_t i = 0; i < n; i++)
+		missing += !found[i];
+	if (missing == 0)
+		return 0;	/* the usual case: one read of the directory */
 	/* A descriptor moved (dup2 then close) while the directory was read
 	 * can be missed by one scan; a second must miss it too. */
 	memset(again, 0, sizeof(again));
