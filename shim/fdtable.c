@@ -185,3 +185,19 @@ fdt_next_fresh(int fd)
 	}
 	return -1;
 }
+
+bool
+fdt_take_if(int fd, uint32_t e)
+{
+	uint64_t w;
+
+	if (!fdt_valid(fd) || e == 0)
+		return false;
+	/* The verdict half may change under us; only the slot half decides. */
+	w = atomic_load(&fdt_tab.t[fd]);
+	while ((uint32_t)w == e) {
+		if (atomic_compare_exchange_weak(&fdt_tab.t[fd], &w, 0))
+			return true;
+	}
+	return false;
+}

@@ -1,4 +1,5 @@
 /* interpose.c - the exported libc names: look up the descriptor, decide, call the real one. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -240,6 +241,9 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 	if (!fdt_is_fresh(fd) &&
 	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return ADMIT_PASS;
+	/* A full compartment is first checked for permits whose sockets
+	 * are gone unseen (reconcile.c); two loads when it is not full. */
+	reconcile_if_full(shim.seg, (uint32_t)comp);
 	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
 	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
 	if (slot < 0) {
@@ -729,4 +733,144 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
 	}
 	errno = saved;
 	return r;
+}
+
+/* ---- syscall(): libuv closes every descriptor this way ---- */
+
+/*
+ * syscall() is forwarded with all six arguments for every number; only the
+ * numbers that end, copy or connect a descriptor get the bookkeeping their
+ * libc names get. The shim's own raw calls (getpid, futex, reading /proc)
+ * reach this wrapper too and go straight through: the descriptor numbers
+ * act only on descriptors the table counts, and the forward is libc's
+ * syscall(), or the instruction itself before libc is bound, never this.
+ */
+/* Only where real.c makes the system call without libc's syscall(), which
+ * would otherwise be this wrapper again. */
+#if defined(__x86_64__) || defined(__aarch64__)
+static long
+sys_forward(long n, const long a[6])
+{
+	return real_syscall6(n, a);
+}
+
+/* close(2) of a counted descriptor by number: as in close() above. */
+static long
+sys_close(long n, const long a[6])
+{
+	int fd = (int)a[0], saved;
+	uint32_t e;
+	long r;
+
+	if (fdt_get(fd) == 0 || !active() || shim_foreign())
+		return sys_forward(n, a);
+	e = fdt_take(fd);
+	r = sys_forward(n, a);
+	saved = errno;
+	drop_entry(e);
+	errno = saved;
+	return r;
+}
+
+static long
+sys_close_range(long n, const long a[6])
+{
+	long r = sys_forward(n, a);
+	int saved = errno;
+
+	if (r == 0 && !((unsigned)a[2] & CLOSE_RANGE_CLOEXEC) && (unsigned)a[0] <= (unsigned)a[1]) {
+		drop_range((unsigned)a[0], (unsigned)a[1]);
+		errno = saved;
+	}
+	return r;
+}
+
+/* dup, dup2, dup3 and fcntl(F_DUPFD*) by number: the copy holds the socket. */
+static long
+sys_copy(long n, const long a[6], bool over)
+{
+	int oldfd = (int)a[0];
+	bool in = gate_copy(oldfd);
+	long r = sys_forward(n, a);
+	int saved = errno, newfd = over ? (int)a[1] : (int)r;
+
+	if (r >= 0 && oldfd != newfd && (fdt_get(oldfd) != 0 || fdt_get(newfd) != 0))
+		copy_fd(oldfd, newfd);
+	gate_done(in);
+	errno = saved;
+	return r;
+}
+
+BS_EXPORT long
+syscall(long n, ...)
+{
+	va_list ap;
+	long a[6];
+
+	va_start(ap, n);
+	for (int i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	switch (n) {
+	case SYS_close:
+		return sys_close(n, a);
+#ifdef SYS_close_range
+	case SYS_close_range:
+		return sys_close_range(n, a);
+#endif
+	case SYS_dup:
+		return sys_copy(n, a, false);
+#ifdef SYS_dup2
+	case SYS_dup2:
+#endif
+	case SYS_dup3:
+		return sys_copy(n, a, true);
+	case SYS_fcntl:
+		if (a[1] == F_DUPFD || a[1] == F_DUPFD_CLOEXEC)
+			return sys_copy(n, a, false);
+		break;
+	case SYS_connect:
+		return connect((int)a[0], (const struct sockaddr *)a[1], (socklen_t)a[2]);
+	case SYS_socket:
+		return socket((int)a[0], (int)a[1], (int)a[2]);
+	case SYS_accept4:
+		return accept4((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2], (int)a[3]);
+	}
+	return sys_forward(n, a);
+}
+#endif
+
+/* ---- dlopen(): RTLD_DEEPBIND must not take a library past the shim ---- */
+
+static void *
+open_base(void *ctx, const char *file, int mode)
+{
+	(void)ctx;
+	return real.dlopen(file, mode);
+}
+
+static void *
+open_ns(void *ctx, const char *file, int mode)
+{
+	return real.dlmopen(*(long *)ctx, file, mode);
+}
+
+/* Without RTLD_DEEPBIND the call is passed on as a tail call, so libc sees
+ * the program's own caller (whose RPATH and namespace dlopen uses). */
+BS_EXPORT void *
+dlopen(const char *file, int mode)
+{
+	if (!(mode & RTLD_DEEPBIND))
+		return real.dlopen(file, mode);
+	return deepbind_load(open_base, NULL, file, mode);
+}
+
+/* A new namespace (LM_ID_NEWLM) has a libc of its own, with its own errno:
+ * its objects are left as they are. */
+BS_EXPORT void *
+dlmopen(long ns, const char *file, int mode)
+{
+	if (!(mode & RTLD_DEEPBIND) || ns != LM_ID_BASE)
+		return real.dlmopen(ns, file, mode);
+	return deepbind_load(open_ns, &ns, file, mode);
 }

@@ -235,6 +235,12 @@ alloc_slot(struct seg *s, int rec, uint64_t ino)
 
 		if (atomic_load_explicit(&sl->state, memory_order_relaxed) != SLOT_FREE)
 			continue;
+		/* A slot this process still has descriptors recorded for was
+		 * released by a reconcile elsewhere (reconcile.c): those stale
+		 * entries must go before the slot can stand for a socket of
+		 * ours again, or their drop would release the new one. */
+		if (atomic_load_explicit(&s->lcount[i], memory_order_relaxed) != 0)
+			continue;
 		/* SLOT_INIT keeps readers away until the fields are in; it
 		 * names us, so a reclaimer finishes the slot only if we die. */
 		if (!atomic_compare_exchange_strong(&sl->state, &expected,

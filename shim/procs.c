@@ -277,7 +277,7 @@ hold_add(struct seg *s, uint32_t rec, uint32_t slot)
 	return true;
 }
 
-void
+bool
 seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 {
 	_Atomic uint64_t *t;
@@ -285,22 +285,24 @@ seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 	uint32_t cur;
 
 	if (rec < 0 || (uint32_t)rec >= s->h->nprocs || slot >= s->h->nslots)
-		return;
+		return false;
 	t = holders_word(&s->slots[slot]);
 	do {
 		w = hold_wait(s, slot);
 		/* No bit: not held, or a drop that died half-way was just
 		 * finished by hold_wait. */
 		if (!has_bit(s, (uint32_t)rec, slot))
-			return;
+			return false;
 		cur = (uint32_t)w;
 		nw = holders_locked(s, (uint32_t)rec, true, cur > 0 ? cur - 1 : 0);
 	} while (!atomic_compare_exchange_weak(t, &w, nw));
 	hold_done(s, slot, nw);
 	/* Only the drop that takes the count from 1 to 0 releases: a stray
 	 * bit meeting a count already at 0 must not release twice. */
-	if (cur == 1)
-		seg_release_slot(s, slot, reclaimed);
+	if (cur != 1)
+		return false;
+	seg_release_slot(s, slot, reclaimed);
+	return true;
 }
 
 /* Changes of record rec's holds left half done (its process died between

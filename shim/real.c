@@ -26,7 +26,56 @@
  */
 
 enum { BIND_NONE, BIND_RUNNING, BIND_DONE };
+
+/*
+ * The system call itself, without libc's syscall(): the shim exports a
+ * syscall() wrapper (interpose.c), and a trampoline below that fell back to
+ * the exported name would enter it again before libc's is bound. Returns
+ * the result, or -1 with errno set, like syscall(2).
+ */
+long
+raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+	long r;
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = a4;
+	register long r8 __asm__("r8") = a5;
+	register long r9 __asm__("r9") = a6;
+
+	__asm__ volatile ("syscall"
+	    : "=a"(r)
+	    : "a"(n), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+	    : "rcx", "r11", "memory");
+#elif defined(__aarch64__)
+	register long x8 __asm__("x8") = n;
+	register long x0 __asm__("x0") = a1;
+	register long x1 __asm__("x1") = a2;
+	register long x2 __asm__("x2") = a3;
+	register long x3 __asm__("x3") = a4;
+	register long x4 __asm__("x4") = a5;
+	register long x5 __asm__("x5") = a6;
+
+	__asm__ volatile ("svc 0"
+	    : "+r"(x0)
+	    : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+	    : "memory");
+	r = x0;
+#else
+	/* interpose.c exports no syscall() wrapper here: this is libc's. */
+	return syscall(n, a1, a2, a3, a4, a5, a6);
+#endif
+	if (r < 0 && r > -4096) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
+}
+
+#define RAW(n, a1, a2, a3) raw_syscall((n), (long)(a1), (long)(a2), (long)(a3), 0, 0, 0)
 static _Atomic int bind_state;
+/* libc's syscall(), apart from `real`: it is variadic, and reached only
+ * through real_syscall6 below, which falls back to the instruction. */
+static long (*libc_syscall)(long, ...);
 
 static int tr_connect(int, const struct sockaddr *, socklen_t);
 static int tr_close(int);
@@ -63,6 +112,8 @@ static ssize_t tr_recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr
 static ssize_t tr_read_chk(int, void *, size_t, size_t);
 static pid_t tr__Fork(void);
 static int tr_clone(int (*)(void *), void *, int, void *, ...);
+static void *tr_dlopen(const char *, int);
+static void *tr_dlmopen(long, const char *, int);
 
 struct real_fns real = {
 	.connect = tr_connect,
@@ -99,6 +150,8 @@ struct real_fns real = {
 	.read_chk = tr_read_chk,
 	._Fork = tr__Fork,
 	.clone = tr_clone,
+	.dlopen = tr_dlopen,
+	.dlmopen = tr_dlmopen,
 };
 
 /* Our own exported wrappers, to detect dlsym handing them back. */
@@ -113,7 +166,7 @@ bind_one(const char *name, void *self)
 	if (p != NULL && p == self) {
 		static const char msg[] =
 		    "bulkshim: dlsym(RTLD_NEXT) returned the shim's own wrapper; aborting\n";
-		syscall(SYS_write, 2, msg, sizeof(msg) - 1);
+		RAW(SYS_write, 2, msg, sizeof(msg) - 1);
 		abort();
 	}
 	return p;
@@ -170,6 +223,13 @@ real_bind(void)
 	BIND(read_chk, "__read_chk", NULL);
 	BIND(_Fork, "_Fork", NULL);
 	BIND(clone, "clone", NULL);
+	{
+		void *p = bind_one("syscall", (void *)syscall);
+
+		memcpy(&libc_syscall, &p, sizeof(p));
+	}
+	BIND(dlopen, "dlopen", (void *)dlopen);
+	BIND(dlmopen, "dlmopen", (void *)dlmopen);
 	/* glibc before 2.28 has no fcntl64; fcntl is then the same call. */
 	if (fns.fcntl64 == tr_fcntl64 && fns.fcntl != tr_fcntl)
 		fns.fcntl64 = fns.fcntl;
@@ -199,21 +259,21 @@ static int
 tr_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	FORWARD(connect, tr_connect, fd, sa, len);
-	return (int)syscall(SYS_connect, fd, sa, len);
+	return (int)RAW(SYS_connect, fd, sa, len);
 }
 
 static int
 tr_close(int fd)
 {
 	FORWARD(close, tr_close, fd);
-	return (int)syscall(SYS_close, fd);
+	return (int)RAW(SYS_close, fd, 0, 0);
 }
 
 static int
 tr_dup(int fd)
 {
 	FORWARD(dup, tr_dup, fd);
-	return (int)syscall(SYS_dup, fd);
+	return (int)RAW(SYS_dup, fd, 0, 0);
 }
 
 static int
@@ -221,15 +281,15 @@ tr_dup2(int fd, int fd2)
 {
 	FORWARD(dup2, tr_dup2, fd, fd2);
 	if (fd == fd2)
-		return (int)syscall(SYS_fcntl, fd, F_GETFD) < 0 ? -1 : fd;
-	return (int)syscall(SYS_dup3, fd, fd2, 0);
+		return (int)RAW(SYS_fcntl, fd, F_GETFD, 0) < 0 ? -1 : fd;
+	return (int)RAW(SYS_dup3, fd, fd2, 0);
 }
 
 static int
 tr_dup3(int fd, int fd2, int flags)
 {
 	FORWARD(dup3, tr_dup3, fd, fd2, flags);
-	return (int)syscall(SYS_dup3, fd, fd2, flags);
+	return (int)RAW(SYS_dup3, fd, fd2, flags);
 }
 
 static int
@@ -242,7 +302,7 @@ tr_fcntl(int fd, int cmd, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	FORWARD(fcntl, tr_fcntl, fd, cmd, arg);
-	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+	return (int)RAW(SYS_fcntl, fd, cmd, arg);
 }
 
 static int
@@ -255,14 +315,14 @@ tr_fcntl64(int fd, int cmd, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	FORWARD(fcntl64, tr_fcntl64, fd, cmd, arg);
-	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+	return (int)RAW(SYS_fcntl, fd, cmd, arg);
 }
 
 static int
 tr_close_range(unsigned first, unsigned last, int flags)
 {
 	FORWARD(close_range, tr_close_range, first, last, flags);
-	return (int)syscall(SYS_close_range, first, last, flags);
+	return (int)RAW(SYS_close_range, first, last, flags);
 }
 
 static void
@@ -275,7 +335,7 @@ tr_closefrom(int lowfd)
 	}
 	if (lowfd < 0)
 		lowfd = 0;
-	syscall(SYS_close_range, (unsigned)lowfd, ~0U, 0);
+	RAW(SYS_close_range, (unsigned)lowfd, ~0U, 0);
 }
 
 static int
@@ -323,21 +383,21 @@ static int
 tr_socket(int domain, int type, int protocol)
 {
 	FORWARD(socket, tr_socket, domain, type, protocol);
-	return (int)syscall(SYS_socket, domain, type, protocol);
+	return (int)RAW(SYS_socket, domain, type, protocol);
 }
 
 static int
 tr_accept(int fd, struct sockaddr *sa, socklen_t *len)
 {
 	FORWARD(accept, tr_accept, fd, sa, len);
-	return (int)syscall(SYS_accept4, fd, sa, len, 0);
+	return (int)RAW(SYS_accept4, fd, sa, len);
 }
 
 static int
 tr_accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 {
 	FORWARD(accept4, tr_accept4, fd, sa, len, flags);
-	return (int)syscall(SYS_accept4, fd, sa, len, flags);
+	return (int)raw_syscall(SYS_accept4, fd, (long)sa, (long)len, flags, 0, 0);
 }
 
 static ssize_t
@@ -345,14 +405,14 @@ tr_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *s
     socklen_t len)
 {
 	FORWARD(sendto, tr_sendto, fd, buf, n, flags, sa, len);
-	return syscall(SYS_sendto, fd, buf, n, flags, sa, len);
+	return raw_syscall(SYS_sendto, fd, (long)buf, (long)n, flags, (long)sa, (long)len);
 }
 
 static ssize_t
 tr_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	FORWARD(sendmsg, tr_sendmsg, fd, msg, flags);
-	return syscall(SYS_sendmsg, fd, msg, flags);
+	return RAW(SYS_sendmsg, fd, msg, flags);
 }
 
 static int
@@ -368,84 +428,84 @@ static ssize_t
 tr_send(int fd, const void *buf, size_t n, int flags)
 {
 	FORWARD(send, tr_send, fd, buf, n, flags);
-	return syscall(SYS_sendto, fd, buf, n, flags, NULL, 0);
+	return raw_syscall(SYS_sendto, fd, (long)buf, (long)n, flags, 0, 0);
 }
 
 static ssize_t
 tr_write(int fd, const void *buf, size_t n)
 {
 	FORWARD(write, tr_write, fd, buf, n);
-	return syscall(SYS_write, fd, buf, n);
+	return RAW(SYS_write, fd, buf, n);
 }
 
 static ssize_t
 tr_writev(int fd, const struct iovec *iov, int cnt)
 {
 	FORWARD(writev, tr_writev, fd, iov, cnt);
-	return syscall(SYS_writev, fd, iov, cnt);
+	return RAW(SYS_writev, fd, iov, cnt);
 }
 
 static int
 tr_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
 	FORWARD(sendmmsg, tr_sendmmsg, fd, v, n, flags);
-	return (int)syscall(SYS_sendmmsg, fd, v, n, flags);
+	return (int)raw_syscall(SYS_sendmmsg, fd, (long)v, n, flags, 0, 0);
 }
 
 static ssize_t
 tr_sendfile(int out, int in, off_t *off, size_t n)
 {
 	FORWARD(sendfile, tr_sendfile, out, in, off, n);
-	return syscall(SYS_sendfile, out, in, off, n);
+	return raw_syscall(SYS_sendfile, out, in, (long)off, (long)n, 0, 0);
 }
 
 static ssize_t
 tr_sendfile64(int out, int in, off_t *off, size_t n)
 {
 	FORWARD(sendfile64, tr_sendfile64, out, in, off, n);
-	return syscall(SYS_sendfile, out, in, off, n);
+	return raw_syscall(SYS_sendfile, out, in, (long)off, (long)n, 0, 0);
 }
 
 static ssize_t
 tr_recv(int fd, void *buf, size_t n, int flags)
 {
 	FORWARD(recv, tr_recv, fd, buf, n, flags);
-	return syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+	return raw_syscall(SYS_recvfrom, fd, (long)buf, (long)n, flags, 0, 0);
 }
 
 static ssize_t
 tr_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
 {
 	FORWARD(recvfrom, tr_recvfrom, fd, buf, n, flags, sa, len);
-	return syscall(SYS_recvfrom, fd, buf, n, flags, sa, len);
+	return raw_syscall(SYS_recvfrom, fd, (long)buf, (long)n, flags, (long)sa, (long)len);
 }
 
 static ssize_t
 tr_recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	FORWARD(recvmsg, tr_recvmsg, fd, msg, flags);
-	return syscall(SYS_recvmsg, fd, msg, flags);
+	return RAW(SYS_recvmsg, fd, msg, flags);
 }
 
 static int
 tr_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *tmo)
 {
 	FORWARD(recvmmsg, tr_recvmmsg, fd, v, n, flags, tmo);
-	return (int)syscall(SYS_recvmmsg, fd, v, n, flags, tmo);
+	return (int)raw_syscall(SYS_recvmmsg, fd, (long)v, n, flags, (long)tmo, 0);
 }
 
 static ssize_t
 tr_read(int fd, void *buf, size_t n)
 {
 	FORWARD(read, tr_read, fd, buf, n);
-	return syscall(SYS_read, fd, buf, n);
+	return RAW(SYS_read, fd, buf, n);
 }
 
 static ssize_t
 tr_readv(int fd, const struct iovec *iov, int cnt)
 {
 	FORWARD(readv, tr_readv, fd, iov, cnt);
-	return syscall(SYS_readv, fd, iov, cnt);
+	return RAW(SYS_readv, fd, iov, cnt);
 }
 
 /* The _FORTIFY_SOURCE entry points check the buffer size, then receive. */
@@ -475,4 +535,27 @@ tr_read_chk(int fd, void *buf, size_t n, size_t buflen)
 	if (n > buflen)
 		abort();
 	return tr_read(fd, buf, n);
+}
+
+static void *
+tr_dlopen(const char *file, int mode)
+{
+	FORWARD(dlopen, tr_dlopen, file, mode);
+	return NULL;
+}
+
+static void *
+tr_dlmopen(long ns, const char *file, int mode)
+{
+	FORWARD(dlmopen, tr_dlmopen, ns, file, mode);
+	return NULL;
+}
+
+long
+real_syscall6(long n, const long a[6])
+{
+	real_bind();
+	if (real_bound() && libc_syscall != NULL)
+		return libc_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return raw_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

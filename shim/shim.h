@@ -429,6 +429,7 @@ struct seg_comp {
 	_Atomic uint32_t lent_hint;	/* the slot that borrowed last: where a rebalance looks first */
 	uint32_t pad2;
 	struct seg_adaptive ad;		/* layout 3: the adaptive limit (adaptive.c) */
+	_Atomic uint64_t reconciled;	/* permits whose socket the kernel had closed unseen */
 };
 
 #define SLOT_NO_CLASS	0xffu
@@ -712,8 +713,8 @@ int seg_my_record(struct seg *s);
 /* The first hold of a slot being claimed: record rec, holders 1. */
 void seg_hold_first(struct seg *s, int rec, uint32_t slot);
 /* Drops record rec's hold of slot, if it has one; the last hold releases
- * the slot's permits (seg_release_slot). */
-void seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
+ * the slot's permits (seg_release_slot). True if this drop released it. */
+bool seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
 /* Gives back every permit of a slot nobody holds and frees it; only the
  * caller that moves it from SLOT_USED to SLOT_RELEASING (with its pid)
  * does. */
@@ -821,6 +822,16 @@ const char *ad_mode_name(unsigned mode);
 #define AD_DEF_WINDOW_MS	100
 #define AD_DEF_TOLERANCE_PCT	115
 #define AD_MIN_SAMPLES		4
+/* ---- reconcile.c: holds checked against the kernel ---- */
+
+/* Gives back the holds whose socket is gone: this process's recorded
+ * descriptors by fstat, other live processes' holds (of compartment comp,
+ * or all if comp < 0) through /proc/PID/fd. Never drops a hold on doubt.
+ * Returns the permits given back (each counted in `reconciled`). */
+int seg_reconcile(struct seg *s, int comp);
+/* Before admitting into compartment comp: if it is full, reconcile (at
+ * most every 100 ms per process). Two loads when it is not full. */
+void reconcile_if_full(struct seg *s, uint32_t comp);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
 
@@ -891,6 +902,8 @@ void fdt_clear_fresh(int fd);
 bool fdt_is_fresh(int fd);
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
+/* Forgets fd if its entry is still e (slot + 1); true if it did. */
+bool fdt_take_if(int fd, uint32_t e);
 
 /* ---- real.c: the real libc functions ---- */
 
@@ -937,6 +950,8 @@ struct real_fns {
 	ssize_t (*read_chk)(int, void *, size_t, size_t);
 	pid_t (*_Fork)(void);
 	int (*clone)(int (*)(void *), void *, int, void *, ...);
+	void *(*dlopen)(const char *, int);
+	void *(*dlmopen)(long, const char *, int);
 };
 
 /* Entries start at trampolines that bind on first use, so none is ever NULL. */
@@ -948,6 +963,11 @@ extern struct real_fns real BS_HIDDEN;
  * calls. Aborts if dlsym returns one of our own wrappers. */
 void real_bind(void);
 bool real_bound(void);
+/* A system call made with the instruction itself, past libc's syscall()
+ * and the shim's wrapper of it. Returns the result or -1 with errno. */
+long raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6);
+/* libc's syscall(n, a[0..5]) once bound, the instruction before. */
+long real_syscall6(long n, const long a[6]);
 
 /* ---- interpose.c: the process-wide state ---- */
 
@@ -992,5 +1012,14 @@ enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const ch
 void shim_settle(int fd, long r);
 /* Rebuilds the destination rules if `bulkshim reload` changed them. */
 void shim_maybe_reload(void);
+
+/* ---- deepbind.c: RTLD_DEEPBIND loads bound back to the wrappers ---- */
+
+/* Loads file with `open` (libc's dlopen or dlmopen, given ctx), and when
+ * the load brought objects in, points their GOT entries of the names the
+ * shim exports at the shim's wrappers. Returns open's handle (NULL with
+ * dlerror() set on failure, as dlopen). */
+void *deepbind_load(void *(*open)(void *ctx, const char *file, int mode), void *ctx,
+    const char *file, int mode);
 
 #endif

@@ -128,6 +128,7 @@ json_comp(FILE *f, const struct cli_comp *c)
 	    "\"io_timeout_ms\": %u, \"connect_timeouts\": %llu, \"io_timeouts\": %llu",
 	    c->max_wait_ms, c->max_waiting, c->connect_timeout_ms, c->io_timeout_ms,
 	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
+	fprintf(f, ", \"reconciled\": %llu", (unsigned long long)c->reconciled);
 	json_reasons(f, "rejected_by", c->rejected_by);
 	json_reasons(f, "would_reject", c->would_reject);
 	cli_json_comp_pool(f, c);

@@ -52,6 +52,7 @@ struct cli_comp {
 	char pool_name[BS_NAME_MAX];
 	uint32_t guaranteed, borrowed;
 	struct cli_adaptive ad;
+	uint64_t reconciled;	/* permits of sockets found closed unseen */
 };
 
 /* One pool's figures; in_use and borrowed are derived from its

@@ -183,6 +183,8 @@ cli_open(const struct cli_target *t, bool writable, struct seg **out)
 		/* The figures are only true once the permits of processes
 		 * that died holding them are back. */
 		seg_reclaim(*out, false);
+		/* And of sockets that live processes closed unseen. */
+		seg_reconcile(*out, -1);
 	}
 	if (r < 0) {
 		fprintf(stderr, "bulkshim: %s%s\n", err, r == -ENOENT ?
@@ -229,6 +231,7 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 	c->rejected = atomic_load(&sc->rejected);
 	c->last_rejection_ms = atomic_load(&sc->last_rejection_ms);
 	c->reclaimed = atomic_load(&sc->reclaimed);
+	c->reconciled = atomic_load(&sc->reconciled);
 	c->inflight_admitted = atomic_load(&sc->inflight_admitted);
 	c->connect_timeouts = atomic_load(&sc->connect_timeouts);
 	c->io_timeouts = atomic_load(&sc->io_timeouts);

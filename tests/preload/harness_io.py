@@ -138,6 +138,7 @@ COMP = Layout("seg_comp", [
     ("rejected_by_more", "Q", len(REASONS_MORE)), ("would_reject_more", "Q", len(REASONS_MORE)),
     ("lent_hint", "I"), ("pad2", "I"),
     ("ad", AD),
+    ("reconciled", "Q"),
 ])
 
 SLOT = Layout("seg_slot", [

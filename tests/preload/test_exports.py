@@ -9,7 +9,9 @@ INTERPOSED = {"connect", "close", "dup", "dup2", "dup3", "fcntl", "fcntl64", "cl
               "getaddrinfo",
               # The send and receive families, for requests in flight.
               "send", "write", "writev", "sendmmsg", "sendfile", "sendfile64", "recv", "recvfrom",
-              "recvmsg", "recvmmsg", "read", "readv", "__recv_chk", "__recvfrom_chk", "__read_chk"}
+              "recvmsg", "recvmmsg", "read", "readv", "__recv_chk", "__recvfrom_chk", "__read_chk",
+              # libuv closes through syscall(); RTLD_DEEPBIND loads are bound back.
+              "syscall", "dlopen", "dlmopen"}
 # Symbols the linker adds on its own.
 LINKER = {"_init", "_fini", "_edata", "_end", "__bss_start"}
 
