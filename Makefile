@@ -20,11 +20,11 @@ PC_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
-# What the shim and the CLI share; interpose.c, io.c, init.c and real.c are the shim's own.
+# What the shim and the CLI share; interpose.c, io.c, init.c, notice.c and real.c are the shim's own.
 COMMON  := config config_setting config_comp config_resolve match match_parse segment procs permit \
            tally fdtable log
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
-           $(B)/shim/init.o
+           $(B)/shim/init.o $(B)/shim/notice.o
 CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c))
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))

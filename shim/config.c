@@ -511,6 +511,27 @@ bool cfg_wants_strict(const char *path)
 	return strict;
 }
 
+/* See shim.h. A string "segment" that is a valid name wins; anything else
+ * (no file, a syntax error, a bad name) gives the default from the path. */
+void cfg_segment_of(const char *path, char *out, size_t outlen)
+{
+	const config_setting_t *s;
+	const char *name;
+	config_t lc;
+
+	cfg_default_segment(path, out, outlen);
+	if (path == NULL || path[0] == '\0')
+		return;
+	config_init(&lc);
+	if (config_read_file(&lc, path) &&
+	    (s = config_setting_get_member(config_root_setting(&lc), "segment")) != NULL &&
+	    (name = config_setting_get_string(s)) != NULL && name[0] != '\0' &&
+	    strlen(name) < BS_NAME_MAX && strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "abcdefghijklmnopqrstuvwxyz0123456789_.-") == strlen(name))
+		snprintf(out, outlen, "%s", name);
+	config_destroy(&lc);
+}
+
 /* Writes the base name of path without its extension into out, with each
  * character outside [A-Za-z0-9_.-] replaced by '_', cut to 63 characters
  * and to outlen. It cannot fail: a NULL or empty path, or one with nothing

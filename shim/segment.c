@@ -196,6 +196,7 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	h->created_ms = now_real_ms();
 	bs_format(h->name, sizeof(h->name), "%s", cfg->segment);
 	bs_format(h->config_path, sizeof(h->config_path), "%s", cfg->path);
+	seg_note_config(h, cfg->path);
 	set_pointers(s);
 	h->nclass = (uint32_t)cfg->nclass;
 	for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
@@ -206,6 +207,18 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	}
 	atomic_thread_fence(memory_order_release);
 	h->magic = SEG_MAGIC;
+}
+
+void
+seg_note_config(struct seg_header *h, const char *path)
+{
+	struct stat st;
+
+	h->config_dev = h->config_ino = 0;
+	if (path != NULL && stat(path, &st) == 0) {
+		h->config_dev = (uint64_t)st.st_dev;
+		h->config_ino = (uint64_t)st.st_ino;
+	}
 }
 
 static bool

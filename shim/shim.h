@@ -166,6 +166,10 @@ void cfg_default_segment(const char *path, char *out, size_t outlen);
 int cfg_errno_value(const char *name);
 const char *cfg_errno_name(int value);
 void cfg_free(struct bs_config *cfg);
+/* The segment a config file names (its "segment" key, else the default
+ * from its name), even when the file has errors, so that a process that
+ * runs inert because of them can say so in the segment. */
+void cfg_segment_of(const char *path, char *out, size_t outlen);
 /* True if path parses and sets strict = true, so that a config with an error
  * elsewhere can still ask for strict mode. False on any doubt. */
 bool cfg_wants_strict(const char *path);
@@ -228,7 +232,7 @@ int cfg_resolve_hosts(struct cfg_ctx *c);
 /* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	2
+#define SEG_VERSION	3
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
 /* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
@@ -257,6 +261,14 @@ struct seg_header {
 	char config_path[PATH_MAX];	/* what `bulkshim reload` last applied */
 	char class_name[BS_MAX_CLASSES][BS_CLASS_NAME_MAX];
 	uint32_t nclass;
+	/* Version 3 (issue 12): who attached, and who ran without limits. */
+	_Atomic uint64_t attaches;	/* processes that attached since creation */
+	_Atomic uint64_t unprotected;	/* processes that meant to attach and ran inert */
+	_Atomic uint64_t unprotected_ms;	/* CLOCK_REALTIME of the last one */
+	char unprotected_why[256];	/* its reason, NUL-terminated */
+	/* The config file that created the segment (or that `reload` last
+	 * applied), by identity, so that a second file is noticed. */
+	uint64_t config_dev, config_ino;
 };
 
 /* Why a call was refused (or, in observe mode, would have been). */
@@ -441,6 +453,9 @@ void seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc);
 int seg_comp_index(const struct seg *s, size_t cfg_index);
 /* Counts the bits set in a process's bitmap row. */
 uint32_t seg_proc_held(const struct seg *s, uint32_t i);
+/* Records the identity (device, inode) of config file path in h, for the
+ * warning about two files on one segment; 0 when it cannot be read. */
+void seg_note_config(struct seg_header *h, const char *path);
 /* The shared-memory object name of a segment: "/bulkshim.<segment>". */
 void seg_shm_name(const char *segment, char *out, size_t len);
 /* Record rec's bitmap row: one bit per socket slot it holds. */
@@ -707,5 +722,19 @@ enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const ch
 void shim_settle(int fd, long r);
 /* Rebuilds the destination rules if `bulkshim reload` changed them. */
 void shim_maybe_reload(void);
+
+/* ---- notice.c: start-up warnings, once per process tree ---- */
+
+/* True the first time key is seen in this process tree (the keys travel in
+ * BULKSHIM_NOTICED); constructor only, it calls setenv. */
+bool notice_once(const char *key);
+/* Counts a process that meant to attach to segment and runs inert, with
+ * why, in the segment if this process may write it; else does nothing. */
+void notice_unprotected(const char *segment, const char *why);
+/* After a segment refused this user: who owns it and the config lines that fix it. */
+void notice_denied(const struct bs_config *cfg);
+/* After an attach: counts it; warns (once per tree) when the segment's live
+ * limits differ from cfg's or it was set up from another config file. */
+void notice_attached(const struct bs_config *cfg, struct seg *s);
 
 #endif

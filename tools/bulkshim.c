@@ -216,8 +216,10 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 	if (json) {
 		fputs("{\"segment\": ", f);
 		cli_json_string(f, h->name);
-		fprintf(f, ", \"processes\": %u, \"generation\": %u, \"compartments\": [", procs,
+		fprintf(f, ", \"processes\": %u, \"generation\": %u, ", procs,
 		    atomic_load(&seg_header(s)->generation));
+		cli_json_attach(f, s);
+		fputs(", \"compartments\": [", f);
 		for (uint32_t i = 0; i < h->ncomp; i++) {
 			if (i)
 				fputs(", ", f);
@@ -227,8 +229,10 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		free(all);
 		return;
 	}
-	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits\n", h->name,
-	    h->name, procs, procs == 1 ? "" : "es");
+	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits now, "
+	    "%llu attached since it was created\n", h->name, h->name, procs, procs == 1 ? "" : "es",
+	    (unsigned long long)atomic_load(&h->attaches));
+	cli_print_unprotected(f, s);
 	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
 	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
 	for (uint32_t i = 0; i < h->ncomp; i++) {

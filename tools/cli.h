@@ -93,6 +93,14 @@ void cli_format_ago(uint64_t when_ms, char *buf, size_t len);
 /* Parses a whole decimal number into *out; false on junk or overflow. */
 bool cli_parse_u64(const char *s, uint64_t *out);
 
+/* ---- cli_attach.c ---- */
+
+/* Writes the keys "attached", "unprotected", "unprotected_last_ms",
+ * "unprotected_last" and "config" of s (no braces, no leading comma). */
+void cli_json_attach(FILE *f, const struct seg *s);
+/* A WARNING line when processes ran without limits; nothing otherwise. */
+void cli_print_unprotected(FILE *f, const struct seg *s);
+
 /* ---- bulkshim.c ---- */
 
 /* Writes `status` of s to f: the table, or the JSON object when json. Out

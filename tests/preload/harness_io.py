@@ -93,6 +93,8 @@ HEADER = Layout("seg_header", [
     ("generation", "I"), ("creator_uid", "I"), ("created_ms", "Q"), ("last_reclaim_ms", "Q"),
     ("name", "s", NAME_MAX), ("config_path", "s", PATH_MAX),
     ("class_name", "s", MAX_CLASSES * CLASS_NAME_MAX), ("nclass", "I"),
+    ("attaches", "Q"), ("unprotected", "Q"), ("unprotected_ms", "Q"),
+    ("unprotected_why", "s", 256), ("config_dev", "Q"), ("config_ino", "Q"),
 ])
 
 HIST = Layout("seg_hist", [("bucket", "Q", HIST_BUCKETS), ("count", "Q"), ("sum_us", "Q")])

@@ -1,0 +1,153 @@
+"""test_operator.py - no silent surprises for operators (issue 12): running without limits is
+loud, reloads say what they change, numbers are read whole, and the rough edges of the CLI.
+
+Each test names the item of issue 12 it covers in its docstring."""
+
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import time
+
+import harness
+from harness import (CLI, PY, Server, clean_env, new_segment, run, shim_env, shim_lines,
+                     status_json, tmpdir, unique, write_file)
+from harness_cli import cli, cli_fails, cli_json, cli_ok, config_text, create_segment, poke
+from harness_hard import as_nobody, is_root, shared_dir
+
+
+def _cfg(segment, comps, top=None, name=None, where=None):
+    """A config file from compartment dicts (any keys), in where or the test's directory."""
+    text = config_text(comps, segment, top)
+    if where is None:
+        return write_file(text, name)
+    path = os.path.join(where, name or unique("cfg") + ".cfg")
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
+    return path
+
+
+def _web(port, limit=2, **more):
+    c = {"name": "web", "destinations": ["127.0.0.1:%d" % port], "max_connections": limit}
+    c.update(more)
+    return c
+
+
+def _connect_py(port, n):
+    """Python that makes n connections to port, prints how many succeeded."""
+    return ("import socket\nok=0\nh=[]\nfor _ in range(%d):\n"
+            "    try:\n        h.append(socket.create_connection(('127.0.0.1',%d))); ok+=1\n"
+            "    except OSError: pass\nprint(ok)\n" % (n, port))
+
+
+def _attach(config, extra=None):
+    """Runs one process under the shim with config; returns CompletedProcess."""
+    return run([PY, "-c", "pass"], shim_env(config, extra=extra))
+
+
+# ---- 7: permission denied names the fix; limits that differ; attached and unprotected ----
+
+def test_permission_denied_names_the_fix():
+    """Item 7: a non-root process facing root's 0600 segment is told the lines to add."""
+    assert is_root(), "this test runs a program as nobody: run it as root"
+    srv = Server()
+    seg = new_segment()
+    config = _cfg(seg, [_web(srv.port)], where=shared_dir())
+    r = _attach(config)
+    assert r.returncode == 0 and not shim_lines(r.stderr), r.stderr
+    r = run(*as_nobody([PY, "-c", "pass"], shim_env(config)))
+    lines = shim_lines(r.stderr)
+    text = "\n".join(lines)
+    assert "Permission denied" in text and "running without limits" in text, text
+    fix = [l for l in lines if ": fix: " in l]
+    assert any("mode 0600" in l and "root" in l for l in fix), \
+        "want the owner and mode of the segment: %r" % lines
+    assert any('mode = "0660"; group = "nogroup";' in l and config in l and
+               "bulkshim rm %s" % seg in l for l in fix), "want the lines to add: %r" % lines
+
+
+def test_mismatched_limits_are_said_once():
+    """Item 7: a process whose file says other limits than the live segment says so, once."""
+    srv = Server()
+    seg = new_segment()
+    a = _cfg(seg, [_web(srv.port, 4)])
+    holder = subprocess.Popen([PY, "-c", "import socket,sys,time; s=socket.create_connection("
+                               "('127.0.0.1',%d)); print('up',flush=True); sys.stdin.read()"
+                               % srv.port], env=shim_env(a), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    harness.defer(holder.kill)
+    assert holder.stdout.readline().strip() == "up"
+    b = _cfg(seg, [_web(srv.port, 8)])
+    script = write_file("#!/bin/sh\nfor i in 1 2 3 4 5; do %s -c pass; done\n" % PY, suffix=".sh")
+    os.chmod(script, 0o755)
+    r = run([script], shim_env(b))
+    warn = [l for l in shim_lines(r.stderr) if "runs with limits other than" in l]
+    assert len(warn) == 1, "want one warning for five processes: %r" % r.stderr
+    assert "web max_connections 8 (segment: 4)" in warn[0] and "bulkshim reload -c" in warn[0], warn
+    # The file that made the segment, with the same limits, says nothing.
+    r = _attach(a)
+    assert not shim_lines(r.stderr), r.stderr
+    holder.stdin.close()
+    holder.wait(10)
+
+
+def test_status_counts_attached_and_unprotected_processes():
+    """Item 7: status shows how many attached and how many ran without limits, and why."""
+    srv = Server()
+    seg = new_segment()
+    good = _cfg(seg, [_web(srv.port)])
+    for _ in range(3):
+        assert _attach(good).returncode == 0
+    st = status_json(seg)
+    assert st["attached"] == 3 and st["unprotected"] == 0, st
+    # The same segment from a file with a typo: the process runs inert and says so there.
+    bad = write_file(open(good).read().replace("max_connections", "max_conections"))
+    r = _attach(bad)
+    assert "running without limits" in r.stderr
+    st = status_json(seg)
+    assert st["unprotected"] == 1 and "max_conections" in st["unprotected_last"], st
+    text = cli_ok("status", "-s", seg)
+    assert "1 process tried to attach and ran WITHOUT LIMITS" in text, text
+    assert "3 attached" in text, text
+
+
+# ---- 9: two files on one segment ----
+
+def test_two_config_files_on_one_segment_warn():
+    """Item 9: /etc/a/bulkshim.cfg and /etc/b/bulkshim.cfg share a segment by name: warn."""
+    srv = Server()
+    seg = unique("bulkshim")
+    harness.defer(lambda: os.path.exists("/dev/shm/bulkshim." + seg) and
+                  os.unlink("/dev/shm/bulkshim." + seg))
+    da, db = os.path.join(tmpdir(), "a"), os.path.join(tmpdir(), "b")
+    os.mkdir(da)
+    os.mkdir(db)
+    # Neither names its segment: both get the base name of the file.
+    fa = os.path.join(da, seg + ".cfg")
+    fb = os.path.join(db, seg + ".cfg")
+    for f in (fa, fb):
+        with open(f, "w") as out:
+            out.write(config_text([_web(srv.port)], seg).replace('segment = "%s";' % seg, ""))
+    assert "segment %s" % seg in cli_ok("check", fa)
+    r = _attach(fa)
+    assert not shim_lines(r.stderr), r.stderr
+    r = _attach(fb)
+    warn = [l for l in shim_lines(r.stderr) if "another file" in l]
+    assert len(warn) == 1 and fa in warn[0] and fb in warn[0], r.stderr
+    r = _attach(fa)
+    assert not shim_lines(r.stderr), r.stderr
+
+
+# ---- 14: the no-config warning once per process tree ----
+
+def test_no_config_warning_once_per_process_tree():
+    """Item 14: a wrapper script that starts many programs prints the warning once."""
+    missing = os.path.join(tmpdir(), "nope.cfg")
+    script = write_file("#!/bin/sh\nfor i in $(seq 12); do %s -c pass; done\n" % PY, suffix=".sh")
+    os.chmod(script, 0o755)
+    r = run([script], shim_env(missing))
+    warn = [l for l in shim_lines(r.stderr) if "no config file" in l]
+    assert len(warn) == 1, "want one warning for 12 programs, got %d: %r" % (len(warn), r.stderr)
