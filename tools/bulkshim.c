@@ -37,10 +37,12 @@ cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *config = NULL, *old;
 	char lib[PATH_MAX], abs[PATH_MAX], *preload;
+	bool force = false;
 	int c;
 
 	optind = 1;
@@ -48,6 +50,9 @@ cmd_run(int argc, char **argv)
 		switch (c) {
 		case 'c':
 			config = optarg;
+			break;
+		case 'f':
+			force = true;
 			break;
 		case 'h':
 			return cli_help("run", stdout, 0);
@@ -71,6 +76,12 @@ cmd_run(int argc, char **argv)
 		}
 		setenv("BULKSHIM_CONFIG", abs, 1);
 	}
+	/* The library fails open; run is where a bad config is stopped. */
+	config = getenv("BULKSHIM_CONFIG");
+	if (run_check_config(config != NULL && *config != '\0' ? config : BS_DEFAULT_CONFIG) < 0)
+		return BS_EX_CONFIG;
+	if (run_check_program(argv[optind], force) < 0)
+		return BS_EX_CONFIG;
 	old = getenv("LD_PRELOAD");
 	if (old != NULL && *old != '\0' && strstr(old, lib) == NULL) {
 		/* Keep what was there first: a sanitizer runtime must stay

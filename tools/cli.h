@@ -101,6 +101,16 @@ void cli_json_attach(FILE *f, const struct seg *s);
 /* A WARNING line when processes ran without limits; nothing otherwise. */
 void cli_print_unprotected(FILE *f, const struct seg *s);
 
+/* ---- run_check.c ---- */
+
+/* Loads path as the library would; prints every reason it would run the
+ * program without limits and returns -1, else 0. */
+int run_check_config(const char *path);
+/* Returns -1, after saying why, when the shim cannot see prog's calls
+ * (static, Go, setuid/setgid, file capabilities), unless force (then a
+ * warning and 0). 0 for a program it can see or cannot find. */
+int run_check_program(const char *prog, bool force);
+
 /* ---- bulkshim.c ---- */
 
 /* Writes `status` of s to f: the table, or the JSON object when json. Out

@@ -18,9 +18,13 @@ static const struct {
 	const char *synopsis;
 	const char *more;
 } commands[] = {
-	{ "run", "run [-c FILE] [--] COMMAND [ARG...]",
+	{ "run", "run [-c FILE] [--force] [--] COMMAND [ARG...]",
 	  "Runs COMMAND with libbulkshim.so preloaded and BULKSHIM_CONFIG set to FILE.\n"
-	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n" },
+	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n"
+	  "  --force    start a program the shim cannot see (static, Go, setuid, setgid, file\n"
+	  "             capabilities) anyway, with a warning\n"
+	  "Exit status 78 without starting COMMAND when the configuration is missing or not\n"
+	  "valid, or the shim cannot see COMMAND's calls; else COMMAND's own.\n" },
 	{ "status", "status [-c FILE | -s SEGMENT] [--json]",
 	  "Shows every compartment of a segment, HOT when at or above 80 % of a limit.\n"
 	  "  -c FILE      the segment that FILE names\n"

@@ -613,7 +613,9 @@ def test_make_install_and_uninstall_honour_prefix_and_destdir():
     configs = os.listdir(os.path.join(prefix, "share/doc/bulkshim/configs"))
     assert configs and all(c.endswith(".cfg") for c in configs), configs
     # The installed CLI, away from the build tree, finds the installed library.
-    r = subprocess.run([os.path.join(prefix, "bin/bulkshim"), "run", "--", "sh", "-c",
+    cfg = write_file(config_text([{"name": "x", "destinations": ["127.0.0.1:9"],
+                                   "max_connections": 1}], new_segment()))
+    r = subprocess.run([os.path.join(prefix, "bin/bulkshim"), "run", "-c", cfg, "--", "sh", "-c",
                         'echo "$LD_PRELOAD"'], capture_output=True, text=True, env=env, timeout=20)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == os.path.join(prefix, "lib/bulkshim/libbulkshim.so"), r.stdout

@@ -151,3 +151,123 @@ def test_no_config_warning_once_per_process_tree():
     r = run([script], shim_env(missing))
     warn = [l for l in shim_lines(r.stderr) if "no config file" in l]
     assert len(warn) == 1, "want one warning for 12 programs, got %d: %r" % (len(warn), r.stderr)
+
+
+# ---- 6 and 8: `bulkshim run` refuses what would run unprotected ----
+
+CONNECT_C = r'''
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[1])) };
+	int ok = 0;
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	for (int i = 0; i < 8; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		ok += connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	}
+	printf("%d of 8 connected\n", ok);
+	return 0;
+}
+'''
+
+
+def _compile(name, *flags):
+    src = os.path.join(tmpdir(), "connect8.c")
+    with open(src, "w") as f:
+        f.write(CONNECT_C)
+    out = os.path.join(tmpdir(), name)
+    r = subprocess.run(["cc", "-O0", "-o", out, src] + list(flags), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_run_refuses_an_invalid_config():
+    """Item 6: `run -c typo.cfg` does not start the program (today it runs unlimited, rc 0)."""
+    srv = Server()
+    seg = new_segment()
+    good = _cfg(seg, [_web(srv.port, 4)])
+    typo = write_file(open(good).read().replace("max_connections", "max_conection"))
+    marker = os.path.join(tmpdir(), "ran")
+    r = cli("run", "-c", typo, "--", "touch", marker)
+    assert r.returncode == 78, "run with a bad config exited %d: %r" % (r.returncode, r.stderr)
+    assert "max_conection" in r.stderr and "not started" in r.stderr, r.stderr
+    assert not os.path.exists(marker), "the program ran with a bad config"
+    # No -c, BULKSHIM_CONFIG naming a broken file: the same.
+    r = cli("run", "--", "touch", marker, env=dict(clean_env(), BULKSHIM_CONFIG=typo))
+    assert r.returncode == 78 and not os.path.exists(marker), r.stderr
+    prog = _compile("dyn")
+    r = cli("run", "-c", good, "--", prog, srv.port)
+    assert r.returncode == 0 and "4 of 8 connected" in r.stdout, (r.stdout, r.stderr)
+
+
+def _blind(prog, want, port, config):
+    r = cli("run", "-c", config, "--", prog, port)
+    assert r.returncode == 78, "%s: run exited %d: %r %r" % (want, r.returncode, r.stdout, r.stderr)
+    assert want in r.stderr and "--force" in r.stderr and r.stdout == "", r.stderr
+    r = cli("run", "-c", config, "--force", "--", prog, port)
+    assert r.returncode == 0 and "WITHOUT LIMITS" in r.stderr, (want, r.stderr)
+
+
+def test_run_refuses_programs_the_shim_cannot_see():
+    """Item 8: static, Go, setuid, setgid and file-capability programs exit 78 unless --force."""
+    assert is_root(), "this test makes setuid files owned by nobody: run it as root"
+    srv = Server()
+    config = _cfg(new_segment(), [_web(srv.port, 4)])
+    _blind(_compile("static", "-static"), "statically linked", srv.port, config)
+    # Found through PATH, too.
+    r = cli("run", "-c", config, "--", "static", srv.port,
+            env=dict(clean_env(), PATH=tmpdir() + ":" + os.environ["PATH"]))
+    assert r.returncode == 78 and "statically linked" in r.stderr, r.stderr
+    # Go: marked by its build-info section (the real toolchain below, when present).
+    fake_go = _compile("fakego")
+    note = os.path.join(tmpdir(), "buildinfo")
+    with open(note, "wb") as f:
+        f.write(b"\xff Go buildinf:")
+    subprocess.run(["objcopy", "--add-section", ".go.buildinfo=" + note, fake_go], check=True)
+    _blind(fake_go, "a Go program", srv.port, config)
+    uid = __import__("pwd").getpwnam("nobody").pw_uid
+    gid = __import__("grp").getgrnam("nogroup").gr_gid
+    suid = _compile("suid")
+    os.chown(suid, uid, -1)
+    os.chmod(suid, 0o4755)
+    _blind(suid, "setuid", srv.port, config)
+    sgid = _compile("sgid")
+    os.chown(sgid, -1, gid)
+    os.chmod(sgid, 0o2755)
+    _blind(sgid, "setgid", srv.port, config)
+    caps = _compile("caps")
+    # struct vfs_cap_data, revision 2, effective: cap_net_bind_service permitted.
+    os.setxattr(caps, "security.capability",
+                (0x02000001).to_bytes(4, "little") + (1 << 10).to_bytes(4, "little") +
+                bytes(12))
+    _blind(caps, "file capabilities", srv.port, config)
+    # A script is judged by its interpreter.
+    script = write_file("#!%s\n" % _compile("static2", "-static"), suffix=".sh")
+    os.chmod(script, 0o755)
+    r = cli("run", "-c", config, "--", script, srv.port)
+    assert r.returncode == 78 and "interpreter" in r.stderr, r.stderr
+    # What the shim sees runs, limited.
+    r = cli("run", "-c", config, "--", _compile("dyn"), srv.port)
+    assert r.returncode == 0 and "4 of 8 connected" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_run_refuses_a_real_go_program():
+    """Item 8: a program built by the Go toolchain (skipped where there is none)."""
+    go = __import__("shutil").which("go")
+    if go is None:
+        raise harness.Skip("no Go toolchain (golang-go)")
+    d = tmpdir()
+    with open(os.path.join(d, "main.go"), "w") as f:
+        f.write('package main\nimport "net"\nfunc main() { net.Dial("tcp", "127.0.0.1:9") }\n')
+    env = dict(clean_env(), GOCACHE=os.path.join(d, "gocache"), GOPATH=os.path.join(d, "gopath"),
+               GO111MODULE="off", GOFLAGS="")
+    r = subprocess.run([go, "build", "-o", os.path.join(d, "gonet"), "main.go"], cwd=d, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config = _cfg(new_segment(), [_web(9, 4)])
+    r = cli("run", "-c", config, "--", os.path.join(d, "gonet"))
+    assert r.returncode == 78 and "a Go program" in r.stderr, r.stderr
