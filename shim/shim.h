@@ -162,10 +162,16 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 /* The segment name a config file gets when it names none: its base name
  * without the extension. */
 void cfg_default_segment(const char *path, char *out, size_t outlen);
+/* Why errno EAGAIN and max_inflight are refused together: a refused send
+ * answering EAGAIN on a blocking socket is retried at once, a busy loop. */
+extern const char cfg_eagain_spin[];
 /* Parses "ECONNREFUSED" etc.; returns the errno value or -EINVAL. */
 int cfg_errno_value(const char *name);
 const char *cfg_errno_name(int value);
 void cfg_free(struct bs_config *cfg);
+/* cfg_load, but err gets every error it finds, one "FILE:LINE: ..." per
+ * line (libconfig's syntax errors stop it at the first), for `check`. */
+int cfg_load_all(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen);
 /* The segment a config file names (its "segment" key, else the default
  * from its name), even when the file has errors, so that a process that
  * runs inert because of them can say so in the segment. */
@@ -194,9 +200,12 @@ struct cfg_ctx {
 	bool has_sockets;
 	bool has_compartments;
 	const struct config_setting_t *budget;
+	const struct config_setting_t *sockets;	/* max_sockets, when set */
 	char *text;		/* the file, to place string elements */
 	size_t *line_end;	/* offset of the end of each line */
 	size_t nlines;
+	bool all;		/* report every error, not only the first (cfg_load_all) */
+	int first_rc;		/* the first error's code, when all */
 	int scan_line;		/* string_line(): where the last string found ends, */
 	size_t scan_off;	/* so a line of many strings is scanned once */
 };
@@ -206,6 +215,9 @@ int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const cha
 	__attribute__((format(printf, 5, 6)));
 int cfg_fail(struct cfg_ctx *c, const struct config_setting_t *s, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* After a failed step: in cfg_load_all mode keeps rc as the result and
+ * returns true (go on to find the next error); else returns false. */
+bool cfg_go_on(struct cfg_ctx *c, int rc);
 const char *cfg_type_name(int type);
 const char *cfg_key_of(const struct config_setting_t *s);
 const char *cfg_closest(const char *name, const char *const *known);
@@ -269,6 +281,9 @@ struct seg_header {
 	/* The config file that created the segment (or that `reload` last
 	 * applied), by identity, so that a second file is noticed. */
 	uint64_t config_dev, config_ino;
+	/* "COMP KEY\n" for each setting `bulkshim set` changed since the
+	 * last reload, so that reload can say which live changes it undoes. */
+	char live_set[2048];
 };
 
 /* Why a call was refused (or, in observe mode, would have been). */

@@ -209,6 +209,10 @@ text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
 	}
 }
 
+/* `status --json` adds what host names resolve to now (not `serve`, whose
+ * scrapes must not wait for DNS). */
+static bool status_hosts;
+
 void
 cli_print_status(FILE *f, const struct seg *s, bool json)
 {
@@ -230,6 +234,8 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		fprintf(f, ", \"processes\": %u, \"generation\": %u, ", procs,
 		    atomic_load(&seg_header(s)->generation));
 		cli_json_attach(f, s);
+		if (status_hosts)
+			cli_json_hosts(f, s);
 		fputs(", \"compartments\": [", f);
 		for (uint32_t i = 0; i < h->ncomp; i++) {
 			if (i)
@@ -287,6 +293,7 @@ cmd_status(int argc, char **argv)
 		return r;
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
+	status_hosts = true;
 	cli_print_status(stdout, s, json);
 	seg_close(s);
 	return 0;

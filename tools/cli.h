@@ -111,6 +111,39 @@ int run_check_config(const char *path);
  * warning and 0). 0 for a program it can see or cannot find. */
 int run_check_program(const char *prog, bool force);
 
+/* ---- live_diff.c ---- */
+
+/* Prints "  COMP KEY OLD -> NEW" for every setting that applying cfg (its
+ * compartment i being the segment's cmap[i]) would change in s, marking
+ * those a `bulkshim set` changed; returns how many. */
+size_t live_diff(const struct seg *s, const struct bs_config *cfg, const int *cmap);
+/* Notes in the segment that `bulkshim set` changed KEY of COMP. */
+void live_note_set(struct seg_header *h, const char *comp, const char *key);
+/* True if it did since the last reload. */
+bool live_was_set(const struct seg_header *h, const char *comp, const char *key);
+
+/* ---- cli_hosts.c ---- */
+
+#define CLI_HOST_ADDRS	16
+/* A host-name destination and what it resolves to now. */
+struct cli_host {
+	const char *comp, *host;
+	uint16_t port_lo, port_hi;
+	int line;
+	int error;		/* getaddrinfo's, EAI_NODATA for no address; 0 = resolved */
+	size_t naddr;
+	char addr[CLI_HOST_ADDRS][46];	/* INET6_ADDRSTRLEN */
+};
+/* Resolves every host-name destination of cfg (getaddrinfo, blocking) and
+ * calls fn for each; returns how many resolve to nothing. */
+size_t cli_resolve_hosts(const struct bs_config *cfg, void (*fn)(const struct cli_host *, void *),
+    void *arg);
+/* Why a host did not resolve, in words. */
+const char *cli_host_error(const struct cli_host *h);
+/* Writes ", \"hosts\": [...]" for the config the segment was last set up
+ * from (nothing in the array when it cannot be read). */
+void cli_json_hosts(FILE *f, const struct seg *s);
+
 /* ---- bulkshim.c ---- */
 
 /* Writes `status` of s to f: the table, or the JSON object when json. Out

@@ -44,13 +44,17 @@ static const struct {
 	  "Validates FILE exactly as the library does and prints the budget as bars.\n"
 	  "  -q   print nothing but errors\n"
 	  "Exit status: 0 valid, 1 not valid, 2 usage error.\n" },
-	{ "set", "set [-c FILE | -s SEGMENT] COMPARTMENT KEY VALUE",
+	{ "set", "set [-c FILE | -s SEGMENT] {COMPARTMENT | --all} KEY VALUE",
 	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
 	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
-	  "io_timeout_ms, errno, enforce (on or off) or class.NAME (a class limit, 0 = none).\n" },
-	{ "reload", "reload -c FILE [-s SEGMENT]",
+	  "io_timeout_ms, errno, enforce (on or off) or class.NAME (a class limit, 0 = none).\n"
+	  "  --all   every compartment of the segment (`set --all enforce off`: the kill switch)\n"
+	  "errno EAGAIN is refused for a compartment with max_inflight (clients would spin).\n" },
+	{ "reload", "reload -c FILE [-s SEGMENT] [--dry-run]",
 	  "Applies an edited FILE to the live segment: limits at once, destinations at each\n"
-	  "running process's next connect. New compartments or classes need a restart.\n" },
+	  "running process's next connect. New compartments or classes need a restart.\n"
+	  "Prints every setting it changes, marking those that undo a live `bulkshim set`.\n"
+	  "  --dry-run   print what would change; change nothing\n" },
 	{ "reset", "reset [-c FILE | -s SEGMENT] [COMPARTMENT]",
 	  "Zeroes the counters (admitted, rejected, histograms, rates, peaks), not the permits.\n" },
 	{ "size", "size --rps R --latency L [--headroom H] [--retries K] [--json]",

@@ -92,6 +92,38 @@ print_budget(const struct bs_config *cfg)
 	}
 }
 
+/* One host-name destination: what it resolves to, or the error. */
+struct host_out {
+	const char *path;
+	bool quiet;
+};
+
+static void
+print_host(const struct cli_host *h, void *arg)
+{
+	const struct host_out *o = arg;
+	char ports[16];
+
+	if (h->port_lo == h->port_hi)
+		snprintf(ports, sizeof(ports), ":%u", h->port_lo);
+	else if (h->port_lo == 0 && h->port_hi == 65535)
+		ports[0] = '\0';
+	else
+		snprintf(ports, sizeof(ports), ":%u-%u", h->port_lo, h->port_hi);
+	if (h->error != 0) {
+		fprintf(stderr, "bulkshim: %s:%d: host \"%s\" of compartment \"%s\" resolves to "
+		    "nothing (%s): nothing is limited for it until the program's own lookup "
+		    "succeeds\n", o->path, h->line, h->host, h->comp, cli_host_error(h));
+		return;
+	}
+	if (o->quiet)
+		return;
+	printf("  host %s%s (%s) ->", h->host, ports, h->comp);
+	for (size_t k = 0; k < h->naddr; k++)
+		printf("%s %s", k ? "," : "", h->addr[k]);
+	putchar('\n');
+}
+
 int
 cmd_check(int argc, char **argv)
 {
@@ -101,7 +133,9 @@ cmd_check(int argc, char **argv)
 	};
 	struct bs_config cfg;
 	char err[BS_ERRLEN];
+	struct host_out out;
 	bool quiet = false;
+	size_t bad;
 	int c;
 
 	optind = 1;
@@ -118,15 +152,25 @@ cmd_check(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		return cli_help("check", stderr, 2);
-	/* Exactly what the library runs at start-up, host names included. */
-	if (cfg_load(argv[optind], &cfg, true, err, sizeof(err)) < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+	/* Exactly what the library runs at start-up, host names included,
+	 * but every error rather than the first. */
+	if (cfg_load_all(argv[optind], &cfg, true, err, sizeof(err)) < 0) {
+		for (char *line = err, *nl; line != NULL && *line != '\0'; line = nl) {
+			if ((nl = strchr(line, '\n')) != NULL)
+				*nl++ = '\0';
+			fprintf(stderr, "bulkshim: %s\n", line);
+		}
 		return 1;
 	}
 	if (!quiet)
 		print_budget(&cfg);
+	/* A name that resolves to nothing limits nothing until the program's
+	 * own lookup finds an address: an error, as the library would run. */
+	out.path = argv[optind];
+	out.quiet = quiet;
+	bad = cli_resolve_hosts(&cfg, print_host, &out);
 	cfg_free(&cfg);
-	return 0;
+	return bad ? 1 : 0;
 }
 
 /* ---- list ---- */

@@ -50,16 +50,31 @@ find_class(const struct seg *s, const char *name)
 	return -1;
 }
 
-/* "no compartment "x" in segment s (it has a, b, c)" */
+/* "no compartment "x" in segment s (did you mean "y"?)": the closest name
+ * when one is close, the whole list only when it is short. */
 static void
 no_such_comp(const struct seg *s, const char *name)
 {
 	const struct seg_header *h = seg_header(s);
+	const char **names = calloc(h->ncomp + 1, sizeof(*names));
+	const char *best = NULL;
 
-	fprintf(stderr, "bulkshim: no compartment \"%s\" in segment %s (it has", name, h->name);
-	for (uint32_t i = 0; i < h->ncomp; i++)
-		fprintf(stderr, "%s %s", i ? "," : "", seg_comp(s, i)->name);
-	fprintf(stderr, ")\n");
+	for (uint32_t i = 0; names != NULL && i < h->ncomp; i++)
+		names[i] = seg_comp(s, i)->name;
+	if (names != NULL)
+		best = cfg_closest(name, names);
+	free(names);
+	fprintf(stderr, "bulkshim: no compartment \"%s\" in segment %s", name, h->name);
+	if (best != NULL) {
+		fprintf(stderr, " (did you mean \"%s\"?)\n", best);
+	} else if (h->ncomp <= 8) {
+		fprintf(stderr, " (it has");
+		for (uint32_t i = 0; i < h->ncomp; i++)
+			fprintf(stderr, "%s %s", i ? "," : "", seg_comp(s, i)->name);
+		fprintf(stderr, ")\n");
+	} else {
+		fprintf(stderr, " (it has %u; `bulkshim list %s` names them)\n", h->ncomp, h->name);
+	}
 }
 
 /* ---- set ---- */
@@ -173,6 +188,10 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 			    "ETIMEDOUT, EHOSTUNREACH or ENETUNREACH)\n", value);
 			return 1;
 		}
+		if (e == EAGAIN && atomic_load(&c->inflight_limit) != UINT32_MAX) {
+			fprintf(stderr, "bulkshim: %s: %s\n", c->name, cfg_eagain_spin);
+			return 1;
+		}
 		old = (uint32_t)atomic_exchange(&c->reject_errno, e);
 		printf("%s: %s errno %s -> %s\n", seg, c->name,
 		    cfg_errno_name((int)old) ? cfg_errno_name((int)old) : "?", value);
@@ -186,6 +205,10 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 			continue;
 		if (parse_range(key, value, keys[i].lo, keys[i].hi, &v) < 0)
 			return 1;
+		if (strcmp(key, "max_inflight") == 0 && atomic_load(&c->reject_errno) == EAGAIN) {
+			fprintf(stderr, "bulkshim: %s: %s\n", c->name, cfg_eagain_spin);
+			return 1;
+		}
 		word = (_Atomic uint32_t *)(void *)((char *)c + keys[i].off);
 		old = atomic_exchange(word, v);
 		if (keys[i].is_limit)
@@ -213,36 +236,59 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 	return 1;
 }
 
+/* Sets KEY on one compartment, or with --all on every one: the kill
+ * switch (`set --all enforce off`) when the bulkheads themselves are
+ * suspected. Each change is noted for `reload` to name. */
 int
 cmd_set(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "all", no_argument, NULL, 'a' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
+	const char *key, *value;
+	bool all = false;
 	struct seg *s;
-	int c, i, r;
+	int c, i, r = 0;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
 		if (cli_target_opt(&t, c, optarg))
 			continue;
+		if (c == 'a') {
+			all = true;
+			continue;
+		}
 		if (c == 'h')
 			return cli_help("set", stdout, 0);
 		return cli_help("set", stderr, 2);
 	}
-	if (argc - optind != 3 || (t.config != NULL && t.segment != NULL))
+	if (argc - optind != (all ? 2 : 3) || (t.config != NULL && t.segment != NULL))
 		return cli_help("set", stderr, 2);
+	key = argv[argc - 2];
+	value = argv[argc - 1];
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
+	if (all) {
+		for (uint32_t k = 0; k < seg_header(s)->ncomp && r == 0; k++) {
+			r = apply_set(s, seg_comp(s, k), key, value);
+			if (r == 0)
+				live_note_set(seg_header(s), seg_comp(s, k)->name, key);
+		}
+		seg_close(s);
+		return r;
+	}
 	i = find_comp(s, argv[optind]);
 	if (i < 0) {
 		no_such_comp(s, argv[optind]);
 		seg_close(s);
 		return 1;
 	}
-	r = apply_set(s, seg_comp(s, (uint32_t)i), argv[optind + 1], argv[optind + 2]);
+	r = apply_set(s, seg_comp(s, (uint32_t)i), key, value);
+	if (r == 0)
+		live_note_set(seg_header(s), argv[optind], key);
 	seg_close(s);
 	return r;
 }
@@ -282,17 +328,13 @@ map_comps(const struct seg *s, const struct bs_config *cfg, int *map)
 	return missing;
 }
 
-/* Writes the file's settings into the segment and says what changed. */
+/* Writes the file's settings into the segment (live_diff said what changes). */
 static void
 apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const int *kmap)
 {
-	const struct seg_header *h = seg_header(s);
-	char a[16], b[16];
-
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		struct seg_comp *c = seg_comp(s, (uint32_t)cmap[i]);
 		struct cfg_compartment cc = cfg->comp[i];
-		uint32_t lim = atomic_load(&c->limit), ilim = atomic_load(&c->inflight_limit);
 
 		/* The file numbers its classes in its own order; the segment
 		 * keeps the order it was created with. */
@@ -300,17 +342,17 @@ apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const 
 		for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
 			cc.class_limit[kmap[k]] = cfg->comp[i].class_limit[k];
 		seg_apply_limits(c, &cc);
-		if (atomic_load(&c->limit) != lim)
-			printf("  %s max_connections %s -> %s\n", c->name,
-			    cli_limit_text(lim, a, sizeof(a)),
-			    cli_limit_text(atomic_load(&c->limit), b, sizeof(b)));
-		if (atomic_load(&c->inflight_limit) != ilim)
-			printf("  %s max_inflight %s -> %s\n", c->name,
-			    cli_limit_text(ilim, a, sizeof(a)),
-			    cli_limit_text(atomic_load(&c->inflight_limit), b, sizeof(b)));
 		wake_all(&c->in_use);
 		wake_all(&c->inflight);
 	}
+}
+
+/* The segment's compartments the file does not name. */
+static void
+print_unnamed(const struct seg *s, const struct bs_config *cfg, const int *cmap)
+{
+	const struct seg_header *h = seg_header(s);
+
 	for (uint32_t j = 0; j < h->ncomp; j++) {
 		bool named = false;
 
@@ -327,10 +369,13 @@ cmd_reload(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "dry-run", no_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
 	int kmap[BS_MAX_CLASSES], *cmap = NULL, c, r = 1;
+	bool dry = false;
+	size_t n;
 	char abs[PATH_MAX], err[BS_ERRLEN];
 	struct seg_header *h;
 	struct bs_config cfg;
@@ -340,6 +385,10 @@ cmd_reload(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
 		if (cli_target_opt(&t, c, optarg))
 			continue;
+		if (c == 'n') {
+			dry = true;
+			continue;
+		}
 		if (c == 'h')
 			return cli_help("reload", stdout, 0);
 		return cli_help("reload", stderr, 2);
@@ -375,12 +424,25 @@ cmd_reload(int argc, char **argv)
 		    "restart of every process attached to segment %s\n", h->name);
 		goto done;
 	}
-	printf("reloading %s into segment %s\n", abs, h->name);
+	printf("%s %s into segment %s\n", dry ? "would reload (dry run)" : "reloading", abs,
+	    h->name);
+	n = live_diff(s, &cfg, cmap);
+	if (n == 0)
+		printf("  no setting changes\n");
+	print_unnamed(s, &cfg, cmap);
+	if (dry) {
+		printf("dry run: nothing changed; without --dry-run, %zu setting%s change%s\n", n,
+		    n == 1 ? "" : "s", n == 1 ? "s" : "");
+		r = 0;
+		goto done;
+	}
 	apply_reload(s, &cfg, cmap, kmap);
+	memset(h->live_set, 0, sizeof(h->live_set));
 	/* The path goes in before the generation moves: a process that sees
 	 * the new generation reads this path. */
 	memset(h->config_path, 0, sizeof(h->config_path));
 	memcpy(h->config_path, abs, strlen(abs));
+	seg_note_config(h, abs);
 	atomic_thread_fence(memory_order_release);
 	printf("generation %u: running processes rebuild their destinations at their next "
 	    "connect\n", atomic_fetch_add(&h->generation, 1) + 1);
