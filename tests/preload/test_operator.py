@@ -69,6 +69,18 @@ def test_permission_denied_names_the_fix():
                "bulkshim rm %s" % seg in l for l in fix), "want the lines to add: %r" % lines
 
 
+def _holder(config, other):
+    """A process under config that holds one connection to port other
+    until its stdin closes."""
+    p = subprocess.Popen([PY, "-c", "import socket,sys; s=socket.create_connection("
+                          "('127.0.0.1',%d)); print('up',flush=True); sys.stdin.read()" % other],
+                         env=shim_env(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    harness.defer(p.kill)
+    assert p.stdout.readline().strip() == "up"
+    return p
+
+
 def test_mismatched_limits_are_said_once():
     """Item 7: a process whose file says other limits than the live segment says so, once."""
     srv = Server()
@@ -271,3 +283,180 @@ def test_run_refuses_a_real_go_program():
     config = _cfg(new_segment(), [_web(9, 4)])
     r = cli("run", "-c", config, "--", os.path.join(d, "gonet"))
     assert r.returncode == 78 and "a Go program" in r.stderr, r.stderr
+
+
+# ---- 1: EAGAIN cannot turn fail-fast into a spin ----
+
+def test_eagain_with_max_inflight_is_refused_everywhere():
+    """Item 1: the combination is refused by check (and so run and reload) and by set."""
+    srv = Server()
+    seg = new_segment()
+    bad = _cfg(seg, [_web(srv.port, 4, max_inflight=2, errno="EAGAIN")])
+    cli_fails("check", bad, want=r":\d+: errno EAGAIN cannot go with max_inflight.*busy loop")
+    r = cli("run", "-c", bad, "--", "true")
+    assert r.returncode == 78, r.stderr
+    good = _cfg(seg, [_web(srv.port, 4, max_inflight=2),
+                      {"name": "conn", "destinations": ["127.0.0.2:1"], "max_connections": 2,
+                       "errno": "EAGAIN"}])
+    cli_ok("check", "-q", good)
+    assert _attach(good).returncode == 0
+    cli_fails("set", "-s", seg, "web", "errno", "EAGAIN", want=r"EAGAIN cannot go with max_inflight")
+    cli_fails("set", "-s", seg, "conn", "max_inflight", "3", want=r"EAGAIN cannot go with")
+    cli_fails("reload", "-c", bad, "-s", seg, want=r"EAGAIN cannot go with max_inflight")
+    st = status_json(seg)
+    web = [c for c in st["compartments"] if c["name"] == "web"][0]
+    assert web["errno"] == "ECONNREFUSED", web
+
+
+# ---- 2: reload says everything it changes, and which live sets it undoes ----
+
+def test_reload_prints_every_change_and_the_live_sets_it_reverts():
+    """Item 2: set errno/enforce/max_wait_ms, then reload: every setting, --dry-run first."""
+    srv, other = Server(), Server()
+    seg = new_segment()
+    config = _cfg(seg, [_web(srv.port, 4),
+                        {"name": "slow", "destinations": ["127.0.0.1:%d" % other.port],
+                         "max_connections": 3}])
+    assert _attach(config).returncode == 0
+    cli_ok("set", "-s", seg, "slow", "errno", "EAGAIN")
+    cli_ok("set", "-s", seg, "slow", "enforce", "off")
+    cli_ok("set", "-s", seg, "slow", "max_wait_ms", "100")
+    # The file changes web's limit; nobody `set` that.
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text.replace("max_connections = 4;", "max_connections = 6;"))
+    dry = cli_ok("reload", "-c", config, "--dry-run")
+    for want in (r"slow errno EAGAIN -> ECONNREFUSED +\(reverts a live `bulkshim set`\)",
+                 r"slow enforce off \(observe\) -> on +\(reverts a live `bulkshim set`\)",
+                 r"slow max_wait_ms 100 -> 0 +\(reverts a live `bulkshim set`\)",
+                 r"web max_connections 4 -> 6\n"):
+        assert re.search(want, dry), "reload --dry-run lacks %r:\n%s" % (want, dry)
+    assert "dry run: nothing changed" in dry, dry
+    slow = [c for c in status_json(seg)["compartments"] if c["name"] == "slow"][0]
+    assert slow["enforce"] is False and slow["errno"] == "EAGAIN", "dry run changed it: %r" % slow
+    out = cli_ok("reload", "-c", config)
+    assert out.count("reverts a live") == 3 and "web max_connections 4 -> 6" in out, out
+    slow = [c for c in status_json(seg)["compartments"] if c["name"] == "slow"][0]
+    assert slow["enforce"] is True and slow["errno"] == "ECONNREFUSED" and \
+        slow["max_wait_ms"] == 0, slow
+    again = cli_ok("reload", "-c", config)
+    assert "no setting changes" in again and "reverts" not in again, again
+
+
+# ---- 3: integers are read whole ----
+
+def test_integers_above_2_to_the_31_are_range_checked_not_wrapped():
+    """Item 3: 4294967297 is not 1, 4294967306 is not 10, 99999999999 is itself."""
+    srv = Server()
+    seg = new_segment()
+    for value, want in (("4294967297", r":4: max_connections of \"web\" is 4294967297"),
+                        ("99999999999", r"is 99999999999, which is absurd"),
+                        ("99999999999999999999", r":4: \"max_connections\" is too large"),
+                        ("0x100000002", r"is 4294967298")):
+        path = write_file('segment = "%s";\ncompartments = (\n  { name = "web"; destinations = '
+                          '[ "127.0.0.1:%d" ];\nmax_connections = %s; }\n);\n' % (seg, srv.port, value))
+        cli_fails("check", path, want=want)
+    path = _cfg(seg, [_web(srv.port, 4)], top={"budget": {"pool": 4294967306}})
+    cli_fails("check", path, want=r":2: budget pool must be between 1 and 4294967295, not 4294967306")
+    path = _cfg(seg, [_web(srv.port, 4)], top={"max_processes": 4294967297})
+    cli_fails("check", path, want=r"\"max_processes\" must be between 1 and 65536, not 4294967297")
+
+
+# ---- 10: check finds what fails at run time, and every error ----
+
+def test_check_reports_every_error_max_sockets_and_unresolvable_hosts():
+    """Item 10: all errors in one run; max_sockets below the limits; a name resolving to nothing."""
+    srv = Server()
+    seg = new_segment()
+    path = write_file(
+        'segment = "%s";\nmax_sockets = 10;\ncompartments = (\n'
+        '  { name = "a"; destinations = [ "127.0.0.1:%d" ]; max_connections = 8; bogus = 1; },\n'
+        '  { name = "b"; destinations = [ "127.0.0.2:1" ]; max_connections = 8; max_wait_ms = -1; },\n'
+        '  { name = "c"; destinations = [ "127.0.0.3:1" ]; max_inflight = 0; }\n);\n' % (seg, srv.port))
+    err = cli_fails("check", path)
+    lines = [l for l in err.splitlines() if l.startswith("bulkshim: ")]
+    assert len(lines) == 4, "want four errors, one per line: %r" % err
+    assert ':4: unknown key "bogus"' in lines[0], lines
+    assert ":5: " in lines[1] and "max_wait_ms" in lines[1], lines
+    assert ":6: " in lines[2] and "max_inflight" in lines[2], lines
+    assert ":2: max_sockets = 10 is below the 16 connections" in lines[3] and "no_slot" in lines[3]
+    # The library still says one thing: the first error.
+    r = _attach(path)
+    inert = [l for l in shim_lines(r.stderr) if "running without limits" in l]
+    assert len(inert) == 1 and "bogus" in inert[0], r.stderr
+    # Host names: what they resolve to, and an error for one that resolves to nothing.
+    hosts = _cfg(seg, [{"name": "db", "destinations": ["localhost:%d" % srv.port],
+                        "max_connections": 2}])
+    out = cli_ok("check", hosts)
+    assert re.search(r"host localhost:%d \(db\) -> .*127\.0\.0\.1" % srv.port, out), out
+    nowhere = _cfg(seg, [{"name": "db", "destinations": ["nowhere.invalid:80"],
+                          "max_connections": 2}])
+    cli_fails("check", nowhere, want=r':\d+: host "nowhere.invalid" of compartment "db" '
+              r'resolves to nothing')
+    assert _attach(hosts).returncode == 0
+    st = status_json(seg)
+    assert st["hosts"] and st["hosts"][0]["host"] == "localhost" and \
+        "127.0.0.1" in st["hosts"][0]["addresses"] and st["hosts"][0]["error"] is None, st["hosts"]
+
+
+def test_syntax_errors_get_a_hint_for_common_causes():
+    """Item 10: libconfig's bare "syntax error" names a trailing comma, a missing comma or "="."""
+    cases = [
+        ('segment = "x";\ncompartments = (\n { name = "a"; destinations = [ "127.0.0.1:1" ];'
+         ' max_connections = 1; },\n);\n', r":4: syntax error: a comma before \"\)\""),
+        ('segment = "x";\ncompartments = ( { name = "a"; destinations = [ "127.0.0.1:1", ];'
+         ' max_connections = 1; } );\n', r":2: syntax error: a comma before \"\]\""),
+        ('compartments = ( { name = "a"; max_connections = 1; }\n { name = "b"; } );\n',
+         r":2: syntax error: a missing comma between two groups"),
+        ('max_sockets 10;\n', r":1: syntax error: a missing \"=\""),
+        ('max_sockets = 10 20;\n', r":1: syntax error: a missing semicolon"),
+        ('compartments = ( { name = "a";\n', r"syntax error: \"\{\" opened on line 1 is never closed"),
+    ]
+    for text, want in cases:
+        cli_fails("check", write_file(text), want=want)
+
+
+# ---- 12: the kill switch ----
+
+def test_set_all_enforce_off_and_on():
+    """Item 12: `set --all enforce off` turns every compartment to observe mode, and back."""
+    srv = Server()
+    seg = new_segment()
+    keep = Server()
+    comps = [_web(srv.port, 1)] + [{"name": "c%d" % i, "destinations": ["127.0.0.%d:1" % (i + 2)],
+                                     "max_connections": 1} for i in range(4)] + [
+        {"name": "keep", "destinations": ["127.0.0.1:%d" % keep.port], "max_connections": 5}]
+    config = _cfg(seg, comps)
+    # A process stays attached holding a permit, so that the segment is live
+    # (a segment nobody holds takes its file's settings from the next start).
+    holder = _holder(config, other=keep.port)
+    r = run([PY, "-c", _connect_py(srv.port, 3)], shim_env(config))
+    assert r.stdout.strip() == "1", (r.stdout, r.stderr)
+    out = cli_ok("set", "-s", seg, "--all", "enforce", "off")
+    assert out.count("enforce on -> off") == 6, out
+    assert all(not c["enforce"] for c in status_json(seg)["compartments"])
+    r = run([PY, "-c", _connect_py(srv.port, 3)], shim_env(config))
+    assert r.stdout.strip() == "3", "observe mode refused: %r" % r.stdout
+    cli_ok("set", "-s", seg, "--all", "enforce", "on")
+    assert all(c["enforce"] for c in status_json(seg)["compartments"])
+    r = run([PY, "-c", _connect_py(srv.port, 3)], shim_env(config))
+    assert r.stdout.strip() == "1", r.stdout
+    cli_fails("set", "-s", seg, "--all", "web", "enforce", "on", status=2)
+    holder.stdin.close()
+    holder.wait(10)
+
+
+# ---- 13: an unknown compartment names the closest one ----
+
+def test_unknown_compartment_names_the_closest_match():
+    """Item 13: with 1,000 compartments the error names one, not all."""
+    seg = new_segment()
+    comps = [{"name": "svc%04d" % i, "destinations": ["127.1.%d.%d:1" % (i // 250, i % 250 + 1)],
+              "max_connections": 1} for i in range(1000)]
+    create_segment(_cfg(seg, comps))
+    err = cli_fails("set", "-s", seg, "svc0O42", "max_connections", "2",
+                    want=r'no compartment "svc0O42" in segment \S+ \(did you mean "svc0042"\?\)')
+    assert len(err) < 300, err
+    err = cli_fails("reset", "-s", seg, "zzz", want=r'no compartment "zzz".*it has 1000')
+    assert len(err) < 300, err
