@@ -317,6 +317,8 @@ static const struct {
 	{ "size", cmd_size },
 	{ "suggest", cmd_suggest },
 	{ "list", cmd_list },
+	{ "rm", cmd_rm },
+	{ "prune", cmd_prune },
 };
 
 int

@@ -35,8 +35,10 @@ static const struct {
 	  "  -i SECONDS   refresh interval (default 1; fractions allowed)\n"
 	  "  -n COUNT     stop after COUNT refreshes\n"
 	  "  q quits. A pipe or TERM=dumb gets plain lines instead of escape codes.\n" },
-	{ "metrics", "metrics [-c FILE | -s SEGMENT]",
-	  "Prints the segment's counters in the Prometheus text exposition format.\n" },
+	{ "metrics", "metrics [-c FILE | -s SEGMENT] [--no-histograms] [--compartment PATTERN]...",
+	  "Prints the segment's counters in the Prometheus text exposition format.\n"
+	  "  --no-histograms          leave the latency histograms out (most of the lines)\n"
+	  "  --compartment PATTERN    only compartments matching the glob (repeatable)\n" },
 	{ "serve", "serve [-c FILE | -s SEGMENT] [--listen ADDR:PORT]",
 	  "Serves /metrics (Prometheus) and /status.json over HTTP until SIGTERM or SIGINT.\n"
 	  "  --listen ADDR:PORT   where to listen (default 127.0.0.1:9464; port 0 picks one)\n" },
@@ -67,7 +69,15 @@ static const struct {
 	  "Sizes each compartment from what the shim recorded: peak admission rate, p50/p99\n"
 	  "latency, Little's law with headroom 2, refusals, and a verdict.\n" },
 	{ "list", "list [--json]",
-	  "Lists the segments in /dev/shm: owner, size, live processes, compartments.\n" },
+	  "Lists the segments in /dev/shm: owner, size, live processes, compartments (the\n"
+	  "names that fit on the row, then their number; --json names every one).\n" },
+	{ "rm", "rm [--force] SEGMENT...",
+	  "Removes segments. One that live processes hold permits in is kept unless --force;\n"
+	  "a damaged one is removed (programs facing it would run without limits).\n" },
+	{ "prune", "prune [--older-than AGE] [--dry-run] [PATTERN...]",
+	  "Removes the segments (matching the globs) that no live process holds and that were\n"
+	  "created more than AGE ago (90s, 15m, 2h, 7d; default 1h), damaged ones included.\n"
+	  "  --dry-run   say what would be removed; remove nothing\n" },
 };
 
 int

@@ -11,6 +11,7 @@
 #include "cli.h"
 
 #define BAR_WIDTH 40
+#define COMP_COLUMN 24	/* room for compartment names in `list` */
 
 /* ---- check ---- */
 
@@ -282,9 +283,18 @@ print_list(const struct seg_info *all, size_t n, bool json)
 			printf("%9s  invalid: %s\n", "-", si->reason);
 			continue;
 		}
+		/* The row stays one line: the names that fit, then how many
+		 * there are in all (--json lists every one). */
 		printf("%9u  ", si->processes);
-		for (uint32_t k = 0; k < si->ncomp; k++)
-			printf("%s%s", k ? "," : "", si->comps && si->comps[k] ? si->comps[k] : "?");
+		for (uint32_t k = 0, used = 0; k < si->ncomp; k++) {
+			const char *name = si->comps && si->comps[k] ? si->comps[k] : "?";
+
+			if (used + strlen(name) + 1 > COMP_COLUMN && si->ncomp > 1) {
+				printf(",... (%u)", si->ncomp);
+				break;
+			}
+			used += (uint32_t)printf("%s%s", k ? "," : "", name);
+		}
 		putchar('\n');
 	}
 }

@@ -460,3 +460,95 @@ def test_unknown_compartment_names_the_closest_match():
     assert len(err) < 300, err
     err = cli_fails("reset", "-s", seg, "zzz", want=r'no compartment "zzz".*it has 1000')
     assert len(err) < 300, err
+
+
+# ---- 11: cleaning up ----
+
+def _shm(seg):
+    return "/dev/shm/bulkshim." + seg
+
+
+def test_rm_removes_idle_and_damaged_segments_and_keeps_one_in_use():
+    """Item 11: `bulkshim rm` refuses a segment in use without --force; removes a damaged one."""
+    srv = Server()
+    seg = new_segment()
+    config = _cfg(seg, [_web(srv.port, 2)])
+    holder = _holder(config, other=srv.port)
+    err = cli_fails("rm", seg, want=r"in use by 1 process holding permits; not removed")
+    assert os.path.exists(_shm(seg)), err
+    holder.stdin.close()
+    holder.wait(10)
+    # Still held by the dead holder's record until a reclaim; status reclaims.
+    status_json(seg)
+    out = cli_ok("rm", seg)
+    assert "removed segment %s" % seg in out and not os.path.exists(_shm(seg)), out
+    # A damaged segment makes programs run without limits; rm takes it away.
+    with open(_shm(seg), "wb") as f:
+        f.write(b"\0" * 8192)
+    r = run([PY, "-c", _connect_py(srv.port, 4)], shim_env(config))
+    assert r.stdout.strip() == "4" and "running without limits" in r.stderr, (r.stdout, r.stderr)
+    out = cli_ok("rm", seg)
+    assert "damaged" in out and not os.path.exists(_shm(seg)), out
+    r = run([PY, "-c", _connect_py(srv.port, 4)], shim_env(config))
+    assert r.stdout.strip() == "2", (r.stdout, r.stderr)
+    # In use, with --force.
+    holder = _holder(config, other=srv.port)
+    out = cli_ok("rm", "--force", seg)
+    assert "in use: --force" in out and not os.path.exists(_shm(seg)), out
+    holder.stdin.close()
+    holder.wait(10)
+    cli_fails("rm", seg, want=r"no segment")
+    cli_fails("rm", "../etc", want=r"not a segment name")
+
+
+def test_prune_removes_stale_segments_only():
+    """Item 11: `bulkshim prune` removes what no live process holds, older than the age given."""
+    srv = Server()
+    tag = unique("prune")
+    segs = []
+    for i in range(3):
+        seg = "%s_%d" % (tag, i)
+        harness.defer(lambda p=_shm(seg): os.path.exists(p) and os.unlink(p))
+        segs.append(seg)
+    idle = _cfg(segs[0], [_web(srv.port, 2)])
+    create_segment(idle)
+    busy = _cfg(segs[1], [_web(srv.port, 2)])
+    holder = _holder(busy, other=srv.port)
+    with open(_shm(segs[2]), "wb") as f:
+        f.write(b"junk")
+    pattern = tag + "_*"
+    out = cli_ok("prune", "--older-than", "1h", pattern)
+    assert "removed 0 segments; kept 3" in out, out
+    out = cli_ok("prune", "--older-than", "0", "--dry-run", pattern)
+    assert "would remove segment %s" % segs[0] in out and "would remove segment %s" % segs[2] in out
+    assert all(os.path.exists(_shm(s)) for s in segs), out
+    out = cli_ok("prune", "--older-than", "0s", pattern)
+    assert not os.path.exists(_shm(segs[0])) and not os.path.exists(_shm(segs[2])), out
+    assert os.path.exists(_shm(segs[1])) and "kept 1" in out, out
+    cli_fails("prune", "--older-than", "soon", status=2, want=r"duration")
+    holder.stdin.close()
+    holder.wait(10)
+
+
+# ---- 13: many compartments ----
+
+def test_metrics_filters_and_list_stays_one_line_with_1000_compartments():
+    """Item 13: metrics without histograms or for some compartments; list rows fit."""
+    seg = new_segment()
+    comps = [{"name": "svc%04d" % i, "destinations": ["127.1.%d.%d:1" % (i // 250, i % 250 + 1)],
+              "max_connections": 1} for i in range(1000)]
+    create_segment(_cfg(seg, comps))
+    full = cli_ok("metrics", "-s", seg)
+    slim = cli_ok("metrics", "-s", seg, "--no-histograms")
+    assert "bulkshim_reply_seconds_bucket" in full and "_bucket" not in slim, slim[:300]
+    assert len(slim.splitlines()) * 4 < len(full.splitlines()), (len(slim.splitlines()),
+                                                                  len(full.splitlines()))
+    assert 'bulkshim_admitted_total{segment="%s",compartment="svc0999"}' % seg in slim
+    some = cli_ok("metrics", "-s", seg, "--compartment", "svc000*", "--compartment", "svc0500")
+    names = set(re.findall(r'compartment="([^"]+)"', some))
+    assert names == {"svc%04d" % i for i in range(10)} | {"svc0500"}, sorted(names)[:20]
+    row = [l for l in cli_ok("list").splitlines() if l.startswith(seg + " ")]
+    assert len(row) == 1 and len(row[0]) <= 120 and "(1000)" in row[0], row
+    js = cli_json("list", "--json")
+    mine = [x for x in js["segments"] if x["name"] == seg][0]
+    assert len(mine["compartments"]) == 1000
