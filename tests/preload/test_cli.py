@@ -373,7 +373,7 @@ def test_watch_into_a_pipe_prints_plain_lines():
     frames = [f for f in r.stdout.split("\n\n") if f.strip()]
     assert len(frames) == 3, "want 3 refreshes, got %d: %r" % (len(frames), r.stdout)
     for f in frames:
-        assert "segment %s, 1 process attached" % shim.segment in f, f
+        assert "segment %s, 1 process holding permits" % shim.segment in f, f
         row = [l for l in f.splitlines() if l.startswith("x ")]
         assert row and "1/2" in row[0], f
     cli_fails("watch", "-s", shim.segment, "-i", "0", status=2, want=r"-i wants seconds")

@@ -552,3 +552,67 @@ def test_metrics_filters_and_list_stays_one_line_with_1000_compartments():
     js = cli_json("list", "--json")
     mine = [x for x in js["segments"] if x["name"] == seg][0]
     assert len(mine["compartments"]) == 1000
+
+
+# ---- 5: watch fits 80x24, busiest first, and scrolls ----
+
+def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
+    """Item 5: no wrapped rows at 80x24; 1,000 compartments keep the header, busiest first."""
+    from harness_cli import Tmux, need_tool
+    tmux = need_tool("tmux", "tmux")
+    assert tmux, "tmux is needed (tests/deps.sh installs it)"
+    srv = Server()
+    seg = new_segment()
+    comps = [{"name": "a-rather-long-compartment-name-%04d" % i,
+              "destinations": ["127.1.%d.%d:1" % (i // 250, i % 250 + 1)],
+              "max_connections": 100, "max_inflight": 50} for i in range(999)]
+    comps.append({"name": "the-busy-one", "destinations": ["127.0.0.1:%d" % srv.port],
+                  "max_connections": 4})
+    config = _cfg(seg, comps)
+    holder = subprocess.Popen([PY, "-c", "import socket,sys; h=[socket.create_connection("
+                               "('127.0.0.1',%d)) for _ in range(3)]; print('up',flush=True); "
+                               "sys.stdin.read()" % srv.port], env=shim_env(config),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    harness.defer(holder.kill)
+    assert holder.stdout.readline().strip() == "up"
+    poke(seg, "a-rather-long-compartment-name-0500", peak=1)
+    t = Tmux(tmux)
+    t.start("%s watch -s %s -i 0.3" % (CLI, seg), width=80, height=24)
+    screen = t.wait_screen(lambda s: "the-busy-one" in s and "rows 1-" in s, 8, "the first page")
+    lines = screen.splitlines()
+    assert lines[0].startswith("bulkshim watch"), screen
+    assert lines[1].startswith("segment %s" % seg) and "holding permits" in lines[1], screen
+    assert lines[2].startswith("COMPARTMENT"), screen
+    assert lines[3].startswith("the-busy-one"), "the busiest is not first:\n%s" % screen
+    assert "3/4" in lines[3], lines[3]
+    assert all(len(l) <= 80 for l in lines), max(lines, key=len)
+    # Each compartment on one line: 20 rows of compartments under 3 header lines.
+    rows = [l for l in lines if l.startswith("a-rather") or l.startswith("the-busy")]
+    assert len(rows) == 20, "want 20 rows on a 24-line screen:\n%s" % screen
+    assert "rows 1-20 of 1000, busiest first" in screen, screen
+    t("send-keys", " ")
+    screen = t.wait_screen(lambda s: "rows 21-40 of 1000" in s, 5, "the second page")
+    assert screen.splitlines()[2].startswith("COMPARTMENT"), "the header scrolled away:\n" + screen
+    t("send-keys", "g")
+    t.wait_screen(lambda s: "rows 1-20 of 1000" in s, 5, "back to the top")
+    t("send-keys", "q")
+    harness.wait_until(lambda: not t.alive(), 5, 0.05, "watch to quit")
+    holder.stdin.close()
+    holder.wait(10)
+
+
+def test_watch_waits_for_a_segment_that_does_not_exist_yet():
+    """Item 15: `watch -s X` waits for X like `serve` does, instead of exiting."""
+    srv = Server()
+    seg = new_segment()
+    config = _cfg(seg, [_web(srv.port, 2)])
+    p = subprocess.Popen([CLI, "watch", "-s", seg, "-i", "0.2", "-n", "30"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=clean_env())
+    harness.defer(p.kill)
+    time.sleep(1.0)
+    assert p.poll() is None, "watch exited: %r" % (p.communicate(),)
+    assert _attach(config).returncode == 0
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "waiting for segment %s" % seg in out and re.search(r"\nweb +", out), out[-800:]
+    cli_fails("watch", "-s", "bad/name", want=r"segment")
