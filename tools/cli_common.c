@@ -65,7 +65,7 @@ static const struct {
 	  "  --latency L    latency: 0.25, 0.25s, 250ms or 250us\n"
 	  "  --headroom H   default 2\n"
 	  "  --retries K    retries per request, default 0\n" },
-	{ "suggest", "suggest [-c FILE | -s SEGMENT] [--json]",
+	{ "suggest", "suggest [-c FILE | -s SEGMENT] [--window SECONDS] [--json]",
 	  "Sizes each compartment from what the shim recorded: peak admission rate, p50/p99\n"
 	  "latency, Little's law with headroom 2, refusals, and a verdict.\n" },
 	{ "list", "list [--json]",

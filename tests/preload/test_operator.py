@@ -616,3 +616,77 @@ def test_watch_waits_for_a_segment_that_does_not_exist_yet():
     assert p.returncode == 0, err
     assert "waiting for segment %s" % seg in out and re.search(r"\nweb +", out), out[-800:]
     cli_fails("watch", "-s", "bad/name", want=r"segment")
+
+
+# ---- 4: suggest sizes max_inflight from requests, against a known answer ----
+
+SLOW_SERVER = r'''
+import socket, sys, threading, time
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(64)
+print(ls.getsockname()[1], flush=True)
+def serve(c):
+    while True:
+        b = c.recv(64)
+        if not b:
+            return
+        time.sleep(0.1)
+        c.sendall(b"ok\n")
+while True:
+    c, _ = ls.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+'''
+
+# N threads, each on its own connection, each keeping one request in flight
+# (a refused send waits 0.1 s and tries again), for `seconds`.
+CLIENTS = r'''
+import socket, sys, threading, time
+port, n, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+end = time.monotonic() + seconds
+def work():
+    s = socket.create_connection(("127.0.0.1", port))
+    while time.monotonic() < end:
+        try:
+            s.sendall(b"q\n")
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+            continue
+        s.recv(64)
+ts = [threading.Thread(target=work) for _ in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+'''
+
+
+def _known_workload(enforce):
+    srv = subprocess.Popen([PY, "-c", SLOW_SERVER], stdout=subprocess.PIPE, text=True,
+                           env=clean_env())
+    harness.defer(srv.kill)
+    port = int(srv.stdout.readline())
+    seg = new_segment()
+    config = _cfg(seg, [{"name": "api", "destinations": ["127.0.0.1:%d" % port],
+                         "max_inflight": 2, "enforce": enforce}])
+    load = subprocess.Popen([PY, "-c", CLIENTS, str(port), "6", "6"], env=shim_env(config),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    harness.defer(load.kill)
+    time.sleep(1.0)
+    j = cli_json("suggest", "-s", seg, "--window", "3", "--json", timeout=30)
+    text = cli_ok("suggest", "-s", seg, "--window", "1")
+    load.communicate(timeout=30)
+    return j["compartments"][0], text
+
+
+def test_suggest_max_inflight_from_a_workload_with_a_known_answer():
+    """Item 4: 6 threads each with a request in flight, 0.1 s replies: the answer is 6."""
+    for enforce in (False, True):
+        api, text = _known_workload(enforce)
+        inf = api["inflight"]
+        assert api["limit_key"] == "max_inflight" and api["limit"] == 2, api
+        assert api["suggested"] == 6 and api["verdict"] == "too small", (enforce, api)
+        assert 0.09 <= inf["mean_reply_s"] <= 0.2, inf
+        assert 25 <= inf["rate"] <= 62, inf
+        assert inf["little"] in (5, 6), inf
+        if not enforce:
+            assert inf["peak"] == 6, inf
+        assert "too small: raise max_inflight to 6" in text, text
