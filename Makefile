@@ -76,9 +76,12 @@ install: all
 		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(DOCDIR)/configs
 	install -m 755 $(B)/bulkshim $(DESTDIR)$(BINDIR)/bulkshim
 	install -m 755 $(B)/libbulkshim.so $(DESTDIR)$(LIBDIR)/bulkshim/libbulkshim.so
-	install -m 644 man/bulkshim.1 $(DESTDIR)$(MANDIR)/man1/
-	install -m 644 man/bulkshim.conf.5 $(DESTDIR)$(MANDIR)/man5/
-	install -m 644 man/libbulkshim.7 $(DESTDIR)$(MANDIR)/man7/
+	for m in man1/bulkshim.1 man5/bulkshim.conf.5 man7/libbulkshim.7; do \
+		sed -e 's|/usr/local/lib/bulkshim|$(LIBDIR)/bulkshim|g' \
+		    -e 's|/usr/local/share/doc/bulkshim|$(DOCDIR)|g' \
+		    -e 's|/usr/local/bin/bulkshim|$(BINDIR)/bulkshim|g' man/$${m#*/} > $(DESTDIR)$(MANDIR)/$$m && \
+		chmod 644 $(DESTDIR)$(MANDIR)/$$m || exit 1; \
+	done
 	install -m 644 configs/*.cfg $(DESTDIR)$(DOCDIR)/configs/
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bulkshim $(DESTDIR)$(LIBDIR)/bulkshim/libbulkshim.so \

@@ -610,6 +610,13 @@ def test_make_install_and_uninstall_honour_prefix_and_destdir():
             "share/man/man5/bulkshim.conf.5", "share/man/man7/libbulkshim.7"]
     for w in want:
         assert os.path.isfile(os.path.join(prefix, w)), "make install did not install %s" % w
+    # The man pages name the paths of this install, not /usr/local (issue 12, item 15).
+    for w in want[2:]:
+        page = open(os.path.join(prefix, w)).read()
+        assert "/usr/local/lib/bulkshim" not in page and \
+            "/usr/local/share/doc/bulkshim" not in page, "%s names /usr/local" % w
+    assert os.path.join(prefix, "lib/bulkshim/libbulkshim.so") in open(
+        os.path.join(prefix, want[4])).read(), "libbulkshim(7) does not name the installed library"
     configs = os.listdir(os.path.join(prefix, "share/doc/bulkshim/configs"))
     assert configs and all(c.endswith(".cfg") for c in configs), configs
     # The installed CLI, away from the build tree, finds the installed library.

@@ -690,3 +690,33 @@ def test_suggest_max_inflight_from_a_workload_with_a_known_answer():
         if not enforce:
             assert inf["peak"] == 6, inf
         assert "too small: raise max_inflight to 6" in text, text
+
+
+# ---- 15: the README's commands are commands ----
+
+def test_readme_set_and_reload_examples_run():
+    """Item 15: each `set ...`/`reload ...` the README shows parses (against a live segment)."""
+    text = open(os.path.join(harness.ROOT, "README.md")).read()
+    spans = sorted(set(re.findall(r"`((?:set|reset|reload|status|suggest|metrics|rm|prune) "
+                                  r"[^`]*)`", text)))
+    assert any(s.startswith("set ") for s in spans), spans
+    seg = new_segment()
+    config = _cfg(seg, [{"name": n, "destinations": ["127.0.0.%d:1" % (i + 2)],
+                         "max_connections": 30} for i, n in enumerate(
+                             ("payments", "recommendations", "COMPARTMENT"))])
+    create_segment(config)
+    for span in spans:
+        if span.startswith(("rm ", "prune ")) or "FILE" in span and "-c FILE" not in span:
+            continue
+        words = span.replace("-s shop", "-s " + seg).replace("-c FILE", "-c " + config).split()
+        if words[0] in ("set", "reset", "status", "suggest", "metrics") and "-s" not in words \
+                and "-c" not in words:
+            words.insert(1, "-s")
+            words.insert(2, seg)
+        if words[0] == "reload" and "-c" not in words:
+            continue
+        words = [w.replace("on|off", "on") for w in words]
+        if "KEY" in words or "SEGMENT" in words:
+            continue
+        r = cli(*words)
+        assert r.returncode != 2, "the README's `%s` is a usage error: %s" % (span, r.stderr)
