@@ -19,7 +19,7 @@
 #define MIN_SOCKETS_UNCAPPED	4096	/* when a compartment has no max_connections */
 #define MAX_ID			4294967294LL	/* (uid_t)-1 means "no change" */
 
-static int load(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
+static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
 		size_t errlen);
 
 static const char *const top_keys[] = {
@@ -541,16 +541,16 @@ static int syntax_error(struct cfg_ctx *c, const config_t *lc)
  * which *cfg is zeroed with nothing to free. */
 int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen)
 {
-	return load(path, cfg, resolve, false, err, errlen);
+	return load_file(path, cfg, resolve, false, err, errlen);
 }
 
 /* See shim.h. */
 int cfg_load_all(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen)
 {
-	return load(path, cfg, resolve, true, err, errlen);
+	return load_file(path, cfg, resolve, true, err, errlen);
 }
 
-static int load(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
+static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
 		size_t errlen)
 {
 	struct cfg_ctx c = { .path = path, .cfg = cfg, .err = err, .errlen = errlen, .all = all };
