@@ -175,11 +175,13 @@ def test_set_enforce_off_observes_and_errno_and_timeouts_are_live():
     c = shim.expect("x", enforce=False, in_use=2, over=1)
     assert c["would_reject"]["full"] == 1, json.dumps(c)
     cli_ok("set", "-s", shim.segment, "x", "enforce", "on")
+    # EAGAIN cannot go with max_inflight (a spin): back to ECONNREFUSED first.
     for key, value in (("max_wait_ms", "250"), ("max_waiting", "3"), ("connect_timeout_ms", "900"),
-                       ("io_timeout_ms", "1200"), ("max_inflight", "7")):
+                       ("io_timeout_ms", "1200"), ("errno", "ECONNREFUSED"),
+                       ("max_inflight", "7")):
         cli_ok("set", "-s", shim.segment, "x", key, value)
     shim.expect("x", enforce=True, max_wait_ms=250, max_waiting=3, connect_timeout_ms=900,
-                io_timeout_ms=1200, inflight_limit=7, errno="EAGAIN")
+                io_timeout_ms=1200, inflight_limit=7, errno="ECONNREFUSED")
     assert a.finish() == 0
 
 
