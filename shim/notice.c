@@ -180,7 +180,7 @@ void
 notice_attached(const struct bs_config *cfg, struct seg *s)
 {
 	struct seg_header *h = seg_header(s);
-	char diff[768] = "", key[BS_NAME_MAX + 16];
+	char diff[768] = "", key[BS_NAME_MAX + 16], rp[PATH_MAX];
 	struct stat st;
 
 	atomic_fetch_add(&h->attaches, 1);
@@ -196,6 +196,11 @@ notice_attached(const struct bs_config *cfg, struct seg *s)
 		    "this process: %s (`bulkshim reload -c %s` applies the file)", cfg->segment,
 		    cfg->path, diff, cfg->path);
 	if (stat(cfg->path, &st) < 0 || h->config_ino == 0)
+		return;
+	/* The same path with another inode is the same file, edited by an
+	 * editor that writes a new one. */
+	if (realpath(cfg->path, rp) != NULL &&
+	    strncmp(rp, h->config_path, sizeof(h->config_path)) == 0)
 		return;
 	snprintf(key, sizeof(key), "files:%s", cfg->segment);
 	if ((h->config_dev != (uint64_t)st.st_dev || h->config_ino != (uint64_t)st.st_ino) &&

@@ -103,6 +103,10 @@ void cli_print_unprotected(FILE *f, const struct seg *s);
 
 /* ---- run_check.c ---- */
 
+/* Prints cfg_load_all's errors, one "bulkshim: FILE:LINE: ..." line each
+ * (the text is cut at its newlines). */
+void cli_print_errors(char *errs);
+
 /* Loads path as the library would; prints every reason it would run the
  * program without limits and returns -1, else 0. */
 int run_check_config(const char *path);

@@ -156,11 +156,7 @@ cmd_check(int argc, char **argv)
 	/* Exactly what the library runs at start-up, host names included,
 	 * but every error rather than the first. */
 	if (cfg_load_all(argv[optind], &cfg, true, err, sizeof(err)) < 0) {
-		for (char *line = err, *nl; line != NULL && *line != '\0'; line = nl) {
-			if ((nl = strchr(line, '\n')) != NULL)
-				*nl++ = '\0';
-			fprintf(stderr, "bulkshim: %s\n", line);
-		}
+		cli_print_errors(err);
 		return 1;
 	}
 	if (!quiet)

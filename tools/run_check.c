@@ -152,17 +152,28 @@ run_check_program(const char *prog, bool force)
 	return -1;
 }
 
+void
+cli_print_errors(char *errs)
+{
+	for (char *line = errs, *nl; line != NULL && *line != '\0'; line = nl) {
+		if ((nl = strchr(line, '\n')) != NULL)
+			*nl++ = '\0';
+		fprintf(stderr, "bulkshim: %s\n", line);
+	}
+}
+
 int
 run_check_config(const char *path)
 {
 	struct bs_config cfg;
 	char err[BS_ERRLEN];
 
-	/* Exactly what the library does at start-up, host names included. */
-	if (cfg_load(path, &cfg, true, err, sizeof(err)) < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+	/* What the library does at start-up, host names included, with
+	 * every error said at once. */
+	if (cfg_load_all(path, &cfg, true, err, sizeof(err)) < 0) {
+		cli_print_errors(err);
 		fprintf(stderr, "bulkshim: not started: with this config the program would run "
-		    "without limits (`bulkshim check %s` lists every error)\n", path);
+		    "without limits\n");
 		return -1;
 	}
 	cfg_free(&cfg);
