@@ -151,6 +151,12 @@ def test_two_config_files_on_one_segment_warn():
     assert len(warn) == 1 and fa in warn[0] and fb in warn[0], r.stderr
     r = _attach(fa)
     assert not shim_lines(r.stderr), r.stderr
+    # The same path saved by an editor that writes a new file (a new inode) is no other file.
+    with open(fa + ".new", "w") as out:
+        out.write(open(fa).read())
+    os.rename(fa + ".new", fa)
+    r = _attach(fa)
+    assert not shim_lines(r.stderr), r.stderr
 
 
 # ---- 14: the no-config warning once per process tree ----
