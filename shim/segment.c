@@ -221,6 +221,32 @@ seg_note_config(struct seg_header *h, const char *path)
 	}
 }
 
+/* The file's settings just replaced whatever `bulkshim set` had changed
+ * (the segment's live_set log): say so, since a `set --all enforce off`
+ * undone by a restart is no small thing, and start a new log. */
+static void
+forget_live_sets(struct seg *s, const struct bs_config *cfg, const char *name)
+{
+	char list[256];
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(s->h->live_set) && s->h->live_set[i] != '\0' &&
+	    n + 3 < sizeof(list); i++) {
+		if (s->h->live_set[i] != '\n') {
+			list[n++] = s->h->live_set[i];
+		} else if (i + 1 < sizeof(s->h->live_set) && s->h->live_set[i + 1] != '\0') {
+			list[n++] = ',';
+			list[n++] = ' ';
+		}
+	}
+	list[n] = '\0';
+	if (n == 0)
+		return;
+	bs_log(LOG_WARN, "segment /dev/shm%s: no process held it, so the settings of %s replace "
+	    "what `bulkshim set` had changed live: %s", name, cfg->path, list);
+	memset(s->h->live_set, 0, sizeof(s->h->live_set));
+}
+
 static bool
 any_live(struct seg *s)
 {
@@ -660,6 +686,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			 * configuration is what the operator means now. */
 			for (size_t i = 0; i < cfg->ncomp; i++)
 				seg_apply_limits(&s->comp[s->cmap[i]], &cfg->comp[i]);
+			forget_live_sets(s, cfg, name);
 		}
 	}
 	r = alloc_local(s);

@@ -726,3 +726,19 @@ def test_readme_set_and_reload_examples_run():
             continue
         r = cli(*words)
         assert r.returncode != 2, "the README's `%s` is a usage error: %s" % (span, r.stderr)
+
+
+def test_a_restart_that_undoes_live_sets_says_so():
+    """Items 2 and 12: when nobody holds the segment, the next start applies the file again;
+    the live changes it replaces (a kill switch!) are named, not dropped silently."""
+    srv = Server()
+    seg = new_segment()
+    config = _cfg(seg, [_web(srv.port, 2)])
+    assert _attach(config).returncode == 0
+    cli_ok("set", "-s", seg, "--all", "enforce", "off")
+    r = run([PY, "-c", _connect_py(srv.port, 1)], shim_env(config))
+    warn = [l for l in shim_lines(r.stderr) if "replace what `bulkshim set` had changed" in l]
+    assert len(warn) == 1 and "web enforce" in warn[0], r.stderr
+    assert status_json(seg)["compartments"][0]["enforce"] is True
+    r = run([PY, "-c", _connect_py(srv.port, 1)], shim_env(config))
+    assert not shim_lines(r.stderr), r.stderr
