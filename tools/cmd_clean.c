@@ -27,7 +27,7 @@ struct victim {
 /* Looks segment name up into *v. Returns 0, or -errno with the message
  * printed when there is nothing there (or it is not ours to judge). */
 static int
-inspect(const char *name, struct victim *v)
+inspect(const char *name, struct victim *v, bool quiet)
 {
 	char path[BS_NAME_MAX + 32], err[BS_ERRLEN];
 	struct stat st;
@@ -44,7 +44,8 @@ inspect(const char *name, struct victim *v)
 	}
 	r = seg_open(name, false, &s, err, sizeof(err));
 	if (r == -EACCES) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+		if (!quiet)
+			fprintf(stderr, "bulkshim: %s\n", err);
 		return r;
 	}
 	if (r < 0) {
@@ -118,7 +119,7 @@ cmd_rm(int argc, char **argv)
 			r = 1;
 			continue;
 		}
-		if (inspect(argv[i], &v) < 0) {
+		if (inspect(argv[i], &v, false) < 0) {
 			r = 1;
 			continue;
 		}
@@ -221,8 +222,10 @@ cmd_prune(int argc, char **argv)
 		if (strncmp(e->d_name, PREFIX, strlen(PREFIX)) != 0 || !valid_name(name) ||
 		    !matches(name, argv + optind, argc - optind))
 			continue;
-		if (inspect(name, &v) < 0) {
-			r = 1;
+		/* Another user's segment this user may not read is theirs
+		 * to prune: kept, without an error. */
+		if (inspect(name, &v, true) < 0) {
+			kept++;
 			continue;
 		}
 		if (v.live > 0 || v.age_ms < age_s * 1000) {
