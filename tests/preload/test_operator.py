@@ -742,3 +742,13 @@ def test_a_restart_that_undoes_live_sets_says_so():
     assert status_json(seg)["compartments"][0]["enforce"] is True
     r = run([PY, "-c", _connect_py(srv.port, 1)], shim_env(config))
     assert not shim_lines(r.stderr), r.stderr
+
+
+def test_conf5_says_how_to_change_a_limit_live():
+    """Item 15: bulkshim.conf(5) points at reload and set, not only at a restart."""
+    page = open(os.path.join(harness.ROOT, "man", "bulkshim.conf.5")).read()
+    files = page.split(".SH FILES", 1)[1].split("\n.SH ", 1)[0]
+    assert "change the file and restart" not in page.replace("\n", " ")
+    assert "bulkshim reload" in files and "bulkshim set" in files, files
+    seg = page.split("\n.B segment\n", 1)[1].split("\n.TP", 1)[0]
+    assert "/etc/a/bulkshim.cfg" in seg and "warns" in seg, "the naming rule is not documented"
