@@ -20,12 +20,12 @@ PC_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
-# What the shim and the CLI share; interpose.c, io.c, init.c, procid.c, deepbind.c and real.c are
-# the shim's own.
+# What the shim and the CLI share; interpose.c, io.c, init.c, procid.c, deepbind.c, notice.c
+# and real.c are the shim's own.
 COMMON  := config config_setting config_comp config_pool config_resolve match match_parse segment procs permit \
            tally pool fdtable log adaptive config_adaptive reconcile
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
-           $(B)/shim/init.o $(B)/shim/procid.o $(B)/shim/deepbind.o
+           $(B)/shim/init.o $(B)/shim/procid.o $(B)/shim/deepbind.o $(B)/shim/notice.o
 CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c))
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
@@ -77,9 +77,12 @@ install: all
 		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(DOCDIR)/configs
 	install -m 755 $(B)/bulkshim $(DESTDIR)$(BINDIR)/bulkshim
 	install -m 755 $(B)/libbulkshim.so $(DESTDIR)$(LIBDIR)/bulkshim/libbulkshim.so
-	install -m 644 man/bulkshim.1 $(DESTDIR)$(MANDIR)/man1/
-	install -m 644 man/bulkshim.conf.5 $(DESTDIR)$(MANDIR)/man5/
-	install -m 644 man/libbulkshim.7 $(DESTDIR)$(MANDIR)/man7/
+	for m in man1/bulkshim.1 man5/bulkshim.conf.5 man7/libbulkshim.7; do \
+		sed -e 's|/usr/local/lib/bulkshim|$(LIBDIR)/bulkshim|g' \
+		    -e 's|/usr/local/share/doc/bulkshim|$(DOCDIR)|g' \
+		    -e 's|/usr/local/bin/bulkshim|$(BINDIR)/bulkshim|g' man/$${m#*/} > $(DESTDIR)$(MANDIR)/$$m && \
+		chmod 644 $(DESTDIR)$(MANDIR)/$$m || exit 1; \
+	done
 	install -m 644 configs/*.cfg $(DESTDIR)$(DOCDIR)/configs/
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bulkshim $(DESTDIR)$(LIBDIR)/bulkshim/libbulkshim.so \

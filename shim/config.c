@@ -19,11 +19,18 @@
 #define MIN_SOCKETS_UNCAPPED	4096	/* when a compartment has no max_connections */
 #define MAX_ID			4294967294LL	/* (uid_t)-1 means "no change" */
 
+static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
+		size_t errlen);
+
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
 	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "pools", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
+
+const char cfg_eagain_spin[] = "errno EAGAIN cannot go with max_inflight: a refused send "
+	"would answer EAGAIN, which clients on a blocking socket retry at once, a busy loop; "
+	"use ECONNREFUSED (the default) or ETIMEDOUT";
 
 static const struct {
 	const char *name;
@@ -173,7 +180,10 @@ static int parse_id(struct cfg_ctx *c, const config_setting_t *s, bool group)
 	long long v;
 
 	if (type == CONFIG_TYPE_INT || type == CONFIG_TYPE_INT64) {
-		v = config_setting_get_int64(s);
+		int rc = cfg_get_int(c, s, &v);
+
+		if (rc < 0)
+			return rc;
 		if (v < 0 || v > MAX_ID)
 			return cfg_fail(c, s, -EINVAL, "bad %s id %lld", what, v);
 		id = (unsigned long)v;
@@ -251,11 +261,17 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 	 * first, wherever they are in the file. */
 	if ((s = config_setting_get_member(root, "enforce")) != NULL)
 		rc = cfg_get_bool(c, s, &c->cfg->enforce);
+	if (rc < 0 && cfg_go_on(c, rc))
+		rc = 0;
 	if (rc == 0 && (s = config_setting_get_member(root, "classes")) != NULL)
 		rc = cfg_parse_classes(c, s);
+	if (rc < 0 && cfg_go_on(c, rc))
+		rc = 0;
 	/* Compartments name their pool. */
 	if (rc == 0 && (s = config_setting_get_member(root, "pools")) != NULL)
 		rc = cfg_parse_pools(c, s);
+	if (rc < 0 && cfg_go_on(c, rc))
+		rc = 0;
 
 	for (int i = 0; i < config_setting_length(root) && rc == 0; i++) {
 		const char *key;
@@ -282,6 +298,7 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 			if ((rc = cfg_get_range(c, s, 1, BS_MAX_SOCKETS, &v)) == 0) {
 				c->cfg->max_sockets = (uint32_t)v;
 				c->has_sockets = true;
+				c->sockets = s;
 			}
 		} else if (strcmp(key, "resolve_timeout_ms") == 0) {
 			if ((rc = cfg_get_range(c, s, 0, MAX_RESOLVE_MS, &v)) == 0)
@@ -291,6 +308,8 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 		} else {
 			rc = cfg_unknown_key(c, s, top_keys, "");
 		}
+		if (rc < 0 && cfg_go_on(c, rc))
+			rc = 0;
 	}
 	if (rc == 0 && !c->has_compartments)
 		rc = cfg_fail(c, NULL, -EINVAL, "no \"compartments\" list: nothing to limit");
@@ -312,6 +331,26 @@ static uint32_t default_sockets(const struct bs_config *cfg)
 	}
 	sum = sum * 2 < floor ? floor : sum * 2;
 	return (uint32_t)(sum > BS_MAX_SOCKETS ? BS_MAX_SOCKETS : sum);
+}
+
+/* A max_sockets below the connections the limits allow refuses connects
+ * the limits would admit (no_slot): an error, with the number to write. */
+static int check_sockets(struct cfg_ctx *c)
+{
+	const struct bs_config *cfg = c->cfg;
+	uint64_t sum = 0;
+
+	if (!c->has_sockets)
+		return 0;
+	for (size_t i = 0; i < cfg->ncomp; i++)
+		sum += cfg->comp[i].max_connections;
+	if (sum <= cfg->max_sockets)
+		return 0;
+	return cfg_fail(c, c->sockets, -EINVAL, "max_sockets = %u is below the %llu connections "
+			"the compartments' max_connections allow: connects past %u would be refused "
+			"as no_slot; write at least %llu, or leave it out (twice the sum)",
+			cfg->max_sockets, (unsigned long long)sum, cfg->max_sockets,
+			(unsigned long long)sum);
 }
 
 /* The key a "duplicate setting name" error is about, read from the text of
@@ -380,14 +419,118 @@ static bool duplicate_key(const struct cfg_ctx *c, int line, char *out, size_t o
 	return true;
 }
 
-/* Reports what config_read_file found wrong. libconfig's own words are kept
- * except for a duplicate key, which it reports without naming it. */
+/* One token of the file, for syntax_hint(): its first character and line. */
+struct tok {
+	char kind;	/* 'a' a name, '0' a number, '"' a string, else the punctuation */
+	int line;
+};
+
+/* Splits the file's text into tokens up to the end of line `upto`;
+ * returns how many fit in t. Comments are skipped, strings are one token. */
+static size_t tokens(const struct cfg_ctx *c, int upto, struct tok *t, size_t max)
+{
+	const char *p = c->text, *end;
+	size_t n = 0;
+	int line = 1;
+
+	if (p == NULL || upto < 1 || (size_t)upto > c->nlines)
+		return 0;
+	end = p + c->line_end[upto - 1];
+	while (p < end && n < max) {
+		char ch = *p;
+
+		if (ch == '\n') {
+			line++;
+			p++;
+		} else if (ch == ' ' || ch == '\t' || ch == '\r') {
+			p++;
+		} else if (ch == '#' || (ch == '/' && p + 1 < end && p[1] == '/')) {
+			while (p < end && *p != '\n')
+				p++;
+		} else if (ch == '/' && p + 1 < end && p[1] == '*') {
+			for (p += 2; p + 1 < end && !(p[0] == '*' && p[1] == '/'); p++)
+				line += *p == '\n';
+			p += 2;
+		} else if (ch == '"') {
+			t[n++] = (struct tok){ '"', line };
+			for (p++; p < end && *p != '"'; p++) {
+				line += *p == '\n';
+				p += *p == '\\';
+			}
+			p++;
+		} else if ((ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.') {
+			t[n++] = (struct tok){ '0', line };
+			while (p < end && (cfg_name_char(*p) || *p == '+'))
+				p++;
+		} else if (cfg_name_char(ch) || ch == '*') {
+			t[n++] = (struct tok){ 'a', line };
+			while (p < end && (cfg_name_char(*p) || *p == '*'))
+				p++;
+		} else {
+			t[n++] = (struct tok){ ch, line };
+			p++;
+		}
+	}
+	return n;
+}
+
+/* A hint for libconfig's bare "syntax error" at line, when the cause is a
+ * common one; NULL when the tokens do not show it. */
+static const char *syntax_hint(const struct cfg_ctx *c, int line, char *buf, size_t len)
+{
+	struct tok *t = malloc(65536 * sizeof(*t)), open[64];
+	size_t n = t ? tokens(c, line, t, 65536) : 0, depth = 0;
+	const char *hint = NULL;
+
+	for (size_t i = 1; i < n && hint == NULL; i++) {
+		char a = t[i - 1].kind, b = t[i].kind;
+
+		if (t[i].line != line)
+			continue;
+		if (a == ',' && (b == ')' || b == ']')) {
+			snprintf(buf, len, "a comma before \"%c\": the last element of a list or array "
+				 "takes none", b);
+			hint = buf;
+		} else if (a == '}' && b == '{') {
+			hint = "a missing comma between two groups of a list: write \"}, {\"";
+		} else if (a == 'a' && (b == '0' || b == '"' || b == '[' || b == '(' || b == '{') &&
+			   (i < 2 || (t[i - 2].kind != '=' && t[i - 2].kind != ':'))) {
+			hint = "a missing \"=\" between a key and its value";
+		} else if ((a == '0' || a == '"') && (b == '0' || (a == '0' && b == '"'))) {
+			hint = "a missing semicolon between two settings (or comma between two elements)";
+		}
+	}
+	for (size_t i = 0; i < n && hint == NULL; i++) {
+		char k = t[i].kind;
+
+		if ((k == '(' || k == '[' || k == '{') && depth < 64)
+			open[depth++] = t[i];
+		else if ((k == ')' || k == ']' || k == '}') && depth > 0)
+			depth--;
+	}
+	if (hint == NULL && depth > 0 && (size_t)line >= c->nlines) {
+		snprintf(buf, len, "\"%c\" opened on line %d is never closed", open[depth - 1].kind,
+			 open[depth - 1].line);
+		hint = buf;
+	}
+	free(t);
+	return hint;
+}
+
+/* Reports what config_read_file found wrong. libconfig's own words are kept,
+ * with a hint when the cause is a common one, except for a duplicate key,
+ * which it reports without naming it. */
 static int syntax_error(struct cfg_ctx *c, const config_t *lc)
 {
-	const char *file = config_error_file(lc), *text = config_error_text(lc);
+	const char *file = config_error_file(lc), *text = config_error_text(lc), *hint = NULL;
 	int line = config_error_line(lc);
-	char key[64];
+	char key[64], buf[128];
 
+	if (text != NULL && strcmp(text, "syntax error") == 0 &&
+	    (file == NULL || strcmp(file, c->path) == 0))
+		hint = syntax_hint(c, line, buf, sizeof(buf));
+	if (hint != NULL)
+		return cfg_fail_at(c, file, line, -EINVAL, "syntax error: %s?", hint);
 	if (text == NULL || strcmp(text, "duplicate setting name") != 0)
 		return cfg_fail_at(c, file, line, -EINVAL, "%s", text ? text : "syntax error");
 	if ((file == NULL || strcmp(file, c->path) == 0) && duplicate_key(c, line, key, sizeof(key)))
@@ -404,7 +547,19 @@ static int syntax_error(struct cfg_ctx *c, const config_t *lc)
  * which *cfg is zeroed with nothing to free. */
 int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen)
 {
-	struct cfg_ctx c = { .path = path, .cfg = cfg, .err = err, .errlen = errlen };
+	return load_file(path, cfg, resolve, false, err, errlen);
+}
+
+/* See shim.h. */
+int cfg_load_all(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen)
+{
+	return load_file(path, cfg, resolve, true, err, errlen);
+}
+
+static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
+		size_t errlen)
+{
+	struct cfg_ctx c = { .path = path, .cfg = cfg, .err = err, .errlen = errlen, .all = all };
 	char msg[BS_ERRLEN];
 	struct matcher *m;
 	struct stat st;
@@ -467,12 +622,18 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 	snprintf(cfg->classes[0].name, sizeof(cfg->classes[0].name), "%s", "default");
 
 	rc = parse_root(&c, config_root_setting(&lc));
-	if (rc == 0)
+	/* In cfg_load_all mode the checks across compartments run even
+	 * after an error, to report theirs too. */
+	if (rc == 0 || cfg_go_on(&c, rc))
 		rc = cfg_check_duplicates(&c);
-	if (rc == 0)
+	if (rc == 0 || cfg_go_on(&c, rc))
 		rc = cfg_check_budget(&c);
-	if (rc == 0)
+	if (rc == 0 || cfg_go_on(&c, rc))
 		rc = cfg_check_pools(&c);
+	if (rc == 0 || cfg_go_on(&c, rc))
+		rc = check_sockets(&c);
+	if (rc == 0 && c.first_rc != 0)
+		rc = c.first_rc;
 	config_destroy(&lc);
 	if (rc == 0 && !c.has_sockets)
 		cfg->max_sockets = default_sockets(cfg);
@@ -515,6 +676,27 @@ bool cfg_wants_strict(const char *path)
 	}
 	config_destroy(&lc);
 	return strict;
+}
+
+/* See shim.h. A string "segment" that is a valid name wins; anything else
+ * (no file, a syntax error, a bad name) gives the default from the path. */
+void cfg_segment_of(const char *path, char *out, size_t outlen)
+{
+	const config_setting_t *s;
+	const char *name;
+	config_t lc;
+
+	cfg_default_segment(path, out, outlen);
+	if (path == NULL || path[0] == '\0')
+		return;
+	config_init(&lc);
+	if (config_read_file(&lc, path) &&
+	    (s = config_setting_get_member(config_root_setting(&lc), "segment")) != NULL &&
+	    (name = config_setting_get_string(s)) != NULL && name[0] != '\0' &&
+	    strlen(name) < BS_NAME_MAX && strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "abcdefghijklmnopqrstuvwxyz0123456789_.-") == strlen(name))
+		snprintf(out, outlen, "%s", name);
+	config_destroy(&lc);
 }
 
 /* Writes the base name of path without its extension into out, with each

@@ -298,6 +298,7 @@ static int parse_class_limits(struct cfg_ctx *c, const config_setting_t *s,
 		int type = config_setting_type(e);
 		size_t k = 0;
 		long long v;
+		int rc;
 
 		while (k < cfg->nclass && strcmp(cls, names[k]) != 0)
 			k++;
@@ -311,7 +312,8 @@ static int parse_class_limits(struct cfg_ctx *c, const config_setting_t *s,
 		if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
 			return cfg_fail(c, e, -EINVAL, "class limit %s of \"%s\" must be an integer, "
 					"not %s", cls, comp->name, cfg_type_name(type));
-		v = config_setting_get_int64(e);
+		if ((rc = cfg_get_int(c, e, &v)) < 0)
+			return rc;
 		if (v <= 0 || v > BS_MAX_LIMIT)
 			return cfg_fail(c, e, -EINVAL, "class limit %s of \"%s\" must be between 1 and "
 					"%d, not %lld", cls, comp->name, BS_MAX_LIMIT, v);
@@ -347,8 +349,9 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 	for (int i = 0; i < config_setting_length(g); i++) {
 		const config_setting_t *e = config_setting_get_elem(g, (unsigned)i);
 
-		if (!cfg_is_known(cfg_key_of(e), comp_keys))
-			return cfg_unknown_key(c, e, comp_keys, where);
+		if (!cfg_is_known(cfg_key_of(e), comp_keys) &&
+		    !cfg_go_on(c, rc = cfg_unknown_key(c, e, comp_keys, where)))
+			return rc;
 	}
 
 	if (s == NULL)
@@ -362,21 +365,24 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 					c->cfg->comp[i].line);
 	snprintf(comp->name, sizeof(comp->name), "%s", name);
 
-	if ((rc = parse_destinations(c, g, idx)) < 0)
+	/* Each step below that fails ends the compartment, or in
+	 * cfg_load_all mode lets the next step find its own errors. */
+	if ((rc = parse_destinations(c, g, idx)) < 0 && !cfg_go_on(c, rc))
 		return rc;
-
-	if ((rc = cfg_parse_comp_pool(c, g, comp)) < 0)
+	if ((rc = cfg_parse_comp_pool(c, g, comp)) < 0 && !cfg_go_on(c, rc))
 		return rc;
-	if ((rc = parse_limits(c, g, comp)) < 0 || (rc = parse_waiting(c, g, comp)) < 0)
+	if ((rc = parse_limits(c, g, comp)) < 0 && !cfg_go_on(c, rc))
+		return rc;
+	if ((rc = parse_waiting(c, g, comp)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 	if ((s = config_setting_get_member(g, "enforce")) != NULL &&
-	    (rc = cfg_get_bool(c, s, &comp->enforce)) < 0)
+	    (rc = cfg_get_bool(c, s, &comp->enforce)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 	s = config_setting_get_member(g, "class_limits");
-	if (s != NULL && (rc = parse_class_limits(c, s, comp)) < 0)
+	if (s != NULL && (rc = parse_class_limits(c, s, comp)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 	s = config_setting_get_member(g, "adaptive");
-	if (s != NULL && (rc = cfg_parse_adaptive(c, s, comp)) < 0)
+	if (s != NULL && (rc = cfg_parse_adaptive(c, s, comp)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 
 	s = config_setting_get_member(g, "errno");
@@ -389,6 +395,8 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 			return cfg_fail(c, s, -EINVAL,
 					"unknown errno \"%s\" (use ECONNREFUSED, EAGAIN, ETIMEDOUT, "
 					"EHOSTUNREACH or ENETUNREACH)", word);
+		if (comp->reject_errno == EAGAIN && comp->max_inflight != 0)
+			return cfg_fail(c, s, -EINVAL, "%s", cfg_eagain_spin);
 	}
 	return 0;
 }
@@ -414,7 +422,7 @@ int cfg_parse_compartments(struct cfg_ctx *c, const config_setting_t *s)
 	for (int i = 0; i < n; i++) {
 		int rc = parse_compartment(c, config_setting_get_elem(s, (unsigned)i), (size_t)i);
 
-		if (rc < 0)
+		if (rc < 0 && !cfg_go_on(c, rc))
 			return rc;
 		c->cfg->ncomp++;
 	}

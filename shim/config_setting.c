@@ -2,33 +2,58 @@
 #include "shim.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <libconfig.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static void vfail(struct cfg_ctx *c, const char *file, int line, const char *fmt, va_list ap)
+/* Writes "FILE:LINE: msg" (or "FILE: msg" when line is 0) at buf. */
+static void vfail_line(char *buf, size_t len, const char *name, int line, const char *msg)
 {
-	char msg[BS_ERRLEN];
-	const char *name = file ? file : c->path;
 	size_t n = strlen(name);
 
-	if (c->err == NULL || c->errlen == 0)
-		return;
-	vsnprintf(msg, sizeof(msg), fmt, ap);
 	/* A path too long to leave room for the reason is shown by its
 	 * end, which names the file; the reason is what must not be cut. */
 	if (n > 200) {
 		if (line > 0)
-			snprintf(c->err, c->errlen, "...%s:%d: %s", name + n - 200, line, msg);
+			snprintf(buf, len, "...%s:%d: %s", name + n - 200, line, msg);
 		else
-			snprintf(c->err, c->errlen, "...%s: %s", name + n - 200, msg);
+			snprintf(buf, len, "...%s: %s", name + n - 200, msg);
 		return;
 	}
 	if (line > 0)
-		snprintf(c->err, c->errlen, "%s:%d: %s", name, line, msg);
+		snprintf(buf, len, "%s:%d: %s", name, line, msg);
 	else
-		snprintf(c->err, c->errlen, "%s: %s", name, msg);
+		snprintf(buf, len, "%s: %s", name, msg);
+}
+
+static void vfail(struct cfg_ctx *c, const char *file, int line, const char *fmt, va_list ap)
+{
+	char msg[BS_ERRLEN];
+	size_t used = 0;
+
+	if (c->err == NULL || c->errlen == 0)
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	/* cfg_load_all: each error on a line of its own after the others. */
+	if (c->all && c->err[0] != '\0') {
+		used = strlen(c->err);
+		if (used + 2 >= c->errlen)
+			return;
+		c->err[used++] = '\n';
+	}
+	vfail_line(c->err + used, c->errlen - used, file ? file : c->path, line, msg);
+}
+
+/* See shim.h. */
+bool cfg_go_on(struct cfg_ctx *c, int rc)
+{
+	if (!c->all || rc == -ENOMEM)
+		return false;
+	if (c->first_rc == 0)
+		c->first_rc = rc;
+	return true;
 }
 
 /* Writes "FILE:LINE: message" (or "FILE: message" when line is 0) into the
@@ -160,8 +185,86 @@ bool cfg_is_known(const char *name, const char *const *known)
 	return false;
 }
 
-/* Reads integer setting s into *out. Returns 0, or -EINVAL with a message
- * when s is not an integer. */
+/* Parses the integer literal at p the way libconfig's scanner reads it
+ * (decimal, or hex after 0x; an optional L suffix), but into 64 bits with
+ * overflow detected. Returns 0, or -ERANGE, or -EINVAL if p is no literal. */
+static int literal_value(const char *p, const char *end, long long *out)
+{
+	bool neg = false, hex = false;
+	unsigned long long v = 0, max = (unsigned long long)LLONG_MAX;
+	int digits = 0, d;
+
+	if (p < end && (*p == '-' || *p == '+'))
+		neg = *p++ == '-';
+	if (end - p > 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+		hex = true;
+		p += 2;
+	}
+	for (; p < end; p++, digits++) {
+		if (*p >= '0' && *p <= '9')
+			d = *p - '0';
+		else if (hex && ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'f'))
+			d = (*p | 0x20) - 'a' + 10;
+		else
+			break;
+		if (v > (max + neg - (unsigned long long)d) / (hex ? 16 : 10))
+			return -ERANGE;
+		v = v * (hex ? 16 : 10) + (unsigned long long)d;
+	}
+	if (digits == 0)
+		return -EINVAL;
+	*out = neg ? (long long)(0 - v) : (long long)v;
+	return 0;
+}
+
+/*
+ * libconfig keeps an integer written without an L suffix in 32 bits and
+ * wraps it silently: 4294967297 arrives as 1. The value is read again from
+ * the file's text, at the setting's line: the occurrence of "key =" whose
+ * 32-bit wrap is what libconfig holds. Returns 0 with *out set (left alone
+ * when the text does not tell), or -ERANGE when the literal does not fit
+ * in 64 bits.
+ */
+static int whole_value(struct cfg_ctx *c, const config_setting_t *s, long long *out)
+{
+	const char *file = config_setting_source_file(s), *name = config_setting_name(s);
+	int line = config_setting_source_line(s);
+	size_t klen, start, end;
+
+	if (c->text == NULL || name == NULL || line < 1 || (size_t)line > c->nlines ||
+	    (file != NULL && strcmp(file, c->path) != 0))
+		return 0;
+	klen = strlen(name);
+	start = line > 1 ? c->line_end[line - 2] + 1 : 0;
+	end = c->line_end[line - 1];
+	for (size_t i = start; i + klen < end; i++) {
+		const char *p = c->text + i, *e = c->text + end;
+		long long v;
+		int rc;
+
+		if (memcmp(p, name, klen) != 0 || (i > start && cfg_name_char(p[-1])) ||
+		    cfg_name_char(p[klen]))
+			continue;
+		for (p += klen; p < e && (*p == ' ' || *p == '\t'); p++)
+			;
+		if (p == e || (*p != '=' && *p != ':'))
+			continue;
+		for (p++; p < e && (*p == ' ' || *p == '\t'); p++)
+			;
+		rc = literal_value(p, e, &v);
+		if (rc == -ERANGE)
+			return rc;
+		if (rc == 0 && (int32_t)(uint32_t)(unsigned long long)v == (int32_t)*out) {
+			*out = v;
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* Reads integer setting s into *out, whole (see whole_value). Returns 0,
+ * or -EINVAL with a message when s is not an integer or does not fit in
+ * 64 bits. */
 int cfg_get_int(struct cfg_ctx *c, const config_setting_t *s, long long *out)
 {
 	int type = config_setting_type(s);
@@ -170,6 +273,9 @@ int cfg_get_int(struct cfg_ctx *c, const config_setting_t *s, long long *out)
 		return cfg_fail(c, s, -EINVAL, "\"%s\" must be an integer, not %s", cfg_key_of(s),
 				cfg_type_name(type));
 	*out = config_setting_get_int64(s);
+	if (type == CONFIG_TYPE_INT && whole_value(c, s, out) < 0)
+		return cfg_fail(c, s, -EINVAL, "\"%s\" is too large (more than 64 bits)",
+				cfg_key_of(s));
 	return 0;
 }
 

@@ -175,11 +175,19 @@ shim_init(void)
 	if (r == -ENOENT) {
 		if (strict)
 			give_up(true, err);
-		bs_log(LOG_WARN, "no config file %s (set BULKSHIM_CONFIG); running without limits",
-		    path);
+		/* Once per process tree: a wrapper script's every child
+		 * would say it again. */
+		bs_format(msg, sizeof(msg), "noconfig:%s", path);
+		if (notice_once(msg))
+			bs_log(LOG_WARN, "no config file %s (set BULKSHIM_CONFIG); running without "
+			    "limits", path);
 		return;
 	}
 	if (r < 0) {
+		char seg[BS_NAME_MAX];
+
+		cfg_segment_of(path, seg, sizeof(seg));
+		notice_unprotected(seg, err);
 		give_up(strict || cfg_wants_strict(path), err);
 		return;
 	}
@@ -187,15 +195,23 @@ shim_init(void)
 	r = seg_attach(&shim.cfg, &shim.seg, err, sizeof(err));
 	if (r < 0) {
 		bs_format(msg, sizeof(msg), "%s: %s", shim.cfg.path, err);
+		notice_unprotected(shim.cfg.segment, msg);
+		/* Strict mode exits in give_up: the fix goes first then. */
+		if (r == -EACCES && strict)
+			notice_denied(&shim.cfg);
 		give_up(strict, msg);
+		if (r == -EACCES)
+			notice_denied(&shim.cfg);
 		return;
 	}
 	fdt_set_seq(&seg_header(shim.seg)->settings_seq);
 	m = build_matcher(&shim.cfg, err, sizeof(err));
 	if (m == NULL) {
+		notice_unprotected(shim.cfg.segment, err);
 		give_up(strict, err);
 		return;
 	}
+	notice_attached(&shim.cfg, shim.seg);
 	atomic_store(&shim.m, m);
 	atomic_store(&shim.gen, atomic_load(&seg_header(shim.seg)->generation));
 	shim.cls = find_class(&shim.cfg);

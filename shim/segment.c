@@ -209,6 +209,7 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	h->created_ms = now_real_ms();
 	bs_format(h->name, sizeof(h->name), "%s", cfg->segment);
 	bs_format(h->config_path, sizeof(h->config_path), "%s", cfg->path);
+	seg_note_config(h, cfg->path);
 	set_pointers(s);
 	h->nclass = (uint32_t)cfg->nclass;
 	for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
@@ -221,6 +222,44 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	pool_apply(s, cfg, s->cmap, true);
 	atomic_thread_fence(memory_order_release);
 	h->magic = SEG_MAGIC;
+}
+
+void
+seg_note_config(struct seg_header *h, const char *path)
+{
+	struct stat st;
+
+	h->config_dev = h->config_ino = 0;
+	if (path != NULL && stat(path, &st) == 0) {
+		h->config_dev = (uint64_t)st.st_dev;
+		h->config_ino = (uint64_t)st.st_ino;
+	}
+}
+
+/* The file's settings just replaced whatever `bulkshim set` had changed
+ * (the segment's live_set log): say so, since a `set --all enforce off`
+ * undone by a restart is no small thing, and start a new log. */
+static void
+forget_live_sets(struct seg *s, const struct bs_config *cfg, const char *name)
+{
+	char list[256];
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(s->h->live_set) && s->h->live_set[i] != '\0' &&
+	    n + 3 < sizeof(list); i++) {
+		if (s->h->live_set[i] != '\n') {
+			list[n++] = s->h->live_set[i];
+		} else if (i + 1 < sizeof(s->h->live_set) && s->h->live_set[i + 1] != '\0') {
+			list[n++] = ',';
+			list[n++] = ' ';
+		}
+	}
+	list[n] = '\0';
+	if (n == 0)
+		return;
+	bs_log(LOG_WARN, "segment /dev/shm%s: no process held it, so the settings of %s replace "
+	    "what `bulkshim set` had changed live: %s", name, cfg->path, list);
+	memset(s->h->live_set, 0, sizeof(s->h->live_set));
 }
 
 static bool
@@ -674,6 +713,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			for (size_t i = 0; i < cfg->ncomp; i++)
 				seg_apply_limits(&s->comp[s->cmap[i]], &cfg->comp[i]);
 			pool_apply(s, cfg, s->cmap, true);
+			forget_live_sets(s, cfg, name);
 		}
 	}
 	r = alloc_local(s);

@@ -186,10 +186,20 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 /* The segment name a config file gets when it names none: its base name
  * without the extension. */
 void cfg_default_segment(const char *path, char *out, size_t outlen);
+/* Why errno EAGAIN and max_inflight are refused together: a refused send
+ * answering EAGAIN on a blocking socket is retried at once, a busy loop. */
+extern const char cfg_eagain_spin[];
 /* Parses "ECONNREFUSED" etc.; returns the errno value or -EINVAL. */
 int cfg_errno_value(const char *name);
 const char *cfg_errno_name(int value);
 void cfg_free(struct bs_config *cfg);
+/* cfg_load, but err gets every error it finds, one "FILE:LINE: ..." per
+ * line (libconfig's syntax errors stop it at the first), for `check`. */
+int cfg_load_all(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen);
+/* The segment a config file names (its "segment" key, else the default
+ * from its name), even when the file has errors, so that a process that
+ * runs inert because of them can say so in the segment. */
+void cfg_segment_of(const char *path, char *out, size_t outlen);
 /* True if path parses and sets strict = true, so that a config with an error
  * elsewhere can still ask for strict mode. False on any doubt. */
 bool cfg_wants_strict(const char *path);
@@ -214,9 +224,12 @@ struct cfg_ctx {
 	bool has_sockets;
 	bool has_compartments;
 	const struct config_setting_t *budget;
+	const struct config_setting_t *sockets;	/* max_sockets, when set */
 	char *text;		/* the file, to place string elements */
 	size_t *line_end;	/* offset of the end of each line */
 	size_t nlines;
+	bool all;		/* report every error, not only the first (cfg_load_all) */
+	int first_rc;		/* the first error's code, when all */
 	int scan_line;		/* string_line(): where the last string found ends, */
 	size_t scan_off;	/* so a line of many strings is scanned once */
 };
@@ -226,6 +239,9 @@ int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const cha
 	__attribute__((format(printf, 5, 6)));
 int cfg_fail(struct cfg_ctx *c, const struct config_setting_t *s, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* After a failed step: in cfg_load_all mode keeps rc as the result and
+ * returns true (go on to find the next error); else returns false. */
+bool cfg_go_on(struct cfg_ctx *c, int rc);
 const char *cfg_type_name(int type);
 const char *cfg_key_of(const struct config_setting_t *s);
 const char *cfg_closest(const char *name, const char *const *known);
@@ -314,6 +330,17 @@ struct seg_header {
 	/* Layout version 3: the pools. */
 	uint32_t npools;
 	struct seg_pool pools[BS_MAX_POOLS];
+	/* Version 3 (issue 12): who attached, and who ran without limits. */
+	_Atomic uint64_t attaches;	/* processes that attached since creation */
+	_Atomic uint64_t unprotected;	/* processes that meant to attach and ran inert */
+	_Atomic uint64_t unprotected_ms;	/* CLOCK_REALTIME of the last one */
+	char unprotected_why[256];	/* its reason, NUL-terminated */
+	/* The config file that created the segment (or that `reload` last
+	 * applied), by identity, so that a second file is noticed. */
+	uint64_t config_dev, config_ino;
+	/* "COMP KEY\n" for each setting `bulkshim set` changed since the
+	 * last reload, so that reload can say which live changes it undoes. */
+	char live_set[2048];
 };
 
 /* Why a call was refused (or, in observe mode, would have been). */
@@ -562,6 +589,9 @@ void seg_settings_changed(struct seg *s);
 int seg_comp_index(const struct seg *s, size_t cfg_index);
 /* Counts the bits set in a process's bitmap row. */
 uint32_t seg_proc_held(const struct seg *s, uint32_t i);
+/* Records the identity (device, inode) of config file path in h, for the
+ * warning about two files on one segment; 0 when it cannot be read. */
+void seg_note_config(struct seg_header *h, const char *path);
 /* The shared-memory object name of a segment: "/bulkshim.<segment>". */
 void seg_shm_name(const char *segment, char *out, size_t len);
 /* Record rec's bitmap row: one bit per socket slot it holds. */
@@ -1021,5 +1051,18 @@ void shim_maybe_reload(void);
  * dlerror() set on failure, as dlopen). */
 void *deepbind_load(void *(*open)(void *ctx, const char *file, int mode), void *ctx,
     const char *file, int mode);
+/* ---- notice.c: start-up warnings, once per process tree ---- */
+
+/* True the first time key is seen in this process tree (the keys travel in
+ * BULKSHIM_NOTICED); constructor only, it calls setenv. */
+bool notice_once(const char *key);
+/* Counts a process that meant to attach to segment and runs inert, with
+ * why, in the segment if this process may write it; else does nothing. */
+void notice_unprotected(const char *segment, const char *why);
+/* After a segment refused this user: who owns it and the config lines that fix it. */
+void notice_denied(const struct bs_config *cfg);
+/* After an attach: counts it; warns (once per tree) when the segment's live
+ * limits differ from cfg's or it was set up from another config file. */
+void notice_attached(const struct bs_config *cfg, struct seg *s);
 
 #endif

@@ -37,10 +37,12 @@ cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *config = NULL, *old;
 	char lib[PATH_MAX], abs[PATH_MAX], *preload;
+	bool force = false;
 	int c;
 
 	optind = 1;
@@ -48,6 +50,9 @@ cmd_run(int argc, char **argv)
 		switch (c) {
 		case 'c':
 			config = optarg;
+			break;
+		case 'f':
+			force = true;
 			break;
 		case 'h':
 			return cli_help("run", stdout, 0);
@@ -71,6 +76,12 @@ cmd_run(int argc, char **argv)
 		}
 		setenv("BULKSHIM_CONFIG", abs, 1);
 	}
+	/* The library fails open; run is where a bad config is stopped. */
+	config = getenv("BULKSHIM_CONFIG");
+	if (run_check_config(config != NULL && *config != '\0' ? config : BS_DEFAULT_CONFIG) < 0)
+		return BS_EX_CONFIG;
+	if (run_check_program(argv[optind], force) < 0)
+		return BS_EX_CONFIG;
 	old = getenv("LD_PRELOAD");
 	if (old != NULL && *old != '\0' && strstr(old, lib) == NULL) {
 		/* Keep what was there first: a sanitizer runtime must stay
@@ -201,6 +212,10 @@ text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
 	}
 }
 
+/* `status --json` adds what host names resolve to now (not `serve`, whose
+ * scrapes must not wait for DNS). */
+static bool status_hosts;
+
 void
 cli_print_status(FILE *f, const struct seg *s, bool json)
 {
@@ -219,8 +234,12 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 	if (json) {
 		fputs("{\"segment\": ", f);
 		cli_json_string(f, h->name);
-		fprintf(f, ", \"processes\": %u, \"generation\": %u, \"compartments\": [", procs,
+		fprintf(f, ", \"processes\": %u, \"generation\": %u, ", procs,
 		    atomic_load(&seg_header(s)->generation));
+		cli_json_attach(f, s);
+		if (status_hosts)
+			cli_json_hosts(f, s);
+		fputs(", \"compartments\": [", f);
 		for (uint32_t i = 0; i < h->ncomp; i++) {
 			if (i)
 				fputs(", ", f);
@@ -232,8 +251,10 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		free(all);
 		return;
 	}
-	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits\n", h->name,
-	    h->name, procs, procs == 1 ? "" : "es");
+	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits now, "
+	    "%llu attached since it was created\n", h->name, h->name, procs, procs == 1 ? "" : "es",
+	    (unsigned long long)atomic_load(&h->attaches));
+	cli_print_unprotected(f, s);
 	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
 	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
 	for (uint32_t i = 0; i < h->ncomp; i++) {
@@ -279,6 +300,7 @@ cmd_status(int argc, char **argv)
 		return r;
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
+	status_hosts = true;
 	cli_print_status(stdout, s, json);
 	seg_close(s);
 	return 0;
@@ -302,6 +324,8 @@ static const struct {
 	{ "size", cmd_size },
 	{ "suggest", cmd_suggest },
 	{ "list", cmd_list },
+	{ "rm", cmd_rm },
+	{ "prune", cmd_prune },
 };
 
 int

@@ -161,6 +161,60 @@ void cli_reload_pools(struct seg *s, const struct bs_config *cfg, const int *cma
 
 /* `bulkshim check`: each pool's size, reserve, guarantees and shared part. */
 void cli_check_pools(const struct bs_config *cfg);
+/* ---- cli_attach.c ---- */
+
+/* Writes the keys "attached", "unprotected", "unprotected_last_ms",
+ * "unprotected_last" and "config" of s (no braces, no leading comma). */
+void cli_json_attach(FILE *f, const struct seg *s);
+/* A WARNING line when processes ran without limits; nothing otherwise. */
+void cli_print_unprotected(FILE *f, const struct seg *s);
+
+/* ---- run_check.c ---- */
+
+/* Prints cfg_load_all's errors, one "bulkshim: FILE:LINE: ..." line each
+ * (the text is cut at its newlines). */
+void cli_print_errors(char *errs);
+
+/* Loads path as the library would; prints every reason it would run the
+ * program without limits and returns -1, else 0. */
+int run_check_config(const char *path);
+/* Returns -1, after saying why, when the shim cannot see prog's calls
+ * (static, Go, setuid/setgid, file capabilities), unless force (then a
+ * warning and 0). 0 for a program it can see or cannot find. */
+int run_check_program(const char *prog, bool force);
+
+/* ---- live_diff.c ---- */
+
+/* Prints "  COMP KEY OLD -> NEW" for every setting that applying cfg (its
+ * compartment i being the segment's cmap[i]) would change in s, marking
+ * those a `bulkshim set` changed; returns how many. */
+size_t live_diff(const struct seg *s, const struct bs_config *cfg, const int *cmap);
+/* Notes in the segment that `bulkshim set` changed KEY of COMP. */
+void live_note_set(struct seg_header *h, const char *comp, const char *key);
+/* True if it did since the last reload. */
+bool live_was_set(const struct seg_header *h, const char *comp, const char *key);
+
+/* ---- cli_hosts.c ---- */
+
+#define CLI_HOST_ADDRS	16
+/* A host-name destination and what it resolves to now. */
+struct cli_host {
+	const char *comp, *host;
+	uint16_t port_lo, port_hi;
+	int line;
+	int error;		/* getaddrinfo's, EAI_NODATA for no address; 0 = resolved */
+	size_t naddr;
+	char addr[CLI_HOST_ADDRS][46];	/* INET6_ADDRSTRLEN */
+};
+/* Resolves every host-name destination of cfg (getaddrinfo, blocking) and
+ * calls fn for each; returns how many resolve to nothing. */
+size_t cli_resolve_hosts(const struct bs_config *cfg, void (*fn)(const struct cli_host *, void *),
+    void *arg);
+/* Why a host did not resolve, in words. */
+const char *cli_host_error(const struct cli_host *h);
+/* Writes ", \"hosts\": [...]" for the config the segment was last set up
+ * from (nothing in the array when it cannot be read). */
+void cli_json_hosts(FILE *f, const struct seg *s);
 
 /* ---- bulkshim.c ---- */
 
@@ -186,5 +240,7 @@ void cli_write_metrics(FILE *f, const struct seg *s);
 int cmd_watch(int argc, char **argv);	/* cmd_watch.c */
 int cmd_size(int argc, char **argv);	/* cmd_size.c */
 int cmd_suggest(int argc, char **argv);
+int cmd_rm(int argc, char **argv);	/* cmd_clean.c */
+int cmd_prune(int argc, char **argv);
 
 #endif

@@ -18,9 +18,13 @@ static const struct {
 	const char *synopsis;
 	const char *more;
 } commands[] = {
-	{ "run", "run [-c FILE] [--] COMMAND [ARG...]",
+	{ "run", "run [-c FILE] [--force] [--] COMMAND [ARG...]",
 	  "Runs COMMAND with libbulkshim.so preloaded and BULKSHIM_CONFIG set to FILE.\n"
-	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n" },
+	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n"
+	  "  --force    start a program the shim cannot see (static, Go, setuid, setgid, file\n"
+	  "             capabilities) anyway, with a warning\n"
+	  "Exit status 78 without starting COMMAND when the configuration is missing or not\n"
+	  "valid, or the shim cannot see COMMAND's calls; else COMMAND's own.\n" },
 	{ "status", "status [-c FILE | -s SEGMENT] [--json]",
 	  "Shows every compartment of a segment, HOT when at or above 80 % of a limit.\n"
 	  "  -c FILE      the segment that FILE names\n"
@@ -31,8 +35,10 @@ static const struct {
 	  "  -i SECONDS   refresh interval (default 1; fractions allowed)\n"
 	  "  -n COUNT     stop after COUNT refreshes\n"
 	  "  q quits. A pipe or TERM=dumb gets plain lines instead of escape codes.\n" },
-	{ "metrics", "metrics [-c FILE | -s SEGMENT]",
-	  "Prints the segment's counters in the Prometheus text exposition format.\n" },
+	{ "metrics", "metrics [-c FILE | -s SEGMENT] [--no-histograms] [--compartment PATTERN]...",
+	  "Prints the segment's counters in the Prometheus text exposition format.\n"
+	  "  --no-histograms          leave the latency histograms out (most of the lines)\n"
+	  "  --compartment PATTERN    only compartments matching the glob (repeatable)\n" },
 	{ "serve", "serve [-c FILE | -s SEGMENT] [--listen ADDR:PORT]",
 	  "Serves /metrics (Prometheus) and /status.json over HTTP until SIGTERM or SIGINT.\n"
 	  "  --listen ADDR:PORT   where to listen (default 127.0.0.1:9464; port 0 picks one)\n" },
@@ -40,16 +46,20 @@ static const struct {
 	  "Validates FILE exactly as the library does and prints the budget as bars.\n"
 	  "  -q   print nothing but errors\n"
 	  "Exit status: 0 valid, 1 not valid, 2 usage error.\n" },
-	{ "set", "set [-c FILE | -s SEGMENT] COMPARTMENT KEY VALUE",
+	{ "set", "set [-c FILE | -s SEGMENT] {COMPARTMENT | --all} KEY VALUE",
 	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
 	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
 	  "io_timeout_ms, errno, enforce (on or off), adaptive (off pins the adaptive limit,\n"
 	  "on resumes it), class.NAME (a class limit, 0 = none) or guaranteed (its share of\n"
 	  "its pool); for a pool, COMPARTMENT is the pool's name and KEY is size or reserved.\n"
-	  "KEY=VALUE works too.\n" },
-	{ "reload", "reload -c FILE [-s SEGMENT]",
+	  "KEY=VALUE works too.\n"
+	  "  --all   every compartment of the segment (`set --all enforce off`: the kill switch)\n"
+	  "errno EAGAIN is refused for a compartment with max_inflight (clients would spin).\n" },
+	{ "reload", "reload -c FILE [-s SEGMENT] [--dry-run]",
 	  "Applies an edited FILE to the live segment: limits at once, destinations at each\n"
-	  "running process's next connect. New compartments or classes need a restart.\n" },
+	  "running process's next connect. New compartments or classes need a restart.\n"
+	  "Prints every setting it changes, marking those that undo a live `bulkshim set`.\n"
+	  "  --dry-run   print what would change; change nothing\n" },
 	{ "reset", "reset [-c FILE | -s SEGMENT] [COMPARTMENT]",
 	  "Zeroes the counters (admitted, rejected, histograms, rates, peaks), not the permits.\n" },
 	{ "size", "size --rps R --latency L [--headroom H] [--retries K] [--json]",
@@ -58,11 +68,19 @@ static const struct {
 	  "  --latency L    latency: 0.25, 0.25s, 250ms or 250us\n"
 	  "  --headroom H   default 2\n"
 	  "  --retries K    retries per request, default 0\n" },
-	{ "suggest", "suggest [-c FILE | -s SEGMENT] [--json]",
+	{ "suggest", "suggest [-c FILE | -s SEGMENT] [--window SECONDS] [--json]",
 	  "Sizes each compartment from what the shim recorded: peak admission rate, p50/p99\n"
 	  "latency, Little's law with headroom 2, refusals, and a verdict.\n" },
 	{ "list", "list [--json]",
-	  "Lists the segments in /dev/shm: owner, size, live processes, compartments.\n" },
+	  "Lists the segments in /dev/shm: owner, size, live processes, compartments (the\n"
+	  "names that fit on the row, then their number; --json names every one).\n" },
+	{ "rm", "rm [--force] SEGMENT...",
+	  "Removes segments. One that live processes hold permits in is kept unless --force;\n"
+	  "a damaged one is removed (programs facing it would run without limits).\n" },
+	{ "prune", "prune [--older-than AGE] [--dry-run] [PATTERN...]",
+	  "Removes the segments (matching the globs) that no live process holds and that were\n"
+	  "created more than AGE ago (90s, 15m, 2h, 7d; default 1h), damaged ones included.\n"
+	  "  --dry-run   say what would be removed; remove nothing\n" },
 };
 
 int

@@ -11,6 +11,7 @@
 #include "cli.h"
 
 #define BAR_WIDTH 40
+#define COMP_COLUMN 24	/* room for compartment names in `list` */
 
 /* ---- check ---- */
 
@@ -93,6 +94,38 @@ print_budget(const struct bs_config *cfg)
 	}
 }
 
+/* One host-name destination: what it resolves to, or the error. */
+struct host_out {
+	const char *path;
+	bool quiet;
+};
+
+static void
+print_host(const struct cli_host *h, void *arg)
+{
+	const struct host_out *o = arg;
+	char ports[16];
+
+	if (h->port_lo == h->port_hi)
+		snprintf(ports, sizeof(ports), ":%u", h->port_lo);
+	else if (h->port_lo == 0 && h->port_hi == 65535)
+		ports[0] = '\0';
+	else
+		snprintf(ports, sizeof(ports), ":%u-%u", h->port_lo, h->port_hi);
+	if (h->error != 0) {
+		fprintf(stderr, "bulkshim: %s:%d: host \"%s\" of compartment \"%s\" resolves to "
+		    "nothing (%s): nothing is limited for it until the program's own lookup "
+		    "succeeds\n", o->path, h->line, h->host, h->comp, cli_host_error(h));
+		return;
+	}
+	if (o->quiet)
+		return;
+	printf("  host %s%s (%s) ->", h->host, ports, h->comp);
+	for (size_t k = 0; k < h->naddr; k++)
+		printf("%s %s", k ? "," : "", h->addr[k]);
+	putchar('\n');
+}
+
 int
 cmd_check(int argc, char **argv)
 {
@@ -102,7 +135,9 @@ cmd_check(int argc, char **argv)
 	};
 	struct bs_config cfg;
 	char err[BS_ERRLEN];
+	struct host_out out;
 	bool quiet = false;
+	size_t bad;
 	int c;
 
 	optind = 1;
@@ -119,15 +154,21 @@ cmd_check(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		return cli_help("check", stderr, 2);
-	/* Exactly what the library runs at start-up, host names included. */
-	if (cfg_load(argv[optind], &cfg, true, err, sizeof(err)) < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+	/* Exactly what the library runs at start-up, host names included,
+	 * but every error rather than the first. */
+	if (cfg_load_all(argv[optind], &cfg, true, err, sizeof(err)) < 0) {
+		cli_print_errors(err);
 		return 1;
 	}
 	if (!quiet)
 		print_budget(&cfg);
+	/* A name that resolves to nothing limits nothing until the program's
+	 * own lookup finds an address: an error, as the library would run. */
+	out.path = argv[optind];
+	out.quiet = quiet;
+	bad = cli_resolve_hosts(&cfg, print_host, &out);
 	cfg_free(&cfg);
-	return 0;
+	return bad ? 1 : 0;
 }
 
 /* ---- list ---- */
@@ -239,9 +280,18 @@ print_list(const struct seg_info *all, size_t n, bool json)
 			printf("%9s  invalid: %s\n", "-", si->reason);
 			continue;
 		}
+		/* The row stays one line: the names that fit, then how many
+		 * there are in all (--json lists every one). */
 		printf("%9u  ", si->processes);
-		for (uint32_t k = 0; k < si->ncomp; k++)
-			printf("%s%s", k ? "," : "", si->comps && si->comps[k] ? si->comps[k] : "?");
+		for (uint32_t k = 0, used = 0; k < si->ncomp; k++) {
+			const char *name = si->comps && si->comps[k] ? si->comps[k] : "?";
+
+			if (used + strlen(name) + 1 > COMP_COLUMN && si->ncomp > 1) {
+				printf(",... (%u)", si->ncomp);
+				break;
+			}
+			used += (uint32_t)printf("%s%s", k ? "," : "", name);
+		}
 		putchar('\n');
 	}
 }

@@ -50,16 +50,31 @@ find_class(const struct seg *s, const char *name)
 	return -1;
 }
 
-/* "no compartment "x" in segment s (it has a, b, c)" */
+/* "no compartment "x" in segment s (did you mean "y"?)": the closest name
+ * when one is close, the whole list only when it is short. */
 static void
 no_such_comp(const struct seg *s, const char *name)
 {
 	const struct seg_header *h = seg_header(s);
+	const char **names = calloc(h->ncomp + 1, sizeof(*names));
+	const char *best = NULL;
 
-	fprintf(stderr, "bulkshim: no compartment \"%s\" in segment %s (it has", name, h->name);
-	for (uint32_t i = 0; i < h->ncomp; i++)
-		fprintf(stderr, "%s %s", i ? "," : "", seg_comp(s, i)->name);
-	fprintf(stderr, ")\n");
+	for (uint32_t i = 0; names != NULL && i < h->ncomp; i++)
+		names[i] = seg_comp(s, i)->name;
+	if (names != NULL)
+		best = cfg_closest(name, names);
+	free(names);
+	fprintf(stderr, "bulkshim: no compartment \"%s\" in segment %s", name, h->name);
+	if (best != NULL) {
+		fprintf(stderr, " (did you mean \"%s\"?)\n", best);
+	} else if (h->ncomp <= 8) {
+		fprintf(stderr, " (it has");
+		for (uint32_t i = 0; i < h->ncomp; i++)
+			fprintf(stderr, "%s %s", i ? "," : "", seg_comp(s, i)->name);
+		fprintf(stderr, ")\n");
+	} else {
+		fprintf(stderr, " (it has %u; `bulkshim list %s` names them)\n", h->ncomp, h->name);
+	}
 }
 
 /* ---- set ---- */
@@ -206,6 +221,10 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 			    "ETIMEDOUT, EHOSTUNREACH or ENETUNREACH)\n", value);
 			return 1;
 		}
+		if (e == EAGAIN && atomic_load(&c->inflight_limit) != UINT32_MAX) {
+			fprintf(stderr, "bulkshim: %s: %s\n", c->name, cfg_eagain_spin);
+			return 1;
+		}
 		old = (uint32_t)atomic_exchange(&c->reject_errno, e);
 		printf("%s: %s errno %s -> %s\n", seg, c->name,
 		    cfg_errno_name((int)old) ? cfg_errno_name((int)old) : "?", value);
@@ -220,6 +239,10 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 			continue;
 		if (parse_range(key, value, keys[i].lo, keys[i].hi, &v) < 0)
 			return 1;
+		if (strcmp(key, "max_inflight") == 0 && atomic_load(&c->reject_errno) == EAGAIN) {
+			fprintf(stderr, "bulkshim: %s: %s\n", c->name, cfg_eagain_spin);
+			return 1;
+		}
 		word = (_Atomic uint32_t *)(void *)((char *)c + keys[i].off);
 		if (word == &c->limit && !cli_ceiling_ok(s, (uint32_t)(c - seg_comp(s, 0)), v))
 			return 1;
@@ -256,45 +279,64 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 	return 1;
 }
 
+/* Sets KEY on one compartment, or with --all on every one: the kill
+ * switch (`set --all enforce off`) when the bulkheads themselves are
+ * suspected. Each change is noted for `reload` to name. */
 int
 cmd_set(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "all", no_argument, NULL, 'a' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
 	char *key = NULL, *value = NULL, *eq;
+	bool all = false;
 	struct seg *s;
-	int c, i, r;
+	int c, i, r = 0;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
 		if (cli_target_opt(&t, c, optarg))
 			continue;
+		if (c == 'a') {
+			all = true;
+			continue;
+		}
 		if (c == 'h')
 			return cli_help("set", stdout, 0);
 		return cli_help("set", stderr, 2);
 	}
-	/* `set NAME KEY VALUE`, or `set NAME KEY=VALUE`. */
-	if (argc - optind == 2 && (eq = strchr(argv[optind + 1], '=')) != NULL) {
+	/* `set NAME KEY VALUE`, or `set NAME KEY=VALUE`; NAME is left out with --all. */
+	if (argc - optind == (all ? 1 : 2) && (eq = strchr(argv[argc - 1], '=')) != NULL) {
 		*eq = '\0';
-		key = argv[optind + 1];
+		key = argv[argc - 1];
 		value = eq + 1;
-	} else if (argc - optind == 3) {
-		key = argv[optind + 1];
-		value = argv[optind + 2];
+	} else if (argc - optind == (all ? 2 : 3)) {
+		key = argv[argc - 2];
+		value = argv[argc - 1];
 	}
 	if (key == NULL || (t.config != NULL && t.segment != NULL))
 		return cli_help("set", stderr, 2);
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
+	if (all) {
+		for (uint32_t k = 0; k < seg_header(s)->ncomp && r == 0; k++) {
+			r = apply_set(s, seg_comp(s, k), key, value);
+			if (r == 0)
+				live_note_set(seg_header(s), seg_comp(s, k)->name, key);
+		}
+		seg_settings_changed(s);
+		seg_close(s);
+		return r;
+	}
 	i = find_comp(s, argv[optind]);
-	if (i < 0 && cli_pool_key(argv[optind + 1])) {
+	if (i < 0 && cli_pool_key(key)) {
 		uint32_t v;
 
-		r = parse_range(argv[optind + 1], argv[optind + 2], 1, BS_MAX_LIMIT, &v) < 0 ? 1 :
-		    cli_set_pool(s, argv[optind], argv[optind + 1], v);
+		r = parse_range(key, value, 1, BS_MAX_LIMIT, &v) < 0 ? 1 :
+		    cli_set_pool(s, argv[optind], key, v);
 		seg_close(s);
 		return r;
 	}
@@ -304,6 +346,8 @@ cmd_set(int argc, char **argv)
 		return 1;
 	}
 	r = apply_set(s, seg_comp(s, (uint32_t)i), key, value);
+	if (r == 0)
+		live_note_set(seg_header(s), argv[optind], key);
 	seg_settings_changed(s);
 	seg_close(s);
 	return r;
@@ -344,17 +388,13 @@ map_comps(const struct seg *s, const struct bs_config *cfg, int *map)
 	return missing;
 }
 
-/* Writes the file's settings into the segment and says what changed. */
+/* Writes the file's settings into the segment (live_diff said what changes). */
 static void
 apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const int *kmap)
 {
-	const struct seg_header *h = seg_header(s);
-	char a[16], b[16];
-
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		struct seg_comp *c = seg_comp(s, (uint32_t)cmap[i]);
 		struct cfg_compartment cc = cfg->comp[i];
-		uint32_t lim = atomic_load(&c->limit), ilim = atomic_load(&c->inflight_limit);
 
 		/* The file numbers its classes in its own order; the segment
 		 * keeps the order it was created with. */
@@ -362,18 +402,18 @@ apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const 
 		for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
 			cc.class_limit[kmap[k]] = cfg->comp[i].class_limit[k];
 		seg_apply_limits(c, &cc);
-		if (atomic_load(&c->limit) != lim)
-			printf("  %s max_connections %s -> %s\n", c->name,
-			    cli_limit_text(lim, a, sizeof(a)),
-			    cli_limit_text(atomic_load(&c->limit), b, sizeof(b)));
-		if (atomic_load(&c->inflight_limit) != ilim)
-			printf("  %s max_inflight %s -> %s\n", c->name,
-			    cli_limit_text(ilim, a, sizeof(a)),
-			    cli_limit_text(atomic_load(&c->inflight_limit), b, sizeof(b)));
 		wake_all(&c->in_use);
 		wake_all(&c->inflight);
 	}
 	seg_settings_changed(s);
+}
+
+/* The segment's compartments the file does not name. */
+static void
+print_unnamed(const struct seg *s, const struct bs_config *cfg, const int *cmap)
+{
+	const struct seg_header *h = seg_header(s);
+
 	for (uint32_t j = 0; j < h->ncomp; j++) {
 		bool named = false;
 
@@ -390,10 +430,13 @@ cmd_reload(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "dry-run", no_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
 	int kmap[BS_MAX_CLASSES], *cmap = NULL, c, r = 1;
+	bool dry = false;
+	size_t n;
 	char abs[PATH_MAX], err[BS_ERRLEN];
 	struct seg_header *h;
 	struct bs_config cfg;
@@ -403,6 +446,10 @@ cmd_reload(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
 		if (cli_target_opt(&t, c, optarg))
 			continue;
+		if (c == 'n') {
+			dry = true;
+			continue;
+		}
 		if (c == 'h')
 			return cli_help("reload", stdout, 0);
 		return cli_help("reload", stderr, 2);
@@ -444,13 +491,26 @@ cmd_reload(int argc, char **argv)
 		    "process attached to it\n", abs, pool_mismatch(s, &cfg, cmap), h->name);
 		goto done;
 	}
-	printf("reloading %s into segment %s\n", abs, h->name);
+	printf("%s %s into segment %s\n", dry ? "would reload (dry run)" : "reloading", abs,
+	    h->name);
+	n = live_diff(s, &cfg, cmap);
+	if (n == 0)
+		printf("  no setting changes\n");
+	print_unnamed(s, &cfg, cmap);
+	if (dry) {
+		printf("dry run: nothing changed; without --dry-run, %zu setting%s change%s\n", n,
+		    n == 1 ? "" : "s", n == 1 ? "s" : "");
+		r = 0;
+		goto done;
+	}
 	apply_reload(s, &cfg, cmap, kmap);
+	memset(h->live_set, 0, sizeof(h->live_set));
 	cli_reload_pools(s, &cfg, cmap);
 	/* The path goes in before the generation moves: a process that sees
 	 * the new generation reads this path. */
 	memset(h->config_path, 0, sizeof(h->config_path));
 	memcpy(h->config_path, abs, strlen(abs));
+	seg_note_config(h, abs);
 	atomic_thread_fence(memory_order_release);
 	printf("generation %u: running processes rebuild their destinations at their next "
 	    "connect\n", atomic_fetch_add(&h->generation, 1) + 1);

@@ -1,4 +1,5 @@
 /* cmd_metrics.c - `bulkshim metrics`: a segment in the Prometheus text format. */
+#include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,37 +185,57 @@ by_reason(FILE *f, const char *name, const char *help, const char *seg,
 	}
 }
 
+/* `metrics --compartment PATTERN... --no-histograms`: what a scrape of
+ * 1,000 compartments can leave out. `serve` writes everything. */
+static struct {
+	char **patterns;
+	size_t npatterns;
+	bool no_histograms;
+} only;
+
+static bool
+wanted(const char *name)
+{
+	for (size_t k = 0; k < only.npatterns; k++)
+		if (fnmatch(only.patterns[k], name, 0) == 0)
+			return true;
+	return only.npatterns == 0;
+}
+
 void
 cli_write_metrics(FILE *f, const struct seg *s)
 {
 	const struct seg_header *h = seg_header(s);
 	struct cli_comp *all = calloc(h->ncomp, sizeof(*all));
 	const char *seg = h->name;
+	uint32_t n = 0;
 
 	if (all == NULL)
 		return;
-	for (uint32_t i = 0; i < h->ncomp; i++)
-		cli_read_comp(s, i, &all[i]);
+	for (uint32_t i = 0; i < h->ncomp; i++) {
+		cli_read_comp(s, i, &all[n]);
+		n += wanted(all[n].name);
+	}
 	family(f, "bulkshim_processes", "gauge", "Live processes attached to the segment.");
 	fputs("bulkshim_processes", f);
 	labels(f, seg, NULL, NULL, NULL);
 	fprintf(f, " %u\n", cli_live_processes(s));
 	for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++) {
 		family(f, simple[k].name, simple[k].type, simple[k].help);
-		for (uint32_t i = 0; i < h->ncomp; i++) {
+		for (uint32_t i = 0; i < n; i++) {
 			fputs(simple[k].name, f);
 			labels(f, seg, all[i].name, NULL, NULL);
 			simple_value(f, &all[i], simple[k].field);
 		}
 	}
 	by_reason(f, "bulkshim_rejections_total", "Calls refused, by reason.", seg, all,
-	    h->ncomp, false);
+	    n, false);
 	by_reason(f, "bulkshim_would_reject_total", "Calls observe mode let through that "
-	    "enforcing would have refused, by reason.", seg, all, h->ncomp, true);
-	cli_metrics_pools(f, s, all, h->ncomp);
+	    "enforcing would have refused, by reason.", seg, all, n, true);
+	cli_metrics_pools(f, s, all, n);
 	family(f, "bulkshim_timeouts_total", "counter", "Calls that gave up with ETIMEDOUT "
 	    "(connect_timeout_ms, io_timeout_ms).");
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		fputs("bulkshim_timeouts_total", f);
 		labels(f, seg, all[i].name, "kind", "connect");
 		fprintf(f, " %llu\n", (unsigned long long)all[i].connect_timeouts);
@@ -222,10 +243,12 @@ cli_write_metrics(FILE *f, const struct seg *s)
 		labels(f, seg, all[i].name, "kind", "io");
 		fprintf(f, " %llu\n", (unsigned long long)all[i].io_timeouts);
 	}
-	histogram(f, s, all, h->ncomp, H_CONNECT);
-	histogram(f, s, all, h->ncomp, H_REPLY);
-	histogram(f, s, all, h->ncomp, H_WAIT);
-	cli_adaptive_metrics(f, seg, all, h->ncomp, labels);
+	if (!only.no_histograms) {
+		histogram(f, s, all, n, H_CONNECT);
+		histogram(f, s, all, n, H_REPLY);
+		histogram(f, s, all, n, H_WAIT);
+	}
+	cli_adaptive_metrics(f, seg, all, n, labels);
 	free(all);
 }
 
@@ -234,6 +257,8 @@ cmd_metrics(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
+		{ "no-histograms", no_argument, NULL, 'H' },
+		{ "compartment", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
@@ -241,9 +266,20 @@ cmd_metrics(int argc, char **argv)
 	int c;
 
 	optind = 1;
+	only.patterns = calloc((size_t)argc, sizeof(*only.patterns));
+	if (only.patterns == NULL)
+		return 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
 		if (cli_target_opt(&t, c, optarg))
 			continue;
+		if (c == 'H') {
+			only.no_histograms = true;
+			continue;
+		}
+		if (c == 'C') {
+			only.patterns[only.npatterns++] = optarg;
+			continue;
+		}
 		if (c == 'h')
 			return cli_help("metrics", stdout, 0);
 		return cli_help("metrics", stderr, 2);

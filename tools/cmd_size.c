@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -182,8 +183,35 @@ bad:
 
 /* ---- suggest ---- */
 
+/*
+ * Requests in flight are sized from what they are, not from the connect
+ * rate: over a short window `suggest` watches the compartment and measures
+ * the requests begun per second (admitted, and refused or let past in
+ * observe mode), their mean reply time, and the most in flight at once.
+ * Little's law gives the concurrency the rate and latency imply; the
+ * demand is the larger of that and the peak seen (the lifetime peak of
+ * admitted requests included). N threads that each keep one request in
+ * flight show a peak of N, and N = rate x latency.
+ */
+struct window {
+	uint64_t begun, refused, replies, reply_us;	/* counters at the start */
+	uint32_t peak;		/* most in flight at once, overs included */
+};
+
+struct inflight_advice {
+	bool counted;		/* the compartment has max_inflight */
+	double seconds;		/* the window */
+	double rate;		/* requests begun per second, refused ones included */
+	double mean_us;		/* mean reply time in the window (else lifetime) */
+	uint32_t peak;
+	uint64_t little;	/* ceil(rate x mean) */
+	uint64_t demand;	/* max(peak, little) */
+	uint64_t refused;	/* refused in the window (enforcing) */
+};
+
 struct advice {
 	struct cli_comp c;
+	struct inflight_advice in;
 	uint64_t recent_rate;	/* highest admissions/s in the last BS_RATE_SECONDS s */
 	const char *source;	/* "reply", "connect" or NULL without samples */
 	uint64_t samples, p50_us, p99_us, suggested;
@@ -196,8 +224,81 @@ struct advice {
 	uint64_t guar, ceiling;
 };
 
+/* Requests refused for max_inflight. Those observe mode let past are
+ * counted in inflight_admitted already. */
+static uint64_t
+inflight_refusals(const struct cli_comp *c)
+{
+	return c->rejected_by[REASON_INFLIGHT_FULL];
+}
+
+/* Counters of compartment i at the start of a window. */
 static void
-advise(const struct seg *s, uint32_t i, struct advice *a)
+window_start(const struct seg *s, uint32_t i, struct window *w)
+{
+	struct seg_comp *sc = seg_comp(s, i);
+	struct cli_comp c;
+
+	cli_read_comp(s, i, &c);
+	w->begun = c.inflight_admitted;
+	w->refused = inflight_refusals(&c);
+	w->replies = atomic_load(&sc->h_reply.count);
+	w->reply_us = atomic_load(&sc->h_reply.sum_us);
+	w->peak = c.inflight;	/* cli_read_comp counts the overs in */
+}
+
+/* Watches every compartment with max_inflight for `seconds`, sampling how
+ * many requests are in flight every 10 ms. */
+static void
+watch_window(const struct seg *s, struct window *w, double seconds)
+{
+	uint64_t end = now_mono_ms() + (uint64_t)(seconds * 1000);
+	uint32_t n = seg_header(s)->ncomp;
+
+	for (uint32_t i = 0; i < n; i++)
+		window_start(s, i, &w[i]);
+	while (now_mono_ms() < end) {
+		struct timespec ts = { 0, 10 * 1000000L };
+
+		nanosleep(&ts, NULL);
+		for (uint32_t i = 0; i < n; i++) {
+			struct seg_comp *sc = seg_comp(s, i);
+			uint32_t now = atomic_load(&sc->inflight) + atomic_load(&sc->inflight_over);
+
+			if (now > w[i].peak)
+				w[i].peak = now;
+		}
+	}
+}
+
+/* The in-flight half of the advice, from the window w (NULL: none). */
+static void
+advise_inflight(const struct seg *s, uint32_t i, const struct window *w, double seconds,
+    struct advice *a)
+{
+	struct seg_comp *sc = seg_comp(s, i);
+	struct inflight_advice *in = &a->in;
+	uint64_t replies = atomic_load(&sc->h_reply.count), sum = atomic_load(&sc->h_reply.sum_us);
+
+	in->counted = a->c.inflight_limit != UINT32_MAX;
+	if (!in->counted || w == NULL || seconds <= 0)
+		return;
+	in->seconds = seconds;
+	in->refused = inflight_refusals(&a->c) - w->refused;
+	in->rate = (double)(a->c.inflight_admitted - w->begun + in->refused) / seconds;
+	if (replies > w->replies)
+		in->mean_us = (double)(sum - w->reply_us) / (double)(replies - w->replies);
+	else if (replies > 0)
+		in->mean_us = (double)sum / (double)replies;
+	in->peak = w->peak > a->c.inflight_peak ? w->peak : a->c.inflight_peak;
+	/* Rounded, not ceil: it estimates a mean, and the window's edges
+	 * make the rate a little off either way. The peak bounds it below. */
+	in->little = (uint64_t)(in->rate * in->mean_us / 1e6 + 0.5);
+	in->demand = in->little > in->peak ? in->little : in->peak;
+}
+
+static void
+advise(const struct seg *s, uint32_t i, const struct window *w, double seconds, struct advice *a)
 {
 	struct seg_comp *sc = seg_comp(s, i);
 	uint64_t now = (now_mono_ms() / 1000) & 0xffffffff;
@@ -232,11 +333,24 @@ advise(const struct seg *s, uint32_t i, struct advice *a)
 		if (r != REASON_NO_SLOT)
 			a->refused += a->c.rejected_by[r] + a->c.would_reject[r];
 	}
+	advise_inflight(s, i, w, seconds, a);
 	a->guar = (uint64_t)(((u128)a->c.peak_rate * a->p50_us * 2 + 999999) / 1000000);
 	a->ceiling = a->suggested > a->c.peak ? a->suggested : a->c.peak;
 	if (a->guar > a->ceiling)
 		a->guar = a->ceiling;
-	if (a->c.peak_rate == 0 || a->source == NULL)
+	/* A compartment that counts only requests in flight is judged by
+	 * them, not by its connect rate. */
+	if (a->c.limit == UINT32_MAX && a->in.counted) {
+		a->suggested = a->in.demand;
+		if (a->in.rate == 0 && a->in.peak == 0)
+			a->verdict = "no data";
+		else if (a->refused > 0 && a->suggested > a->limit)
+			a->verdict = "too small";
+		else if (a->suggested * 2 < a->limit && a->refused == 0)
+			a->verdict = "too large";
+		else
+			a->verdict = "fits";
+	} else if (a->c.peak_rate == 0 || a->source == NULL)
 		a->verdict = "no data";
 	else if (a->limit == UINT32_MAX)
 		a->verdict = "no limit";
@@ -265,7 +379,18 @@ print_advice(const struct advice *a)
 	printf("  %-20s %llu/s (highest in the last %d s: %llu/s)\n", "peak admission rate",
 	    (unsigned long long)a->c.peak_rate, BS_RATE_SECONDS,
 	    (unsigned long long)a->recent_rate);
-	if (a->source == NULL) {
+	if (a->in.counted && a->in.seconds > 0) {
+		printf("  %-20s %.1f/s over %g s (%llu refused), mean reply %.6f s, peak %u in "
+		    "flight\n", "requests", a->in.rate, a->in.seconds,
+		    (unsigned long long)a->in.refused, a->in.mean_us / 1e6, a->in.peak);
+		printf("  %-20s %.1f/s \u00d7 %.6f s = %llu in flight; demand max(peak %u, "
+		    "%llu) = %llu\n", "Little's law", a->in.rate, a->in.mean_us / 1e6,
+		    (unsigned long long)a->in.little, a->in.peak, (unsigned long long)a->in.little,
+		    (unsigned long long)a->in.demand);
+	}
+	if (a->c.limit == UINT32_MAX && a->in.counted) {
+		/* The connect-rate formula says nothing of requests. */
+	} else if (a->source == NULL) {
 		printf("  %-20s no samples yet\n", "latency");
 	} else {
 		printf("  %-20s p50 <= %s s, p99 <= %s s (%s, %llu sample%s)\n", "latency", p50,
@@ -324,22 +449,60 @@ json_advice(const struct advice *a)
 		printf(", \"pool\": \"%s\", \"suggested_guaranteed\": %llu, \"suggested_ceiling\": "
 		    "%llu", a->c.pool_name, (unsigned long long)a->guar,
 		    (unsigned long long)a->ceiling);
-	fputc('}', stdout);
+	if (a->in.counted && a->in.seconds > 0)
+		printf(", \"inflight\": {\"window_s\": %g, \"rate\": %.3f, \"mean_reply_s\": %.6f, "
+		    "\"peak\": %u, \"little\": %llu, \"demand\": %llu, \"refused\": %llu}",
+		    a->in.seconds, a->in.rate, a->in.mean_us / 1e6, a->in.peak,
+		    (unsigned long long)a->in.little, (unsigned long long)a->in.demand,
+		    (unsigned long long)a->in.refused);
+	putchar('}');
 }
 
 int
 cmd_suggest(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "window", required_argument, NULL, 'w' },
+		{ NULL, 0, NULL, 0 },
+	};
 	struct cli_target t = { NULL, NULL };
+	struct window *w = NULL;
+	double seconds = 1.0;
 	struct advice a;
 	struct seg *s;
-	bool json = false;
-	int r;
+	bool json = false, any = false;
+	char *end;
+	int c;
 
-	if ((r = cli_parse_view(argc, argv, "suggest", &t, &json)) >= 0)
-		return r;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+		if (cli_target_opt(&t, c, optarg))
+			continue;
+		if (c == 'j') {
+			json = true;
+		} else if (c == 'w') {
+			seconds = strtod(optarg, &end);
+			if (*end != '\0' || end == optarg || !(seconds >= 0 && seconds <= 600)) {
+				fprintf(stderr, "bulkshim: --window wants seconds from 0 to 600, not "
+				    "\"%s\"\n", optarg);
+				return 2;
+			}
+		} else if (c == 'h') {
+			return cli_help("suggest", stdout, 0);
+		} else {
+			return cli_help("suggest", stderr, 2);
+		}
+	}
+	if (optind != argc || (t.config != NULL && t.segment != NULL))
+		return cli_help("suggest", stderr, 2);
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
+	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++)
+		any = any || atomic_load(&seg_comp(s, i)->inflight_limit) != UINT32_MAX;
+	if (any && seconds > 0 && (w = calloc(seg_header(s)->ncomp, sizeof(*w))) != NULL)
+		watch_window(s, w, seconds);
 	if (json) {
 		fputs("{\"segment\": ", stdout);
 		cli_json_string(stdout, seg_header(s)->name);
@@ -350,7 +513,7 @@ cmd_suggest(int argc, char **argv)
 		    "buckets)\n", seg_header(s)->name);
 	}
 	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++) {
-		advise(s, i, &a);
+		advise(s, i, w != NULL ? &w[i] : NULL, seconds, &a);
 		if (json) {
 			if (i)
 				fputs(", ", stdout);
@@ -361,6 +524,7 @@ cmd_suggest(int argc, char **argv)
 	}
 	if (json)
 		fputs("]}\n", stdout);
+	free(w);
 	seg_close(s);
 	return 0;
 }

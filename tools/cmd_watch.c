@@ -24,9 +24,18 @@
 #define PLAIN_COLUMNS	80
 #define NAME_MIN	11
 #define NAME_MAX_SHOWN	24
-#define COUNT_WIDTH	13
+#define NAME_FLOOR	8	/* names are cut to this before bars vanish */
+#define COUNT_WIDTH	9	/* "1000/1000" */
+#define BAR_MIN		4
+#define BAR_MAX		30
+/* What a row takes besides its name and two bars: " FLG [" "] COUNT" twice,
+ * then waiting and the rate (see row()). */
+#define ROW_FIXED	(1 + 3 + 2 * (4 + COUNT_WIDTH) + 16)
+#define HEAD_LINES	3	/* title, segment, column names */
 
 static volatile sig_atomic_t got_stop, got_suspend;
+/* The first row shown when the compartments do not fit the screen. */
+static long scroll_top;
 
 static struct termios saved_tty;
 static bool tty_raw, alt_screen;
@@ -138,14 +147,47 @@ refused(const struct cli_comp *c)
 	return n;
 }
 
-static int
-hot_first(const void *a, const void *b)
-{
-	const struct cli_comp *x = a, *y = b;
+/* How busy a compartment is, for the order of the rows: refusals per
+ * second since the last frame (-1 before there is one), then how full its
+ * fuller limit is. */
+struct busy {
+	const struct cli_comp *c;
+	double rate;
+	double fill;
+};
 
-	if (x->hot != y->hot)
-		return x->hot ? -1 : 1;
-	return x->index < y->index ? -1 : x->index > y->index;
+static double
+fill_of(uint32_t used, uint32_t limit)
+{
+	return limit == UINT32_MAX || limit == 0 ? 0.0 : (double)used / (double)limit;
+}
+
+/* HOT first, then the busiest, then the segment's order. */
+static int
+busiest_first(const void *a, const void *b)
+{
+	const struct busy *x = a, *y = b;
+
+	if (x->c->hot != y->c->hot)
+		return x->c->hot ? -1 : 1;
+	if (x->rate != y->rate)
+		return x->rate > y->rate ? -1 : 1;
+	if (x->fill != y->fill)
+		return x->fill > y->fill ? -1 : 1;
+	if (x->c->waiting != y->c->waiting)
+		return x->c->waiting > y->c->waiting ? -1 : 1;
+	return x->c->index < y->c->index ? -1 : x->c->index > y->c->index;
+}
+
+/* The terminal's rows, 0 when not a terminal (then every row is printed). */
+static int
+lines(bool ansi)
+{
+	struct winsize ws;
+
+	if (ansi && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0)
+		return ws.ws_row;
+	return 0;
 }
 
 static int
@@ -158,24 +200,28 @@ columns(bool ansi)
 	return PLAIN_COLUMNS;
 }
 
-/* The rate of refusals since the previous frame, as text. */
-static void
-rate_text(struct view *v, const struct cli_comp *c, uint64_t now, char *buf, size_t len)
+/* Refusals per second since the previous frame; -1 when unknown. The
+ * previous frame's list is in the same order as the segment, so the same
+ * index is tried first. */
+static double
+rate_of(const struct view *v, const struct cli_comp *c, uint64_t now)
 {
-	snprintf(buf, len, "-");
-	for (size_t i = 0; i < v->nprev && v->prev_ms != 0 && now > v->prev_ms; i++) {
+	for (size_t k = 0; k < v->nprev && v->prev_ms != 0 && now > v->prev_ms; k++) {
+		size_t i = (c->index + k) % v->nprev;
+
 		if (strcmp(v->prev[i].name, c->name) != 0)
 			continue;
-		if (refused(c) >= v->prev[i].refused)
-			snprintf(buf, len, "%.1f", (double)(refused(c) - v->prev[i].refused) * 1000.0 /
-			    (double)(now - v->prev_ms));
-		return;
+		if (refused(c) < v->prev[i].refused)
+			return -1;
+		return (double)(refused(c) - v->prev[i].refused) * 1000.0 / (double)(now - v->prev_ms);
 	}
+	return -1;
 }
 
 static void
-row(FILE *f, struct view *v, const struct cli_comp *c, int namew, size_t bw, uint64_t now)
+row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
 {
+	const struct cli_comp *c = b->c;
 	char bar1[64], bar2[64], n1[32], n2[32], lim[16], rate[32];
 	const char *flag = c->hot ? "HOT" : c->enforce ? "" : "obs";
 
@@ -184,14 +230,17 @@ row(FILE *f, struct view *v, const struct cli_comp *c, int namew, size_t bw, uin
 	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->limit, lim, sizeof(lim)));
 	snprintf(n2, sizeof(n2), "%u/%s", c->inflight,
 	    cli_limit_text(c->inflight_limit, lim, sizeof(lim)));
-	rate_text(v, c, now, rate, sizeof(rate));
+	if (b->rate < 0)
+		snprintf(rate, sizeof(rate), "-");
+	else
+		snprintf(rate, sizeof(rate), b->rate < 1000 ? "%.1f" : "%.0f", b->rate);
 	fprintf(f, "%-*.*s ", namew, namew, c->name);
 	if (v->ansi && c->hot)
 		fprintf(f, "\033[1;31m%-3s\033[0m", flag);
 	else
 		fprintf(f, "%-3s", flag);
-	fprintf(f, " [%s] %-*s [%s] %-*s %7u %7s%s\n", bar1, COUNT_WIDTH, n1, bar2, COUNT_WIDTH, n2,
-	    c->waiting, rate, v->ansi ? "\033[K" : "");
+	fprintf(f, " [%s] %-*.*s [%s] %-*.*s %7u %7.7s%s\n", bar1, COUNT_WIDTH, COUNT_WIDTH, n1, bar2,
+	    COUNT_WIDTH, COUNT_WIDTH, n2, c->waiting, rate, v->ansi ? "\033[K" : "");
 }
 
 /* Remembers this frame's counts for the next frame's rates. */
@@ -217,11 +266,16 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 	const struct seg_header *h = seg_header(s);
 	uint32_t n = h->ncomp, procs = cli_live_processes(s);
 	struct cli_comp *all = calloc(n, sizeof(*all));
-	int namew = NAME_MIN, fixed, avail;
+	struct busy *order = calloc(n ? n : 1, sizeof(*order));
+	int namew = NAME_MIN, cols = columns(v->ansi), room = lines(v->ansi), avail;
+	long shown, top;
 	size_t bw;
 
-	if (all == NULL)
+	if (all == NULL || order == NULL) {
+		free(all);
+		free(order);
 		return;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		cli_read_comp(s, i, &all[i]);
 		if ((int)strlen(all[i].name) > namew)
@@ -229,22 +283,49 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 	}
 	if (namew > NAME_MAX_SHOWN)
 		namew = NAME_MAX_SHOWN;
-	/* Two bars share what the name, counts and numbers leave. */
-	fixed = namew + 4 + 2 * (3 + 1 + COUNT_WIDTH) + 16;
-	avail = (columns(v->ansi) - fixed) / 2;
-	bw = avail < 8 ? 8 : avail > 30 ? 30 : (size_t)avail;
-	fprintf(f, "segment %s, %u process%s attached%s\n", h->name, procs,
+	/* Every row fits the width: two bars share what the rest leaves,
+	 * and names are cut before the bars go below BAR_MIN. */
+	if (namew + ROW_FIXED + 2 * BAR_MIN > cols)
+		namew = cols - ROW_FIXED - 2 * BAR_MIN;
+	if (namew < NAME_FLOOR)
+		namew = NAME_FLOOR;
+	avail = (cols - namew - ROW_FIXED) / 2;
+	bw = avail < BAR_MIN ? BAR_MIN : avail > BAR_MAX ? BAR_MAX : (size_t)avail;
+	fprintf(f, "segment %s, %u process%s holding permits%s\n", h->name, procs,
 	    procs == 1 ? "" : "es", v->ansi ? "\033[K" : "");
 	fprintf(f, "%-*s %-3s %-*s %-*s %7s %7s%s\n", namew, "COMPARTMENT", "", (int)bw + 3 +
 	    COUNT_WIDTH, "CONNECTIONS", (int)bw + 3 + COUNT_WIDTH, "IN FLIGHT", "WAITING",
 	    "REJ/S", v->ansi ? "\033[K" : "");
-	qsort(all, n, sizeof(*all), hot_first);
 	for (uint32_t i = 0; i < n; i++) {
-		row(f, v, &all[i], namew, bw, now);
-		cli_adaptive_watch(f, &all[i], v->ansi);
+		order[i].c = &all[i];
+		order[i].rate = rate_of(v, &all[i], now);
+		order[i].fill = fill_of(all[i].in_use, all[i].limit);
+		if (fill_of(all[i].inflight, all[i].inflight_limit) > order[i].fill)
+			order[i].fill = fill_of(all[i].inflight, all[i].inflight_limit);
 	}
-	remember(v, all, n, now);
+	qsort(order, n, sizeof(*order), busiest_first);
+	/* More rows than the screen: the busiest first, a page at a time,
+	 * with the last line saying what is not shown. */
+	shown = room > 0 ? room - HEAD_LINES - 1 : (long)n;
+	if (shown < 1)
+		shown = 1;
+	top = (long)n > shown ? scroll_top : 0;
+	if (top > (long)n - shown)
+		top = (long)n - shown;
+	if (top < 0)
+		top = 0;
+	scroll_top = top;
+	for (long i = top; i < (long)n && i < top + shown; i++) {
+		row(f, v, &order[i], namew, bw);
+		cli_adaptive_watch(f, order[i].c, v->ansi);
+	}
 	cli_text_pools(f, s, v->ansi ? "\033[K" : "");
+	if ((long)n > shown)
+		/* The screen's last line: no newline, or the screen scrolls. */
+		fprintf(f, "rows %ld-%ld of %u, busiest first; j/k, space/b scroll%s", top + 1,
+		    top + shown < (long)n ? top + shown : (long)n, n, v->ansi ? "\033[K" : "\n");
+	remember(v, all, n, now);
+	free(order);
 	free(all);
 }
 
@@ -271,6 +352,7 @@ frame(struct view *v)
 	time_t t = time(NULL);
 	struct seg *s;
 	FILE *f = open_memstream(&buf, &len);
+	int r;
 
 	if (f == NULL)
 		return;
@@ -280,9 +362,14 @@ frame(struct view *v)
 		    when, v->interval);
 	else
 		fprintf(f, "%s ", when);
-	if (open_quiet(v->segment, &s, err, sizeof(err)) == 0) {
+	r = open_quiet(v->segment, &s, err, sizeof(err));
+	if (r == 0) {
 		frame_body(f, v, s, now);
 		seg_close(s);
+	} else if (r == -ENOENT) {
+		fprintf(f, "waiting for segment %s: no program has attached to it yet%s\n",
+		    v->segment, v->ansi ? "\033[K" : "");
+		v->prev_ms = 0;
 	} else {
 		fprintf(f, "%s%s\n", err, v->ansi ? "\033[K" : "");
 		v->prev_ms = 0;
@@ -301,7 +388,7 @@ frame(struct view *v)
 
 /* Waits up to ms for a key; true when it is time to quit. */
 static bool
-wait_key(int ms, bool *use_stdin, const sigset_t *during_poll)
+wait_key(int ms, bool *use_stdin, const sigset_t *during_poll, bool *redraw)
 {
 	struct pollfd pf = { STDIN_FILENO, POLLIN, 0 };
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
@@ -316,6 +403,24 @@ wait_key(int ms, bool *use_stdin, const sigset_t *during_poll)
 		*use_stdin = false;
 		return false;
 	}
+	for (ssize_t i = 0; i < n; i++) {
+		long page = lines(true) > HEAD_LINES + 2 ? lines(true) - HEAD_LINES - 1 : 1;
+
+		/* The arrows arrive as ESC [ A and ESC [ B. */
+		if (keys[i] == 'j' || (keys[i] == 'B' && i >= 2 && keys[i - 1] == '['))
+			scroll_top++;
+		else if (keys[i] == 'k' || (keys[i] == 'A' && i >= 2 && keys[i - 1] == '['))
+			scroll_top--;
+		else if (keys[i] == ' ')
+			scroll_top += page;
+		else if (keys[i] == 'b')
+			scroll_top -= page;
+		else if (keys[i] == 'g')
+			scroll_top = 0;
+	}
+	if (scroll_top < 0)
+		scroll_top = 0;
+	*redraw = true;
 	return memchr(keys, 'q', (size_t)n) != NULL || memchr(keys, 'Q', (size_t)n) != NULL;
 }
 
@@ -377,11 +482,15 @@ cmd_watch(int argc, char **argv)
 		return cli_help("watch", stderr, 2);
 	if (cli_segment_name(&t, name, sizeof(name)) < 0)
 		return 1;
-	if (open_quiet(name, &s, err, sizeof(err)) < 0) {
+	/* A segment not created yet is waited for, as `serve` does; any
+	 * other reason not to open it is an error now. */
+	c = open_quiet(name, &s, err, sizeof(err));
+	if (c < 0 && c != -ENOENT) {
 		fprintf(stderr, "bulkshim: %s\n", err);
 		return 1;
 	}
-	seg_close(s);
+	if (c == 0)
+		seg_close(s);
 	v.segment = name;
 	v.ansi = isatty(STDOUT_FILENO) && term != NULL && *term != '\0' &&
 	    strcmp(term, "dumb") != 0;
@@ -391,6 +500,7 @@ cmd_watch(int argc, char **argv)
 	catch_signals(&during_poll);
 	screen_enter(v.ansi, use_tty);
 	while (!got_stop) {
+		bool redraw = false;
 		uint64_t next;
 
 		frame(&v);
@@ -402,8 +512,13 @@ cmd_watch(int argc, char **argv)
 
 			if (got_stop || now >= next)
 				break;
-			if (wait_key((int)(next - now), &use_stdin, &during_poll)) {
+			if (wait_key((int)(next - now), &use_stdin, &during_poll, &redraw)) {
 				got_stop = SIGTERM;
+				break;
+			}
+			if (redraw) {
+				/* A scroll key: show the new page now, not at
+				 * the next refresh. */
 				break;
 			}
 			if (got_suspend) {

@@ -102,6 +102,9 @@ HEADER = Layout("seg_header", [
     ("name", "s", NAME_MAX), ("config_path", "s", PATH_MAX),
     ("class_name", "s", MAX_CLASSES * CLASS_NAME_MAX), ("nclass", "I"), ("settings_seq", "I"),
     ("npools", "I"), ("pools", POOL, MAX_POOLS),
+    ("attaches", "Q"), ("unprotected", "Q"), ("unprotected_ms", "Q"),
+    ("unprotected_why", "s", 256), ("config_dev", "Q"), ("config_ino", "Q"),
+    ("live_set", "s", 2048),
 ])
 
 HIST = Layout("seg_hist", [("bucket", "Q", HIST_BUCKETS), ("count", "Q"), ("sum_us", "Q")])

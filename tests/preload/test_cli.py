@@ -175,11 +175,13 @@ def test_set_enforce_off_observes_and_errno_and_timeouts_are_live():
     c = shim.expect("x", enforce=False, in_use=2, over=1)
     assert c["would_reject"]["full"] == 1, json.dumps(c)
     cli_ok("set", "-s", shim.segment, "x", "enforce", "on")
+    # EAGAIN cannot go with max_inflight (a spin): back to ECONNREFUSED first.
     for key, value in (("max_wait_ms", "250"), ("max_waiting", "3"), ("connect_timeout_ms", "900"),
-                       ("io_timeout_ms", "1200"), ("max_inflight", "7")):
+                       ("io_timeout_ms", "1200"), ("errno", "ECONNREFUSED"),
+                       ("max_inflight", "7")):
         cli_ok("set", "-s", shim.segment, "x", key, value)
     shim.expect("x", enforce=True, max_wait_ms=250, max_waiting=3, connect_timeout_ms=900,
-                io_timeout_ms=1200, inflight_limit=7, errno="EAGAIN")
+                io_timeout_ms=1200, inflight_limit=7, errno="ECONNREFUSED")
     assert a.finish() == 0
 
 
@@ -373,7 +375,7 @@ def test_watch_into_a_pipe_prints_plain_lines():
     frames = [f for f in r.stdout.split("\n\n") if f.strip()]
     assert len(frames) == 3, "want 3 refreshes, got %d: %r" % (len(frames), r.stdout)
     for f in frames:
-        assert "segment %s, 1 process attached" % shim.segment in f, f
+        assert "segment %s, 1 process holding permits" % shim.segment in f, f
         row = [l for l in f.splitlines() if l.startswith("x ")]
         assert row and "1/2" in row[0], f
     cli_fails("watch", "-s", shim.segment, "-i", "0", status=2, want=r"-i wants seconds")
@@ -610,10 +612,19 @@ def test_make_install_and_uninstall_honour_prefix_and_destdir():
             "share/man/man5/bulkshim.conf.5", "share/man/man7/libbulkshim.7"]
     for w in want:
         assert os.path.isfile(os.path.join(prefix, w)), "make install did not install %s" % w
+    # The man pages name the paths of this install, not /usr/local (issue 12, item 15).
+    for w in want[2:]:
+        page = open(os.path.join(prefix, w)).read()
+        assert "/usr/local/lib/bulkshim" not in page and \
+            "/usr/local/share/doc/bulkshim" not in page, "%s names /usr/local" % w
+    assert os.path.join(prefix, "lib/bulkshim/libbulkshim.so") in open(
+        os.path.join(prefix, want[4])).read(), "libbulkshim(7) does not name the installed library"
     configs = os.listdir(os.path.join(prefix, "share/doc/bulkshim/configs"))
     assert configs and all(c.endswith(".cfg") for c in configs), configs
     # The installed CLI, away from the build tree, finds the installed library.
-    r = subprocess.run([os.path.join(prefix, "bin/bulkshim"), "run", "--", "sh", "-c",
+    cfg = write_file(config_text([{"name": "x", "destinations": ["127.0.0.1:9"],
+                                   "max_connections": 1}], new_segment()))
+    r = subprocess.run([os.path.join(prefix, "bin/bulkshim"), "run", "-c", cfg, "--", "sh", "-c",
                         'echo "$LD_PRELOAD"'], capture_output=True, text=True, env=env, timeout=20)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == os.path.join(prefix, "lib/bulkshim/libbulkshim.so"), r.stdout

@@ -1391,6 +1391,81 @@ static void pool_mistakes_are_errors_at_their_line(void **state)
 		     "unknown key \"sise\" in a pool", "(did you mean \"size\"?)");
 }
 
+/* Issue 12, item 3: libconfig wraps integers written without L at 32 bits;
+ * they are read whole from the text and range-checked. */
+static void integers_above_32_bits_are_read_whole(void **state)
+{
+	(void)state;
+	expect_error("compartments = ( { name = \"a\"; destinations = [ \"10.0.0.1:80\" ];\n"
+		     "max_connections = 4294967297; } );\n", ":2: ", "4294967297", NULL);
+	expect_error(COMPS "budget = { pool = 4294967306; };\n", ":2: ", "not 4294967306", NULL);
+	expect_error(COMPS "max_processes = 99999999999;\n", ":2: ", "not 99999999999", NULL);
+	expect_error(COMPS "max_sockets = 99999999999999999999;\n", ":2: ", "too large", NULL);
+	expect_error(COMPS "max_sockets = 0x100000004;\n", ":2: ", "not 4294967300", NULL);
+	expect_error(COMPS "owner = 4294967296;\n", ":2: ", "bad user id 4294967296", NULL);
+}
+
+/* Item 10: cfg_load_all reports every error, one per line; cfg_load the first. */
+static void load_all_reports_every_error(void **state)
+{
+	const char *text = "max_sockets = 3;\ncompartments = (\n"
+			   " { name = \"a\"; destinations = [ \"10.0.0.1:80\" ]; max_connections = 2; x = 1; },\n"
+			   " { name = \"b\"; destinations = [ \"10.0.0.2:80\" ]; max_connections = 2; "
+			   "max_wait_ms = -1; }\n);\n";
+	struct bs_config cfg;
+	char *second;
+
+	(void)state;
+	write_cfg(text);
+	assert_int_equal(cfg_load_all(path, &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, ":3: unknown key \"x\""));
+	second = strchr(err, '\n');
+	assert_non_null(second);
+	assert_non_null(strstr(second, ":4: "));
+	assert_non_null(strstr(second, "max_wait_ms"));
+	assert_non_null(strstr(second, ":1: max_sockets = 3 is below the 4 connections"));
+	assert_zeroed(&cfg);
+	assert_int_equal(cfg_load(path, &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_null(strchr(err, '\n'));
+	assert_non_null(strstr(err, "unknown key \"x\""));
+	unlink(path);
+}
+
+/* Item 10: a bare "syntax error" gets a hint when the cause is common. */
+static void syntax_errors_get_hints(void **state)
+{
+	(void)state;
+	expect_error("compartments = ( { name = \"a\"; destinations = [ \"10.0.0.1:80\", ];\n"
+		     "max_connections = 5; } );\n", ":1: ", "syntax error", "a comma before \"]\"");
+	expect_error("max_sockets 10;\n" COMPS, ":1: ", "syntax error", "missing \"=\"");
+	expect_error("segment = \"x\";\n" COMPS "max_sockets = ;\n", ":3: ", "syntax error", NULL);
+}
+
+/* Item 1: errno EAGAIN cannot go with max_inflight. */
+static void eagain_with_max_inflight_is_an_error(void **state)
+{
+	(void)state;
+	expect_error("compartments = ( { name = \"a\"; destinations = [ \"10.0.0.1:80\" ];\n"
+		     "max_inflight = 5; errno = \"EAGAIN\"; } );\n", ":2: ", "EAGAIN cannot go with "
+		     "max_inflight", "busy loop");
+}
+
+/* Item 7: the segment of a file with errors, for the unprotected count. */
+static void segment_of_a_broken_file(void **state)
+{
+	char seg[BS_NAME_MAX];
+
+	(void)state;
+	write_cfg("segment = \"named\";\nbogus = 1;\n");
+	cfg_segment_of(path, seg, sizeof(seg));
+	assert_string_equal(seg, "named");
+	unlink(path);
+	write_cfg("segment = \"named\"\n = ;\n");
+	cfg_segment_of(path, seg, sizeof(seg));
+	assert_non_null(strstr(seg, "bulkshim-test-"));
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1468,6 +1543,11 @@ int main(void)
 		cmocka_unit_test(new_keys_are_suggested_for_typos),
 		cmocka_unit_test(budget_ignores_inflight_only_compartments),
 		cmocka_unit_test(default_max_sockets_without_max_connections_is_4096),
+		cmocka_unit_test(integers_above_32_bits_are_read_whole),
+		cmocka_unit_test(load_all_reports_every_error),
+		cmocka_unit_test(syntax_errors_get_hints),
+		cmocka_unit_test(eagain_with_max_inflight_is_an_error),
+		cmocka_unit_test(segment_of_a_broken_file),
 		cmocka_unit_test(every_new_key_is_read),
 		cmocka_unit_test(resolving_localhost_adds_ip_rules),
 		cmocka_unit_test(without_resolve_only_host_rules_are_kept),

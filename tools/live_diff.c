@@ -1,0 +1,170 @@
+/* live_diff.c - what `bulkshim reload` changes, setting by setting, and which live `set` it undoes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+enum kind { K_LIMIT, K_NUM, K_BOOL, K_ERRNO, K_CLASS };
+
+/* One setting of a compartment, as the segment holds it. */
+struct setting {
+	char key[BS_CLASS_NAME_MAX + 8];
+	enum kind kind;
+	uint32_t v;
+};
+
+#define NSETTINGS (8 + BS_MAX_CLASSES)
+
+/* The settings of c, in a fixed order; returns how many. */
+static size_t
+settings_of(const struct seg_comp *c, const struct seg_header *h, struct setting *out)
+{
+	const struct {
+		const char *key;
+		enum kind kind;
+		uint32_t v;
+	} plain[] = {
+		{ "max_connections", K_LIMIT, atomic_load(&c->limit) },
+		{ "max_inflight", K_LIMIT, atomic_load(&c->inflight_limit) },
+		{ "enforce", K_BOOL, atomic_load(&c->enforce) },
+		{ "errno", K_ERRNO, (uint32_t)atomic_load(&c->reject_errno) },
+		{ "max_wait_ms", K_NUM, atomic_load(&c->max_wait_ms) },
+		{ "max_waiting", K_NUM, atomic_load(&c->max_waiting) },
+		{ "connect_timeout_ms", K_NUM, atomic_load(&c->connect_timeout_ms) },
+		{ "io_timeout_ms", K_NUM, atomic_load(&c->io_timeout_ms) },
+	};
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++, n++) {
+		snprintf(out[n].key, sizeof(out[n].key), "%s", plain[i].key);
+		out[n].kind = plain[i].kind;
+		out[n].v = plain[i].v;
+	}
+	for (uint32_t k = 1; k < h->nclass && k < BS_MAX_CLASSES; k++, n++) {
+		snprintf(out[n].key, sizeof(out[n].key), "class.%.*s", BS_CLASS_NAME_MAX - 1,
+		    h->class_name[k]);
+		out[n].kind = K_CLASS;
+		out[n].v = atomic_load(&c->cls[k].limit);
+	}
+	return n;
+}
+
+static const char *
+text_of(const struct setting *s, uint32_t v, char *buf, size_t len)
+{
+	const char *e;
+
+	switch (s->kind) {
+	case K_LIMIT:
+		return cli_limit_text(v, buf, len);
+	case K_BOOL:
+		return v ? "on" : "off (observe)";
+	case K_ERRNO:
+		e = cfg_errno_name((int)v);
+		return e != NULL ? e : "?";
+	case K_CLASS:
+		if (v == 0)
+			return "none";
+		break;
+	case K_NUM:
+		break;
+	}
+	snprintf(buf, len, "%u", v);
+	return buf;
+}
+
+/* The settings config compartment cc would give a segment compartment
+ * (seg_apply_limits into a scratch copy, classes renumbered by kmap). */
+static void
+wanted(const struct bs_config *cfg, size_t i, const int *kmap, struct seg_comp *scratch)
+{
+	struct cfg_compartment cc = cfg->comp[i];
+
+	memset(cc.class_limit, 0, sizeof(cc.class_limit));
+	for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
+		if (kmap[k] >= 0)
+			cc.class_limit[kmap[k]] = cfg->comp[i].class_limit[k];
+	seg_apply_limits(scratch, &cc);
+}
+
+/* The class map of cfg onto h, -1 for a class the segment lacks. */
+static void
+class_map(const struct seg_header *h, const struct bs_config *cfg, int *kmap)
+{
+	for (size_t k = 0; k < BS_MAX_CLASSES; k++) {
+		kmap[k] = -1;
+		for (uint32_t j = 0; k < cfg->nclass && j < h->nclass && j < BS_MAX_CLASSES; j++)
+			if (strncmp(h->class_name[j], cfg->classes[k].name, BS_CLASS_NAME_MAX) == 0)
+				kmap[k] = (int)j;
+	}
+}
+
+/* True if `bulkshim set` changed key of comp since the last reload: the
+ * segment's log of live changes has the line "COMP KEY". */
+bool
+live_was_set(const struct seg_header *h, const char *comp, const char *key)
+{
+	size_t n = strnlen(h->live_set, sizeof(h->live_set)), lc = strlen(comp), lk = strlen(key);
+
+	for (const char *p = h->live_set, *end = p + n; p < end;) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+
+		if (len == lc + 1 + lk && memcmp(p, comp, lc) == 0 && p[lc] == ' ' &&
+		    memcmp(p + lc + 1, key, lk) == 0)
+			return true;
+		p += len + 1;
+	}
+	return false;
+}
+
+void
+live_note_set(struct seg_header *h, const char *comp, const char *key)
+{
+	size_t n = strnlen(h->live_set, sizeof(h->live_set));
+	int w;
+
+	if (live_was_set(h, comp, key))
+		return;
+	w = snprintf(h->live_set + n, sizeof(h->live_set) - n, "%s %s\n", comp, key);
+	if (w < 0 || (size_t)w >= sizeof(h->live_set) - n)
+		h->live_set[n] = '\0';	/* full: that change goes unnoted */
+}
+
+size_t
+live_diff(const struct seg *s, const struct bs_config *cfg, const int *cmap)
+{
+	const struct seg_header *h = seg_header(s);
+	struct seg_comp *want = calloc(1, sizeof(*want));
+	struct setting now[NSETTINGS], to[NSETTINGS];
+	int kmap[BS_MAX_CLASSES];
+	char a[24], b[24];
+	size_t changes = 0;
+
+	if (want == NULL) {
+		fprintf(stderr, "bulkshim: out of memory\n");
+		return 0;
+	}
+	class_map(h, cfg, kmap);
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		const struct seg_comp *live = seg_comp(s, (uint32_t)cmap[i]);
+		size_t n = settings_of(live, h, now);
+
+		memset(want, 0, sizeof(*want));
+		wanted(cfg, i, kmap, want);
+		settings_of(want, h, to);
+		for (size_t k = 0; k < n; k++) {
+			if (now[k].v == to[k].v)
+				continue;
+			changes++;
+			printf("  %s %s %s -> %s%s\n", live->name, now[k].key,
+			    text_of(&now[k], now[k].v, a, sizeof(a)),
+			    text_of(&to[k], to[k].v, b, sizeof(b)),
+			    live_was_set(h, live->name, now[k].key) ?
+			    "   (reverts a live `bulkshim set`)" : "");
+		}
+	}
+	free(want);
+	return changes;
+}
