@@ -801,6 +801,25 @@ sys_copy(long n, const long a[6], bool over)
 	return r;
 }
 
+/* fork and clone by number: the child is one the fork wrapper did not
+ * prepare, so shim_foreign() asks the kernel for the pid while it may run
+ * (as clone() in procid.c does). A child sharing our memory for good keeps
+ * the count raised. */
+static long
+sys_spawn(long n, const long a[6], unsigned long flags)
+{
+	long r;
+	int saved;
+
+	atomic_fetch_add(&shim_unseen, 1);
+	r = sys_forward(n, a);
+	saved = errno;
+	if (r != 0 && (!(flags & CLONE_VM) || (flags & CLONE_VFORK) || r < 0))
+		atomic_fetch_sub(&shim_unseen, 1);
+	errno = saved;
+	return r;
+}
+
 BS_EXPORT long
 syscall(long n, ...)
 {
@@ -835,6 +854,16 @@ syscall(long n, ...)
 		return socket((int)a[0], (int)a[1], (int)a[2]);
 	case SYS_accept4:
 		return accept4((int)a[0], (struct sockaddr *)a[1], (socklen_t *)a[2], (int)a[3]);
+#ifdef SYS_fork
+	case SYS_fork:
+		return sys_spawn(n, a, 0);
+#endif
+	case SYS_clone:
+		return sys_spawn(n, a, (unsigned long)a[0]);
+#ifdef SYS_clone3
+	case SYS_clone3:
+		return sys_spawn(n, a, a[0] != 0 ? (unsigned long)*(const uint64_t *)a[0] : 0);
+#endif
 	}
 	return sys_forward(n, a);
 }

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /*
@@ -28,9 +29,10 @@
  *   fdopen FD               replies the stream index
  *   fclose INDEX
  *   pid
- *   vfork_close FD | _Fork_close FD | clone_close FD
- *                           a child made by vfork(), _Fork() or clone() (no
- *                           shared memory) closes FD and exits; replies
+ *   vfork_close FD | _Fork_close FD | clone_close FD | sysfork_close FD
+ *                           a child made by vfork(), _Fork(), clone() (no
+ *                           shared memory) or syscall(SYS_fork) closes FD and
+ *                           exits; replies
  *                           once the child is gone
  *   exit STATUS             exit(3): a normal exit, nothing closed first
  *   _exit STATUS
@@ -175,6 +177,12 @@ static long child_close(const char *how, int fd)
 			close(fd);
 			_exit(0);
 		}
+	} else if (strcmp(how, "sysfork_close") == 0) {
+		pid = (pid_t)syscall(SYS_fork);
+		if (pid == 0) {
+			close(fd);
+			_exit(0);
+		}
 	} else {
 		pid = clone(clone_child, stack + sizeof(stack), SIGCHLD, &fd);
 	}
@@ -233,7 +241,7 @@ int main(void)
 		} else if (strcmp(a, "fclose") == 0 && n == 2) {
 			reply(do_fclose(atoi(b)));
 		} else if ((strcmp(a, "vfork_close") == 0 || strcmp(a, "_Fork_close") == 0 ||
-		    strcmp(a, "clone_close") == 0) && n == 2) {
+		    strcmp(a, "clone_close") == 0 || strcmp(a, "sysfork_close") == 0) && n == 2) {
 			reply(child_close(a, atoi(b)));
 		} else if (strcmp(a, "pid") == 0) {
 			reply(getpid());

@@ -36,6 +36,10 @@ def test_a_clone_child_closing_a_counted_socket_leaves_the_parents_permit():
     _child_closes_copy("clone_close")
 
 
+def test_a_raw_fork_syscall_child_closing_a_counted_socket_leaves_the_parents_permit():
+    _child_closes_copy("sysfork_close")
+
+
 def test_a_python_subprocess_leaves_the_parents_permit():
     # CPython 3.10+ starts subprocesses with vfork(); the child closes every
     # descriptor above 2 (close_fds) with close_range() before exec.
