@@ -21,7 +21,7 @@ PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # What the shim and the CLI share; interpose.c, io.c, init.c and real.c are the shim's own.
-COMMON  := config config_setting config_comp config_resolve match match_parse segment procs permit \
+COMMON  := config config_setting config_comp config_fleet config_resolve match match_parse segment procs permit \
            tally fdtable log
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
            $(B)/shim/init.o

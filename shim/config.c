@@ -21,7 +21,7 @@
 
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
-	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", NULL,
+	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "fleet", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 
@@ -284,6 +284,8 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 				c->cfg->resolve_timeout_ms = (unsigned)v;
 		} else if (strcmp(key, "compartments") == 0) {
 			rc = cfg_parse_compartments(c, s);
+		} else if (strcmp(key, "fleet") == 0) {
+			rc = cfg_parse_fleet(c, s);
 		} else {
 			rc = cfg_unknown_key(c, s, top_keys, "");
 		}
@@ -467,6 +469,8 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 		rc = cfg_check_duplicates(&c);
 	if (rc == 0)
 		rc = cfg_check_budget(&c);
+	if (rc == 0)
+		rc = cfg_check_fleet(&c);
 	config_destroy(&lc);
 	if (rc == 0 && !c.has_sockets)
 		cfg->max_sockets = default_sockets(cfg);

@@ -9,7 +9,8 @@
 
 static const char *const comp_keys[] = {
 	"name", "destinations", "max_connections", "max_inflight", "max_wait_ms", "max_waiting",
-	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", NULL,
+	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", "fleet_limit",
+	"fleet_floor", NULL,
 };
 
 /* Appends a rule, growing cfg->rules and src together. Returns 0, or -ENOMEM
@@ -364,7 +365,8 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 	if ((rc = parse_destinations(c, g, idx)) < 0)
 		return rc;
 
-	if ((rc = parse_limits(c, g, comp)) < 0 || (rc = parse_waiting(c, g, comp)) < 0)
+	if ((rc = parse_limits(c, g, comp)) < 0 || (rc = parse_waiting(c, g, comp)) < 0 ||
+	    (rc = cfg_parse_comp_fleet(c, g, comp)) < 0)
 		return rc;
 	if ((s = config_setting_get_member(g, "enforce")) != NULL &&
 	    (rc = cfg_get_bool(c, s, &comp->enforce)) < 0)

@@ -107,7 +107,7 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
 	switch (why) {
 	case REASON_FULL:
 		log_rejection(comp, "%s full (%u/%u): %s to %s refused", c->name,
-		    atomic_load(&c->in_use), atomic_load(&c->limit), what, dest);
+		    atomic_load(&c->in_use), seg_conn_limit(c), what, dest);
 		break;
 	case REASON_INFLIGHT_FULL:
 		log_rejection(comp, "%s: %u/%u requests in flight: %s to %s refused", c->name,

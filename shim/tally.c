@@ -158,6 +158,17 @@ help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 	}
 }
 
+/* The value of limit word `limit` for permit kind p: a connection limit
+ * is the live one, which a fleet lease may lower (seg_conn_limit). */
+static uint32_t
+limit_now(_Atomic uint32_t *limit, int p)
+{
+	if (p == P_CONN)
+		return seg_conn_limit((const struct seg_comp *)(const void *)
+		    ((const char *)limit - offsetof(struct seg_comp, limit)));
+	return atomic_load(limit);
+}
+
 /* Adds one to the tally if below *limit (or if limit is NULL), tagged with
  * slot; helps the last operation first. Returns true if added; *seen is the
  * count last read, for a futex wait. */
@@ -173,7 +184,7 @@ tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit,
 
 		help(s, t, w, p);
 		*seen = cur;
-		if (limit != NULL ? cur >= atomic_load(limit) : cur == UINT32_MAX)
+		if (limit != NULL ? cur >= limit_now(limit, p) : cur == UINT32_MAX)
 			return false;
 		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, false, cur + 1)))
 			return true;
