@@ -19,6 +19,8 @@ PKGS    := libconfig
 PC_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
+# hiredis is the fleet agent's (tools/fleet*.c): the CLI links it, the shim never does.
+HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 
 # What the shim and the CLI share; interpose.c, io.c, init.c and real.c are the shim's own.
 COMMON  := config config_setting config_comp config_fleet config_resolve match match_parse segment procs permit \
@@ -47,7 +49,9 @@ FORCE:
 $(B)/libbulkshim.so: $(SHIM_O)
 	$(CC) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(B)/bulkshim: $(CLI_O)
-	$(CC) -o $@ $^ $(PC_LIBS) -lpthread
+	$(CC) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
+$(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o: tools/fleet.h
+$(B)/cli/fleet_script.o: tools/fleet.lua
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread

@@ -295,6 +295,7 @@ static const struct {
 	{ "size", cmd_size },
 	{ "suggest", cmd_suggest },
 	{ "list", cmd_list },
+	{ "fleet", cmd_fleet },
 };
 
 int

@@ -117,5 +117,6 @@ void cli_write_metrics(FILE *f, const struct seg *s);
 int cmd_watch(int argc, char **argv);	/* cmd_watch.c */
 int cmd_size(int argc, char **argv);	/* cmd_size.c */
 int cmd_suggest(int argc, char **argv);
+int cmd_fleet(int argc, char **argv);	/* fleet.c */
 
 #endif

@@ -60,6 +60,11 @@ static const struct {
 	  "latency, Little's law with headroom 2, refusals, and a verdict.\n" },
 	{ "list", "list [--json]",
 	  "Lists the segments in /dev/shm: owner, size, live processes, compartments.\n" },
+	{ "fleet", "fleet [-c FILE] [-v] [--status [--json]]",
+	  "Runs this host's fleet agent in the foreground: leases its share of each\n"
+	  "compartment's fleet_limit from Redis and writes it into the segment as the live\n"
+	  "limit. --status lists every host's share and demand as Redis sees them.\n"
+	  "  -v   log every change of a share\n" },
 };
 
 int
