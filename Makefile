@@ -50,7 +50,8 @@ $(B)/libbulkshim.so: $(SHIM_O)
 	$(CC) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(B)/bulkshim: $(CLI_O)
 	$(CC) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
-$(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o: tools/fleet.h
+$(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o $(B)/cli/fleet_view.o \
+	$(B)/cli/cmd_metrics.o: tools/fleet.h
 $(B)/cli/fleet_script.o: tools/fleet.lua
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests

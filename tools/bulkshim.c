@@ -128,6 +128,7 @@ json_comp(FILE *f, const struct cli_comp *c)
 	    "\"io_timeout_ms\": %u, \"connect_timeouts\": %llu, \"io_timeouts\": %llu",
 	    c->max_wait_ms, c->max_waiting, c->connect_timeout_ms, c->io_timeout_ms,
 	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
+	cli_json_fleet(f, c);
 	json_reasons(f, "rejected_by", c->rejected_by);
 	json_reasons(f, "would_reject", c->would_reject);
 	fputs(", \"classes\": [", f);
@@ -244,6 +245,7 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		    c->nclass > 0;
 	}
 	text_inflight(f, all, h->ncomp);
+	cli_text_fleet(f, all, h->ncomp);
 	if (extra)
 		fputc('\n', f);
 	for (uint32_t i = 0; i < h->ncomp; i++) {

@@ -39,6 +39,13 @@ struct cli_comp {
 	uint64_t rejected_by[REASON_MAX], would_reject[REASON_MAX];
 	size_t nclass;		/* classes with a limit */
 	struct cli_class cls[BS_MAX_CLASSES];
+	/* A fleet budget (fleet_view.c); fleet_limit 0 = none. */
+	uint32_t live_limit;	/* what admission enforces now (seg_conn_limit) */
+	uint32_t fleet_limit, fleet_floor, fleet_share, fleet_hosts, fleet_state;
+	int32_t fleet_agent_pid;
+	bool fleet_lease;	/* the lease is valid now */
+	uint64_t fleet_lease_left_ms;
+	uint64_t fleet_lease_age_ms;	/* since the last renewal; UINT64_MAX: never */
 };
 
 /* A histogram read once: buckets, their total, and the sum. */
@@ -92,6 +99,17 @@ const char *cli_limit_text(uint32_t limit, char *buf, size_t len);
 void cli_format_ago(uint64_t when_ms, char *buf, size_t len);
 /* Parses a whole decimal number into *out; false on junk or overflow. */
 bool cli_parse_u64(const char *s, uint64_t *out);
+
+/* ---- fleet_view.c: a compartment's fleet budget in status, watch and metrics ---- */
+
+/* Reads the fleet words of sc into c (live_limit too); cannot fail. */
+void cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c);
+/* The fleet keys of a compartment's status --json object, each after ", ". */
+void cli_json_fleet(FILE *f, const struct cli_comp *c);
+/* The table of fleet compartments for `status`, if any has a fleet budget. */
+void cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n);
+/* "postgres fleet 12/500 (floor 4), lease 1.2s, redis ok, 3 hosts" into buf. */
+void cli_fleet_line(const struct cli_comp *c, char *buf, size_t len);
 
 /* ---- bulkshim.c ---- */
 

@@ -254,7 +254,8 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		cc->rejected = atomic_load(&sc->cls[k].rejected);
 		c->nclass++;
 	}
-	c->hot = near_limit(c->in_use, c->limit) || near_limit(c->inflight, c->inflight_limit);
+	cli_read_fleet(sc, c);
+	c->hot = near_limit(c->in_use, c->live_limit) || near_limit(c->inflight, c->inflight_limit);
 }
 
 void

@@ -179,9 +179,9 @@ row(FILE *f, struct view *v, const struct cli_comp *c, int namew, size_t bw, uin
 	char bar1[64], bar2[64], n1[32], n2[32], lim[16], rate[32];
 	const char *flag = c->hot ? "HOT" : c->enforce ? "" : "obs";
 
-	cli_bar(bar1, bw, c->in_use, c->limit, '#');
+	cli_bar(bar1, bw, c->in_use, c->live_limit, '#');
 	cli_bar(bar2, bw, c->inflight, c->inflight_limit, '#');
-	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->limit, lim, sizeof(lim)));
+	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->live_limit, lim, sizeof(lim)));
 	snprintf(n2, sizeof(n2), "%u/%s", c->inflight,
 	    cli_limit_text(c->inflight_limit, lim, sizeof(lim)));
 	rate_text(v, c, now, rate, sizeof(rate));
@@ -241,6 +241,14 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 	qsort(all, n, sizeof(*all), hot_first);
 	for (uint32_t i = 0; i < n; i++)
 		row(f, v, &all[i], namew, bw, now);
+	for (uint32_t i = 0; i < n; i++) {
+		char line[256];
+
+		if (all[i].fleet_limit == 0)
+			continue;
+		cli_fleet_line(&all[i], line, sizeof(line));
+		fprintf(f, "  %s%s\n", line, v->ansi ? "\033[K" : "");
+	}
 	remember(v, all, n, now);
 	free(all);
 }

@@ -44,7 +44,8 @@ end
 local born = tonumber(redis.call('HGET', key, '=born') or '')
 if not born then
 	-- A new fleet, or Redis lost its data: leases it gave before may
-	-- still run, so for one lease it gives out no more than floors.
+	-- still run on hosts it does not know yet, so for a while it gives
+	-- out no more than floors (see 'quiet' below).
 	born = now
 	redis.call('HSET', key, '=limit', limit, '=born', born)
 end
@@ -134,7 +135,10 @@ for _, a in ipairs(ask) do
 	pool = pool - more
 end
 local target = floor + (extra[host] or 0)
-if now < born + lease then
+-- A lease a host holds ends (by its own clock) a third of a lease before
+-- Redis's, counted from before its call was sent: whatever the lost state
+-- granted has run out two thirds of a lease after this state was born.
+if now < born + lease - math.floor(lease / 3) then
 	note = 'quiet'
 	target = floor
 end

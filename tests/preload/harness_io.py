@@ -22,7 +22,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 2
+SEG_VERSION = 3
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -117,6 +117,9 @@ COMP = Layout("seg_comp", [
     ("rate", "Q", RATE_SECONDS),
     ("h_connect", HIST), ("h_reply", HIST), ("h_wait", HIST),
     ("cls", CLASS, MAX_CLASSES),
+    ("fleet_limit", "I"), ("fleet_floor", "I"), ("fleet_share", "I"), ("fleet_redis_ok", "I"),
+    ("fleet_expiry_ms", "Q"), ("fleet_renewed_ms", "Q"), ("fleet_agent_pid", "i"),
+    ("fleet_hosts", "I"),
 ])
 
 SLOT = Layout("seg_slot", [
