@@ -11,9 +11,11 @@
 #define FLEET_LEASE_DEFAULT_MS	3000
 #define FLEET_LEASE_MIN_MS	300
 #define FLEET_LEASE_MAX_MS	600000
+#define FLEET_HOSTS_MAX		100000
 
 static const char *const fleet_keys[] = {
-	"redis", "password_file", "name", "host", "lease_ms", "interval_ms", "timeout_ms", NULL,
+	"redis", "password_file", "name", "host", "hosts", "lease_ms", "interval_ms", "timeout_ms",
+	NULL,
 };
 
 /* "unix:/path", "host:port" or "[v6]:port", port 1..65535. */
@@ -99,6 +101,13 @@ cfg_parse_fleet(struct cfg_ctx *c, const config_setting_t *s)
 		snprintf(f->host, sizeof(f->host), "%s", "localhost");
 	}
 	f->host[sizeof(f->host) - 1] = '\0';
+	/* The most hosts of the fleet: Redis holds back the floor of each,
+	 * also of those it has not heard from (they run on their floors). */
+	if ((e = config_setting_get_member(s, "hosts")) != NULL) {
+		if ((rc = cfg_get_range(c, e, 1, FLEET_HOSTS_MAX, &v)) < 0)
+			return rc;
+		f->max_hosts = (uint32_t)v;
+	}
 	f->lease_ms = FLEET_LEASE_DEFAULT_MS;
 	if ((e = config_setting_get_member(s, "lease_ms")) != NULL) {
 		if ((rc = cfg_get_range(c, e, FLEET_LEASE_MIN_MS, FLEET_LEASE_MAX_MS, &v)) < 0)

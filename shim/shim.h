@@ -146,6 +146,7 @@ struct cfg_fleet {
 	uint32_t lease_ms;
 	uint32_t interval_ms;		/* renewal period */
 	uint32_t timeout_ms;		/* Redis connect and reply timeout */
+	uint32_t max_hosts;		/* `hosts`: floors held back for all; 0 = known only */
 };
 
 struct bs_config {

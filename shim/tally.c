@@ -164,8 +164,8 @@ static uint32_t
 limit_now(_Atomic uint32_t *limit, int p)
 {
 	if (p == P_CONN)
-		return seg_conn_limit((const struct seg_comp *)(const void *)
-		    ((const char *)limit - offsetof(struct seg_comp, limit)));
+		return seg_conn_limit((const struct seg_comp *)
+		    ((uintptr_t)limit - offsetof(struct seg_comp, limit)));
 	return atomic_load(limit);
 }
 

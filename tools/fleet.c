@@ -17,7 +17,7 @@ struct fleet_comp {
 	uint32_t idx;			/* in the segment */
 	uint64_t rejected;		/* its rejected count at the last round */
 	uint32_t state;			/* FLEET_* last written */
-	char note[64];			/* the last note or error, logged once */
+	char note[256];			/* the last note or error, logged once */
 };
 
 static volatile sig_atomic_t stop_signal;

@@ -24,7 +24,7 @@ struct fleet_ask {
 	/* Answer: */
 	bool ok;
 	uint32_t share, live, known;
-	char note[64];		/* from the script, or the error */
+	char note[256];		/* from the script, or the error */
 	bool refused;		/* Redis answered with an error, not a failure to talk */
 };
 

@@ -28,6 +28,7 @@ local applied = tonumber(ARGV[7])
 local lease = tonumber(ARGV[8])
 local forget = tonumber(ARGV[9])
 local seq = tonumber(ARGV[10])
+local maxhosts = tonumber(ARGV[11]) or 0
 
 if not (limit and floor and ceiling and held and want and applied and lease and forget and seq) then
 	return redis.error_reply('BULKSHIM malformed arguments')
@@ -110,6 +111,10 @@ for _, name in ipairs(order) do
 		end
 	end
 end
+-- Hosts not heard from run on their floors too; with `hosts` set, their
+-- floors (taken to be this host's) are held back as well.
+local unknown = math.max(0, maxhosts - nknown) * floor
+pool = pool - unknown
 local note = ''
 local extra = {}
 if pool < 0 then
@@ -144,7 +149,7 @@ if now < born + lease - math.floor(lease / 3) then
 end
 
 -- The share: the target, within what the others may be holding.
-local room = limit
+local room = limit - unknown
 for _, name in ipairs(order) do
 	if name ~= host then
 		local e = hosts[name]

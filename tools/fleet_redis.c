@@ -201,12 +201,13 @@ int
 fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, struct fleet_ask *asks, size_t n,
     uint64_t seq, char *err, size_t errlen)
 {
-	char key[BS_NAME_MAX * 2 + 32], num[8][24], sq[24], lease[16], forget[16];
-	const char *argv[14];
+	char key[BS_NAME_MAX * 2 + 32], num[8][24], sq[24], lease[16], forget[16], hosts[16];
+	const char *argv[15];
 	void *reply;
 
 	snprintf(sq, sizeof(sq), "%llu", (unsigned long long)seq);
 	snprintf(lease, sizeof(lease), "%u", f->lease_ms);
+	snprintf(hosts, sizeof(hosts), "%u", f->max_hosts);
 	/* A host silent for ten leases is taken for gone; its floor returns. */
 	snprintf(forget, sizeof(forget), "%llu", (unsigned long long)f->lease_ms * 10);
 	for (size_t i = 0; i < n; i++) {
@@ -228,7 +229,8 @@ fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, struct fleet_ask *
 		argv[11] = lease;
 		argv[12] = forget;
 		argv[13] = sq;
-		if (redisAppendCommandArgv(fc->rc, 14, argv, NULL) != REDIS_OK)
+		argv[14] = hosts;
+		if (redisAppendCommandArgv(fc->rc, 15, argv, NULL) != REDIS_OK)
 			goto lost;
 	}
 	for (size_t i = 0; i < n; i++) {

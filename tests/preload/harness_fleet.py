@@ -141,12 +141,14 @@ class Host:
     """One host of the fleet: config, segment, agent, client program."""
 
     def __init__(self, name, fleet, redis_addr, witness_port, limit, floor, ceiling, lease_ms=1500,
-                 password_file=None):
+                 password_file=None, max_hosts=None):
         self.name = name
         self.segment = harness.new_segment()
         block = {"redis": redis_addr, "name": fleet, "host": name, "lease_ms": lease_ms}
         if password_file:
             block["password_file"] = password_file
+        if max_hosts:
+            block["hosts"] = max_hosts
         self.text = harness_io.config_text(
             [{"name": COMP, "destinations": ["127.0.0.1:%d" % witness_port],
               "max_connections": ceiling, "fleet_limit": limit, "fleet_floor": floor}],
