@@ -97,5 +97,6 @@ clean:
 
 # Fragments of the demo, the hardening runs and the benchmarks.
 -include tools/demo/demo.mk
+-include tools/demo/fleet.mk
 -include tests/hardening.mk
 -include bench/bench.mk

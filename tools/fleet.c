@@ -130,9 +130,10 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 	}
 	t0 = now_mono_ms();
 	/* Each call carries a number above every earlier one, even across
-	 * restarts of the agent: Redis refuses a call that waited behind a
-	 * newer one (in a frozen server, on a connection given up). */
-	now = now_real_ms() * 1000;
+	 * restarts of the agent (wall-clock milliseconds: 13 digits, which
+	 * Lua's numbers keep exactly): Redis refuses a call that waited behind
+	 * a newer one (in a frozen server, on a connection given up). */
+	now = now_real_ms();
 	*seq = now > *seq ? now : *seq + 1;
 	r = fleet_renew(*conn, f, asks, n, *seq, err, sizeof(err));
 	for (size_t i = 0; i < n; i++) {
