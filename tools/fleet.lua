@@ -8,8 +8,8 @@
 --          or words the agent logs ("quiet", "floors").
 --
 -- The hash holds "=limit" and "=born" and one field "h:<host>" per host:
--- "share applied held want floor ceiling expires seen seq", times in Redis's
--- own milliseconds (TIME), so that no host's clock matters here.
+-- "share applied held want floor ceiling expires seen seq limit", times in
+-- Redis's own milliseconds (TIME), so that no host's clock matters here.
 --
 -- Safety: what a host may have in use until its next call is at most
 -- max(share, applied, held): it can admit up to the larger of the limit in
@@ -37,18 +37,13 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local known = redis.call('HGET', key, '=limit')
-if known and tonumber(known) ~= limit then
-	return redis.error_reply('BULKSHIM fleet_limit ' .. limit .. ' here but ' .. known ..
-		' in Redis for ' .. key .. ': every host of a fleet must set the same fleet_limit')
-end
 local born = tonumber(redis.call('HGET', key, '=born') or '')
 if not born then
 	-- A new fleet, or Redis lost its data: leases it gave before may
 	-- still run on hosts it does not know yet, so for a while it gives
 	-- out no more than floors (see 'quiet' below).
 	born = now
-	redis.call('HSET', key, '=limit', limit, '=born', born)
+	redis.call('HSET', key, '=born', born)
 end
 
 local hosts = {}
@@ -62,8 +57,8 @@ for i = 1, #flat, 2 do
 			v[#v + 1] = tonumber(w)
 		end
 		local e = { share = v[1], applied = v[2], held = v[3], want = v[4], floor = v[5],
-			ceiling = v[6], expires = v[7], seen = v[8], seq = v[9] }
-		if not e.seq then
+			ceiling = v[6], expires = v[7], seen = v[8], seq = v[9], limit = v[10] }
+		if not e.limit then
 			redis.call('HDEL', key, f)	-- garbage: forget it
 		elseif e.seen + forget < now then
 			redis.call('HDEL', key, f)	-- silent for long: forgotten
@@ -74,6 +69,19 @@ for i = 1, #flat, 2 do
 		end
 	end
 end
+
+-- One budget, one limit: while a host with a live lease has another
+-- fleet_limit, this one is refused (a changed limit is taken once the
+-- leases of the old one have run out).
+for _, name in ipairs(order) do
+	local e = hosts[name]
+	if name ~= host and e.expires > now and e.limit ~= limit then
+		return redis.error_reply('BULKSHIM fleet_limit ' .. limit .. ' here but ' .. e.limit ..
+			' on host ' .. name .. ' for ' .. key ..
+			': every host of a fleet must set the same fleet_limit')
+	end
+end
+redis.call('HSET', key, '=limit', limit)
 
 local me = hosts[host]
 if me and seq <= me.seq then
@@ -164,6 +172,6 @@ local share = math.max(0, math.min(target, ceiling, room))
 me.share = share
 
 redis.call('HSET', key, 'h:' .. host, table.concat({ me.share, me.applied, me.held, me.want,
-	me.floor, me.ceiling, me.expires, me.seen, me.seq }, ' '))
+	me.floor, me.ceiling, me.expires, me.seen, me.seq, limit }, ' '))
 redis.call('PEXPIRE', key, forget)
 return { share, lease, live, nknown, note }
