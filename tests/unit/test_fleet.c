@@ -22,23 +22,14 @@ static int
 setup(void **state)
 {
 	(void)state;
-	memset(&cfg, 0, sizeof(cfg));
 	memset(comps, 0, sizeof(comps));
-	snprintf(cfg.segment, sizeof(cfg.segment), "uf%d_%d", (int)getpid(), counter++);
-	snprintf(cfg.path, sizeof(cfg.path), "unit.cfg");
+	fixture_config("uf", comps, 1);
 	snprintf(comps[0].name, sizeof(comps[0].name), "db");
 	comps[0].max_connections = 5;
 	comps[0].enforce = true;
 	comps[0].reject_errno = ECONNREFUSED;
 	comps[0].fleet_limit = 30;
 	comps[0].fleet_floor = 1;
-	snprintf(cfg.classes[0].name, sizeof(cfg.classes[0].name), "default");
-	cfg.nclass = 1;
-	cfg.comp = comps;
-	cfg.ncomp = 1;
-	cfg.mode = 0600;
-	cfg.max_processes = 16;
-	cfg.max_sockets = 64;
 	return 0;
 }
 

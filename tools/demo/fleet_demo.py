@@ -8,7 +8,8 @@ in the second run, a `bulkshim fleet` agent each) talk to one "database": the
 witness (tests/fleet/witness.py), which counts the connections the whole fleet
 holds. The database takes 50. Each host is allowed 24, which is harmless on
 one host and 120 on five. First run: per-host limits only. Second run: the
-same hosts with fleet_limit = 50, leased from a real redis-server; the load
+same hosts with fleet_limit = 50, leased from a real redis-server (on a Unix
+socket); the load
 moves from host to host, and one agent is killed. Prints a table and draws
 OUT/fleet.png (shares over time) with gnuplot when it is installed.
 """
@@ -18,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,25 +48,17 @@ def stop_all():
                 p.kill()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class Host:
-    def __init__(self, i, args, tmp, tag, witness_port, redis_port):
+    def __init__(self, i, args, tmp, tag, witness_port, redis_sock):
         self.name = "host%d" % (i + 1)
         self.segment = "%s_%s" % (tag, self.name)
         self.ctl = os.path.join(tmp, self.name + ".ctl")
         self.set_load(0)
         fleet = ""
         comp = "max_connections = %d;" % PER_HOST
-        if redis_port:
-            fleet = ('fleet = { redis = "127.0.0.1:%d"; name = "%s"; host = "%s"; hosts = %d; '
-                     'lease_ms = %d; };\n' % (redis_port, tag, self.name, HOSTS, LEASE_MS))
+        if redis_sock:
+            fleet = ('fleet = { redis = "unix:%s"; name = "%s"; host = "%s"; hosts = %d; '
+                     'lease_ms = %d; };\n' % (redis_sock, tag, self.name, HOSTS, LEASE_MS))
             comp += " fleet_limit = %d; fleet_floor = %d;" % (DB_LIMIT, FLOOR)
         self.config = os.path.join(tmp, self.name + ".cfg")
         with open(self.config, "w") as f:
@@ -76,7 +68,7 @@ class Host:
         self.agent = None
         env = dict(os.environ, LD_PRELOAD=os.path.join(args.build, "libbulkshim.so"),
                    BULKSHIM_CONFIG=self.config, BULKSHIM_STRICT="1", BULKSHIM_LOG="error")
-        if redis_port:
+        if redis_sock:
             self.agent = start([os.path.join(args.build, "bulkshim"), "fleet", "-c", self.config],
                                stderr=open(os.path.join(tmp, self.name + ".agent.log"), "w"))
             wait(lambda: os.path.exists("/dev/shm/bulkshim." + self.segment), 10)
@@ -179,17 +171,18 @@ def main():
             h.cleanup()
 
         # ---- run 2: the same hosts with one fleet budget ----
-        rport = free_port()
-        start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+        rsock = os.path.join(tmp, "redis.sock")
+        start(["redis-server", "--port", "0", "--unixsocket", rsock, "--save", "",
                "--appendonly", "no", "--dir", tmp, "--logfile", os.path.join(tmp, "redis.log")],
               stdout=subprocess.DEVNULL)
+        wait(lambda: os.path.exists(rsock), 10)
         wfile = os.path.join(tmp, "w2")
         w2 = start([sys.executable, os.path.join(TESTS, "witness.py"), wfile + ".port",
                     wfile + ".json", "300"])
         wait(lambda: os.path.exists(wfile + ".port"), 10)
         wport = int(open(wfile + ".port").read())
         time.sleep(0.3)
-        hosts = [Host(i, args, tmp, tag + "b", wport, rport) for i in range(HOSTS)]
+        hosts = [Host(i, args, tmp, tag + "b", wport, rsock) for i in range(HOSTS)]
         wait(lambda: all(h.status().get("fleet_lease") for h in hosts), 10)
         print("run 2: the same %d hosts with fleet_limit = %d leased from Redis, floor %d, "
               "lease %d ms" % (HOSTS, DB_LIMIT, FLOOR, LEASE_MS), flush=True)
