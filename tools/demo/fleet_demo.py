@@ -109,7 +109,9 @@ def run_phases(hosts, phases, samples, t0):
     """Runs each (title, busy hosts, seconds, action) and samples every host's
     live limit and connections in use; returns per-phase rows."""
     rows = []
-    for title, busy, secs, action in phases:
+    for title, busy, secs, action, *watch in phases:
+        # Whose shares must follow: the busy hosts whose agent runs.
+        watch = watch[0] if watch else list(busy)
         for i, h in enumerate(hosts):
             h.set_load(PER_HOST + 4 if i in busy else 0)
         if action:
@@ -122,10 +124,11 @@ def run_phases(hosts, phases, samples, t0):
             lim = [s.get("live_limit", 0) for s in st]
             use = [s.get("in_use", 0) for s in st]
             samples.append([t - t0] + lim + use)
-            # Follow: every busy host has a fair share of what the idle ones leave.
-            fair = (DB_LIMIT - FLOOR * (HOSTS - len(busy))) // max(1, len(busy))
+            # Followed: each watched host has (nearly) its fair share of
+            # what the others leave: all but their floors.
+            fair = (DB_LIMIT - FLOOR * (HOSTS - len(watch))) // max(1, len(watch))
             target = min(PER_HOST, fair) - 2
-            if follow is None and busy and all(lim[i] >= target for i in busy):
+            if follow is None and watch and all(lim[i] >= target for i in watch):
                 follow = t - start_t
             time.sleep(0.2)
         rows.append((title, start_t - t0, time.monotonic() - t0, follow,
@@ -193,8 +196,8 @@ def main():
             ("load moves to hosts 1-2", [0, 1], secs, None),
             ("load moves to host 5", [4], secs, None),
             ("hosts 3-4 busy, host 3's agent killed", [2, 3], secs + 1,
-             lambda: hosts[2].agent.kill()),
-            ("all five busy again", range(HOSTS), secs, None),
+             lambda: hosts[2].agent.kill(), [3]),
+            ("all five busy again (host 3 on its floor)", range(HOSTS), secs, None, [0, 1, 3, 4]),
         ]
         rows = run_phases(hosts, phases, samples, t0)
         for h in hosts:
@@ -221,11 +224,11 @@ def main():
     print("The database takes %d connections. %d hosts x %d allowed each = %d."
           % (DB_LIMIT, HOSTS, PER_HOST, HOSTS * PER_HOST))
     print()
-    print("%-40s %12s %14s  %s" % ("PHASE", "DB PEAK", "SHARES FOLLOW", "LIVE LIMITS AT END"))
-    print("%-40s %8d/%-3d %14s  %s" % ("per-host limits only, all five busy", peak1, DB_LIMIT,
+    print("%-50s %9s %14s  %s" % ("PHASE", "DB PEAK", "SHARES FOLLOW", "LIVE LIMITS AT END"))
+    print("%-50s %5d/%-3d %14s  %s" % ("per-host limits only, all five busy", peak1, DB_LIMIT,
                                      "-", "%d each" % PER_HOST))
     for title, a, b, follow, lims in rows:
-        print("%-40s %8d/%-3d %14s  %s" % ("fleet: " + title, peak(a, b), DB_LIMIT,
+        print("%-50s %5d/%-3d %14s  %s" % ("fleet: " + title, peak(a, b), DB_LIMIT,
                                          "%.2f s" % follow if follow is not None else "-",
                                          " ".join("%2d" % x for x in lims)))
     worst = max(n for _, n in tl)
@@ -248,11 +251,12 @@ def main():
     png = os.path.join(out, "fleet.png")
     if shutil.which("gnuplot"):
         marks = "".join("set arrow from %.2f, graph 0 to %.2f, graph 1 nohead dt 3 lc rgb '#999999'\n"
-                        "set label '%s' at %.2f, graph 0.97 font ',8'\n" % (a, a, title, a + 0.1)
-                        for title, a, _, _, _ in rows)
+                        "set label \"%s\" at %.2f, graph %.2f font ',8'\n"
+                        % (a, a, title, a + 0.1, 0.97 - 0.04 * (k % 2))
+                        for k, (title, a, _, _, _) in enumerate(rows))
         plots = ", ".join("'%s' using 1:%d with steps lw 2 title 'share of %s'" % (data, i + 2, h.name)
                           for i, h in enumerate(hosts))
-        gp = ("set terminal pngcairo size 1200,640\nset output '%s'\n"
+        gp = ("set terminal pngcairo size 1200,640 noenhanced\nset output '%s'\n"
               "set title 'Fleet budget: %d hosts x %d allowed each, database takes %d "
               "(without the budget it saw %d)'\n"
               "set xlabel 'seconds'\nset ylabel 'connections'\nset key outside right\n"
