@@ -19,10 +19,12 @@ PKGS    := libconfig
 PC_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
+# hiredis is the fleet agent's (tools/fleet*.c): the CLI links it, the shim never does.
+HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 
 # What the shim and the CLI share; interpose.c, io.c, init.c, procid.c, deepbind.c, notice.c
 # and real.c are the shim's own.
-COMMON  := config config_setting config_comp config_pool config_resolve match match_parse segment procs permit \
+COMMON  := config config_setting config_comp config_pool config_fleet config_resolve match match_parse segment procs permit \
            tally pool fdtable log adaptive config_adaptive reconcile
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
            $(B)/shim/init.o $(B)/shim/procid.o $(B)/shim/deepbind.o $(B)/shim/notice.o
@@ -48,7 +50,10 @@ FORCE:
 $(B)/libbulkshim.so: $(SHIM_O)
 	$(CC) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(B)/bulkshim: $(CLI_O)
-	$(CC) -o $@ $^ $(PC_LIBS) -lpthread
+	$(CC) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
+$(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o $(B)/cli/fleet_view.o \
+	$(B)/cli/cmd_metrics.o: tools/fleet.h
+$(B)/cli/fleet_script.o: tools/fleet.lua
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
@@ -96,6 +101,7 @@ clean:
 
 # Fragments of the demo, the hardening runs and the benchmarks.
 -include tools/demo/demo.mk
+-include tools/demo/fleet.mk
 -include tests/hardening.mk
 -include bench/bench.mk
 -include bench/adaptive.mk

@@ -24,7 +24,8 @@ static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool
 
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
-	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "pools", NULL,
+	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "pools",
+	"fleet", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 
@@ -305,6 +306,8 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 				c->cfg->resolve_timeout_ms = (unsigned)v;
 		} else if (strcmp(key, "compartments") == 0) {
 			rc = cfg_parse_compartments(c, s);
+		} else if (strcmp(key, "fleet") == 0) {
+			rc = cfg_parse_fleet(c, s);
 		} else {
 			rc = cfg_unknown_key(c, s, top_keys, "");
 		}
@@ -630,6 +633,8 @@ static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool
 		rc = cfg_check_budget(&c);
 	if (rc == 0 || cfg_go_on(&c, rc))
 		rc = cfg_check_pools(&c);
+	if (rc == 0 || cfg_go_on(&c, rc))
+		rc = cfg_check_fleet(&c);
 	if (rc == 0 || cfg_go_on(&c, rc))
 		rc = check_sockets(&c);
 	if (rc == 0 && c.first_rc != 0)

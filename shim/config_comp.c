@@ -10,7 +10,7 @@
 static const char *const comp_keys[] = {
 	"name", "destinations", "max_connections", "max_inflight", "max_wait_ms", "max_waiting",
 	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", "pool", "guaranteed",
-	"adaptive", NULL,
+	"adaptive", "fleet_limit", "fleet_floor", NULL,
 };
 
 /* Appends a rule, growing cfg->rules and src together. Returns 0, or -ENOMEM
@@ -374,6 +374,8 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 	if ((rc = parse_limits(c, g, comp)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 	if ((rc = parse_waiting(c, g, comp)) < 0 && !cfg_go_on(c, rc))
+		return rc;
+	if ((rc = cfg_parse_comp_fleet(c, g, comp)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 	if ((s = config_setting_get_member(g, "enforce")) != NULL &&
 	    (rc = cfg_get_bool(c, s, &comp->enforce)) < 0 && !cfg_go_on(c, rc))

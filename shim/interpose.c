@@ -95,7 +95,7 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
 	switch (why) {
 	case REASON_FULL:
 		log_rejection(comp, "%s full (%u/%u%s): %s to %s refused", c->name,
-		    atomic_load(&c->in_use), ad_limit(c, P_CONN, atomic_load(&c->limit)),
+		    atomic_load(&c->in_use), ad_limit(c, P_CONN, seg_conn_limit(c)),
 		    ad_limit(c, P_CONN, UINT32_MAX) != UINT32_MAX ? ", adaptive" : "", what, dest);
 		break;
 	case REASON_INFLIGHT_FULL:

@@ -190,6 +190,9 @@ seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc)
 	for (int k = 0; k < BS_MAX_CLASSES; k++)
 		atomic_store(&c->cls[k].limit, cc->class_limit[k]);
 	ad_apply(c, cc);
+	/* The share and its lease are the agent's; a reload keeps them. */
+	atomic_store(&c->fleet_floor, cc->fleet_floor);
+	atomic_store(&c->fleet_limit, cc->fleet_limit);
 	/* A limit lowered below what is in use now revokes nothing: the
 	 * counts drain through the normal releases. */
 }

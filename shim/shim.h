@@ -136,6 +136,8 @@ struct cfg_compartment {
 	uint32_t ad_initial;		/* where it starts in a fresh segment */
 	uint32_t ad_window_ms;		/* shortest measurement window */
 	uint32_t ad_tolerance_pct;	/* a sample up to this % of the baseline is no queue */
+	uint32_t fleet_limit;	/* 0 = not in a fleet budget */
+	uint32_t fleet_floor;	/* what this host may use without a valid lease */
 };
 
 /* A pool: capacity shared by compartments, each with a guarantee (pool.c). */
@@ -152,6 +154,21 @@ struct cfg_class {
 	int line;
 	size_t npatterns;
 	char patterns[BS_MAX_PATTERNS][BS_NAME_MAX];
+};
+
+/* The `fleet = { ... }` block: where the agent leases shares (config_fleet.c). */
+#define BS_FLEET_ADDR_MAX	(BS_UNIX_PATH_MAX + 8)	/* "unix:" + path, or host:port */
+struct cfg_fleet {
+	bool on;		/* the block is present */
+	int line;
+	char redis[BS_FLEET_ADDR_MAX];	/* "host:port" or "unix:/path" */
+	char password_file[PATH_MAX];	/* "" = no AUTH */
+	char name[BS_NAME_MAX];		/* the fleet, shared by every host */
+	char host[BS_HOST_MAX];		/* this host's name in the fleet */
+	uint32_t lease_ms;
+	uint32_t interval_ms;		/* renewal period */
+	uint32_t timeout_ms;		/* Redis connect and reply timeout */
+	uint32_t max_hosts;		/* `hosts`: floors held back for all; 0 = known only */
 };
 
 struct bs_config {
@@ -176,6 +193,7 @@ struct bs_config {
 	struct rule *rules;
 	size_t npools;
 	struct cfg_pool pools[BS_MAX_POOLS];
+	struct cfg_fleet fleet;
 };
 
 /* Loads and validates path into *cfg (which it zeroes first). Host names are
@@ -268,6 +286,11 @@ int cfg_parse_pools(struct cfg_ctx *c, const struct config_setting_t *s);
 int cfg_parse_comp_pool(struct cfg_ctx *c, const struct config_setting_t *g,
     struct cfg_compartment *comp);
 int cfg_check_pools(struct cfg_ctx *c);
+/* config_fleet.c: the fleet block and the fleet keys of a compartment. */
+int cfg_parse_fleet(struct cfg_ctx *c, const struct config_setting_t *s);
+int cfg_parse_comp_fleet(struct cfg_ctx *c, const struct config_setting_t *g,
+    struct cfg_compartment *comp);
+int cfg_check_fleet(struct cfg_ctx *c);
 /* config_resolve.c: host-name destinations, resolved at load with a bounded wait. */
 int cfg_resolve_hosts(struct cfg_ctx *c);
 /* config_adaptive.c: the `adaptive = { ... }` group of a compartment. */
@@ -457,7 +480,40 @@ struct seg_comp {
 	uint32_t pad2;
 	struct seg_adaptive ad;		/* layout 3: the adaptive limit (adaptive.c) */
 	_Atomic uint64_t reconciled;	/* permits whose socket the kernel had closed unseen */
+	/* Fleet budgets (issue 16): the agent (tools/fleet.c) writes this
+	 * host's share and when its lease ends; admission reads them through
+	 * seg_conn_limit(). */
+	_Atomic uint32_t fleet_limit;	/* 0 = not in a fleet budget */
+	_Atomic uint32_t fleet_floor;
+	_Atomic uint32_t fleet_share;	/* this host's share while the lease lasts */
+	_Atomic uint32_t fleet_redis_ok;	/* 1: the agent's last round trip succeeded */
+	_Atomic uint64_t fleet_expiry_ms;	/* CLOCK_MONOTONIC end of the lease, 0 = none */
+	_Atomic uint64_t fleet_renewed_ms;	/* CLOCK_MONOTONIC of the last renewal */
+	_Atomic int32_t fleet_agent_pid;	/* 0 = no agent has run */
+	_Atomic uint32_t fleet_hosts;	/* hosts holding a lease, as Redis last said */
 };
+
+/*
+ * The connection limit admission enforces now: max_connections, lowered in
+ * a fleet budget to this host's share while its lease lasts, and to
+ * fleet_floor once the lease has passed by this host's own clock, so that an
+ * agent killed or cut off from Redis cannot keep a share that Redis gives
+ * away (the agent's lease ends before Redis's does). One load unless the
+ * compartment is in a fleet; lock-free and async-signal-safe.
+ */
+static inline uint32_t
+seg_conn_limit(const struct seg_comp *c)
+{
+	uint32_t lim = atomic_load_explicit(&c->limit, memory_order_relaxed), share;
+
+	if (atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) == 0)
+		return lim;
+	if (now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire))
+		share = atomic_load_explicit(&c->fleet_share, memory_order_relaxed);
+	else
+		share = atomic_load_explicit(&c->fleet_floor, memory_order_relaxed);
+	return share < lim ? share : lim;
+}
 
 #define SLOT_NO_CLASS	0xffu
 #define SLOT_NO_COMP	0xffffffffu	/* a pending slot: no permit yet */

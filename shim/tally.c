@@ -175,8 +175,9 @@ help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 	}
 }
 
-/* The limit a take of kind p is held to: *limit, or lower, the adaptive
- * limit of the compartment whose word it is (adaptive.c). */
+/* The limit a take of kind p is held to: *limit, or lower, the fleet share
+ * (connections) and the adaptive limit of the compartment whose word it is
+ * (adaptive.c). */
 static uint32_t
 limit_now(_Atomic uint32_t *limit, int p)
 {
@@ -185,9 +186,13 @@ limit_now(_Atomic uint32_t *limit, int p)
 	if (p == P_INFLIGHT)
 		return ad_limit((const struct seg_comp *)((uintptr_t)limit -
 		    offsetof(struct seg_comp, inflight_limit)), p, v);
-	if (p == P_CONN)
-		return ad_limit((const struct seg_comp *)((uintptr_t)limit -
-		    offsetof(struct seg_comp, limit)), p, v);
+	if (p == P_CONN) {
+		/* A fleet lease may lower the static limit (seg_conn_limit). */
+		const struct seg_comp *c = (const struct seg_comp *)((uintptr_t)limit -
+		    offsetof(struct seg_comp, limit));
+
+		return ad_limit(c, p, seg_conn_limit(c));
+	}
 	return v;
 }
 

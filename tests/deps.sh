@@ -4,7 +4,8 @@
 pkgs=""
 need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || pkgs="$pkgs $1"; }
 if [ $# -eq 0 ]; then
-	set -- gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux \
+	set -- gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev libhiredis-dev redis-server \
+		python3 curl util-linux \
 		procps tmux prometheus
 	# tests/preload/test_runtimes.py: the real-program matrix.
 	set -- "$@" nodejs php-cli php-curl php-pgsql postgresql nginx ruby perl wrk \

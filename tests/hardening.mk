@@ -63,7 +63,7 @@ $(A)/cli/%.o: tools/%.c tools/cli.h shim/shim.h | $(A)/cli
 $(A)/libbulkshim.so: $(ASAN_SHIM_O)
 	$(CC) $(SAN_FLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(A)/bulkshim: $(ASAN_CLI_O)
-	$(CC) $(SAN_FLAGS) -o $@ $^ $(PC_LIBS) -lpthread
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
 $(A)/tests/%: tests/helpers/%.c | $(A)/tests
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $< -lpthread
 $(A)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(A)/cli/%.o) shim/shim.h | $(A)/tests

@@ -140,6 +140,7 @@ json_comp(FILE *f, const struct cli_comp *c)
 	    c->max_wait_ms, c->max_waiting, c->connect_timeout_ms, c->io_timeout_ms,
 	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
 	fprintf(f, ", \"reconciled\": %llu", (unsigned long long)c->reconciled);
+	cli_json_fleet(f, c);
 	json_reasons(f, "rejected_by", c->rejected_by);
 	json_reasons(f, "would_reject", c->would_reject);
 	cli_json_comp_pool(f, c);
@@ -272,6 +273,7 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 	text_inflight(f, all, h->ncomp);
 	cli_text_pools(f, s, "");
 	cli_adaptive_text(f, all, h->ncomp);
+	cli_text_fleet(f, all, h->ncomp);
 	if (extra)
 		fputc('\n', f);
 	for (uint32_t i = 0; i < h->ncomp; i++) {
@@ -326,6 +328,7 @@ static const struct {
 	{ "list", cmd_list },
 	{ "rm", cmd_rm },
 	{ "prune", cmd_prune },
+	{ "fleet", cmd_fleet },
 };
 
 int

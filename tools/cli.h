@@ -53,6 +53,13 @@ struct cli_comp {
 	uint32_t guaranteed, borrowed;
 	struct cli_adaptive ad;
 	uint64_t reconciled;	/* permits of sockets found closed unseen */
+	/* A fleet budget (fleet_view.c); fleet_limit 0 = none. */
+	uint32_t live_limit;	/* what admission enforces now (seg_conn_limit) */
+	uint32_t fleet_limit, fleet_floor, fleet_share, fleet_hosts, fleet_state;
+	int32_t fleet_agent_pid;
+	bool fleet_lease;	/* the lease is valid now */
+	uint64_t fleet_lease_left_ms;
+	uint64_t fleet_lease_age_ms;	/* since the last renewal; UINT64_MAX: never */
 };
 
 /* One pool's figures; in_use and borrowed are derived from its
@@ -215,6 +222,16 @@ const char *cli_host_error(const struct cli_host *h);
 /* Writes ", \"hosts\": [...]" for the config the segment was last set up
  * from (nothing in the array when it cannot be read). */
 void cli_json_hosts(FILE *f, const struct seg *s);
+/* ---- fleet_view.c: a compartment's fleet budget in status, watch and metrics ---- */
+
+/* Reads the fleet words of sc into c (live_limit too); cannot fail. */
+void cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c);
+/* The fleet keys of a compartment's status --json object, each after ", ". */
+void cli_json_fleet(FILE *f, const struct cli_comp *c);
+/* The table of fleet compartments for `status`, if any has a fleet budget. */
+void cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n);
+/* "postgres fleet 12/500 (floor 4), lease 1.2s, redis ok, 3 hosts" into buf. */
+void cli_fleet_line(const struct cli_comp *c, char *buf, size_t len);
 
 /* ---- bulkshim.c ---- */
 
@@ -242,5 +259,6 @@ int cmd_size(int argc, char **argv);	/* cmd_size.c */
 int cmd_suggest(int argc, char **argv);
 int cmd_rm(int argc, char **argv);	/* cmd_clean.c */
 int cmd_prune(int argc, char **argv);
+int cmd_fleet(int argc, char **argv);	/* fleet.c */
 
 #endif

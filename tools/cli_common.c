@@ -81,6 +81,11 @@ static const struct {
 	  "Removes the segments (matching the globs) that no live process holds and that were\n"
 	  "created more than AGE ago (90s, 15m, 2h, 7d; default 1h), damaged ones included.\n"
 	  "  --dry-run   say what would be removed; remove nothing\n" },
+	{ "fleet", "fleet [-c FILE] [-v] [--status [--json]]",
+	  "Runs this host's fleet agent in the foreground: leases its share of each\n"
+	  "compartment's fleet_limit from Redis and writes it into the segment as the live\n"
+	  "limit. --status lists every host's share and demand as Redis sees them.\n"
+	  "  -v   log every change of a share\n" },
 };
 
 int
@@ -274,8 +279,11 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		cc->rejected = atomic_load(&sc->cls[k].rejected);
 		c->nclass++;
 	}
-	c->hot = near_limit(c->in_use, c->ad.mode == AD_ON && c->ad.kind == P_CONN &&
-	    c->ad.limit < c->limit ? c->ad.limit : c->limit) ||
+	cli_read_fleet(sc, c);
+	/* What admission enforces now: an adaptive connection limit may be lower. */
+	if (c->ad.mode == AD_ON && c->ad.kind == P_CONN && c->ad.limit < c->live_limit)
+		c->live_limit = c->ad.limit;
+	c->hot = near_limit(c->in_use, c->live_limit) ||
 	    near_limit(c->inflight, c->ad.mode == AD_ON && c->ad.kind == P_INFLIGHT &&
 	    c->ad.limit < c->inflight_limit ? c->ad.limit : c->inflight_limit);
 	cli_read_comp_pool(s, c);

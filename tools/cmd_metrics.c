@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fleet.h"
 
 /* ---- the exposition ---- */
 
@@ -59,6 +60,7 @@ limit_value(FILE *f, uint32_t v)
 enum field {
 	F_LIMIT, F_IN_USE, F_PEAK, F_INFLIGHT, F_INFLIGHT_LIMIT, F_INFLIGHT_PEAK, F_WAITING,
 	F_OVER, F_ENFORCE, F_ADMITTED, F_RECLAIMED, F_PEAK_RATE,
+	F_LIVE_LIMIT, F_FLEET_LIMIT, F_FLEET_SHARE, F_FLEET_LEASE, F_FLEET_LEASE_AGE, F_FLEET_REDIS,
 };
 
 static const struct {
@@ -87,6 +89,18 @@ static const struct {
 	{ "bulkshim_admitted_total", "counter", "Connections admitted.", F_ADMITTED },
 	{ "bulkshim_reclaimed_total", "counter", "Permits taken back from processes that died "
 	  "holding them.", F_RECLAIMED },
+	{ "bulkshim_compartment_live_limit", "gauge", "Connections admitted at once now: "
+	  "max_connections, or the fleet share, or the fleet floor without a lease.", F_LIVE_LIMIT },
+	{ "bulkshim_fleet_limit", "gauge", "The compartment's fleet_limit across all hosts "
+	  "(0: not in a fleet).", F_FLEET_LIMIT },
+	{ "bulkshim_fleet_share", "gauge", "This host's share of the fleet limit, as last "
+	  "leased.", F_FLEET_SHARE },
+	{ "bulkshim_fleet_lease_valid", "gauge", "1 while this host's fleet lease lasts, 0 on "
+	  "the floor.", F_FLEET_LEASE },
+	{ "bulkshim_fleet_lease_age_seconds", "gauge", "Time since the fleet agent last renewed "
+	  "the lease (-1: never).", F_FLEET_LEASE_AGE },
+	{ "bulkshim_fleet_redis_up", "gauge", "1 when the fleet agent's last round trip to Redis "
+	  "succeeded.", F_FLEET_REDIS },
 };
 
 static void
@@ -105,6 +119,17 @@ simple_value(FILE *f, const struct cli_comp *c, enum field field)
 	case F_PEAK_RATE: fprintf(f, " %llu\n", (unsigned long long)c->peak_rate); break;
 	case F_ADMITTED: fprintf(f, " %llu\n", (unsigned long long)c->admitted); break;
 	case F_RECLAIMED: fprintf(f, " %llu\n", (unsigned long long)c->reclaimed); break;
+	case F_LIVE_LIMIT: limit_value(f, c->live_limit); break;
+	case F_FLEET_LIMIT: fprintf(f, " %u\n", c->fleet_limit); break;
+	case F_FLEET_SHARE: fprintf(f, " %u\n", c->fleet_share); break;
+	case F_FLEET_LEASE: fprintf(f, " %d\n", c->fleet_lease ? 1 : 0); break;
+	case F_FLEET_LEASE_AGE:
+		if (c->fleet_lease_age_ms == UINT64_MAX)
+			fputs(" -1\n", f);
+		else
+			fprintf(f, " %.3f\n", (double)c->fleet_lease_age_ms / 1000);
+		break;
+	case F_FLEET_REDIS: fprintf(f, " %d\n", c->fleet_state == FLEET_OK ? 1 : 0); break;
 	}
 }
 

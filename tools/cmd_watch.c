@@ -225,9 +225,9 @@ row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
 	char bar1[64], bar2[64], n1[32], n2[32], lim[16], rate[32];
 	const char *flag = c->hot ? "HOT" : c->enforce ? "" : "obs";
 
-	cli_bar(bar1, bw, c->in_use, c->limit, '#');
+	cli_bar(bar1, bw, c->in_use, c->live_limit, '#');
 	cli_bar(bar2, bw, c->inflight, c->inflight_limit, '#');
-	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->limit, lim, sizeof(lim)));
+	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->live_limit, lim, sizeof(lim)));
 	snprintf(n2, sizeof(n2), "%u/%s", c->inflight,
 	    cli_limit_text(c->inflight_limit, lim, sizeof(lim)));
 	if (b->rate < 0)
@@ -318,6 +318,14 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 	for (long i = top; i < (long)n && i < top + shown; i++) {
 		row(f, v, &order[i], namew, bw);
 		cli_adaptive_watch(f, order[i].c, v->ansi);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		char line[256];
+
+		if (all[i].fleet_limit == 0)
+			continue;
+		cli_fleet_line(&all[i], line, sizeof(line));
+		fprintf(f, "  %s%s\n", line, v->ansi ? "\033[K" : "");
 	}
 	cli_text_pools(f, s, v->ansi ? "\033[K" : "");
 	if ((long)n > shown)

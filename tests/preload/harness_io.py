@@ -142,6 +142,9 @@ COMP = Layout("seg_comp", [
     ("lent_hint", "I"), ("pad2", "I"),
     ("ad", AD),
     ("reconciled", "Q"),
+    ("fleet_limit", "I"), ("fleet_floor", "I"), ("fleet_share", "I"), ("fleet_redis_ok", "I"),
+    ("fleet_expiry_ms", "Q"), ("fleet_renewed_ms", "Q"), ("fleet_agent_pid", "i"),
+    ("fleet_hosts", "I"),
 ])
 
 SLOT = Layout("seg_slot", [

@@ -2,10 +2,30 @@
 #ifndef BULKSHIM_SEG_FIXTURE_H
 #define BULKSHIM_SEG_FIXTURE_H
 
+#include <signal.h>
+#include <sys/wait.h>
+
 /* Each test's setup fills cfg, naming a fresh segment with counter. */
 static struct bs_config cfg;
 static char err[BS_ERRLEN];
 static int counter;
+
+/* Fills cfg with n compartments and a fresh segment named prefix<pid>_<n>:
+ * class "default" only, mode 0600, 16 processes, 64 sockets. */
+static inline void
+fixture_config(const char *prefix, struct cfg_compartment *comps, size_t n)
+{
+	memset(&cfg, 0, sizeof(cfg));
+	snprintf(cfg.segment, sizeof(cfg.segment), "%s%d_%d", prefix, (int)getpid(), counter++);
+	snprintf(cfg.path, sizeof(cfg.path), "unit.cfg");
+	snprintf(cfg.classes[0].name, sizeof(cfg.classes[0].name), "default");
+	cfg.nclass = 1;
+	cfg.comp = comps;
+	cfg.ncomp = n;
+	cfg.mode = 0600;
+	cfg.max_processes = 16;
+	cfg.max_sockets = 64;
+}
 
 /* Removes the test's segment. */
 static int

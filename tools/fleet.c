@@ -1,0 +1,396 @@
+/* fleet.c - `bulkshim fleet`: the agent that leases this host's shares of fleet budgets, and --status. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "fleet.h"
+
+/* One compartment of the segment in a fleet budget, as the agent follows it. */
+struct fleet_comp {
+	uint32_t idx;			/* in the segment */
+	uint64_t rejected;		/* its rejected count at the last round */
+	uint32_t state;			/* FLEET_* last written */
+	char note[256];			/* the last note or error, logged once */
+};
+
+static volatile sig_atomic_t stop_signal;
+
+static void
+on_stop(int sig)
+{
+	stop_signal = sig;
+}
+
+static void
+say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One line on stderr, with the wall-clock time: the agent is a service. */
+static void
+say(const char *fmt, ...)
+{
+	char when[32];
+	struct tm tm;
+	time_t t = time(NULL);
+	va_list ap;
+
+	strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&t, &tm));
+	fprintf(stderr, "bulkshim fleet %s: ", when);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* What this host asks for: what it holds and waits for, the calls it
+ * refused since the last round (each wanted a permit), and one more so that
+ * a quiet host can start without a refusal. */
+static uint32_t
+demand(const struct seg_comp *c, uint64_t refused, uint32_t ceiling)
+{
+	uint64_t want = (uint64_t)atomic_load(&c->in_use) + atomic_load(&c->waiting) + refused + 1;
+
+	return want > ceiling ? ceiling : (uint32_t)want;
+}
+
+/* Writes a granted share. Share first, then the lease's end with release
+ * order: a reader that sees the new end sees the new share. The lease ends
+ * a third of a lease before Redis's, counted from before the call was sent,
+ * so this host drops to its floor before Redis can give the share away. */
+static void
+apply_share(struct seg_comp *c, uint32_t share, uint64_t t0, uint32_t lease_ms)
+{
+	atomic_store(&c->fleet_share, share);
+	atomic_store_explicit(&c->fleet_expiry_ms, t0 + lease_ms - lease_ms / 3,
+	    memory_order_release);
+	atomic_store(&c->fleet_renewed_ms, now_mono_ms());
+}
+
+static void
+set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char *note)
+{
+	atomic_store(&c->fleet_redis_ok, state);
+	if (fc->state != state || strcmp(fc->note, note) != 0) {
+		if (state == FLEET_OK && note[0] == '\0')
+			say("%s: leasing from Redis", c->name);
+		else if (state == FLEET_OK && strcmp(note, "quiet") == 0)
+			say("%s: Redis has no recent state for this fleet (new, or restarted): "
+			    "floors only for one lease", c->name);
+		else if (state == FLEET_OK && strcmp(note, "floors") == 0)
+			say("%s: warning: the hosts' floors add up to more than fleet_limit %u",
+			    c->name, atomic_load(&c->fleet_limit));
+		else if (state != FLEET_OK)
+			say("%s: %s; this host is on its floor of %u once its lease ends", c->name,
+			    note, atomic_load(&c->fleet_floor));
+	}
+	fc->state = state;
+	snprintf(fc->note, sizeof(fc->note), "%s", note);
+}
+
+/* One round: report every compartment and apply what Redis grants. Returns
+ * true if a share went down (then the next round comes sooner, so that Redis
+ * learns quickly that the host applied it and can hand the rest on). */
+static bool
+round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
+    struct fleet_comp *fcs, struct fleet_ask *asks, size_t n, uint64_t *seq, bool verbose)
+{
+	char err[BS_ERRLEN];
+	bool refused, lowered = false;
+	uint64_t t0, now;
+	int r;
+
+	if (*conn == NULL) {
+		*conn = fleet_connect(f, &refused, err, sizeof(err));
+		if (*conn == NULL) {
+			for (size_t i = 0; i < n; i++)
+				set_state(&fcs[i], seg_comp(s, fcs[i].idx),
+				    refused ? FLEET_REFUSED : FLEET_UNREACHABLE, err);
+			return false;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct seg_comp *c = seg_comp(s, fcs[i].idx);
+		uint64_t rej = atomic_load(&c->rejected);
+		uint32_t lim = atomic_load(&c->limit);
+
+		asks[i].comp = c->name;
+		asks[i].limit = atomic_load(&c->fleet_limit);
+		asks[i].floor = atomic_load(&c->fleet_floor);
+		asks[i].ceiling = lim > BS_MAX_LIMIT ? BS_MAX_LIMIT : lim;
+		asks[i].held = atomic_load(&c->in_use) + atomic_load(&c->over);
+		asks[i].want = demand(c, rej - fcs[i].rejected, asks[i].ceiling);
+		asks[i].applied = seg_conn_limit(c);
+		fcs[i].rejected = rej;
+	}
+	t0 = now_mono_ms();
+	/* Each call carries a number above every earlier one, even across
+	 * restarts of the agent (wall-clock milliseconds: 13 digits, which
+	 * Lua's numbers keep exactly): Redis refuses a call that waited behind
+	 * a newer one (in a frozen server, on a connection given up). */
+	now = now_real_ms();
+	*seq = now > *seq ? now : *seq + 1;
+	r = fleet_renew(*conn, f, asks, n, *seq, err, sizeof(err));
+	for (size_t i = 0; i < n; i++) {
+		struct seg_comp *c = seg_comp(s, fcs[i].idx);
+		uint32_t before = atomic_load(&c->fleet_share);
+
+		if (asks[i].ok) {
+			if (asks[i].share < asks[i].applied)
+				lowered = true;
+			apply_share(c, asks[i].share, t0, f->lease_ms);
+			atomic_store(&c->fleet_hosts, asks[i].live);
+			set_state(&fcs[i], c, FLEET_OK, asks[i].note);
+			if (verbose && before != asks[i].share)
+				say("%s: share %u -> %u (in use %u, want %u, %u hosts)", c->name, before,
+				    asks[i].share, asks[i].held, asks[i].want, asks[i].live);
+		} else if (asks[i].refused) {
+			/* Redis said no (another limit, a stale call, nonsense):
+			 * what this host held under the old answer is no longer
+			 * vouched for, so it goes to its floor at once. */
+			atomic_store(&c->fleet_expiry_ms, 0);
+			set_state(&fcs[i], c, FLEET_REFUSED, asks[i].note);
+		} else {
+			set_state(&fcs[i], c, FLEET_UNREACHABLE, err);
+		}
+	}
+	if (r < 0) {
+		fleet_disconnect(*conn);
+		*conn = NULL;
+	}
+	return lowered;
+}
+
+static void
+sleep_ms(uint32_t ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+
+	/* A signal ends the sleep early (no SA_RESTART), and the loop stops. */
+	nanosleep(&ts, NULL);
+}
+
+static int
+run_agent(const struct bs_config *cfg, bool verbose)
+{
+	struct fleet_comp *fcs = calloc(cfg->ncomp, sizeof(*fcs));
+	struct fleet_ask *asks = calloc(cfg->ncomp, sizeof(*asks));
+	struct fleet_conn *conn = NULL;
+	struct sigaction sa;
+	char err[BS_ERRLEN];
+	struct seg *s = NULL;
+	uint64_t seq = 0;
+	size_t n = 0;
+	int r;
+
+	if (fcs == NULL || asks == NULL) {
+		fprintf(stderr, "bulkshim: out of memory\n");
+		free(fcs);
+		free(asks);
+		return 1;
+	}
+	if ((r = seg_attach(cfg, &s, err, sizeof(err))) < 0) {
+		fprintf(stderr, "bulkshim: %s\n", err);
+		free(fcs);
+		free(asks);
+		return 1;
+	}
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		int k = seg_comp_index(s, i);
+
+		if (cfg->comp[i].fleet_limit == 0)
+			continue;
+		if (k < 0) {
+			say("%s: not in segment %s (added after it was created?); restart its "
+			    "programs to lease for it", cfg->comp[i].name, cfg->segment);
+			continue;
+		}
+		fcs[n].idx = (uint32_t)k;
+		fcs[n].state = UINT32_MAX;
+		fcs[n].rejected = atomic_load(&seg_comp(s, (uint32_t)k)->rejected);
+		atomic_store(&seg_comp(s, (uint32_t)k)->fleet_agent_pid, (int32_t)getpid());
+		n++;
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	say("host %s of fleet %s, Redis %s, lease %u ms, renewed every %u ms, %zu compartment%s",
+	    cfg->fleet.host, cfg->fleet.name, cfg->fleet.redis, cfg->fleet.lease_ms,
+	    cfg->fleet.interval_ms, n, n == 1 ? "" : "s");
+	while (!stop_signal && n > 0) {
+		bool lowered = round_trip(s, &conn, &cfg->fleet, fcs, asks, n, &seq, verbose);
+
+		if (!stop_signal)
+			sleep_ms(lowered ? cfg->fleet.interval_ms / 4 + 1 : cfg->fleet.interval_ms);
+	}
+	/* Stopping: the host goes to its floors now rather than at the end of
+	 * its leases; Redis frees the shares when they run out. */
+	for (size_t i = 0; i < n; i++) {
+		struct seg_comp *c = seg_comp(s, fcs[i].idx);
+
+		atomic_store(&c->fleet_expiry_ms, 0);
+		atomic_store(&c->fleet_redis_ok, FLEET_NO_AGENT);
+		atomic_store(&c->fleet_agent_pid, 0);
+	}
+	if (stop_signal)
+		say("%s: stopped; this host is on its floors", strsignal(stop_signal));
+	fleet_disconnect(conn);
+	seg_close(s);
+	free(fcs);
+	free(asks);
+	return n > 0 ? 0 : 1;
+}
+
+/* ---- --status: every host's share as Redis holds it ---- */
+
+struct status_ctx {
+	FILE *f;
+	bool json, first;
+	uint64_t now;
+	uint32_t sum_share, sum_held;
+};
+
+static void
+print_entry(const struct fleet_entry *e, void *arg)
+{
+	struct status_ctx *x = arg;
+	long long left = (long long)e->expires - (long long)x->now;
+
+	if (left > 0) {
+		x->sum_share += (uint32_t)e->share;
+		x->sum_held += (uint32_t)e->held;
+	}
+	if (x->json) {
+		fputs(x->first ? "{\"host\": " : ", {\"host\": ", x->f);
+		cli_json_string(x->f, e->host);
+		fprintf(x->f, ", \"share\": %llu, \"held\": %llu, \"want\": %llu, \"floor\": %llu, "
+		    "\"ceiling\": %llu, \"lease_left_ms\": %lld, \"live\": %s}",
+		    (unsigned long long)e->share, (unsigned long long)e->held,
+		    (unsigned long long)e->want, (unsigned long long)e->floor,
+		    (unsigned long long)e->ceiling, left > 0 ? left : 0, left > 0 ? "true" : "false");
+	} else {
+		fprintf(x->f, "  %-24s %7llu %7llu %7llu %7llu %9s\n", e->host,
+		    (unsigned long long)e->share, (unsigned long long)e->held,
+		    (unsigned long long)e->want, (unsigned long long)e->floor,
+		    left > 0 ? "live" : "expired");
+	}
+	x->first = false;
+}
+
+static int
+show_status(const struct bs_config *cfg, bool json)
+{
+	struct status_ctx x = { .f = stdout, .json = json };
+	char err[BS_ERRLEN];
+	bool refused, first = true;
+	struct fleet_conn *conn = fleet_connect(&cfg->fleet, &refused, err, sizeof(err));
+
+	if (conn == NULL) {
+		fprintf(stderr, "bulkshim: %s\n", err);
+		return 1;
+	}
+	if (json) {
+		fputs("{\"fleet\": ", stdout);
+		cli_json_string(stdout, cfg->fleet.name);
+		fputs(", \"redis\": ", stdout);
+		cli_json_string(stdout, cfg->fleet.redis);
+		fputs(", \"compartments\": [", stdout);
+	} else {
+		printf("fleet %s on Redis %s\n", cfg->fleet.name, cfg->fleet.redis);
+	}
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		const struct cfg_compartment *cc = &cfg->comp[i];
+		int r;
+
+		if (cc->fleet_limit == 0)
+			continue;
+		x.first = true;
+		x.sum_share = x.sum_held = 0;
+		if (json) {
+			fputs(first ? "{\"name\": " : ", {\"name\": ", stdout);
+			cli_json_string(stdout, cc->name);
+			fprintf(stdout, ", \"fleet_limit\": %u, \"hosts\": [", cc->fleet_limit);
+		} else {
+			printf("\n%s: fleet_limit %u\n  %-24s %7s %7s %7s %7s %9s\n", cc->name,
+			    cc->fleet_limit, "HOST", "SHARE", "HELD", "WANT", "FLOOR", "LEASE");
+		}
+		r = fleet_entries(conn, cfg->fleet.name, cc->name, &x.now, print_entry, &x, err,
+		    sizeof(err));
+		if (r < 0) {
+			if (json)
+				fputs("]}]}\n", stdout);
+			fprintf(stderr, "bulkshim: %s\n", err);
+			fleet_disconnect(conn);
+			return 1;
+		}
+		if (json)
+			fprintf(stdout, "], \"live_share\": %u, \"live_held\": %u}", x.sum_share,
+			    x.sum_held);
+		else
+			printf("  %-24s %7u %7u   (hosts with a live lease)\n", "total", x.sum_share,
+			    x.sum_held);
+		first = false;
+	}
+	if (json)
+		fputs("]}\n", stdout);
+	fleet_disconnect(conn);
+	return 0;
+}
+
+int
+cmd_fleet(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "status", no_argument, NULL, 'S' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *path = NULL;
+	bool status = false, json = false, verbose = false;
+	struct bs_config cfg;
+	char err[BS_ERRLEN];
+	int c, r;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c': path = optarg; break;
+		case 'S': status = true; break;
+		case 'j': json = true; break;
+		case 'v': verbose = true; break;
+		case 'h': return cli_help("fleet", stdout, 0);
+		default: return cli_help("fleet", stderr, 2);
+		}
+	}
+	if (optind != argc || (json && !status))
+		return cli_help("fleet", stderr, 2);
+	if (path == NULL) {
+		path = getenv("BULKSHIM_CONFIG");
+		if (path == NULL || *path == '\0')
+			path = BS_DEFAULT_CONFIG;
+	}
+	if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bulkshim: %s\n", err);
+		return BS_EX_CONFIG;
+	}
+	if (!cfg.fleet.on) {
+		fprintf(stderr, "bulkshim: %s has no fleet = { redis = ...; name = ...; } block\n",
+		    path);
+		cfg_free(&cfg);
+		return BS_EX_CONFIG;
+	}
+	/* Line by line, so that a journal or a pipe sees each at once. */
+	setvbuf(stderr, NULL, _IOLBF, 0);
+	r = status ? show_status(&cfg, json) : run_agent(&cfg, verbose);
+	cfg_free(&cfg);
+	return r;
+}

@@ -1,0 +1,56 @@
+/* fleet.h - what the fleet agent's files share: the Redis side of a fleet budget. */
+#ifndef BULKSHIM_FLEET_H
+#define BULKSHIM_FLEET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shim.h"
+
+struct fleet_conn;	/* a connection to Redis with the script loaded */
+
+/* The renewal script, tools/fleet.lua, built into the binary (fleet_script.c). */
+extern const char fleet_lua[];
+
+/* Segment compartment states of fleet_redis_ok, for status and metrics. */
+enum { FLEET_NO_AGENT = 0, FLEET_OK = 1, FLEET_UNREACHABLE = 2, FLEET_REFUSED = 3 };
+/* "no agent", "ok", "unreachable", "refused". */
+const char *fleet_state_name(uint32_t state);
+
+/* A host's report on one compartment, and what Redis answered. */
+struct fleet_ask {
+	const char *comp;	/* compartment name */
+	uint32_t limit, floor, ceiling, held, want, applied;
+	/* Answer: */
+	bool ok;
+	uint32_t share, live, known;
+	char note[256];		/* from the script, or the error */
+	bool refused;		/* Redis answered with an error, not a failure to talk */
+};
+
+/* Connects to f->redis within f->timeout_ms and authenticates with the
+ * password in f->password_file, if any. Returns the connection, or NULL with
+ * the reason in err; *refused is true when Redis answered but said no
+ * (a wrong password), false when it could not be reached. */
+struct fleet_conn *fleet_connect(const struct cfg_fleet *f, bool *refused, char *err,
+    size_t errlen);
+/* Renews the leases of n compartments in one pipelined round trip: one run of
+ * the script each, with seq (growing) and the lease. Fills each ask's answer.
+ * Returns 0, or -EIO when the connection failed (it must then be freed; the
+ * asks not answered have ok false), with the reason in err. */
+int fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, struct fleet_ask *asks,
+    size_t n, uint64_t seq, char *err, size_t errlen);
+/* The Redis key of a compartment of fleet `fleet`. */
+void fleet_key(const char *fleet, const char *comp, char *out, size_t len);
+void fleet_disconnect(struct fleet_conn *fc);
+/* Every host's entry of compartment comp as Redis holds it, for --status:
+ * calls fn once per host with the entry's fields. Returns the number of
+ * hosts, or -EIO (-EPROTO) with the reason in err. */
+struct fleet_entry {
+	const char *host;
+	uint64_t share, applied, held, want, floor, ceiling, expires, seen;
+};
+int fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64_t *now_ms,
+    void (*fn)(const struct fleet_entry *e, void *arg), void *arg, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,85 @@
+/* fleet_view.c - a compartment's fleet budget as status, watch and metrics show it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "fleet.h"
+
+void
+cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
+{
+	uint64_t now = now_mono_ms(), expiry, renewed;
+
+	c->live_limit = seg_conn_limit(sc);
+	c->fleet_limit = atomic_load(&sc->fleet_limit);
+	c->fleet_lease_age_ms = UINT64_MAX;
+	if (c->fleet_limit == 0)
+		return;
+	c->fleet_floor = atomic_load(&sc->fleet_floor);
+	c->fleet_share = atomic_load(&sc->fleet_share);
+	c->fleet_hosts = atomic_load(&sc->fleet_hosts);
+	c->fleet_state = atomic_load(&sc->fleet_redis_ok);
+	c->fleet_agent_pid = atomic_load(&sc->fleet_agent_pid);
+	expiry = atomic_load(&sc->fleet_expiry_ms);
+	renewed = atomic_load(&sc->fleet_renewed_ms);
+	c->fleet_lease = now < expiry;
+	c->fleet_lease_left_ms = c->fleet_lease ? expiry - now : 0;
+	if (renewed != 0)
+		c->fleet_lease_age_ms = now > renewed ? now - renewed : 0;
+	/* An agent that died left its last state behind. */
+	if (c->fleet_agent_pid > 0 && !seg_pid_alive(c->fleet_agent_pid, 0))
+		c->fleet_state = FLEET_NO_AGENT;
+}
+
+void
+cli_json_fleet(FILE *f, const struct cli_comp *c)
+{
+	fprintf(f, ", \"live_limit\": %u, \"fleet_limit\": %u", c->live_limit == UINT32_MAX ? 0 :
+	    c->live_limit, c->fleet_limit);
+	if (c->fleet_limit == 0)
+		return;
+	fprintf(f, ", \"fleet_floor\": %u, \"fleet_share\": %u, \"fleet_lease\": %s, "
+	    "\"fleet_lease_left_ms\": %llu, \"fleet_lease_age_ms\": %lld, \"fleet_redis\": \"%s\", "
+	    "\"fleet_redis_reachable\": %s, \"fleet_hosts\": %u", c->fleet_floor, c->fleet_share,
+	    c->fleet_lease ? "true" : "false", (unsigned long long)c->fleet_lease_left_ms,
+	    c->fleet_lease_age_ms == UINT64_MAX ? -1LL : (long long)c->fleet_lease_age_ms,
+	    fleet_state_name(c->fleet_state), c->fleet_state == FLEET_OK ? "true" : "false",
+	    c->fleet_hosts);
+}
+
+void
+cli_fleet_line(const struct cli_comp *c, char *buf, size_t len)
+{
+	char age[32];
+
+	if (c->fleet_lease_age_ms == UINT64_MAX)
+		snprintf(age, sizeof(age), "never renewed");
+	else
+		snprintf(age, sizeof(age), "renewed %.1fs ago", (double)c->fleet_lease_age_ms / 1000);
+	if (c->fleet_lease)
+		snprintf(buf, len, "%s: fleet share %u of %u (floor %u), lease %.1fs left, %s, "
+		    "redis %s, %u host%s", c->name, c->fleet_share, c->fleet_limit, c->fleet_floor,
+		    (double)c->fleet_lease_left_ms / 1000, age, fleet_state_name(c->fleet_state),
+		    c->fleet_hosts, c->fleet_hosts == 1 ? "" : "s");
+	else
+		snprintf(buf, len, "%s: ON FLOOR %u of fleet limit %u (no valid lease, %s), "
+		    "redis %s", c->name, c->fleet_floor, c->fleet_limit, age,
+		    fleet_state_name(c->fleet_state));
+}
+
+void
+cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n)
+{
+	char line[256];
+	bool any = false;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (all[i].fleet_limit == 0)
+			continue;
+		if (!any)
+			fputc('\n', f);
+		any = true;
+		cli_fleet_line(&all[i], line, sizeof(line));
+		fprintf(f, "%s\n", line);
+	}
+}
