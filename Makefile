@@ -25,7 +25,8 @@ COMMON  := config config_setting config_comp config_resolve match match_parse se
            tally fdtable log
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
            $(B)/shim/init.o
-CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c))
+CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c)) \
+           $(B)/cli/web_page.o
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
 
@@ -38,6 +39,10 @@ $(B)/cli/%.o: shim/%.c shim/shim.h | $(B)/cli
 	$(CC) $(CFLAGS) $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
+# The web page that `bulkshim serve` answers, linked in with .incbin.
+$(B)/cli/web_page.o: tools/web/page.S tools/web/index.html | $(B)/cli
+	$(CC) -c -o $@ tools/web/page.S
+$(B)/cli/cmd_serve.o $(B)/cli/serve_web.o: tools/serve.h
 # Where `bulkshim run` looks for the installed library; a changed LIBDIR
 # (make install PREFIX=...) rebuilds the CLI.
 $(B)/cli/libdir: FORCE | $(B)/cli
