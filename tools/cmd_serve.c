@@ -476,15 +476,15 @@ cmd_serve(int argc, char **argv)
 	lfd = listen_on(listen_spec, shown, sizeof(shown));
 	if (lfd < 0)
 		return 1;
-	for (size_t i = 0; i < set.n; i++) {
-		if (seg_open(set.name[i], false, &s, err, sizeof(err)) < 0)
-			fprintf(stderr, "bulkshim: %s; answering 503 for it until it exists\n", err);
-		else
-			seg_close(s);
-	}
 	fprintf(stderr, "bulkshim: serving %s on http://%s/metrics, /status.json and the page "
 	    "at http://%s/\n", set.all ? "every readable segment" : set.n == 1 ? set.name[0] :
 	    "several segments", shown, shown);
+	for (size_t i = 0; i < set.n; i++) {
+		if (seg_open(set.name[i], false, &s, err, sizeof(err)) < 0)
+			fprintf(stderr, "bulkshim: %s; shown once it exists\n", err);
+		else
+			seg_close(s);
+	}
 	serve_loop(lfd, &set);
 	close(lfd);
 	fprintf(stderr, "bulkshim: %s, stopped\n", strsignal(stop_signal));
