@@ -30,7 +30,7 @@ CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all test check deps unit preload clean install uninstall
+.PHONY: all test check deps unit preload clean install uninstall deb
 all: $(B)/libbulkshim.so $(B)/bulkshim
 
 $(B)/shim/%.o: shim/%.c shim/shim.h | $(B)/shim
@@ -50,9 +50,9 @@ $(B)/cli/libdir: FORCE | $(B)/cli
 FORCE:
 
 $(B)/libbulkshim.so: $(SHIM_O)
-	$(CC) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(B)/bulkshim: $(CLI_O)
-	$(CC) -o $@ $^ $(PC_LIBS) -lpthread
+	$(CC) $(LDFLAGS) -o $@ $^ $(PC_LIBS) -lpthread
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
@@ -94,6 +94,14 @@ uninstall:
 
 clean:
 	rm -rf $(B)
+
+# The Debian package, built by dpkg-buildpackage from debian/ in a copy of
+# the tree (so that nothing lands beside it): $(B)/deb/bulkshim_*.deb.
+deb:
+	rm -rf $(B)/deb && mkdir -p $(B)/deb/src
+	tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C $(B)/deb/src
+	cd $(B)/deb/src && dpkg-buildpackage -b -uc -us
+	@ls $(B)/deb/*.deb
 
 # Fragments of the demo, the hardening runs and the benchmarks.
 -include tools/demo/demo.mk
