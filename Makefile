@@ -30,7 +30,7 @@ CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all test check deps unit preload clean install uninstall deb
+.PHONY: all test check deps unit preload clean install uninstall deb deb-test
 all: $(B)/libbulkshim.so $(B)/bulkshim
 
 $(B)/shim/%.o: shim/%.c shim/shim.h | $(B)/shim
@@ -68,7 +68,7 @@ $(B) $(B)/shim $(B)/cli $(B)/tests:
 test: deps
 	$(MAKE) --no-print-directory all $(UNITS) $(HELPERS)
 	$(MAKE) --no-print-directory check
-check: unit preload demo-test chaos-short
+check: unit preload demo-test chaos-short deb-test
 unit: $(UNITS)
 	@sh tests/run-units.sh $(UNITS)
 preload: all $(HELPERS)
@@ -102,6 +102,9 @@ deb:
 	tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C $(B)/deb/src
 	cd $(B)/deb/src && dpkg-buildpackage -b -uc -us
 	@ls $(B)/deb/*.deb
+# As root: lintian, apt-get install, a preloaded curl limited, the units, apt-get purge.
+deb-test: deb
+	@python3 tests/ops/test_package.py $$(ls $(B)/deb/bulkshim_*.deb | grep -v dbgsym | head -1)
 
 # Fragments of the demo, the hardening runs and the benchmarks.
 -include tools/demo/demo.mk
