@@ -21,7 +21,7 @@
 
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
-	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", NULL,
+	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "log_format", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 
@@ -45,6 +45,19 @@ static int parse_segment(struct cfg_ctx *c, const config_setting_t *s)
 		rc = cfg_check_name(c, s, "segment", name);
 	if (rc == 0)
 		snprintf(c->cfg->segment, sizeof(c->cfg->segment), "%s", name);
+	return rc;
+}
+
+static int parse_log_format(struct cfg_ctx *c, const config_setting_t *s)
+{
+	const char *word = NULL;
+	int rc = cfg_get_string(c, s, &word);
+
+	if (rc == 0 && strcmp(word, "json") != 0 && strcmp(word, "text") != 0)
+		rc = cfg_fail(c, s, -EINVAL, "\"log_format\" is \"text\" or \"json\", not \"%s\"",
+		    word);
+	if (rc == 0)
+		c->cfg->log_json = strcmp(word, "json") == 0;
 	return rc;
 }
 
@@ -284,6 +297,8 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 				c->cfg->resolve_timeout_ms = (unsigned)v;
 		} else if (strcmp(key, "compartments") == 0) {
 			rc = cfg_parse_compartments(c, s);
+		} else if (strcmp(key, "log_format") == 0) {
+			rc = parse_log_format(c, s);
 		} else {
 			rc = cfg_unknown_key(c, s, top_keys, "");
 		}
