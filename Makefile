@@ -39,8 +39,10 @@ $(B)/cli/%.o: shim/%.c shim/shim.h | $(B)/cli
 	$(CC) $(CFLAGS) $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
-# The web page that `bulkshim serve` answers, linked in with .incbin.
-$(B)/cli/web_page.o: tools/web/page.S tools/web/index.html | $(B)/cli
+# The web page that `bulkshim serve` answers, linked in with .incbin (a
+# pattern, so that the sanitizer builds in tests/hardening.mk get it too).
+%/cli/web_page.o: tools/web/page.S tools/web/index.html
+	@mkdir -p $(@D)
 	$(CC) -c -o $@ tools/web/page.S
 $(B)/cli/cmd_serve.o $(B)/cli/serve_web.o: tools/serve.h
 # Where `bulkshim run` looks for the installed library; a changed LIBDIR
