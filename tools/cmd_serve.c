@@ -435,6 +435,7 @@ add_target(struct serve_set *set, int opt, const char *arg)
 		fprintf(stderr, "bulkshim: serve shows at most %d segments\n", SERVE_MAX);
 		return -1;
 	}
+	set->config[set->n] = opt == 'c' ? arg : NULL;
 	memcpy(set->name[set->n++], name, BS_NAME_MAX);
 	return 0;
 }

@@ -16,6 +16,7 @@ struct serve_set {
 	bool all;
 	size_t n;
 	char name[SERVE_MAX][BS_NAME_MAX];
+	const char *config[SERVE_MAX];	/* the -c FILE that named it, or NULL */
 };
 
 /* The web page (tools/web/index.html, linked into the binary); cannot fail. */
@@ -24,7 +25,8 @@ void web_page(const char **body, size_t *len);
  * returns how many. */
 size_t web_segments(const struct serve_set *set, char (*out)[BS_NAME_MAX], size_t max);
 /* Writes /status.json: with one named segment the object `status --json`
- * prints, else {"segments": [...]} with an {"segment", "error"} object for
+ * prints plus "budget" ({"pool", "reserved", "config"} from the segment's
+ * config file, or null when it has none or cannot be read), else {"segments": [...]} with an {"segment", "error"} object for
  * each segment that cannot be opened. Returns 0, or -errno with the reason
  * in err when the one named segment cannot be opened. */
 int web_status(FILE *f, const struct serve_set *set, char *err, size_t errlen);

@@ -83,6 +83,70 @@ open_for_request(const char *name, struct seg **s, char *err, size_t errlen)
 
 /* ---- /status.json ---- */
 
+/* The config that made segment name: the -c FILE that named it, else
+ * the absolute path the segment's creator recorded. */
+static const char *
+config_of(const struct serve_set *set, const char *name, const struct seg *s)
+{
+	const char *path = seg_header(s)->config_path;
+
+	for (size_t i = 0; !set->all && i < set->n; i++) {
+		if (set->config[i] != NULL && strcmp(set->name[i], name) == 0)
+			return set->config[i];
+	}
+	return path[0] == '/' ? path : NULL;
+}
+
+/* `"budget": {...}` from the config file (read afresh, without resolving
+ * host names), or null. The segment holds no budget, and the page wants the
+ * pool the compartments share. */
+static void
+write_budget(FILE *f, const char *path)
+{
+	struct bs_config cfg;
+	char err[BS_ERRLEN];
+
+	fputs(", \"budget\": ", f);
+	if (path == NULL || cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
+		fputs("null", f);
+		return;
+	}
+	if (cfg.has_budget) {
+		fprintf(f, "{\"pool\": %u, \"reserved\": %u, \"config\": ", cfg.pool,
+		    cfg.reserved);
+		cli_json_string(f, path);
+		fputs("}", f);
+	} else {
+		fputs("null", f);
+	}
+	cfg_free(&cfg);
+}
+
+/* The object `status --json` prints, with "budget" added before its end. */
+static void
+write_status(FILE *f, const struct serve_set *set, const char *name, const struct seg *s)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+
+	if (m != NULL) {
+		cli_print_status(m, s, true);
+		if (fclose(m) != 0)
+			len = 0;
+	}
+	if (buf != NULL && len >= 2 && buf[len - 2] == '}') {
+		fwrite(buf, 1, len - 2, f);
+		write_budget(f, config_of(set, name, s));
+		fputs("}\n", f);
+	} else {
+		fputs("{\"segment\": ", f);
+		cli_json_string(f, name);
+		fputs(", \"error\": \"out of memory\"}", f);
+	}
+	free(buf);
+}
+
 int
 web_status(FILE *f, const struct serve_set *set, char *err, size_t errlen)
 {
@@ -101,7 +165,7 @@ web_status(FILE *f, const struct serve_set *set, char *err, size_t errlen)
 		int r = open_for_request(names[0], &s, err, errlen);
 
 		if (r == 0) {
-			cli_print_status(f, s, true);
+			write_status(f, set, names[0], s);
 			seg_close(s);
 		}
 		free(names);
@@ -123,7 +187,7 @@ web_status(FILE *f, const struct serve_set *set, char *err, size_t errlen)
 			fputs("}", f);
 			continue;
 		}
-		cli_print_status(f, s, true);
+		write_status(f, set, names[i], s);
 		seg_close(s);
 	}
 	fputs("]}\n", f);

@@ -54,11 +54,11 @@ def _browser():
     return b
 
 
-def _shim(compartments):
-    """A Shim whose config may use any key (max_inflight, ...)."""
+def _shim(compartments, top=None):
+    """A Shim whose config may use any key (max_inflight, budget, ...)."""
     s = Shim(compartments)
     with open(s.config, "w") as f:
-        f.write(config_text(compartments, s.segment))
+        f.write(config_text(compartments, s.segment, top))
     return s
 
 
@@ -69,6 +69,14 @@ def _bar(b, segment, comp, kind="conn"):
         "[data-compartment=\"' + arguments[1] + '\"] .bar.' + arguments[2]);"
         "return r ? [r.dataset.used, r.dataset.limit, r.dataset.percent, r.className,"
         " r.textContent] : null;", segment, comp, kind)
+
+
+def _pool(b, segment):
+    """(used, limit, label) of a segment's budget bar, or None."""
+    return b.execute_script(
+        "var r = document.querySelector('section[data-segment=\"' + arguments[0] + '\"]"
+        " .budget .bar');"
+        "return r ? [r.dataset.used, r.dataset.limit, r.textContent] : null;", segment)
 
 
 def _cell(b, segment, comp, cls):
@@ -88,7 +96,8 @@ def test_page_in_chromium_shows_the_numbers_and_follows_a_preloaded_program():
     shop = _shim([{"name": "payments", "destinations": ["127.0.0.1:%d" % srv.port],
                   "max_connections": 3},
                  {"name": "recommendations", "destinations": ["127.0.0.1:%d" % other.port],
-                  "max_connections": 8, "max_inflight": 4}])
+                  "max_connections": 8, "max_inflight": 4, "class_limits": {"batch": 2}}],
+                 {"budget": {"pool": 20, "reserved": 4}, "classes": {"batch": ["report-*"]}})
     batch = Shim([{"name": "reports", "destinations": ["127.0.0.1:%d" % other.port],
                    "max_connections": 2}])
     # payments full (3/3) with two refusals; reports' segment exists, empty.
@@ -109,7 +118,12 @@ def test_page_in_chromium_shows_the_numbers_and_follows_a_preloaded_program():
     assert _cell(b, shop.segment, "payments", "rejected") == "2"
     assert _cell(b, shop.segment, "payments", "admitted") == "3"
     assert _bar(b, shop.segment, "recommendations", "inflight")[:2] == ["0", "4"]
+    assert _cell(b, shop.segment, "recommendations", "classes") == "batch 0/2"
     assert _bar(b, batch.segment, "reports")[:2] == ["0", "2"], "the second segment is missing"
+    # The pool the compartments share: 3 of 20 - 4, the limits 3 + 8.
+    used, limit, text = _pool(b, shop.segment)
+    assert (used, limit) == ("3", "16") and "limits 11 of pool 20" in text, (used, limit, text)
+    assert _pool(b, batch.segment) is None, "a budget shown for a config without one"
     # A preloaded program opens connections: the bar follows within 2 s.
     t0 = time.monotonic()
     a("[tcp(%d) for _ in range(5)] and 0" % other.port)
@@ -120,6 +134,7 @@ def test_page_in_chromium_shows_the_numbers_and_follows_a_preloaded_program():
     assert seen - opened <= 2.0, "the bar took %.2f s to follow" % (seen - opened)
     used, limit, pct, cls, _ = _bar(b, shop.segment, "recommendations")
     assert (used, limit, pct) == ("5", "8", "62.5") and "warm" in cls.split(), (used, pct, cls)
+    assert _pool(b, shop.segment)[:2] == ["8", "16"]
     # Refusals per second show while a program keeps being refused.
     for _ in range(6):
         assert not a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
@@ -161,6 +176,14 @@ def test_serve_several_segments_status_metrics_and_read_only():
     assert harness.comp_of(segs[one.segment], "a")["in_use"] == 1
     assert harness.comp_of(segs[two.segment], "b")["in_use"] == 3
     assert "error" in segs[gone] and "No such file" in segs[gone]["error"], segs[gone]
+    assert segs[one.segment]["budget"] is None
+    one_budget = _shim([{"name": "a2", "destinations": ["127.0.0.1:%d" % srv.port],
+                         "max_connections": 2}], {"budget": {"pool": 10, "reserved": 1}})
+    Agent(one_budget.env(log="off")).finish()
+    single = Serve("-c", one_budget.config)
+    st = json.loads(single.get("/status.json")[2])
+    assert st["segment"] == one_budget.segment and st["budget"] == {
+        "pool": 10, "reserved": 1, "config": one_budget.config}, st
     code, _, text = s.get("/metrics")
     assert code == 200
     helps = [l for l in text.splitlines() if l.startswith("# HELP ")]
