@@ -6,7 +6,8 @@ need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" 
 if [ $# -eq 0 ]; then
 	set -- gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux \
 		procps tmux prometheus \
-		dpkg-dev debhelper lintian adduser systemd chromium chromium-driver python3-selenium
+		build-essential dpkg-dev debhelper lintian adduser systemd chromium chromium-driver \
+		python3-selenium
 fi
 for p in "$@"; do
 	need "$p"
