@@ -28,11 +28,12 @@ COMMON  := config config_setting config_comp config_pool config_fleet config_res
            tally pool fdtable log adaptive config_adaptive reconcile
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
            $(B)/shim/init.o $(B)/shim/procid.o $(B)/shim/deepbind.o $(B)/shim/notice.o
-CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c))
+CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c)) \
+           $(B)/cli/web_page.o
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all test check deps unit preload clean install uninstall
+.PHONY: all test check deps unit preload clean install uninstall deb deb-test
 all: $(B)/libbulkshim.so $(B)/bulkshim
 
 $(B)/shim/%.o: shim/%.c shim/shim.h | $(B)/shim
@@ -41,6 +42,12 @@ $(B)/cli/%.o: shim/%.c shim/shim.h | $(B)/cli
 	$(CC) $(CFLAGS) $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
+# The web page that `bulkshim serve` answers, linked in with .incbin (a
+# pattern, so that the sanitizer builds in tests/hardening.mk get it too).
+%/cli/web_page.o: tools/web/page.S tools/web/index.html
+	@mkdir -p $(@D)
+	$(CC) -c -o $@ tools/web/page.S
+$(B)/cli/cmd_serve.o $(B)/cli/serve_web.o: tools/serve.h
 # Where `bulkshim run` looks for the installed library; a changed LIBDIR
 # (make install PREFIX=...) rebuilds the CLI.
 $(B)/cli/libdir: FORCE | $(B)/cli
@@ -48,9 +55,9 @@ $(B)/cli/libdir: FORCE | $(B)/cli
 FORCE:
 
 $(B)/libbulkshim.so: $(SHIM_O)
-	$(CC) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(B)/bulkshim: $(CLI_O)
-	$(CC) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
+	$(CC) $(LDFLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
 $(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o $(B)/cli/fleet_view.o \
 	$(B)/cli/cmd_metrics.o: tools/fleet.h
 $(B)/cli/fleet_script.o: tools/fleet.lua
@@ -69,7 +76,7 @@ $(B) $(B)/shim $(B)/cli $(B)/tests:
 test: deps
 	$(MAKE) --no-print-directory all $(UNITS) $(HELPERS)
 	$(MAKE) --no-print-directory check
-check: unit preload demo-test chaos-short
+check: unit preload demo-test chaos-short deb-test
 unit: $(UNITS)
 	@sh tests/run-units.sh $(UNITS)
 preload: all $(HELPERS)
@@ -98,6 +105,17 @@ uninstall:
 
 clean:
 	rm -rf $(B)
+
+# The Debian package, built by dpkg-buildpackage from debian/ in a copy of
+# the tree (so that nothing lands beside it): $(B)/deb/bulkshim_*.deb.
+deb:
+	rm -rf $(B)/deb && mkdir -p $(B)/deb/src
+	tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C $(B)/deb/src
+	cd $(B)/deb/src && dpkg-buildpackage -b -uc -us
+	@ls $(B)/deb/*.deb
+# As root: lintian, apt-get install, a preloaded curl limited, the units, apt-get purge.
+deb-test: deb
+	@python3 tests/ops/test_package.py $$(ls $(B)/deb/bulkshim_*.deb | grep -v dbgsym | head -1)
 
 # Fragments of the demo, the hardening runs and the benchmarks.
 -include tools/demo/demo.mk

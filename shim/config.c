@@ -25,7 +25,7 @@ static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
 	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "pools",
-	"fleet", NULL,
+	"fleet", "log_format", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 
@@ -53,6 +53,19 @@ static int parse_segment(struct cfg_ctx *c, const config_setting_t *s)
 		rc = cfg_check_name(c, s, "segment", name);
 	if (rc == 0)
 		snprintf(c->cfg->segment, sizeof(c->cfg->segment), "%s", name);
+	return rc;
+}
+
+static int parse_log_format(struct cfg_ctx *c, const config_setting_t *s)
+{
+	const char *word = NULL;
+	int rc = cfg_get_string(c, s, &word);
+
+	if (rc == 0 && strcmp(word, "json") != 0 && strcmp(word, "text") != 0)
+		rc = cfg_fail(c, s, -EINVAL, "\"log_format\" is \"text\" or \"json\", not \"%s\"",
+		    word);
+	if (rc == 0)
+		c->cfg->log_json = strcmp(word, "json") == 0;
 	return rc;
 }
 
@@ -308,6 +321,8 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 			rc = cfg_parse_compartments(c, s);
 		} else if (strcmp(key, "fleet") == 0) {
 			rc = cfg_parse_fleet(c, s);
+		} else if (strcmp(key, "log_format") == 0) {
+			rc = parse_log_format(c, s);
 		} else {
 			rc = cfg_unknown_key(c, s, top_keys, "");
 		}

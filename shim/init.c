@@ -148,7 +148,7 @@ __attribute__((constructor)) static void
 shim_init(void)
 {
 	char err[BS_ERRLEN], msg[BS_ERRLEN + 64];
-	const char *path, *level;
+	const char *path, *level, *format;
 	struct matcher *m;
 	bool strict;
 	int r;
@@ -159,6 +159,10 @@ shim_init(void)
 	/* In secure execution the environment belongs to someone else. */
 	if (getauxval(AT_SECURE) != 0)
 		return;
+	log_set_program(program_invocation_short_name);
+	format = getenv("BULKSHIM_LOG_FORMAT");
+	if (format != NULL && *format != '\0' && log_set_format(format) < 0)
+		bs_log(LOG_WARN, "BULKSHIM_LOG_FORMAT=%s is not text or json; using text", format);
 	level = getenv("BULKSHIM_LOG");
 	if (level != NULL && log_set_level(level) < 0)
 		bs_log(LOG_WARN, "BULKSHIM_LOG=%s is not off, error, warn, info or debug; using warn",
@@ -192,6 +196,9 @@ shim_init(void)
 		return;
 	}
 	strict = strict || shim.cfg.strict;
+	/* The environment, when it says, wins over the config for one run. */
+	if (shim.cfg.log_json && (format == NULL || *format == '\0'))
+		log_set_format("json");
 	r = seg_attach(&shim.cfg, &shim.seg, err, sizeof(err));
 	if (r < 0) {
 		bs_format(msg, sizeof(msg), "%s: %s", shim.cfg.path, err);

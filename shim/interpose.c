@@ -89,48 +89,69 @@ void
 shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char *dest)
 {
 	struct seg_comp *c = seg_comp(shim.seg, comp);
+	unsigned cls = shim.cls < BS_MAX_CLASSES ? shim.cls : 0;
+	struct log_refusal r;
+	uint64_t skipped;
+	char msg[400];
 
-	if (c == NULL)
+	if (c == NULL || !log_rejection_due(comp, &skipped))
 		return;
+	r.message = msg;
+	r.compartment = c->name;
+	r.reason = seg_reason_name(why);
+	r.operation = what;
+	r.destination = dest;
+	r.in_use = atomic_load(&c->in_use);
+	r.limit = atomic_load(&c->limit);
 	switch (why) {
 	case REASON_FULL:
-		log_rejection(comp, "%s full (%u/%u%s): %s to %s refused", c->name,
-		    atomic_load(&c->in_use), ad_limit(c, P_CONN, seg_conn_limit(c)),
-		    ad_limit(c, P_CONN, UINT32_MAX) != UINT32_MAX ? ", adaptive" : "", what, dest);
+		r.limit = ad_limit(c, P_CONN, seg_conn_limit(c));
+		bs_format(msg, sizeof(msg), "%s full (%u/%u%s): %s to %s refused", c->name,
+		    r.in_use, r.limit, ad_limit(c, P_CONN, UINT32_MAX) != UINT32_MAX ? ", adaptive" : "",
+		    what, dest);
 		break;
 	case REASON_INFLIGHT_FULL:
-		log_rejection(comp, "%s: %u/%u requests in flight%s: %s to %s refused", c->name,
-		    atomic_load(&c->inflight), ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)),
+		r.in_use = atomic_load(&c->inflight);
+		r.limit = ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit));
+		bs_format(msg, sizeof(msg), "%s: %u/%u requests in flight%s: %s to %s refused", c->name,
+		    r.in_use, r.limit,
 		    ad_limit(c, P_INFLIGHT, UINT32_MAX) != UINT32_MAX ? " (adaptive limit)" : "", what,
 		    dest);
 		break;
 	case REASON_WAIT_TIMEOUT:
-		log_rejection(comp, "%s full: waited %u ms in vain: %s to %s refused", c->name,
+		bs_format(msg, sizeof(msg), "%s full: waited %u ms in vain: %s to %s refused", c->name,
 		    atomic_load(&c->max_wait_ms), what, dest);
 		break;
 	case REASON_TOO_MANY_WAITING:
-		log_rejection(comp, "%s full and %u callers already wait: %s to %s refused",
+		bs_format(msg, sizeof(msg), "%s full and %u callers already wait: %s to %s refused",
 		    c->name, atomic_load(&c->waiting), what, dest);
 		break;
 	case REASON_CLASS_FULL:
-		log_rejection(comp, "%s: class %s at its limit of %u: %s to %s refused", c->name,
+		r.in_use = atomic_load(&c->cls[cls].in_use);
+		r.limit = atomic_load(&c->cls[cls].limit);
+		bs_format(msg, sizeof(msg), "%s: class %s at its limit of %u: %s to %s refused", c->name,
 		    shim.cls < BS_MAX_CLASSES ? seg_header(shim.seg)->class_name[shim.cls] : "?",
-		    atomic_load(&c->cls[shim.cls < BS_MAX_CLASSES ? shim.cls : 0].limit), what, dest);
+		    r.limit, what, dest);
 		break;
 	case REASON_POOL_FULL: {
 		struct seg_pool *pool = seg_pool_of(shim.seg, c);
 
-		log_rejection(comp, "%s: pool %s has lent all %u of its shared permits (pool_full; "
-		    "%s holds %u, guaranteed %u): %s to %s refused", c->name,
+		if (pool != NULL) {
+			r.in_use = atomic_load(&pool->shared);
+			r.limit = r.in_use;
+		}
+		bs_format(msg, sizeof(msg), "%s: pool %s has lent all %u of its shared permits "
+		    "(pool_full; %s holds %u, guaranteed %u): %s to %s refused", c->name,
 		    pool != NULL ? pool->name : "?", pool != NULL ? atomic_load(&pool->shared) : 0,
 		    c->name, atomic_load(&c->in_use), atomic_load(&c->guaranteed), what, dest);
 		break;
 	}
 	default:
-		log_rejection(comp, "%s: the socket or process table of segment %s is full: "
+		bs_format(msg, sizeof(msg), "%s: the socket or process table of segment %s is full: "
 		    "%s to %s refused", c->name, seg_header(shim.seg)->name, what, dest);
 		break;
 	}
+	log_refusal(&r, skipped);
 }
 
 /*

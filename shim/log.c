@@ -1,4 +1,4 @@
-/* log.c - rate-limited, async-signal-safe logging to stderr. */
+/* log.c - rate-limited, async-signal-safe logging to stderr, as human lines or JSON objects. */
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
@@ -9,8 +9,11 @@
 #include "shim.h"
 
 #define LOG_LINE_MAX 512
+#define JSON_LINE_MAX 1280	/* every field is capped (in output bytes), so an object always fits */
 
 static int log_level = LOG_WARN;
+static bool log_json;
+static char log_prog[64];
 
 /* Per compartment: when the last rejection line went out and how many were
  * suppressed since. The compare-and-swap lets one thread through. */
@@ -37,6 +40,34 @@ int
 log_get_level(void)
 {
 	return log_level;
+}
+
+int
+log_set_format(const char *word)
+{
+	if (strcmp(word, "text") == 0)
+		log_json = false;
+	else if (strcmp(word, "json") == 0)
+		log_json = true;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+bool
+log_is_json(void)
+{
+	return log_json;
+}
+
+void
+log_set_program(const char *name)
+{
+	size_t n = 0;
+
+	for (; name != NULL && name[n] != '\0' && n < sizeof(log_prog) - 1; n++)
+		log_prog[n] = name[n];
+	log_prog[n] = '\0';
 }
 
 uint64_t
@@ -93,6 +124,93 @@ put_uint(char *buf, size_t len, size_t *pos, unsigned long long v, unsigned base
 	} while (v != 0);
 	while (n > 0)
 		put_char(buf, len, pos, tmp[--n]);
+}
+
+/* A JSON string of s, its escaped text cut at max bytes (then ending in
+ * "..."): quotes, backslashes and control characters escaped, other bytes as
+ * they are. */
+static void
+put_json_str(char *buf, size_t len, size_t *pos, const char *s, size_t max)
+{
+	size_t start;
+
+	put_char(buf, len, pos, '"');
+	start = *pos;
+	for (; s != NULL && *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (*pos - start >= max) {
+			put_str(buf, len, pos, "...");
+			break;
+		}
+		if (c == '"' || c == '\\') {
+			put_char(buf, len, pos, '\\');
+			put_char(buf, len, pos, (char)c);
+		} else if (c == '\n' || c == '\t' || c == '\r') {
+			put_char(buf, len, pos, '\\');
+			put_char(buf, len, pos, c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
+		} else if (c < 0x20 || c == 0x7f) {
+			put_str(buf, len, pos, "\\u00");
+			put_char(buf, len, pos, "0123456789abcdef"[c >> 4]);
+			put_char(buf, len, pos, "0123456789abcdef"[c & 15]);
+		} else {
+			put_char(buf, len, pos, (char)c);
+		}
+	}
+	put_char(buf, len, pos, '"');
+}
+
+/* ",\"key\": " */
+static void
+put_key(char *buf, size_t len, size_t *pos, const char *key)
+{
+	put_str(buf, len, pos, ", \"");
+	put_str(buf, len, pos, key);
+	put_str(buf, len, pos, "\": ");
+}
+
+/* n as at least width digits. */
+static void
+put_padded(char *buf, size_t len, size_t *pos, unsigned long long n, int width)
+{
+	unsigned long long p = 1;
+
+	for (int i = 1; i < width; i++)
+		p *= 10;
+	for (; p > 1 && n < p; p /= 10)
+		put_char(buf, len, pos, '0');
+	put_uint(buf, len, pos, n, 10);
+}
+
+/* Milliseconds since the epoch as "2026-12-01T01:02:03.456Z", computed here
+ * because gmtime_r is not async-signal-safe (days to civil date: H. Hinnant). */
+static void
+put_time(char *buf, size_t len, size_t *pos, uint64_t ms)
+{
+	uint64_t secs = ms / 1000;
+	long long z = (long long)(secs / 86400) + 719468, era = z / 146097;
+	unsigned doe = (unsigned)(z - era * 146097);
+	unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+	unsigned day = doy - (153 * mp + 2) / 5 + 1, month = mp < 10 ? mp + 3 : mp - 9;
+	long long year = (long long)yoe + era * 400 + (month <= 2);
+	unsigned sod = (unsigned)(secs % 86400);
+
+	put_char(buf, len, pos, '"');
+	put_padded(buf, len, pos, (unsigned long long)year, 4);
+	put_char(buf, len, pos, '-');
+	put_padded(buf, len, pos, month, 2);
+	put_char(buf, len, pos, '-');
+	put_padded(buf, len, pos, day, 2);
+	put_char(buf, len, pos, 'T');
+	put_padded(buf, len, pos, sod / 3600, 2);
+	put_char(buf, len, pos, ':');
+	put_padded(buf, len, pos, sod / 60 % 60, 2);
+	put_char(buf, len, pos, ':');
+	put_padded(buf, len, pos, sod % 60, 2);
+	put_char(buf, len, pos, '.');
+	put_padded(buf, len, pos, ms % 1000, 3);
+	put_str(buf, len, pos, "Z\"");
 }
 
 /* A printf subset written without stdio or locale, so that it is
@@ -170,14 +288,24 @@ bs_format(char *buf, size_t len, const char *fmt, ...)
 	return n;
 }
 
-/* Writes one line with the raw system call: the shim's own write wrapper
- * (if any) must not see it, and stdio is not signal-safe. */
+/* Writes line (n bytes, room for one more) and a newline with the raw
+ * system call: the shim's own write wrapper (if any) must not see it, and
+ * stdio is not signal-safe. */
+static void
+write_line(char *line, size_t n)
+{
+	int saved = errno;
+
+	line[n++] = '\n';
+	syscall(SYS_write, 2, line, n);
+	errno = saved;
+}
+
 static void
 emit(const char *prefix_fmt, const char *fmt, va_list ap)
 {
 	char line[LOG_LINE_MAX];
 	size_t n;
-	int saved = errno;
 
 	n = bs_format(line, sizeof(line), prefix_fmt, (int)syscall(SYS_getpid));
 	n += format_v(line + n, sizeof(line) - n, fmt, ap);
@@ -186,9 +314,52 @@ emit(const char *prefix_fmt, const char *fmt, va_list ap)
 		memcpy(line + n, "...", 3);
 		n += 3;
 	}
-	line[n++] = '\n';
-	syscall(SYS_write, 2, line, n);
-	errno = saved;
+	write_line(line, n);
+}
+
+/* One JSON object: time, pid, program, level, the refusal's fields when r
+ * is not NULL, and the message as the human line says it. */
+static void
+emit_json(int level, const char *msg, const struct log_refusal *r, uint64_t suppressed)
+{
+	static const char *const levels[] = { "off", "error", "warn", "info", "debug" };
+	char line[JSON_LINE_MAX];
+	size_t n = 0;
+
+	put_str(line, sizeof(line), &n, "{\"time\": ");
+	put_time(line, sizeof(line), &n, now_real_ms());
+	put_key(line, sizeof(line), &n, "pid");
+	put_uint(line, sizeof(line), &n, (unsigned long long)syscall(SYS_getpid), 10);
+	put_key(line, sizeof(line), &n, "program");
+	put_json_str(line, sizeof(line), &n, log_prog, 100);
+	put_key(line, sizeof(line), &n, "level");
+	put_json_str(line, sizeof(line), &n, levels[level >= 0 && level <= LOG_DEBUG ? level : 0],
+	    10);
+	if (r != NULL) {
+		put_key(line, sizeof(line), &n, "compartment");
+		put_json_str(line, sizeof(line), &n, r->compartment, 100);
+		put_key(line, sizeof(line), &n, "reason");
+		put_json_str(line, sizeof(line), &n, r->reason, 40);
+		put_key(line, sizeof(line), &n, "operation");
+		put_json_str(line, sizeof(line), &n, r->operation, 20);
+		put_key(line, sizeof(line), &n, "destination");
+		put_json_str(line, sizeof(line), &n, r->destination, 240);
+		put_key(line, sizeof(line), &n, "in_use");
+		put_uint(line, sizeof(line), &n, r->in_use, 10);
+		put_key(line, sizeof(line), &n, "limit");
+		if (r->limit == UINT32_MAX)
+			put_str(line, sizeof(line), &n, "null");
+		else
+			put_uint(line, sizeof(line), &n, r->limit, 10);
+		put_key(line, sizeof(line), &n, "suppressed");
+		put_uint(line, sizeof(line), &n, suppressed, 10);
+	}
+	put_key(line, sizeof(line), &n, "message");
+	put_json_str(line, sizeof(line), &n, msg, 300);
+	put_char(line, sizeof(line), &n, '}');
+	if (n >= sizeof(line) - 1)	/* cannot happen with the caps above */
+		return;
+	write_line(line, n);
 }
 
 void
@@ -199,19 +370,24 @@ bs_log(int level, const char *fmt, ...)
 	if (level > log_level || level == LOG_OFF)
 		return;
 	va_start(ap, fmt);
-	emit("bulkshim[%d]: ", fmt, ap);
+	if (log_json) {
+		char msg[LOG_LINE_MAX];
+
+		format_v(msg, sizeof(msg), fmt, ap);
+		emit_json(level, msg, NULL, 0);
+	} else {
+		emit("bulkshim[%d]: ", fmt, ap);
+	}
 	va_end(ap);
 }
 
-void
-log_rejection(unsigned comp, const char *fmt, ...)
+bool
+log_rejection_due(unsigned comp, uint64_t *skipped)
 {
-	va_list ap;
-	uint64_t now, last, skipped;
-	char tail[64];
+	uint64_t now, last;
 
 	if (log_level < LOG_WARN)
-		return;
+		return false;
 	if (comp >= BS_MAX_COMPARTMENTS)
 		comp = 0;
 	/* last_ms holds the time of the last line + 1, so 0 means never:
@@ -221,21 +397,41 @@ log_rejection(unsigned comp, const char *fmt, ...)
 	if ((last != 0 && now - last < 1000) ||
 	    !atomic_compare_exchange_strong(&rej_state[comp].last_ms, &last, now)) {
 		atomic_fetch_add(&rej_state[comp].suppressed, 1);
+		return false;
+	}
+	*skipped = atomic_exchange(&rej_state[comp].suppressed, 0);
+	return true;
+}
+
+void
+log_refusal(const struct log_refusal *r, uint64_t skipped)
+{
+	char tail[64];
+
+	if (log_json) {
+		emit_json(LOG_WARN, r->message, r, skipped);
 		return;
 	}
-	skipped = atomic_exchange(&rej_state[comp].suppressed, 0);
-	va_start(ap, fmt);
 	if (skipped == 0) {
-		emit("bulkshim[%d]: ", fmt, ap);
-	} else {
-		char fmt2[256];
-
-		bs_format(tail, sizeof(tail), " (%llu similar suppressed)",
-		    (unsigned long long)skipped);
-		/* Append the tail to the format; a literal '%' in it cannot
-		 * occur since it holds only digits and words. */
-		bs_format(fmt2, sizeof(fmt2), "%s%s", fmt, tail);
-		emit("bulkshim[%d]: ", fmt2, ap);
+		bs_log(LOG_WARN, "%s", r->message);
+		return;
 	}
+	bs_format(tail, sizeof(tail), " (%llu similar suppressed)", (unsigned long long)skipped);
+	bs_log(LOG_WARN, "%s%s", r->message, tail);
+}
+
+void
+log_rejection(unsigned comp, const char *fmt, ...)
+{
+	va_list ap;
+	uint64_t skipped;
+	char msg[LOG_LINE_MAX];
+	struct log_refusal r = { .message = msg, .limit = UINT32_MAX };
+
+	if (!log_rejection_due(comp, &skipped))
+		return;
+	va_start(ap, fmt);
+	format_v(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	log_refusal(&r, skipped);
 }

@@ -49,6 +49,25 @@ size_t bs_format(char *buf, size_t len, const char *fmt, ...)
  * compartment, with the count of the lines it suppressed since the last one. */
 void log_rejection(unsigned comp, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* BULKSHIM_LOG_FORMAT and the config's log_format: "text" (the default,
+ * "bulkshim[pid]: message") or "json" (one object a line); -EINVAL else. */
+int log_set_format(const char *word);
+bool log_is_json(void);
+/* The program name JSON lines carry (cut at 63 bytes). */
+void log_set_program(const char *name);
+/* A refusal, for log_refusal: the human message and its fields. */
+struct log_refusal {
+	const char *message;
+	const char *compartment, *reason, *operation, *destination;
+	uint32_t in_use, limit;		/* limit UINT32_MAX: none */
+};
+/* True when a rejection line of compartment comp may go out now (at most
+ * one a second per compartment), with the count suppressed since the last
+ * one in *skipped; false counts this one as suppressed. Async-signal-safe. */
+bool log_rejection_due(unsigned comp, uint64_t *skipped);
+/* Writes the line of a refusal that log_rejection_due let through, as text
+ * or JSON; async-signal-safe. */
+void log_refusal(const struct log_refusal *r, uint64_t skipped);
 /* Milliseconds of CLOCK_MONOTONIC and CLOCK_REALTIME; microseconds of
  * CLOCK_MONOTONIC. */
 uint64_t now_mono_ms(void);
@@ -194,6 +213,7 @@ struct bs_config {
 	size_t npools;
 	struct cfg_pool pools[BS_MAX_POOLS];
 	struct cfg_fleet fleet;
+	bool log_json;		/* log_format = "json" */
 };
 
 /* Loads and validates path into *cfg (which it zeroes first). Host names are

@@ -10,6 +10,9 @@ if [ $# -eq 0 ]; then
 	# tests/preload/test_runtimes.py: the real-program matrix.
 	set -- "$@" nodejs php-cli php-curl php-pgsql postgresql nginx ruby perl wrk \
 		default-jdk-headless
+	# make deb-test and tests/preload/test_web.py: packaging and the browser.
+	set -- "$@" build-essential dpkg-dev debhelper lintian adduser systemd chromium chromium-driver \
+		python3-selenium
 fi
 for p in "$@"; do
 	need "$p"

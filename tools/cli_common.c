@@ -39,8 +39,10 @@ static const struct {
 	  "Prints the segment's counters in the Prometheus text exposition format.\n"
 	  "  --no-histograms          leave the latency histograms out (most of the lines)\n"
 	  "  --compartment PATTERN    only compartments matching the glob (repeatable)\n" },
-	{ "serve", "serve [-c FILE | -s SEGMENT] [--listen ADDR:PORT]",
-	  "Serves /metrics (Prometheus) and /status.json over HTTP until SIGTERM or SIGINT.\n"
+	{ "serve", "serve [-c FILE | -s SEGMENT | --all]... [--listen ADDR:PORT]",
+	  "Serves the live web page at /, /metrics (Prometheus) and /status.json over HTTP,\n"
+	  "read-only, until SIGTERM or SIGINT. -c and -s may repeat to show several segments.\n"
+	  "  --all                every segment in /dev/shm this user may read\n"
 	  "  --listen ADDR:PORT   where to listen (default 127.0.0.1:9464; port 0 picks one)\n" },
 	{ "check", "check [-q] FILE",
 	  "Validates FILE exactly as the library does and prints the budget as bars.\n"

@@ -1,4 +1,4 @@
-/* cmd_serve.c - `bulkshim serve`: a small HTTP/1.0 server for /metrics and /status.json. */
+/* cmd_serve.c - `bulkshim serve`: a small read-only HTTP/1.0 server for the web page, /metrics and /status.json. */
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "serve.h"
 
 /*
  * One request per connection, answered with "Connection: close", so a
@@ -97,59 +98,48 @@ reply_text(struct client *cl, int code, const char *text, bool head)
 	reply(cl, code, "text/plain; charset=utf-8", text, strlen(text), head);
 }
 
-/* Opens the segment for one request; it may have been created, replaced or
- * removed since the last one. */
-static int
-open_for_request(const char *name, struct seg **s, char *err, size_t errlen)
-{
-	int r = seg_open(name, true, s, err, errlen);
-
-	if (r == 0) {
-		seg_reclaim(*s, false);
-		return 0;
-	}
-	if (r == -EACCES || r == -EPERM || r == -EROFS)
-		r = seg_open(name, false, s, err, errlen);
-	return r;
-}
-
+/* Answers a GET or HEAD of path; nothing a client asks changes a segment. */
 static void
-serve_path(struct client *cl, const char *segment, const char *path, bool head)
+serve_path(struct client *cl, const struct serve_set *set, const char *path, bool head)
 {
 	char err[BS_ERRLEN + 2], *body = NULL;
 	size_t len = 0;
-	struct seg *s;
 	bool metrics = strcmp(path, "/metrics") == 0;
 	FILE *f;
+	int r;
 
-	if (!metrics && strcmp(path, "/status.json") != 0) {
-		reply_text(cl, 404, "not found: try /metrics or /status.json\n", head);
+	if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
+		const char *page;
+
+		web_page(&page, &len);
+		reply(cl, 200, "text/html; charset=utf-8", page, len, head);
 		return;
 	}
-	if (open_for_request(segment, &s, err, sizeof(err) - 2) < 0) {
-		strcat(err, "\n");
-		reply_text(cl, 503, err, head);
+	if (!metrics && strcmp(path, "/status.json") != 0) {
+		reply_text(cl, 404, "not found: try /, /metrics or /status.json\n", head);
 		return;
 	}
 	f = open_memstream(&body, &len);
-	if (f != NULL) {
-		if (metrics)
-			cli_write_metrics(f, s);
-		else
-			cli_print_status(f, s, true);
-		if (fclose(f) == 0)
-			reply(cl, 200, metrics ? "text/plain; version=0.0.4; charset=utf-8" :
-			    "application/json", body, len, head);
+	if (f == NULL) {
+		reply_text(cl, 503, "out of memory\n", head);
+		return;
 	}
+	r = metrics ? web_metrics(f, set, err, sizeof(err) - 2) :
+	    web_status(f, set, err, sizeof(err) - 2);
+	if (fclose(f) == 0 && r == 0)
+		reply(cl, 200, metrics ? "text/plain; version=0.0.4; charset=utf-8" :
+		    "application/json", body, len, head);
 	free(body);
-	seg_close(s);
-	if (cl->state != C_WRITING)
+	if (r < 0) {
+		strcat(err, "\n");
+		reply_text(cl, 503, err, head);
+	} else if (cl->state != C_WRITING)
 		reply_text(cl, 503, "out of memory\n", head);
 }
 
 /* Parses "METHOD TARGET HTTP/x.y" and answers it. */
 static void
-handle_request(struct client *cl, const char *segment)
+handle_request(struct client *cl, const struct serve_set *set)
 {
 	char *line = cl->req, *end = memchr(cl->req, '\n', cl->len), *method, *target, *version;
 	char *save = NULL, *extra;
@@ -183,7 +173,7 @@ handle_request(struct client *cl, const char *segment)
 		return;
 	}
 	target[strcspn(target, "?#")] = '\0';
-	serve_path(cl, segment, target, head);
+	serve_path(cl, set, target, head);
 }
 
 /* ---- connections ---- */
@@ -210,7 +200,7 @@ head_complete(const struct client *cl)
 }
 
 static void
-on_readable(struct client *cl, const char *segment)
+on_readable(struct client *cl, const struct serve_set *set)
 {
 	char sink[4096];
 	ssize_t n;
@@ -230,7 +220,7 @@ on_readable(struct client *cl, const char *segment)
 		return;
 	cl->len += (size_t)n;
 	if (head_complete(cl))
-		handle_request(cl, segment);
+		handle_request(cl, set);
 	else if (cl->len == sizeof(cl->req))
 		reply_text(cl, 431, "request too large\n", false);
 }
@@ -362,7 +352,7 @@ catch_signals(sigset_t *during_poll)
 }
 
 static void
-serve_loop(int lfd, const char *segment)
+serve_loop(int lfd, const struct serve_set *set)
 {
 	static struct client cl[MAX_CLIENTS];
 	struct pollfd pf[MAX_CLIENTS + 1];
@@ -417,7 +407,7 @@ serve_loop(int lfd, const char *segment)
 			else if (c->state == C_WRITING)
 				on_writable(c);
 			else
-				on_readable(c, segment);
+				on_readable(c, set);
 		}
 	}
 	for (int i = 0; i < MAX_CLIENTS; i++) {
@@ -426,46 +416,77 @@ serve_loop(int lfd, const char *segment)
 	}
 }
 
+/* Adds the segment that -c FILE or -s SEGMENT names (once); -1 after
+ * printing why it cannot. */
+static int
+add_target(struct serve_set *set, int opt, const char *arg)
+{
+	struct cli_target t = { NULL, NULL };
+	char name[BS_NAME_MAX];
+
+	cli_target_opt(&t, opt, arg);
+	if (cli_segment_name(&t, name, sizeof(name)) < 0)
+		return -1;
+	for (size_t i = 0; i < set->n; i++) {
+		if (strcmp(set->name[i], name) == 0)
+			return 0;
+	}
+	if (set->n == SERVE_MAX) {
+		fprintf(stderr, "bulkshim: serve shows at most %d segments\n", SERVE_MAX);
+		return -1;
+	}
+	set->config[set->n] = opt == 'c' ? arg : NULL;
+	memcpy(set->name[set->n++], name, BS_NAME_MAX);
+	return 0;
+}
+
 int
 cmd_serve(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "listen", required_argument, NULL, 'l' },
+		{ "all", no_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct cli_target t = { NULL, NULL };
+	static struct serve_set set;
 	const char *listen_spec = DEFAULT_LISTEN;
-	char name[BS_NAME_MAX], shown[300], err[BS_ERRLEN];
+	char shown[300], err[BS_ERRLEN];
 	struct seg *s;
 	int c, lfd;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
-		if (cli_target_opt(&t, c, optarg))
-			continue;
-		if (c == 'l')
+		if (c == 'c' || c == 's') {
+			if (add_target(&set, c, optarg) < 0)
+				return 1;
+		} else if (c == 'l')
 			listen_spec = optarg;
+		else if (c == 'a')
+			set.all = true;
 		else if (c == 'h')
 			return cli_help("serve", stdout, 0);
 		else
 			return cli_help("serve", stderr, 2);
 	}
-	if (optind != argc || (t.config != NULL && t.segment != NULL))
+	if (optind != argc || (set.all && set.n > 0))
 		return cli_help("serve", stderr, 2);
-	if (cli_segment_name(&t, name, sizeof(name)) < 0)
+	if (!set.all && set.n == 0 && add_target(&set, 0, NULL) < 0)
 		return 1;
 	snprintf(shown, sizeof(shown), "%s", listen_spec);
 	lfd = listen_on(listen_spec, shown, sizeof(shown));
 	if (lfd < 0)
 		return 1;
-	if (seg_open(name, false, &s, err, sizeof(err)) < 0)
-		fprintf(stderr, "bulkshim: %s; answering 503 until it exists\n", err);
-	else
-		seg_close(s);
-	fprintf(stderr, "bulkshim: serving segment %s on http://%s/metrics and /status.json\n",
-	    name, shown);
-	serve_loop(lfd, name);
+	fprintf(stderr, "bulkshim: serving %s on http://%s/metrics, /status.json and the page "
+	    "at http://%s/\n", set.all ? "every readable segment" : set.n == 1 ? set.name[0] :
+	    "several segments", shown, shown);
+	for (size_t i = 0; i < set.n; i++) {
+		if (seg_open(set.name[i], false, &s, err, sizeof(err)) < 0)
+			fprintf(stderr, "bulkshim: %s; shown once it exists\n", err);
+		else
+			seg_close(s);
+	}
+	serve_loop(lfd, &set);
 	close(lfd);
 	fprintf(stderr, "bulkshim: %s, stopped\n", strsignal(stop_signal));
 	return 0;
