@@ -94,3 +94,5 @@ clean:
 -include tools/demo/demo.mk
 -include tests/hardening.mk
 -include bench/bench.mk
+# The kernel engine adds to the CLI's link: after the fragments above.
+-include kernel/kernel.mk

@@ -43,6 +43,8 @@ cmd_run(int argc, char **argv)
 	char lib[PATH_MAX], abs[PATH_MAX], *preload;
 	int c;
 
+	if (cli_run_wants_kernel(argc, argv))
+		return cmd_run_kernel(argc, argv);
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -128,6 +130,8 @@ json_comp(FILE *f, const struct cli_comp *c)
 	    "\"io_timeout_ms\": %u, \"connect_timeouts\": %llu, \"io_timeouts\": %llu",
 	    c->max_wait_ms, c->max_waiting, c->connect_timeout_ms, c->io_timeout_ms,
 	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
+	fprintf(f, ", \"kernel\": %s, \"kernel_in_use\": %u", c->kernel ? "true" : "false",
+	    c->kernel_in_use);
 	json_reasons(f, "rejected_by", c->rejected_by);
 	json_reasons(f, "would_reject", c->would_reject);
 	fputs(", \"classes\": [", f);
@@ -235,11 +239,11 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		const struct cli_comp *c = &all[i];
 
 		cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
-		fprintf(f, "%-24s %7u %7s %7u %10llu %10llu %10llu  %s%s%s\n", c->name, c->in_use,
+		fprintf(f, "%-24s %7u %7s %7u %10llu %10llu %10llu  %s%s%s%s\n", c->name, c->in_use,
 		    cli_limit_text(c->limit, lim, sizeof(lim)), c->peak,
 		    (unsigned long long)c->admitted, (unsigned long long)c->rejected,
 		    (unsigned long long)c->reclaimed, ago, c->hot ? "  HOT" : "",
-		    c->enforce ? "" : "  OBSERVE");
+		    c->enforce ? "" : "  OBSERVE", c->kernel ? "  KERNEL" : "");
 		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
 		    c->nclass > 0;
 	}
@@ -295,6 +299,8 @@ static const struct {
 	{ "size", cmd_size },
 	{ "suggest", cmd_suggest },
 	{ "list", cmd_list },
+	{ "attach", cmd_attach },
+	{ "detach", cmd_detach },
 };
 
 int

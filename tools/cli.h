@@ -39,6 +39,8 @@ struct cli_comp {
 	uint64_t rejected_by[REASON_MAX], would_reject[REASON_MAX];
 	size_t nclass;		/* classes with a limit */
 	struct cli_class cls[BS_MAX_CLASSES];
+	bool kernel;		/* the kernel engine counts this compartment too */
+	uint32_t kernel_in_use;	/* of in_use, the kernel engine's */
 };
 
 /* A histogram read once: buckets, their total, and the sum. */
@@ -117,5 +119,18 @@ void cli_write_metrics(FILE *f, const struct seg *s);
 int cmd_watch(int argc, char **argv);	/* cmd_watch.c */
 int cmd_size(int argc, char **argv);	/* cmd_size.c */
 int cmd_suggest(int argc, char **argv);
+int cmd_attach(int argc, char **argv);	/* cmd_kernel.c */
+int cmd_detach(int argc, char **argv);
+int cmd_run_kernel(int argc, char **argv);
+/* True if `run`'s argv asks for the kernel engine (--kernel). */
+bool cli_run_wants_kernel(int argc, char **argv);
+/* Adds the kernel engine's counts of c's compartment (if it has any) to c. */
+void cli_kernel_merge(const struct seg *s, struct cli_comp *c);
+/* Copies each compartment's limit, enforce and errno from the segment into
+ * the kernel engine's map, if one is loaded for the segment. */
+void cli_kernel_sync(const struct seg *s);
+/* Writes cfg's rules and limits into the kernel engine loaded for its
+ * segment, if any. Returns 0, or -1 after printing the error. */
+int cli_kernel_reload(const struct bs_config *cfg);
 
 #endif

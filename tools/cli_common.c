@@ -18,9 +18,19 @@ static const struct {
 	const char *synopsis;
 	const char *more;
 } commands[] = {
-	{ "run", "run [-c FILE] [--] COMMAND [ARG...]",
+	{ "run", "run [--kernel [--cgroup PATH]] [-c FILE] [--] COMMAND [ARG...]",
 	  "Runs COMMAND with libbulkshim.so preloaded and BULKSHIM_CONFIG set to FILE.\n"
-	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n" },
+	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n"
+	  "  --kernel   no preload: a cgroup of its own (or --cgroup PATH) with the kernel\n"
+	  "             engine attached, for Go, static, setuid and io_uring programs; root\n" },
+	{ "attach", "attach [-c FILE] --cgroup PATH",
+	  "Attaches the kernel engine (eBPF) for FILE's compartments to a cgroup v2: every\n"
+	  "connect of every process in it is counted, whatever made it. Needs root or\n"
+	  "CAP_BPF + CAP_NET_ADMIN, Linux 5.9 (5.18 to refuse with the config's errno).\n"
+	  "  --cgroup PATH  absolute, or relative to the cgroup v2 mount\n" },
+	{ "detach", "detach [-c FILE | -s SEGMENT] [--cgroup PATH]",
+	  "Detaches the kernel engine from PATH (default: from every cgroup); unloads it\n"
+	  "when no cgroup is left.\n" },
 	{ "status", "status [-c FILE | -s SEGMENT] [--json]",
 	  "Shows every compartment of a segment, HOT when at or above 80 % of a limit.\n"
 	  "  -c FILE      the segment that FILE names\n"
@@ -249,6 +259,7 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		cc->rejected = atomic_load(&sc->cls[k].rejected);
 		c->nclass++;
 	}
+	cli_kernel_merge(s, c);
 	c->hot = near_limit(c->in_use, c->limit) || near_limit(c->inflight, c->inflight_limit);
 }
 

@@ -243,6 +243,8 @@ cmd_set(int argc, char **argv)
 		return 1;
 	}
 	r = apply_set(s, seg_comp(s, (uint32_t)i), argv[optind + 1], argv[optind + 2]);
+	if (r == 0)
+		cli_kernel_sync(s);
 	seg_close(s);
 	return r;
 }
@@ -384,7 +386,7 @@ cmd_reload(int argc, char **argv)
 	atomic_thread_fence(memory_order_release);
 	printf("generation %u: running processes rebuild their destinations at their next "
 	    "connect\n", atomic_fetch_add(&h->generation, 1) + 1);
-	r = 0;
+	r = cli_kernel_reload(&cfg) < 0 ? 1 : 0;
 done:
 	free(cmap);
 	seg_close(s);
