@@ -35,3 +35,38 @@ $(B)/bulkshim: PC_LIBS += $(BPF_LIBS)
 $(B)/asan/bulkshim: $(KERN_ASAN_O)
 $(B)/asan/bulkshim: PC_LIBS += $(BPF_LIBS)
 .SECONDARY: $(KERN_ASAN_O)
+
+# ---- tests: clients no preload can reach, and the chaos run under the engine ----
+
+KERN_HELPERS := $(B)/tests/kclient $(B)/tests/kclient_static $(B)/tests/goclient_static \
+                $(B)/tests/goclient_cgo
+GO_ENV := HOME=$(abspath $(B))/go GOCACHE=$(abspath $(B))/go/cache GOPATH=$(abspath $(B))/go \
+          GOFLAGS=-mod=mod GOPROXY=off
+GO_SRC := tests/kernel/goclient/main.go tests/kernel/goclient/go.mod
+
+.PHONY: kernel-helpers chaos-kernel chaos-kernel-short
+kernel-helpers: $(KERN_HELPERS)
+preload check-sanitize: kernel-helpers
+chaos: chaos-kernel
+chaos-short: chaos-kernel-short
+
+$(B)/tests/kclient: tests/kernel/kclient.c | $(B)/tests
+	$(CC) $(CFLAGS) -o $@ $< -luring
+$(B)/tests/kclient_static: tests/kernel/kclient.c | $(B)/tests
+	$(CC) $(CFLAGS) -static -o $@ $< -luring
+# Go's runtime makes its own system calls: static (CGO_ENABLED=0) and with
+# cgo, which links libc but still connects without it.
+$(B)/tests/goclient_static: $(GO_SRC) | $(B)/tests
+	cd tests/kernel/goclient && $(GO_ENV) CGO_ENABLED=0 go build -o $(abspath $@) .
+$(B)/tests/goclient_cgo: $(GO_SRC) | $(B)/tests
+	cd tests/kernel/goclient && $(GO_ENV) CGO_ENABLED=1 go build -tags netcgo -o $(abspath $@) .
+
+# Skipped, with the reason, where this machine cannot load BPF programs.
+chaos-kernel: chaos-bin
+	@if r=$$(sh tests/kernel/can_load.sh); then \
+		$(B)/tests/chaos -b $(B) -k -t $(CHAOS_SECONDS); \
+	else echo "chaos -k: skipped: $$r"; fi
+chaos-kernel-short: chaos-bin
+	@if r=$$(sh tests/kernel/can_load.sh); then \
+		$(B)/tests/chaos -b $(B) -k -t $(CHAOS_SHORT_SECONDS); \
+	else echo "chaos -k: skipped: $$r"; fi

@@ -5,7 +5,7 @@ pkgs=""
 need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || pkgs="$pkgs $1"; }
 if [ $# -eq 0 ]; then
 	set -- gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev python3 curl util-linux \
-		procps tmux prometheus
+		procps tmux prometheus clang libbpf-dev bpftool golang-go liburing-dev
 fi
 for p in "$@"; do
 	need "$p"
