@@ -70,3 +70,11 @@ chaos-kernel-short: chaos-bin
 	@if r=$$(sh tests/kernel/can_load.sh); then \
 		$(B)/tests/chaos -b $(B) -k -t $(CHAOS_SHORT_SECONDS); \
 	else echo "chaos -k: skipped: $$r"; fi
+
+# ---- benchmark: connect + close with the kernel engine, none, and the library ----
+
+.PHONY: bench-kernel
+bench: bench-kernel
+bench-kernel:
+	$(BENCH_MAKE) all bench-build
+	python3 bench/kernel.py --build $(B) --out bench/results-kernel.md
