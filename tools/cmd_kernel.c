@@ -91,33 +91,48 @@ check_env(struct kern_env *env)
 	return 0;
 }
 
+/* Parses -c FILE, --cgroup PATH (and, for run, --kernel). Returns -1 to go
+ * on (optind at the first operand), or the exit status after --help (0) or
+ * a usage error (2). */
+static int
+kernel_opts(int argc, char **argv, const char *name, const char **config, const char **cgroup)
+{
+	static const struct option longopts[] = {
+		{ "kernel", no_argument, NULL, 'k' },
+		{ "cgroup", required_argument, NULL, 'g' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+c:h", longopts, NULL)) != -1) {
+		if (c == 'c')
+			*config = optarg;
+		else if (c == 'g')
+			*cgroup = optarg;
+		else if (c == 'h')
+			return cli_help(name, stdout, 0);
+		else if (c != 'k' || strcmp(name, "run") != 0)
+			return cli_help(name, stderr, 2);
+	}
+	return -1;
+}
+
 /* ---- attach, detach ---- */
 
 int
 cmd_attach(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "cgroup", required_argument, NULL, 'g' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *config = NULL, *cgroup = NULL;
 	char err[BS_ERRLEN], cg[PATH_MAX];
 	struct kern_env env;
 	struct bs_config cfg;
-	int c, r = 1;
+	int r = 1;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+c:h", longopts, NULL)) != -1) {
-		if (c == 'c')
-			config = optarg;
-		else if (c == 'g')
-			cgroup = optarg;
-		else if (c == 'h')
-			return cli_help("attach", stdout, 0);
-		else
-			return cli_help("attach", stderr, 2);
-	}
+	if ((r = kernel_opts(argc, argv, "attach", &config, &cgroup)) >= 0)
+		return r;
+	r = 1;
 	if (optind != argc || cgroup == NULL)
 		return cli_help("attach", stderr, 2);
 	if (check_env(&env) < 0)
@@ -276,30 +291,16 @@ run_in(const char *dir, char **cmd)
 int
 cmd_run_kernel(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "kernel", no_argument, NULL, 'k' },
-		{ "cgroup", required_argument, NULL, 'g' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *config = NULL, *cgroup = NULL;
 	char err[BS_ERRLEN], dir[PATH_MAX];
 	struct kern_env env;
 	struct bs_config cfg;
 	bool made = false;
-	int c, r = 1;
+	int r;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+c:h", longopts, NULL)) != -1) {
-		if (c == 'c')
-			config = optarg;
-		else if (c == 'g')
-			cgroup = optarg;
-		else if (c == 'h')
-			return cli_help("run", stdout, 0);
-		else if (c != 'k')
-			return cli_help("run", stderr, 2);
-	}
+	if ((r = kernel_opts(argc, argv, "run", &config, &cgroup)) >= 0)
+		return r;
+	r = 1;
 	if (optind >= argc)
 		return cli_help("run", stderr, 2);
 	if (check_env(&env) < 0 || load_config(config, &cfg) < 0)
