@@ -62,7 +62,8 @@ struct kern_view {
 };
 
 /* Maps the pinned compartment map of segment. Returns 0, -ENOENT when no
- * engine is loaded for it, or another -errno. */
+ * engine is loaded for it (or this user cannot look), -EACCES (or -EPERM)
+ * when one is there that this user may not read, or another -errno. */
 int kern_view_open(const char *segment, bool writable, struct kern_view *v);
 void kern_view_close(struct kern_view *v);
 /* The entry named name, or NULL. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,15 +91,18 @@ int
 kern_view_open(const char *segment, bool writable, struct kern_view *v)
 {
 	char path[PATH_MAX];
+	struct stat st;
 	int fd, r;
 
 	memset(v, 0, sizeof(*v));
 	kern_pin_path(path, sizeof(path), segment, "comps");
-	if (access(path, F_OK) < 0)
+	/* A user who may not look into the BPF file system cannot know if
+	 * an engine is there: that reads as none. */
+	if (stat(path, &st) < 0)
 		return -ENOENT;
 	fd = bpf_obj_get(path);
 	if (fd < 0)
-		return fd;
+		return -errno;
 	r = view_map(fd, writable, v);
 	close(fd);
 	return r;

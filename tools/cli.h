@@ -132,5 +132,8 @@ void cli_kernel_sync(const struct seg *s);
 /* Writes cfg's rules and limits into the kernel engine loaded for its
  * segment, if any. Returns 0, or -1 after printing the error. */
 int cli_kernel_reload(const struct bs_config *cfg);
+/* Zeroes the kernel engine's statistics of compartment name (NULL: all),
+ * as seg_reset_counters does: never a count in use or a limit. */
+void cli_kernel_reset(const struct seg *s, const char *name);
 
 #endif

@@ -361,11 +361,21 @@ cli_run_wants_kernel(int argc, char **argv)
 void
 cli_kernel_merge(const struct seg *s, struct cli_comp *c)
 {
+	static bool warned;
 	struct kern_view v;
 	const struct kern_comp *k;
 	unsigned long long last;
+	int r = kern_view_open(seg_header(s)->name, false, &v);
 
-	if (kern_view_open(seg_header(s)->name, false, &v) < 0)
+	if (r == -EACCES || r == -EPERM) {
+		/* The figures would be short without saying so. */
+		if (!warned)
+			fprintf(stderr, "bulkshim: the kernel engine's counts of segment %s are not "
+			    "readable by this user (root or CAP_BPF): they are left out\n",
+			    seg_header(s)->name);
+		warned = true;
+	}
+	if (r < 0)
 		return;
 	if ((k = kern_view_find(&v, c->name)) != NULL) {
 		uint32_t in_use = __atomic_load_n(&k->in_use, __ATOMIC_RELAXED);
@@ -408,6 +418,30 @@ cli_kernel_sync(const struct seg *s)
 		__atomic_store_n(&k->limit, atomic_load(&sc->limit), __ATOMIC_RELAXED);
 		__atomic_store_n(&k->enforce, atomic_load(&sc->enforce), __ATOMIC_RELAXED);
 		__atomic_store_n(&k->reject_errno, atomic_load(&sc->reject_errno),
+		    __ATOMIC_RELAXED);
+	}
+	kern_view_close(&v);
+}
+
+void
+cli_kernel_reset(const struct seg *s, const char *name)
+{
+	struct kern_view v;
+
+	if (kern_view_open(seg_header(s)->name, true, &v) < 0)
+		return;
+	for (size_t i = 0; i < KERN_MAX_COMPS && v.comp[i].name[0] != '\0'; i++) {
+		struct kern_comp *k = &v.comp[i];
+
+		if (name != NULL && strncmp(k->name, name, KERN_NAME_MAX) != 0)
+			continue;
+		__atomic_store_n(&k->admitted, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&k->rejected, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&k->would_reject, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&k->released, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&k->unmarked, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&k->last_rejection_ns, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&k->peak, __atomic_load_n(&k->in_use, __ATOMIC_RELAXED),
 		    __ATOMIC_RELAXED);
 	}
 	kern_view_close(&v);

@@ -438,6 +438,7 @@ cmd_reset(int argc, char **argv)
 		printf("%s: reset the counters of %u compartment%s\n", seg_header(s)->name, n,
 		    n == 1 ? "" : "s");
 	}
+	cli_kernel_reset(s, optind < argc ? argv[optind] : NULL);
 	seg_close(s);
 	return 0;
 }

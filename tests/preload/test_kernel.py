@@ -347,3 +347,7 @@ def test_kernel_observe_mode():
     assert comp["would_reject"]["full"] == 2, comp
     c.finish()
     s.wait("db", "in_use", 0, timeout=5)
+    r = subprocess.run([h.CLI, "reset", "-c", s.config], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    comp = s.expect("db", in_use=0, admitted=0, peak=0)
+    assert comp["would_reject"]["full"] == 0, comp
