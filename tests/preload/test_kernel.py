@@ -109,6 +109,9 @@ def check_limited(argv, limit=2, tries=5, dest=None, server=None):
     comp = s.expect("db", in_use=limit, kernel=True, kernel_in_use=limit,
                     admitted=limit, rejected=tries - limit)
     assert comp["rejected_by"]["full"] == tries - limit, comp
+    m = subprocess.run([h.CLI, "metrics", "-s", s.segment], capture_output=True, text=True)
+    assert 'bulkshim_compartment_in_use{segment="%s",compartment="db"} %d' % (
+        s.segment, limit) in m.stdout, m.stdout[:2000]
     rc, err = c.finish()
     assert rc == 0, err
     srv.wait_live(0, timeout=5)
