@@ -646,8 +646,10 @@ main(int argc, char **argv)
 	}
 	adopt_inherited();
 	for (int i = 1; i < nthreads; i++) {
-		if (pthread_create(&thr[i].tid, NULL, thread_main, &thr[i]) != 0) {
-			fprintf(stderr, "chaos_worker: pthread_create failed\n");
+		int e = pthread_create(&thr[i].tid, NULL, thread_main, &thr[i]);
+
+		if (e != 0) {
+			fprintf(stderr, "chaos_worker: pthread_create failed: %s\n", strerror(e));
 			_exit(2);
 		}
 	}
