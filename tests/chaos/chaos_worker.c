@@ -648,6 +648,12 @@ main(int argc, char **argv)
 	for (int i = 1; i < nthreads; i++) {
 		int e = pthread_create(&thr[i].tid, NULL, thread_main, &thr[i]);
 
+		/* A busy shared machine can run short of threads for a moment:
+		 * that is no finding about permits, so wait a little for one. */
+		for (int k = 0; e == EAGAIN && k < 50; k++) {
+			sleep_ms(10);
+			e = pthread_create(&thr[i].tid, NULL, thread_main, &thr[i]);
+		}
 		if (e != 0) {
 			fprintf(stderr, "chaos_worker: pthread_create failed: %s\n", strerror(e));
 			_exit(2);
