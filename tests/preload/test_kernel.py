@@ -86,9 +86,15 @@ class Client:
         return self.p.returncode, err
 
     def kill(self):
+        """TERM first: `run --kernel` passes it on, then detaches and
+        removes its cgroup."""
         if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
+            self.p.terminate()
+            try:
+                self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
 
 
 def check_limited(argv, limit=2, tries=5, dest=None, server=None):
