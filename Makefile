@@ -123,3 +123,5 @@ deb-test: deb
 -include tests/hardening.mk
 -include bench/bench.mk
 -include bench/adaptive.mk
+# The kernel engine adds to the CLI's link: after the fragments above.
+-include kernel/kernel.mk

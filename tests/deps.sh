@@ -13,6 +13,8 @@ if [ $# -eq 0 ]; then
 	# make deb-test and tests/preload/test_web.py: packaging and the browser.
 	set -- "$@" build-essential dpkg-dev debhelper lintian adduser systemd chromium chromium-driver \
 		python3-selenium
+	# tests/preload/test_kernel.py and chaos -k: the kernel engine and its clients.
+	set -- "$@" clang libbpf-dev bpftool golang-go liburing-dev
 fi
 for p in "$@"; do
 	need "$p"

@@ -45,6 +45,8 @@ cmd_run(int argc, char **argv)
 	bool force = false;
 	int c;
 
+	if (cli_run_wants_kernel(argc, argv))
+		return cmd_run_kernel(argc, argv);
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -141,6 +143,8 @@ json_comp(FILE *f, const struct cli_comp *c)
 	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
 	fprintf(f, ", \"reconciled\": %llu", (unsigned long long)c->reconciled);
 	cli_json_fleet(f, c);
+	fprintf(f, ", \"kernel\": %s, \"kernel_in_use\": %u", c->kernel ? "true" : "false",
+	    c->kernel_in_use);
 	json_reasons(f, "rejected_by", c->rejected_by);
 	json_reasons(f, "would_reject", c->would_reject);
 	cli_json_comp_pool(f, c);
@@ -262,11 +266,11 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		const struct cli_comp *c = &all[i];
 
 		cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
-		fprintf(f, "%-24s %7u %7s %7u %10llu %10llu %10llu  %s%s%s\n", c->name, c->in_use,
+		fprintf(f, "%-24s %7u %7s %7u %10llu %10llu %10llu  %s%s%s%s\n", c->name, c->in_use,
 		    cli_limit_text(c->limit, lim, sizeof(lim)), c->peak,
 		    (unsigned long long)c->admitted, (unsigned long long)c->rejected,
 		    (unsigned long long)c->reclaimed, ago, c->hot ? "  HOT" : "",
-		    c->enforce ? "" : "  OBSERVE");
+		    c->enforce ? "" : "  OBSERVE", c->kernel ? "  KERNEL" : "");
 		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
 		    c->nclass > 0;
 	}
@@ -329,6 +333,8 @@ static const struct {
 	{ "rm", cmd_rm },
 	{ "prune", cmd_prune },
 	{ "fleet", cmd_fleet },
+	{ "attach", cmd_attach },
+	{ "detach", cmd_detach },
 };
 
 int

@@ -60,6 +60,8 @@ struct cli_comp {
 	bool fleet_lease;	/* the lease is valid now */
 	uint64_t fleet_lease_left_ms;
 	uint64_t fleet_lease_age_ms;	/* since the last renewal; UINT64_MAX: never */
+	bool kernel;		/* the kernel engine counts this compartment too */
+	uint32_t kernel_in_use;	/* of in_use, the kernel engine's */
 };
 
 /* One pool's figures; in_use and borrowed are derived from its
@@ -260,5 +262,21 @@ int cmd_suggest(int argc, char **argv);
 int cmd_rm(int argc, char **argv);	/* cmd_clean.c */
 int cmd_prune(int argc, char **argv);
 int cmd_fleet(int argc, char **argv);	/* fleet.c */
+int cmd_attach(int argc, char **argv);	/* cmd_kernel.c */
+int cmd_detach(int argc, char **argv);
+int cmd_run_kernel(int argc, char **argv);
+/* True if `run`'s argv asks for the kernel engine (--kernel). */
+bool cli_run_wants_kernel(int argc, char **argv);
+/* Adds the kernel engine's counts of c's compartment (if it has any) to c. */
+void cli_kernel_merge(const struct seg *s, struct cli_comp *c);
+/* Copies each compartment's limit, enforce and errno from the segment into
+ * the kernel engine's map, if one is loaded for the segment. */
+void cli_kernel_sync(const struct seg *s);
+/* Writes cfg's rules and limits into the kernel engine loaded for its
+ * segment, if any. Returns 0, or -1 after printing the error. */
+int cli_kernel_reload(const struct bs_config *cfg);
+/* Zeroes the kernel engine's statistics of compartment name (NULL: all),
+ * as seg_reset_counters does: never a count in use or a limit. */
+void cli_kernel_reset(const struct seg *s, const char *name);
 
 #endif

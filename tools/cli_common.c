@@ -18,13 +18,23 @@ static const struct {
 	const char *synopsis;
 	const char *more;
 } commands[] = {
-	{ "run", "run [-c FILE] [--force] [--] COMMAND [ARG...]",
+	{ "run", "run [--kernel [--cgroup PATH]] [-c FILE] [--force] [--] COMMAND [ARG...]",
 	  "Runs COMMAND with libbulkshim.so preloaded and BULKSHIM_CONFIG set to FILE.\n"
 	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n"
 	  "  --force    start a program the shim cannot see (static, Go, setuid, setgid, file\n"
 	  "             capabilities) anyway, with a warning\n"
+	  "  --kernel   no preload: a cgroup of its own (or --cgroup PATH) with the kernel\n"
+	  "             engine attached, for Go, static, setuid and io_uring programs; root\n"
 	  "Exit status 78 without starting COMMAND when the configuration is missing or not\n"
 	  "valid, or the shim cannot see COMMAND's calls; else COMMAND's own.\n" },
+	{ "attach", "attach [-c FILE] --cgroup PATH",
+	  "Attaches the kernel engine (eBPF) for FILE's compartments to a cgroup v2: every\n"
+	  "connect of every process in it is counted, whatever made it. Needs root or\n"
+	  "CAP_BPF + CAP_NET_ADMIN, Linux 5.9 (5.18 to refuse with the config's errno).\n"
+	  "  --cgroup PATH  absolute, or relative to the cgroup v2 mount\n" },
+	{ "detach", "detach [-c FILE | -s SEGMENT] [--cgroup PATH]",
+	  "Detaches the kernel engine from PATH (default: from every cgroup); unloads it\n"
+	  "when no cgroup is left.\n" },
 	{ "status", "status [-c FILE | -s SEGMENT] [--json]",
 	  "Shows every compartment of a segment, HOT when at or above 80 % of a limit.\n"
 	  "  -c FILE      the segment that FILE names\n"
@@ -281,6 +291,7 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		cc->rejected = atomic_load(&sc->cls[k].rejected);
 		c->nclass++;
 	}
+	cli_kernel_merge(s, c);
 	cli_read_fleet(sc, c);
 	/* What admission enforces now: an adaptive connection limit may be lower. */
 	if (c->ad.mode == AD_ON && c->ad.kind == P_CONN && c->ad.limit < c->live_limit)

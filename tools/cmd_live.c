@@ -327,6 +327,7 @@ cmd_set(int argc, char **argv)
 			if (r == 0)
 				live_note_set(seg_header(s), seg_comp(s, k)->name, key);
 		}
+		cli_kernel_sync(s);
 		seg_settings_changed(s);
 		seg_close(s);
 		return r;
@@ -348,6 +349,8 @@ cmd_set(int argc, char **argv)
 	r = apply_set(s, seg_comp(s, (uint32_t)i), key, value);
 	if (r == 0)
 		live_note_set(seg_header(s), argv[optind], key);
+	if (r == 0)
+		cli_kernel_sync(s);
 	seg_settings_changed(s);
 	seg_close(s);
 	return r;
@@ -514,7 +517,7 @@ cmd_reload(int argc, char **argv)
 	atomic_thread_fence(memory_order_release);
 	printf("generation %u: running processes rebuild their destinations at their next "
 	    "connect\n", atomic_fetch_add(&h->generation, 1) + 1);
-	r = 0;
+	r = cli_kernel_reload(&cfg) < 0 ? 1 : 0;
 done:
 	free(cmap);
 	seg_close(s);
@@ -566,6 +569,7 @@ cmd_reset(int argc, char **argv)
 		printf("%s: reset the counters of %u compartment%s\n", seg_header(s)->name, n,
 		    n == 1 ? "" : "s");
 	}
+	cli_kernel_reset(s, optind < argc ? argv[optind] : NULL);
 	seg_close(s);
 	return 0;
 }

@@ -30,6 +30,7 @@
 
 /*
  * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-P] [-K] [-D]
+ *        [-k]
  *
  * Starts a loopback server per compartment (and one no rule matches), writes
  * a config giving the compartments limits L0..L2, and runs PROCS workers of
@@ -61,6 +62,11 @@
  * `bulkshim status -s SEG --json` shows it must be 0 within 1 s.
  * Exit status 0 only if the worst overshoot is 0, in_use came back to 0, no
  * worker died of anything but our SIGKILL, and nothing hung.
+ *
+ * -k runs the workers under the kernel engine instead of the shim: in a
+ * cgroup of their own with `bulkshim attach`, no preload, and with sockets
+ * also handed to forked children over Unix sockets (SCM_RIGHTS). The
+ * witness and the checks are the same; in_use is the engine's count.
  *
  * To hunt a failure down: -K turns the kills off, CHAOS_DISABLE (see
  * chaos_worker.c) turns operations off, and -D stops every worker and then
@@ -103,7 +109,10 @@ static _Atomic int witness_stop;
 static bool freeze_on_overshoot;	/* -D: stop every worker at the first overshoot */
 static bool no_kills;			/* -K: workers end only by themselves */
 static void freeze_workers(void);
+static void show_worker_log(void);
 static int diag_fd = -1;
+static bool kernel_mode;		/* -k: the kernel engine, not the shim */
+static char cgroup_dir[PATH_MAX];
 
 static long long
 mono_ms(void)
@@ -460,6 +469,61 @@ rnd(void)
 	return seed_state * 2685821657736338717ULL;
 }
 
+/* -k: the worker enters the cgroup the engine is attached to. */
+static int
+kernel_join(void)
+{
+	char path[PATH_MAX + 16];
+	int fd, r;
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cgroup_dir);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	r = write(fd, "0\n", 2) == 2 ? 0 : -1;
+	close(fd);
+	return r;
+}
+
+/* -k: a cgroup under the cgroup v2 mount, with the engine attached. */
+static void
+kernel_setup(void)
+{
+	char line[PATH_MAX * 2], cmd[PATH_MAX * 5], mnt[PATH_MAX] = "", type[64];
+	FILE *f = fopen("/proc/self/mounts", "re");
+
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "%*s %4095s %63s", mnt, type) == 2 && strcmp(type, "cgroup2") == 0)
+			break;
+		mnt[0] = '\0';
+	}
+	if (f != NULL)
+		fclose(f);
+	if (mnt[0] == '\0')
+		die("no cgroup v2 mount for -k");
+	snprintf(cgroup_dir, sizeof(cgroup_dir), "%s/bulkshim-chaos.%d", mnt, (int)getpid());
+	if (mkdir(cgroup_dir, 0755) < 0)
+		die(cgroup_dir);
+	snprintf(cmd, sizeof(cmd), "'%s' attach -c '%s' --cgroup '%s' >/dev/null 2>>'%s'",
+	    cli_path, cfg_path, cgroup_dir, log_path);
+	if (system(cmd) != 0) {
+		rmdir(cgroup_dir);
+		show_worker_log();
+		die("bulkshim attach");
+	}
+}
+
+static void
+kernel_teardown(void)
+{
+	char cmd[PATH_MAX * 3];
+
+	snprintf(cmd, sizeof(cmd), "'%s' detach -c '%s' >/dev/null", cli_path, cfg_path);
+	if (system(cmd) != 0)
+		fprintf(stderr, "chaos: bulkshim detach failed\n");
+	rmdir(cgroup_dir);
+}
+
 static pid_t
 start_worker(void)
 {
@@ -482,6 +546,13 @@ start_worker(void)
 		if (fd >= 0) {
 			dup2(fd, 2);
 			close(fd);
+		}
+		if (kernel_mode) {
+			if (kernel_join() < 0)
+				_exit(126);
+			setenv("CHAOS_SCM", "1", 1);
+			execv(worker_path, argv);
+			_exit(127);
 		}
 		setenv("LD_PRELOAD", lib_path, 1);
 		setenv("BULKSHIM_CONFIG", cfg_path, 1);
@@ -712,11 +783,14 @@ main(int argc, char **argv)
 	struct rlimit rl;
 
 	seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	while ((c = getopt(argc, argv, "b:t:p:n:s:l:DKP")) != -1) {
+	while ((c = getopt(argc, argv, "b:t:p:n:s:l:DKPk")) != -1) {
 		switch (c) {
 		case 'P':
 			pooled = true;
 			pool_room = POOL_SIZE - POOL_RESERVED;
+			break;
+		case 'k':
+			kernel_mode = true;
 			break;
 		case 'K':
 			no_kills = true;
@@ -776,6 +850,8 @@ main(int argc, char **argv)
 	listen_all();
 	write_config(dir);
 	make_stats(dir);
+	if (kernel_mode)
+		kernel_setup();
 	if (pthread_create(&wt, NULL, witness, NULL) != 0)
 		die("pthread_create");
 
@@ -861,9 +937,12 @@ main(int argc, char **argv)
 	}
 	atomic_store(&witness_stop, 1);
 	pthread_join(wt, NULL);
+	if (kernel_mode)
+		kernel_teardown();
 
-	printf("chaos: %.1f s, %d processes x %d threads, limits c0=%d c1=%d c2=%d\n",
-	    (double)(drained_at - t0) / 1000, procs, nthreads, limits[0], limits[1], limits[2]);
+	printf("chaos: %.1f s, %d processes x %d threads, limits c0=%d c1=%d c2=%d%s\n",
+	    (double)(drained_at - t0) / 1000, procs, nthreads, limits[0], limits[1], limits[2],
+	    kernel_mode ? ", kernel engine" : "");
 	printf("chaos: %llu operations: %llu connects (%llu non-blocking; %llu admitted, "
 	    "%llu unmatched, %llu refused, %llu failed, %llu abandoned), %llu closes, %llu writes, "
 	    "%llu dup, %llu dup2 over a counted socket, %llu dup2 to a free number, %llu dup3, "
@@ -883,6 +962,9 @@ main(int argc, char **argv)
 	    (unsigned long long)k(K_CHILD_EXEC), (unsigned long long)k(K_ADOPTED),
 	    (unsigned long long)k(K_WORKER_START), (unsigned long long)k(K_EXIT),
 	    (unsigned long long)k(K_UNDERSCORE_EXIT));
+	if (kernel_mode)
+		printf("chaos: %llu sockets handed to a child with SCM_RIGHTS\n",
+		    (unsigned long long)k(K_PASS));
 	printf("chaos: witness: %lld connections accepted, %lld checks (one per accept in a limited "
 	    "compartment), %lld lag events (a close not yet seen), peak live c0=%d c1=%d c2=%d "
 	    "(confirmed open %d/%d/%d)\n",
@@ -933,6 +1015,6 @@ main(int argc, char **argv)
 	return status;
 usage:
 	fprintf(stderr, "usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] "
-	    "[-l L0,L1,L2] [-P] [-K] [-D]\n");
+	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k]\n");
 	return 2;
 }

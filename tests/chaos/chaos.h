@@ -50,6 +50,7 @@ enum chaos_counter {
 	K_WORKER_START,
 	K_EXIT,			/* workers that ended with exit() */
 	K_UNDERSCORE_EXIT,	/* workers that ended with _exit() */
+	K_PASS,			/* sockets handed to a child with SCM_RIGHTS (-k) */
 	K_MAX
 };
 

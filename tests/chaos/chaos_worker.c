@@ -385,6 +385,57 @@ op_fork(struct thr *t)
 	end_process(t, 0);
 }
 
+/* With the kernel engine only (CHAOS_SCM set; the shim cannot follow a
+ * socket handed over a Unix socket): a forked child that closed everything
+ * it inherited receives one of our sockets with SCM_RIGHTS, while we may
+ * close our copy; the child holds it a moment and exits, so the connection
+ * ends with its last holder, in another process. */
+static bool pass_on;
+
+static void
+op_pass(struct thr *t)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))], byte = 'p';
+	struct iovec iov = { &byte, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	long nap = 1 + (long)pick(t, 30);
+	int sv[2], i, st;
+	pid_t pid;
+
+	if (child_mode || t->nheld == 0 ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return;
+	pid = fork();
+	if (pid < 0) {
+		close(sv[0]);
+		close(sv[1]);
+		return;
+	}
+	if (pid == 0) {
+		close_range(3, (unsigned)sv[1] - 1, 0);
+		close_range((unsigned)sv[1] + 1, ~0u, 0);
+		if (recvmsg(sv[1], &mh, MSG_CMSG_CLOEXEC) == 1)
+			sleep_ms(nap);
+		_exit(0);
+	}
+	close(sv[1]);
+	i = (int)pick(t, (unsigned)t->nheld);
+	memset(cbuf, 0, sizeof(cbuf));
+	CMSG_FIRSTHDR(&mh)->cmsg_level = SOL_SOCKET;
+	CMSG_FIRSTHDR(&mh)->cmsg_type = SCM_RIGHTS;
+	CMSG_FIRSTHDR(&mh)->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), &t->held[i], sizeof(int));
+	if (sendmsg(sv[0], &mh, MSG_NOSIGNAL) == 1) {
+		count(K_PASS);
+		if (pick(t, 2))
+			close(take_at(t, i));
+	}
+	close(sv[0]);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+}
+
 /* The whole process execs a new image of itself; some of this thread's
  * sockets lose close-on-exec so that they live on in it. */
 static void
@@ -459,6 +510,8 @@ one_op(struct thr *t)
 		op_fork(t);
 	else if (r < 915)
 		op_exec(t);
+	else if (r < 925 && pass_on)
+		op_pass(t);
 	else
 		sleep_ms((long)pick(t, 3));
 }
@@ -583,6 +636,7 @@ main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	read_disabled();
+	pass_on = getenv("CHAOS_SCM") != NULL;
 	count(K_WORKER_START);
 	for (int i = 0; i < nthreads; i++) {
 		thr[i].id = i;
@@ -592,8 +646,16 @@ main(int argc, char **argv)
 	}
 	adopt_inherited();
 	for (int i = 1; i < nthreads; i++) {
-		if (pthread_create(&thr[i].tid, NULL, thread_main, &thr[i]) != 0) {
-			fprintf(stderr, "chaos_worker: pthread_create failed\n");
+		int e = pthread_create(&thr[i].tid, NULL, thread_main, &thr[i]);
+
+		/* A busy shared machine can run short of threads for a moment:
+		 * that is no finding about permits, so wait a little for one. */
+		for (int k = 0; e == EAGAIN && k < 50; k++) {
+			sleep_ms(10);
+			e = pthread_create(&thr[i].tid, NULL, thread_main, &thr[i]);
+		}
+		if (e != 0) {
+			fprintf(stderr, "chaos_worker: pthread_create failed: %s\n", strerror(e));
 			_exit(2);
 		}
 	}

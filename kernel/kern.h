@@ -1,0 +1,64 @@
+/* kern.h - what the kernel engine's BPF program and its user-space side share: map layouts. */
+#ifndef BULKSHIM_KERN_H
+#define BULKSHIM_KERN_H
+
+/* Included by the BPF program (with <linux/types.h> from its own headers)
+ * and by the CLI; fixed-width kernel types only, no padding surprises. */
+#include <linux/types.h>
+
+#define KERN_MAX_COMPS	1024	/* = BS_MAX_COMPARTMENTS */
+#define KERN_MAX_SITES	100000	/* = BS_MAX_RULES */
+#define KERN_SITE_RANGES 16	/* port ranges of one address and prefix */
+#define KERN_DEPTH	32	/* nested prefixes that contain one address */
+#define KERN_NAME_MAX	64	/* = BS_NAME_MAX */
+#define KERN_NO_LIMIT	0xffffffffu
+
+/* The key of the destination trie: the IPv4-mapped (for IPv4) or IPv6
+ * address, and how many of its leading bits a rule names. */
+struct kern_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+struct kern_range {
+	__u16 lo, hi;
+	__u32 comp;
+};
+
+/* One address and prefix of the rules: its port ranges, narrowest first
+ * and in config order on a tie, as match.c ranks them; prefix repeats the
+ * key's so that a miss on every port can go on to the next shorter prefix. */
+struct kern_site {
+	__u32 prefix;
+	__u32 n;
+	struct kern_range r[KERN_SITE_RANGES];
+};
+
+/* One compartment. The CLI writes name, limit, enforce and reject_errno;
+ * the program counts. in_use changes only by compare-and-swap (admission)
+ * and by atomic add of -1 (a marked socket's release). */
+struct kern_comp {
+	char name[KERN_NAME_MAX];
+	__u32 limit;		/* KERN_NO_LIMIT = none */
+	__u32 in_use;		/* sockets holding a permit */
+	__u32 peak;
+	__u32 over;		/* observe mode: sockets let past a full limit */
+	__u32 enforce;		/* 0 = observe: count, refuse nothing */
+	__s32 reject_errno;	/* positive, e.g. ECONNREFUSED */
+	__u64 admitted;
+	__u64 rejected;
+	__u64 would_reject;
+	__u64 released;
+	__u64 last_rejection_ns;	/* CLOCK_BOOTTIME, 0 = never */
+	__u64 unmarked;		/* admissions skipped: no socket storage */
+	__u64 pad[2];
+};
+
+/* What a socket admitted by the program carries in its socket storage. */
+enum { KSOCK_NONE = 0, KSOCK_PERMIT = 1, KSOCK_OVER = 2 };
+struct kern_sock {
+	__u32 comp;
+	__u32 kind;
+};
+
+#endif

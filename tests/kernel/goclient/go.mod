@@ -1,0 +1,3 @@
+module bulkshim/kclient
+
+go 1.19
