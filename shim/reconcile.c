@@ -360,7 +360,9 @@ reconcile_if_full(struct seg *s, uint32_t comp)
 
 	if (c == NULL)
 		return;
-	limit = atomic_load_explicit(&c->limit, memory_order_relaxed);
+	/* The limit admission holds it to now: a fleet share or an adaptive
+	 * limit may be below max_connections. */
+	limit = ad_limit(c, P_CONN, seg_conn_limit(c));
 	if (limit == UINT32_MAX || atomic_load_explicit(&c->in_use, memory_order_relaxed) < limit)
 		return;
 	now = now_mono_ms();
