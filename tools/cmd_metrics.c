@@ -245,6 +245,18 @@ cli_write_metrics(FILE *f, const struct seg *s)
 	fputs("bulkshim_processes", f);
 	labels(f, seg, NULL, NULL, NULL);
 	fprintf(f, " %u\n", cli_live_processes(s));
+	/* What `status` says on its first line, for alerts: processes that
+	 * attached, and those that meant to and ran without limits. */
+	family(f, "bulkshim_attaches_total", "counter",
+	    "Processes that attached to the segment since it was created.");
+	fputs("bulkshim_attaches_total", f);
+	labels(f, seg, NULL, NULL, NULL);
+	fprintf(f, " %llu\n", (unsigned long long)atomic_load(&h->attaches));
+	family(f, "bulkshim_unprotected_processes_total", "counter",
+	    "Processes that meant to attach to the segment and ran without limits.");
+	fputs("bulkshim_unprotected_processes_total", f);
+	labels(f, seg, NULL, NULL, NULL);
+	fprintf(f, " %llu\n", (unsigned long long)atomic_load(&h->unprotected));
 	for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++) {
 		family(f, simple[k].name, simple[k].type, simple[k].help);
 		for (uint32_t i = 0; i < n; i++) {
