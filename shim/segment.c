@@ -89,12 +89,17 @@ validate(const struct seg_header *h, size_t size)
 {
 	struct seg_header want;
 
-	if (size < sizeof(*h))
+	/* Magic and version first, where every layout keeps them: a segment
+	 * of another version is named as such even when its header is
+	 * smaller than ours. */
+	if (size < offsetof(struct seg_header, version) + sizeof(h->version))
 		return "truncated (smaller than its header)";
 	if (h->magic != SEG_MAGIC)
 		return "bad magic (not a bulkshim segment)";
 	if (h->version != SEG_VERSION)
 		return "unsupported layout version";
+	if (size < sizeof(*h))
+		return "truncated (smaller than its header)";
 	if (h->ncomp == 0 || h->ncomp > BS_MAX_COMPARTMENTS || h->nslots == 0 ||
 	    h->nslots > BS_MAX_SOCKETS || h->nprocs == 0 || h->nprocs > BS_MAX_PROCESSES)
 		return "counts out of range";
