@@ -260,6 +260,10 @@ cli_write_metrics(FILE *f, const struct seg *s)
 	for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++) {
 		family(f, simple[k].name, simple[k].type, simple[k].help);
 		for (uint32_t i = 0; i < n; i++) {
+			/* A lease, its age and Redis mean nothing outside a fleet:
+			 * bulkshim_fleet_limit 0 says so once. */
+			if (simple[k].field > F_FLEET_LIMIT && all[i].fleet_limit == 0)
+				continue;
 			fputs(simple[k].name, f);
 			labels(f, seg, all[i].name, NULL, NULL);
 			simple_value(f, &all[i], simple[k].field);
