@@ -303,6 +303,7 @@ advise(const struct seg *s, uint32_t i, const struct window *w, double seconds, 
 	struct seg_comp *sc = seg_comp(s, i);
 	uint64_t now = (now_mono_ms() / 1000) & 0xffffffff;
 	struct cli_hist h;
+	bool by_requests;
 
 	memset(a, 0, sizeof(*a));
 	cli_read_comp(s, i, &a->c);
@@ -340,17 +341,11 @@ advise(const struct seg *s, uint32_t i, const struct window *w, double seconds, 
 		a->guar = a->ceiling;
 	/* A compartment that counts only requests in flight is judged by
 	 * them, not by its connect rate. */
-	if (a->c.limit == UINT32_MAX && a->in.counted) {
+	by_requests = a->c.limit == UINT32_MAX && a->in.counted;
+	if (by_requests)
 		a->suggested = a->in.demand;
-		if (a->in.rate == 0 && a->in.peak == 0)
-			a->verdict = "no data";
-		else if (a->refused > 0 && a->suggested > a->limit)
-			a->verdict = "too small";
-		else if (a->suggested * 2 < a->limit && a->refused == 0)
-			a->verdict = "too large";
-		else
-			a->verdict = "fits";
-	} else if (a->c.peak_rate == 0 || a->source == NULL)
+	if (by_requests ? a->in.rate == 0 && a->in.peak == 0 :
+	    a->c.peak_rate == 0 || a->source == NULL)
 		a->verdict = "no data";
 	else if (a->limit == UINT32_MAX)
 		a->verdict = "no limit";

@@ -455,12 +455,18 @@ def test_set_all_enforce_off_and_on():
 
 # ---- 13: an unknown compartment names the closest one ----
 
-def test_unknown_compartment_names_the_closest_match():
-    """Item 13: with 1,000 compartments the error names one, not all."""
+def _thousand_compartments():
+    """A new segment of 1,000 compartments svc0000..svc0999, nobody attached."""
     seg = new_segment()
     comps = [{"name": "svc%04d" % i, "destinations": ["127.1.%d.%d:1" % (i // 250, i % 250 + 1)],
               "max_connections": 1} for i in range(1000)]
     create_segment(_cfg(seg, comps))
+    return seg
+
+
+def test_unknown_compartment_names_the_closest_match():
+    """Item 13: with 1,000 compartments the error names one, not all."""
+    seg = _thousand_compartments()
     err = cli_fails("set", "-s", seg, "svc0O42", "max_connections", "2",
                     want=r'no compartment "svc0O42" in segment \S+ \(did you mean "svc0042"\?\)')
     assert len(err) < 300, err
@@ -540,10 +546,7 @@ def test_prune_removes_stale_segments_only():
 
 def test_metrics_filters_and_list_stays_one_line_with_1000_compartments():
     """Item 13: metrics without histograms or for some compartments; list rows fit."""
-    seg = new_segment()
-    comps = [{"name": "svc%04d" % i, "destinations": ["127.1.%d.%d:1" % (i // 250, i % 250 + 1)],
-              "max_connections": 1} for i in range(1000)]
-    create_segment(_cfg(seg, comps))
+    seg = _thousand_compartments()
     full = cli_ok("metrics", "-s", seg)
     slim = cli_ok("metrics", "-s", seg, "--no-histograms")
     assert "bulkshim_reply_seconds_bucket" in full and "_bucket" not in slim, slim[:300]
