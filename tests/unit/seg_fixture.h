@@ -78,6 +78,18 @@ start_child(struct seg *s, void (*work)(struct seg *))
 	return pid;
 }
 
+/* A thread that drops a slot of wait_seg 50 ms after it starts (arg: the
+ * slot), to wake a waiter. */
+static struct seg *wait_seg;
+
+static __attribute__((unused)) void *
+late_release(void *arg)
+{
+	usleep(50000);
+	seg_drop(wait_seg, (uint32_t)(uintptr_t)arg);
+	return NULL;
+}
+
 /* SIGKILLs pid, reaps it and takes back what it held. */
 static __attribute__((unused)) void
 kill_and_reclaim(struct seg *s, pid_t pid)

@@ -165,16 +165,6 @@ test_observe_mode_refuses_nothing_and_counts_what_it_would(void **state)
 	seg_close(s);
 }
 
-static struct seg *wait_seg;
-
-static void *
-late_release(void *arg)
-{
-	usleep(50000);
-	seg_drop(wait_seg, (uint32_t)(uintptr_t)arg);
-	return NULL;
-}
-
 static void
 test_a_waiter_is_woken_by_a_release(void **state)
 {

@@ -160,16 +160,6 @@ test_a_freed_guarantee_takes_back_a_lent_permit_at_once(void **state)
 	seg_close(s);
 }
 
-static struct seg *wait_seg;
-
-static void *
-late_release(void *arg)
-{
-	usleep(50000);
-	seg_drop(wait_seg, (uint32_t)(uintptr_t)arg);
-	return NULL;
-}
-
 static void
 test_a_waiter_is_woken_when_another_compartment_frees_the_pool(void **state)
 {
