@@ -480,13 +480,20 @@ def _track(p):
     return p
 
 
+def curl_env(env):
+    """env for a curl process: curl hangs at start-up (in setlocale) with GCC's
+    libasan preloaded, shim or not, so under check-sanitize it gets the
+    (sanitized) library alone."""
+    first = os.environ.get("BULKSHIM_PRELOAD_PREFIX", "")
+    if first and env and "LD_PRELOAD" in env:
+        env = dict(env, LD_PRELOAD=env["LD_PRELOAD"].replace(first, "").strip())
+    return env
+
+
 def run(argv, env, timeout=20, input=None):
     """Runs argv to completion; returns CompletedProcess with text output."""
-    first = os.environ.get("BULKSHIM_PRELOAD_PREFIX", "")
-    if first and os.path.basename(argv[0]) == "curl" and env and "LD_PRELOAD" in env:
-        # curl hangs at start-up with GCC's libasan preloaded, shim or not:
-        # under check-sanitize it gets the (sanitized) library alone.
-        env = dict(env, LD_PRELOAD=env["LD_PRELOAD"].replace(first, "").strip())
+    if os.path.basename(argv[0]) == "curl":
+        env = curl_env(env)
     try:
         return subprocess.run(argv, env=env, capture_output=True, text=True,
                               timeout=timeout, input=input)

@@ -178,7 +178,7 @@ def test_curl_processes_all_count_in_one_window():
     assert curl, "curl is not installed (tests/deps.sh installs it)"
     be = scenario.Backend(64, S)
     shim = _shim(be, adaptive={"min": 8, "max": 64})   # from 8: the 8 loops are never refused
-    env = shim.env(log="off")
+    env = harness.curl_env(shim.env(log="off"))   # the shells run only curl
     url = "http://127.0.0.1:%d/" % be.port
     loops = [subprocess.Popen(["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do %s -sS "
                                "--max-time 5 -o /dev/null %s || exit 1; done" % (curl, url)],
