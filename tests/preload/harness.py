@@ -458,6 +458,13 @@ def unix_path(name="s"):
     return path
 
 
+def free_port():
+    """A loopback TCP port free a moment ago, for a server that binds it itself."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def free_udp_port():
     """A UDP socket bound to an ephemeral loopback port, kept until test end."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

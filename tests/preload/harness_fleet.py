@@ -26,15 +26,6 @@ def need_redis():
     assert shutil.which("redis-server"), "redis-server is missing: apt-get install redis-server"
 
 
-def free_port():
-    """A loopback TCP port free right now."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def _stop(p, sig=signal.SIGTERM, timeout=5):
     if p is None or p.poll() is not None:
         return
@@ -64,7 +55,7 @@ class Redis:
 
     def __init__(self, password=None):
         need_redis()
-        self.port = free_port()
+        self.port = harness.free_port()
         self.password = password
         self.dir = os.path.join(harness.tmpdir(), harness.unique("redis"))
         os.mkdir(self.dir)

@@ -274,7 +274,7 @@ def test_fleet_bad_redis_keeps_hosts_on_floor():
                              CEILING, LEASE_MS, password_file=bad_pw, max_hosts=6),
         "nopassfile": hf.Host("nopassfile", name, redis.address(), witness.port, LIMIT, FLOOR,
                               CEILING, LEASE_MS, password_file="/nonexistent/redis.pass", max_hosts=6),
-        "unreachable": hf.Host("unreachable", name, "127.0.0.1:%d" % hf.free_port(),
+        "unreachable": hf.Host("unreachable", name, "127.0.0.1:%d" % harness.free_port(),
                                witness.port, LIMIT, FLOOR, CEILING, LEASE_MS, max_hosts=6),
         "malformed": hf.Host("malformed", name, "127.0.0.1:%d" % fake.port, witness.port, LIMIT,
                              FLOOR, CEILING, LEASE_MS, max_hosts=6),

@@ -19,7 +19,7 @@ import threading
 import time
 
 import harness
-from harness import LineProc, Shim, defer, helper, tmpdir, wait_until, write_file
+from harness import LineProc, Shim, defer, free_port, helper, tmpdir, wait_until, write_file
 
 RETURN_S = 1.0		# in_use back at 0 within this long of the program closing
 
@@ -135,13 +135,6 @@ class Witness:
             for c in list(self._buf):
                 c.close()
             self.lsock.close()
-
-
-def free_port():
-    """A loopback TCP port free a moment ago, for a server that binds it itself."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def comp_now(shim):
