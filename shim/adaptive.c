@@ -34,10 +34,30 @@
  *   the latency can show the effect, and at most halving per window): the
  *   queue it measures is drained at once, not slowly.
  * - otherwise, if the limit is in use (mean concurrency at least half of
- *   it), it grows: doubling while ramping up from `initial` (by default
- *   `min`, so that the first baseline is measured without a queue of our
- *   making; until the first queue), then by 1/16 (at least one) per
- *   window. An unused limit does not grow, so it stays meaningful.
+ *   it), it grows: doubling while ramping up from an `initial` below max
+ *   (and after the baseline was taken again), until the first queue; then
+ *   by 1/16 (at least one) per window. An unused limit does not grow, so
+ *   it stays meaningful.
+ *
+ * The start refuses nothing: a fresh compartment opens at `initial`, by
+ * default `max`, and its first baseline is the mean of the first
+ * AD_FIRST_SAMPLES completions, without waiting for window_ms. Those are
+ * the requests admitted first, which met no queue of ours: on a healthy
+ * backend they are its ordinary latency, and when the load starts above
+ * capacity they are the ones a FIFO backend served at once, so the first
+ * full window shows the queue against them and the limit is cut down to C.
+ * A baseline that started too low (noise) is taken again by the stuck
+ * rule below; one that is far above a later window's mean (the backend
+ * became faster) follows it down at once.
+ *
+ * Windows close on completions, so a backend that stalls (its latency
+ * going from 5 ms to 2 s) would be seen only when its first slow replies
+ * come back. ad_tick, called on every admission attempt, closes an overdue
+ * window without them: when at least half of the requests in flight are
+ * older than twice the tolerated latency, their ages (lower bounds of
+ * their latencies) are the window's samples, and the limit is cut as for
+ * a queue. At most one scan of the slots per process, compartment and
+ * quarter of a window.
  * In observe mode (enforce = false) nothing is cut, so the limit is what
  * Little's law gives: the window's concurrency scaled by tolerance x
  * baseline / sample; refusals it would make are counted in would_reject.
@@ -58,6 +78,7 @@
 #define AD_CTL_PREV(w)	((uint32_t)(((w) >> 56) & 0x3f))
 #define AD_CTL_STUCK(w)	((uint32_t)((w) >> 62))
 #define AD_STUCK_WINDOWS	3
+#define AD_FIRST_SAMPLES	8	/* completions that give the first baseline */
 #define ACC_N_SHIFT	44
 #define ACC_SUM_MASK	((1ULL << ACC_N_SHIFT) - 1)
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
@@ -135,7 +156,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 				/* At the floor and still slow: the backend is. */
 				st->base_us = (uint32_t)m;
 				st->floor_windows = 0;
-				st->ramp = false;
+				st->ramp = true;	/* back up to what it holds now */
 				return AD_R_SLOWER;
 			}
 			return AD_R_NONE;
@@ -156,6 +177,9 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->stuck = 0;
 			st->prev16 = 0;
 			st->high = false;
+			/* Four times the old baseline or more is no noise: the
+			 * backend changed; ramp back up to what it holds now. */
+			st->ramp = r16 >= 63;
 			return AD_R_SLOWER;
 		}
 		next = lim * base * tol / (m * 100);
@@ -163,6 +187,15 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			next = lim - lim / 8;	/* a step the latency can show */
 		if (next < lim / 2)
 			next = lim / 2;
+		/* A limit well above what is in flight holds nothing back,
+		 * and a mild excess may be noise: cutting it below what is
+		 * in flight would refuse healthy traffic on a guess. So it
+		 * stops at 1.5 x the window's concurrency; a queue that
+		 * matters (latency above 1.5 x the tolerance) is cut at once,
+		 * and the stuck rule takes a low baseline again. */
+		if (w->conc16 * 8 < lim * 7 && m * 200 <= 3 * base * tol &&
+		    next < w->conc16 * 3 / 2 + 16)
+			next = w->conc16 * 3 / 2 + 16 < lim ? w->conc16 * 3 / 2 + 16 : lim;
 		st->limit16 = clamp16(p, next);
 		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 	}
@@ -170,7 +203,9 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	st->high = false;
 	st->prev16 = 0;
 	st->stuck = 0;
-	if (m < base)
+	if (m * 2 < base)
+		st->base_us = (uint32_t)m;	/* a faster backend, not noise */
+	else if (m < base)
 		st->base_us = (uint32_t)(base - (base - m) / 8);
 	if (w->conc16 * 2 < lim)
 		return AD_R_NONE;	/* the limit is not what holds the traffic back */
@@ -205,26 +240,33 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
 	atomic_fetch_add(&a->changes, 1);
 }
 
-/* Closes the window that started at `start`, if this caller wins it. */
+/*
+ * Closes the window that started at `start`, if this caller wins it. The
+ * stall check of ad_tick adds `n` requests still in flight whose ages sum
+ * to `age_sum`, `inflight` in flight in all (0 from a completion).
+ */
 static void
-close_window(struct seg_comp *c, uint64_t start, uint64_t now_us)
+close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, uint64_t age_sum,
+    uint64_t inflight)
 {
 	struct seg_adaptive *a = &c->ad;
 	struct ad_params p = { atomic_load(&a->min), atomic_load(&a->max),
 			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
-	uint64_t acc, old, next, el = now_us - start;
+	uint64_t acc, old, next, sum, el = now_us - start;
 	enum ad_reason why;
 
 	if (!atomic_compare_exchange_strong(&a->win_start_us, &start, now_us))
 		return;		/* another completion closed it */
 	acc = atomic_exchange(&a->acc, 0);
-	w.n = acc >> ACC_N_SHIFT;
+	w.n = (acc >> ACC_N_SHIFT) + n;
+	sum = (acc & ACC_SUM_MASK) + age_sum;
 	if (w.n == 0 || el == 0 || p.min == 0 || p.max < p.min)
 		return;
-	w.mean_us = (acc & ACC_SUM_MASK) / w.n;
-	w.conc16 = (acc & ACC_SUM_MASK) * 16 / el;
+	w.mean_us = sum / w.n;
+	/* Little's law over the window; a stall's is what is in flight. */
+	w.conc16 = n > 0 ? inflight * 16 : sum * 16 / el;
 	atomic_store(&a->sample_us, w.mean_us);
 	atomic_store(&a->sample_conc16, w.conc16);
 	atomic_fetch_add(&a->windows, 1);
@@ -236,6 +278,18 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us)
 		return;
 	if (why != AD_R_NONE)
 		note_change(a, AD_CTL_LIMIT(old) / 16, st.limit16 / 16, why);
+}
+
+/* The open window's length: at least window_ms, and at least the last
+ * window's mean latency, so that its completions were mostly admitted
+ * under the limit it judges. */
+static uint64_t
+window_len(struct seg_adaptive *a)
+{
+	uint64_t win = (uint64_t)atomic_load(&a->window_ms) * 1000;
+	uint64_t last = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
+
+	return last > win ? last : win;
 }
 
 void
@@ -256,17 +310,88 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 		atomic_compare_exchange_strong(&a->win_start_us, &start, now_us);
 		return;
 	}
-	/* A window at least as long as the last one's latency: its
-	 * completions were then mostly admitted under the limit it judges. */
-	win = (uint64_t)atomic_load(&a->window_ms) * 1000;
-	if (atomic_load_explicit(&a->sample_us, memory_order_relaxed) > win)
-		win = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
+	if (AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed)) == 0) {
+		/* No baseline yet: the first completions give it, at once. */
+		if ((acc >> ACC_N_SHIFT) >= AD_FIRST_SAMPLES)
+			close_window(c, start, now_us, 0, 0, 0);
+		return;
+	}
+	win = window_len(a);
 	if (now_us - start < win)
 		return;
 	/* Few samples: wait for more, up to ten windows. */
 	if ((acc >> ACC_N_SHIFT) < AD_MIN_SAMPLES && now_us - start < 10 * win)
 		return;
-	close_window(c, start, now_us);
+	close_window(c, start, now_us, 0, 0, 0);
+}
+
+/* When this process last scanned each compartment's slots (ad_tick). */
+static _Atomic uint64_t scanned_us[BS_MAX_COMPARTMENTS];
+
+void
+ad_tick(struct seg *s, struct seg_comp *c, int p)
+{
+	struct seg_adaptive *a = &c->ad;
+	uint64_t start, now, win, base, old, t, m, last, n = 0, sum = 0, inflight = 0;
+	uint64_t held = p == P_CONN ? MARK_HELD(P_CONN) | MARK_HELD(P_OVER) :
+	    MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER);
+	uint32_t ci = (uint32_t)(c - s->comp), nslots = s->h->nslots;
+
+	if (__builtin_expect(atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON, 1) ||
+	    atomic_load_explicit(&a->kind, memory_order_relaxed) != (uint32_t)p ||
+	    ci >= BS_MAX_COMPARTMENTS)
+		return;
+	start = atomic_load(&a->win_start_us);
+	base = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed));
+	if (start == 0 || base == 0)
+		return;
+	now = now_mono_us();
+	win = window_len(a);
+	if (now < start || now - start < win)
+		return;		/* not overdue: completions close it */
+	last = atomic_load_explicit(&scanned_us[ci], memory_order_relaxed);
+	if (now - last < win / 4 ||
+	    !atomic_compare_exchange_strong(&scanned_us[ci], &last, now))
+		return;
+	old = 2 * base * atomic_load(&a->tolerance_pct) / 100;
+	for (uint32_t i = 0; i < nslots; i++) {
+		const struct seg_slot *sl = &s->slots[i];
+
+		if (atomic_load_explicit(&sl->comp, memory_order_relaxed) != ci)
+			continue;
+		m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
+		if (!(m & held))
+			continue;
+		t = atomic_load_explicit(p == P_CONN ? &sl->admit_us : &sl->sent_us,
+		    memory_order_relaxed);
+		if (t == 0 || t > now)
+			continue;
+		inflight++;
+		if (now - t > old) {
+			n++;
+			sum += now - t;
+		}
+	}
+	/* A stall: most of what is in flight is overdue. One slow request
+	 * among many is not. */
+	if (n == 0 || n * 2 < inflight)
+		return;
+	close_window(c, start, now, n, sum, inflight);
+}
+
+void
+ad_reset_stats(struct seg_comp *c)
+{
+	struct seg_adaptive *a = &c->ad;
+
+	atomic_store(&a->windows, 0);
+	atomic_store(&a->changes, 0);
+	atomic_store(&a->sample_us, 0);
+	atomic_store(&a->sample_conc16, 0);
+	atomic_store(&a->last_change_ms, 0);
+	atomic_store(&a->last_from, 0);
+	atomic_store(&a->last_to, 0);
+	atomic_store(&a->last_reason, AD_R_NONE);
 }
 
 void
@@ -288,10 +413,12 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&a->static_limit, cc->max_inflight ? cc->max_inflight : cc->max_connections);
 	ad_unpack(atomic_load(&a->ctl), &st);
 	if (was == AD_NONE || st.limit16 == 0) {
-		/* Newly adaptive: start from `initial`, learn a baseline. */
+		/* Newly adaptive: start from `initial` (by default max, so
+		 * that nothing is refused before there is a reason to), learn
+		 * a baseline from the first completions. */
 		st.limit16 = cc->ad_initial * 16;
 		st.base_us = 0;
-		st.ramp = true;
+		st.ramp = cc->ad_initial < cc->ad_max;
 		st.floor_windows = 0;
 		atomic_store(&a->acc, 0);
 		atomic_store(&a->win_start_us, 0);

@@ -29,7 +29,10 @@ get_member(struct cfg_ctx *c, const config_setting_t *g, const char *key, long l
  * `adaptive = true;` (every default) or `adaptive = { min; max; initial;
  * window_ms; tolerance_pct; }`. The adaptive limit applies to max_inflight,
  * or to max_connections in a compartment without max_inflight, and never
- * exceeds that static limit. Returns 0, or -EINVAL with a message.
+ * exceeds that static limit (in a pool: the ceiling). Defaults: min 1 (in
+ * a pool, the guarantee), max the static limit, initial max. Runs after
+ * the compartment's pool and limits are read. Returns 0, or -EINVAL with a
+ * message.
  */
 int
 cfg_parse_adaptive(struct cfg_ctx *c, const config_setting_t *s, struct cfg_compartment *comp)
@@ -39,7 +42,11 @@ cfg_parse_adaptive(struct cfg_ctx *c, const config_setting_t *s, struct cfg_comp
 	bool on = true;
 	int rc;
 
-	comp->ad_min = 1;
+	/* In a pool, a connection limit adapts between the guarantee (by
+	 * default: adapting never takes back what the pool promised) and the
+	 * ceiling, max_connections. */
+	comp->ad_min = comp->pool != BS_NO_POOL && !comp->max_inflight && comp->guaranteed > 0 ?
+	    comp->guaranteed : 1;
 	comp->ad_max = cap;
 	comp->ad_initial = 0;
 	comp->ad_window_ms = AD_DEF_WINDOW_MS;
@@ -73,8 +80,10 @@ cfg_parse_adaptive(struct cfg_ctx *c, const config_setting_t *s, struct cfg_comp
 	if (comp->ad_min > comp->ad_max)
 		return cfg_fail(c, s, -EINVAL, "adaptive min %u of \"%s\" is above its max %u",
 				comp->ad_min, comp->name, comp->ad_max);
+	/* Open at max by default: nothing is refused before a baseline says
+	 * the backend queues (adaptive.c). */
 	if (comp->ad_initial == 0)
-		comp->ad_initial = comp->ad_min;
+		comp->ad_initial = comp->ad_max;
 	if (comp->ad_initial < comp->ad_min || comp->ad_initial > comp->ad_max)
 		return cfg_fail(c, s, -EINVAL, "adaptive initial %u of \"%s\" is outside min %u .. max %u",
 				comp->ad_initial, comp->name, comp->ad_min, comp->ad_max);

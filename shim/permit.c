@@ -323,6 +323,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	if (reason == REASON_MAX) {
 		_Atomic uint32_t *word;
 
+		ad_tick(s, c, P_CONN);	/* a stalled backend, seen without replies */
 		r = take_step(s, slot, gen, P_CONN, &seen, &word, &reason);
 		if (r == TALLY_FULL)
 			r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
@@ -591,6 +592,7 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
+	ad_tick(s, c, P_INFLIGHT);	/* a stalled backend, seen without replies */
 	/* One attempt first; the waits and reclaims of take_wait only when
 	 * full. */
 	r = tally_take(s, slot, gen, P_INFLIGHT, 0, &seen);
@@ -701,4 +703,5 @@ seg_reset_counters(struct seg *s, uint32_t i)
 		atomic_store(&c->cls[k].rejected, 0);
 		atomic_store(&c->cls[k].peak, atomic_load(&c->cls[k].in_use));
 	}
+	ad_reset_stats(c);
 }

@@ -913,6 +913,15 @@ ad_limit(const struct seg_comp *c, int p, uint32_t lim)
  * the sample to the open window; the completion that finds the window over
  * closes it (one CAS decides who) and moves the limit (one CAS on ctl). */
 void ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us);
+/* An admission attempt in c (permit kind p): when the open window is
+ * overdue and most requests in flight are older than twice the tolerated
+ * latency (a stalled backend, no completions to close it), closes it with
+ * their ages as samples. One load when c is not adaptive; lock-free and
+ * async-signal-safe. */
+void ad_tick(struct seg *s, struct seg_comp *c, int p);
+/* `bulkshim reset`: zeroes the adaptive statistics (windows, changes, last
+ * change, last sample); the limit and its baseline stay. */
+void ad_reset_stats(struct seg_comp *c);
 /* Writes the configured adaptive settings into c (seg_apply_limits). */
 void ad_apply(struct seg_comp *c, const struct cfg_compartment *cc);
 /* `set NAME adaptive=off`: pins the current limit into the static word;

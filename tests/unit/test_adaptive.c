@@ -66,6 +66,31 @@ model_init(struct model *m, double cap, double offered, uint32_t min, uint32_t m
 	m->st.ramp = true;
 }
 
+/* A fresh compartment with the defaults: open at max, no baseline. Its
+ * first window is the first AD_FIRST_SAMPLES completions, which a FIFO
+ * backend served without a queue whatever the load: latency S (with noise).
+ * Returns the limit's lowest value so far (it starts at max). */
+static void
+model_open(struct model *m, double cap, double offered, uint32_t min, uint32_t max)
+{
+	struct ad_window first;
+	double service = m->service_us > 0 ? m->service_us : 20000;
+	uint64_t rng = m->rng;
+	int noise_pct = m->noise_pct;
+
+	model_init(m, cap, offered, min, max);
+	m->service_us = service;
+	if (rng != 0) {
+		m->rng = rng;
+		m->noise_pct = noise_pct;
+	}
+	m->st.limit16 = max * 16;
+	m->st.ramp = false;
+	first = (struct ad_window){ AD_FIRST_SAMPLES, (uint64_t)(m->service_us * noise(m)),
+				    (uint64_t)(offered * 16) };
+	ad_step(&m->p, &m->st, &first);
+}
+
 /* Runs n windows; the smallest and largest limit seen in them. */
 static void
 run(struct model *m, int n, double *lo, double *hi)
@@ -129,9 +154,11 @@ test_converges_near_capacity_and_stays_in_band(void **state)
 	assert_true(hi <= 1.4 * 32);
 }
 
-/* Offered below C: once the ramp from `initial` is past (or from the start,
- * with initial above the offered load), the limit never goes below what is
- * offered, so nothing is refused: 5 minutes of windows with 10 % noise. */
+/* Offered below C: with the defaults (open at max, baseline from the first
+ * completions) the limit never goes below what is offered, from the first
+ * window on, so nothing is refused: 5 minutes of windows with 10 % noise,
+ * and again with 20 % (the first baseline then as much as 20 % off). With
+ * an `initial` below the offered load, the ramp doubles per window. */
 static void
 test_below_capacity_never_refuses(void **state)
 {
@@ -139,15 +166,45 @@ test_below_capacity_never_refuses(void **state)
 	double lo, hi;
 
 	(void)state;
-	model_init(&m, 32, 24, 2, 128);
-	m.st.limit16 = 32 * 16;		/* initial = 32 */
-	run(&m, 3000, &lo, &hi);
-	assert_true(lo >= 24);
-	/* From min: the ramp doubles per window while the limit is used. */
+	for (uint64_t seed = 1; seed <= 20; seed++) {
+		memset(&m, 0, sizeof(m));
+		m.rng = seed;
+		m.noise_pct = 10;
+		model_open(&m, 32, 24, 2, 128);
+		assert_int_equal(m.st.limit16, 128 * 16);
+		run(&m, 3000, &lo, &hi);
+		assert_true(lo >= 24);
+		memset(&m, 0, sizeof(m));
+		m.rng = seed;
+		m.noise_pct = 20;
+		model_open(&m, 32, 24, 2, 128);
+		run(&m, 3000, &lo, &hi);
+		assert_true(lo >= 24);
+	}
+	/* initial = min: the ramp doubles per window while the limit is used. */
 	model_init(&m, 32, 24, 2, 128);
 	assert_true(windows_until(&m, 24, 1000, 6) <= 6);
 	run(&m, 3000, &lo, &hi);
 	assert_true(lo >= 24);
+}
+
+/* Load above capacity from the first instant, defaults (open at max): the
+ * first completions give the no-queue baseline, the first full windows show
+ * the queue, and the limit is within +-30 % of C in 2 s (20 windows), then
+ * stays within [0.6 C, 1.4 C]. */
+static void
+test_open_start_finds_capacity_under_overload(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	memset(&m, 0, sizeof(m));
+	model_open(&m, 16, 96, 1, 64);
+	assert_true(windows_until(&m, 0.7 * 16, 1.3 * 16, 20) <= 20);
+	run(&m, 600, &lo, &hi);
+	assert_true(lo >= 0.6 * 16);
+	assert_true(hi <= 1.4 * 16);
 }
 
 /* C drops to C/4: the limit is within 1.3 x C/4 in 2 s of windows; C comes
@@ -288,11 +345,13 @@ comp_init(void)
 	cc.ad_window_ms = 100;
 	cc.ad_tolerance_pct = 120;
 	atomic_store(&comp.inflight_limit, 64);
+	atomic_store(&comp.enforce, 1);
 	ad_apply(&comp, &cc);
 }
 
-/* Samples from any caller all count in the window; the one completion that
- * finds the window over closes it, exactly once. */
+/* Samples from any caller all count in the window; the first window (the
+ * baseline) closes at its AD_FIRST_SAMPLES-th completion, later ones at the
+ * first completion that finds them over, exactly once. */
 static void
 test_window_counts_every_sample_and_closes_once(void **state)
 {
@@ -304,16 +363,22 @@ test_window_counts_every_sample_and_closes_once(void **state)
 	assert_int_equal(ad_limit(&comp, P_INFLIGHT, 64), 16);
 	assert_int_equal(ad_limit(&comp, P_CONN, 64), 64);
 	ad_sample(&comp, P_INFLIGHT, 10000, t);	/* opens the first window */
-	for (int i = 0; i < 9; i++)
-		ad_sample(&comp, P_INFLIGHT, 10000, t + 1000 * (uint64_t)i);
+	for (int i = 1; i < AD_FIRST_SAMPLES - 1; i++)
+		ad_sample(&comp, P_INFLIGHT, 10000, t + 100 * (uint64_t)i);
 	assert_int_equal(atomic_load(&comp.ad.windows), 0);
-	ad_sample(&comp, P_INFLIGHT, 10000, t + 100000);
+	ad_sample(&comp, P_INFLIGHT, 10000, t + 1000);
 	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
+	for (int i = 0; i < 9; i++)
+		ad_sample(&comp, P_INFLIGHT, 10000, t + 2000 + 1000 * (uint64_t)i);
+	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	ad_sample(&comp, P_INFLIGHT, 10000, t + 101000);
+	assert_int_equal(atomic_load(&comp.ad.windows), 2);
 	assert_int_equal(atomic_load(&comp.ad.sample_us), 10000);
 	assert_int_equal(atomic_load(&comp.ad.acc), 0);
 	/* A second completion at the same instant finds a new window open. */
-	ad_sample(&comp, P_INFLIGHT, 10000, t + 100000);
-	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	ad_sample(&comp, P_INFLIGHT, 10000, t + 101000);
+	assert_int_equal(atomic_load(&comp.ad.windows), 2);
 	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, 1);
 }
 
@@ -329,13 +394,13 @@ test_a_closer_killed_midway_leaves_nothing_inconsistent(void **state)
 	comp_init();
 	ctl = atomic_load(&comp.ad.ctl);
 	ad_sample(&comp, P_INFLIGHT, 10000, t);
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < AD_FIRST_SAMPLES - 2; i++)
 		ad_sample(&comp, P_INFLIGHT, 10000, t + 50000);
 	/* The killed closer: wins the CAS at t + 100 ms, dies. */
 	start = atomic_load(&comp.ad.win_start_us);
 	assert_true(atomic_compare_exchange_strong(&comp.ad.win_start_us, &start, t + 100000));
 	assert_int_equal(atomic_load(&comp.ad.ctl), ctl);
-	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, 9);
+	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, AD_FIRST_SAMPLES - 1);
 	/* The next window closes normally, with the dead closer's samples. */
 	ad_sample(&comp, P_INFLIGHT, 10000, t + 200000);
 	assert_int_equal(atomic_load(&comp.ad.windows), 1);
@@ -373,6 +438,91 @@ test_off_pins_and_on_resumes(void **state)
 	assert_int_equal(ad_set_mode(&comp, true), -EINVAL);
 }
 
+/* A backend that stalls (5 ms -> 2 s): no completion comes to close the
+ * window, so the next admission attempt (ad_tick) closes it with the ages
+ * of the requests in flight, and the limit is cut at once; one slow request
+ * among several young ones is no stall; `reset` clears the statistics but
+ * not the limit. */
+static struct seg_header hdr;
+static struct seg_slot slots[8];
+
+static void
+test_a_stall_is_seen_without_completions(void **state)
+{
+	struct seg sg = { .h = &hdr, .comp = &comp, .slots = slots };
+	uint64_t now = now_mono_us(), t = now - 2000000;
+
+	(void)state;
+	comp_init();
+	memset(slots, 0, sizeof(slots));
+	hdr.nslots = 8;
+	for (int i = 0; i < AD_FIRST_SAMPLES; i++)
+		ad_sample(&comp, P_INFLIGHT, 10000, t + 100 * (uint64_t)i);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
+	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	/* One request 300 ms old, three young: not a stall. */
+	for (int i = 0; i < 4; i++) {
+		atomic_store(&slots[i].comp, 0);
+		atomic_store(&slots[i].mark, MARK_HELD(P_INFLIGHT));
+		atomic_store(&slots[i].sent_us, i == 0 ? now - 300000 : now - 1000);
+	}
+	ad_tick(&sg, &comp, P_INFLIGHT);
+	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	assert_int_equal(ad_current(&comp), 16);
+	/* All four 300 ms old: a stall; the limit is halved (the most a
+	 * window cuts), with the queue as the reason. */
+	for (int i = 0; i < 4; i++)
+		atomic_store(&slots[i].sent_us, now - 300000);
+	memset(scanned_us, 0, sizeof(scanned_us));
+	ad_tick(&sg, &comp, P_INFLIGHT);
+	assert_int_equal(atomic_load(&comp.ad.windows), 2);
+	assert_true(atomic_load(&comp.ad.sample_us) >= 300000);
+	assert_int_equal(ad_current(&comp), 8);
+	assert_int_equal(atomic_load(&comp.ad.last_reason), AD_R_QUEUE);
+	/* The window just closed is not overdue: no second cut now. */
+	memset(scanned_us, 0, sizeof(scanned_us));
+	ad_tick(&sg, &comp, P_INFLIGHT);
+	assert_int_equal(ad_current(&comp), 8);
+	/* Connection permits are another kind: not looked at. */
+	ad_tick(&sg, &comp, P_CONN);
+	assert_int_equal(atomic_load(&comp.ad.windows), 2);
+	ad_reset_stats(&comp);
+	assert_int_equal(atomic_load(&comp.ad.windows), 0);
+	assert_int_equal(atomic_load(&comp.ad.changes), 0);
+	assert_int_equal(atomic_load(&comp.ad.last_change_ms), 0);
+	assert_int_equal(ad_current(&comp), 8);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
+}
+
+/* The model of a stall: after the step, windows carry the ages of what is
+ * in flight (growing with time, a window as long as the last sample);
+ * the limit is down to C/4 (+30 %) within 2 s, and once the slow replies come back
+ * the baseline is taken again and the limit climbs back. */
+static void
+test_latency_step_sheds_within_2s(void **state)
+{
+	struct model m;
+	double elapsed = 0, age;
+	struct ad_window w;
+
+	(void)state;
+	memset(&m, 0, sizeof(m));
+	m.service_us = 5000;
+	model_open(&m, 16, 96, 1, 64);
+	for (int i = 0; i < 200; i++)
+		window(&m);
+	assert_true(limit_of(&m) >= 0.7 * 16 && limit_of(&m) <= 1.45 * 16);
+	for (age = 100000; limit_of(&m) > 1.3 * 4 && elapsed < 4e6; ) {
+		w = (struct ad_window){ (uint64_t)limit_of(&m), (uint64_t)age, (uint64_t)(16 * 16) };
+		ad_step(&m.p, &m.st, &w);
+		elapsed += age > 100000 ? age : 100000;
+		age += age > 100000 ? age : 100000;
+	}
+	assert_true(elapsed <= 2e6);
+	m.service_us = 2000000;
+	assert_true(windows_until(&m, 0.7 * 16, 1.45 * 16, 200) <= 200);
+}
+
 /* ---- the config group ---- */
 
 static int
@@ -406,14 +556,14 @@ test_config_defaults_and_bounds(void **state)
 	assert_true(cfg.comp[0].adaptive);
 	assert_int_equal(cfg.comp[0].ad_min, 2);
 	assert_int_equal(cfg.comp[0].ad_max, 64);
-	assert_int_equal(cfg.comp[0].ad_initial, 2);
+	assert_int_equal(cfg.comp[0].ad_initial, 64);	/* open at max */
 	assert_int_equal(cfg.comp[0].ad_window_ms, AD_DEF_WINDOW_MS);
 	assert_int_equal(cfg.comp[0].ad_tolerance_pct, AD_DEF_TOLERANCE_PCT);
 	cfg_free(&cfg);
 	assert_int_equal(load(CFG("max_connections = 40;", "true"), &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.comp[0].ad_min, 1);
 	assert_int_equal(cfg.comp[0].ad_max, 40);
-	assert_int_equal(cfg.comp[0].ad_initial, 1);
+	assert_int_equal(cfg.comp[0].ad_initial, 40);
 	cfg_free(&cfg);
 	assert_int_equal(load(CFG("max_inflight = 64;", "{ max = 100; }"), &cfg, err,
 	    sizeof(err)), -EINVAL);
@@ -429,6 +579,32 @@ test_config_defaults_and_bounds(void **state)
 	assert_non_null(strstr(err, "tolerance_pct"));
 }
 
+/* In a pool, a connection compartment adapts between its guarantee and its
+ * ceiling by default; max above the ceiling is refused. */
+static void
+test_config_in_a_pool_uses_guarantee_and_ceiling(void **state)
+{
+	struct bs_config cfg;
+	char err[BS_ERRLEN];
+	const char *pool = "pools = ( { name = \"p\"; size = 12; } );\n";
+	char text[1024];
+
+	(void)state;
+	snprintf(text, sizeof(text), "%scompartments = ( { name = \"r\"; destinations = [ "
+	    "\"10.2.0.0/16:8080\" ]; pool = \"p\"; guaranteed = 3; max_connections = 8; "
+	    "adaptive = true; } );\n", pool);
+	assert_int_equal(load(text, &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.comp[0].ad_min, 3);
+	assert_int_equal(cfg.comp[0].ad_max, 8);
+	assert_int_equal(cfg.comp[0].ad_initial, 8);
+	cfg_free(&cfg);
+	snprintf(text, sizeof(text), "%scompartments = ( { name = \"r\"; destinations = [ "
+	    "\"10.2.0.0/16:8080\" ]; pool = \"p\"; guaranteed = 3; max_connections = 8; "
+	    "adaptive = { max = 9; }; } );\n", pool);
+	assert_int_equal(load(text, &cfg, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "adaptive max 9 of \"r\" is above its max_connections 8"));
+}
+
 int
 main(void)
 {
@@ -436,6 +612,7 @@ main(void)
 		cmocka_unit_test(test_pack_round_trips),
 		cmocka_unit_test(test_converges_near_capacity_and_stays_in_band),
 		cmocka_unit_test(test_below_capacity_never_refuses),
+		cmocka_unit_test(test_open_start_finds_capacity_under_overload),
 		cmocka_unit_test(test_steps_down_in_2s_and_up_in_10s),
 		cmocka_unit_test(test_baseline_does_not_ratchet_under_overload),
 		cmocka_unit_test(test_slower_backend_resets_the_baseline_at_the_floor),
@@ -445,7 +622,10 @@ main(void)
 		cmocka_unit_test(test_window_counts_every_sample_and_closes_once),
 		cmocka_unit_test(test_a_closer_killed_midway_leaves_nothing_inconsistent),
 		cmocka_unit_test(test_off_pins_and_on_resumes),
+		cmocka_unit_test(test_a_stall_is_seen_without_completions),
+		cmocka_unit_test(test_latency_step_sheds_within_2s),
 		cmocka_unit_test(test_config_defaults_and_bounds),
+		cmocka_unit_test(test_config_in_a_pool_uses_guarantee_and_ceiling),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
