@@ -95,6 +95,51 @@ def run_config(scenario, harness, IoShim, name, comp_extra, schedule=True, threa
     return summ, rows, reqs
 
 
+LAT_FAST, LAT_SLOW = 5, 2000      # ms: the latency step, at the same capacity C
+LAT_BEFORE, LAT_STALL, LAT_AFTER = 10.0, 10.0, 10.0
+
+
+def run_latency_step(scenario, IoShim, name, comp_extra):
+    """Latency LAT_FAST -> LAT_SLOW ms at capacity C, then back. Returns a
+    summary: when the limit first is within C/4 + 30 % after the step (the
+    cut a stall calls for, seen from the ages of requests in flight, before
+    any slow reply), in flight during the stall, and when it is back above
+    0.7 C after the return."""
+    be = scenario.Backend(C, LAT_FAST)
+    comp = {"name": "be", "destinations": ["127.0.0.1:%d" % be.port]}
+    comp.update(comp_extra)
+    shim = IoShim([comp])
+    total = LAT_BEFORE + LAT_STALL + LAT_AFTER
+    p = scenario.client(shim.env(log="off"), be.port, N, total)
+    smp = scenario.Sampler(shim.segment, "be")
+    t_start = time.monotonic()
+    time.sleep(max(0, LAT_BEFORE - (time.monotonic() - t_start)))
+    be.set(C, LAT_SLOW)
+    t_step = time.monotonic() - smp.t0
+    time.sleep(max(0, LAT_BEFORE + LAT_STALL - (time.monotonic() - t_start)))
+    be.set(C, LAT_FAST)
+    t_back = time.monotonic() - smp.t0
+    reqs = scenario.results(p, total + 120)
+    rows = smp.stop()
+    be.stop()
+    adaptive = "adaptive" in comp_extra
+    stall = [r for r in rows if t_step <= r[0] < t_back]
+    shed = next((r[0] - t_step for r in stall if r[1] is not None and r[1] <= 1.3 * C / 4),
+                None) if adaptive else None
+    back = next((r[0] - t_back for r in rows if r[0] >= t_back and r[1] is not None and
+                 r[1] >= 0.7 * C), None) if adaptive else None
+    inflight = [r[2] for r in stall if r[0] >= t_step + 2]
+    lims = [r[1] for r in stall if r[1] is not None]
+    in_stall = [r for r in reqs if LAT_BEFORE <= r[0] < LAT_BEFORE + LAT_STALL]
+    return {"name": name, "shed": shed, "back": back,
+            "inflight": sum(inflight) / len(inflight) if inflight else float("nan"),
+            "limit": (min(lims), max(lims)) if lims else None,
+            "refusals": sum(1 for r in in_stall if r[1] == "refused") / LAT_STALL,
+            "served": sum(1 for r in in_stall if r[1] == "ok"),
+            "p99_after": pct([r[2] for r in reqs if r[0] >= LAT_BEFORE + LAT_STALL + 3
+                              and r[1] == "ok"], 0.99)}
+
+
 def fmt_limit(lim):
     if lim is None:
         return "-"
@@ -186,11 +231,12 @@ def main():
 
     # Offered concurrency below C: what does adaptation refuse?
     below = {}
-    for initial in (None, 12):
+    for initial in (None, 1):
         ad = {"min": 1, "max": 4 * C}
         if initial:
             ad["initial"] = initial
-        print("bench-adaptive: below capacity, initial %s ..." % (initial or "min"), flush=True)
+        print("bench-adaptive: below capacity, initial %s ..." % (initial or "max (default)"),
+              flush=True)
         s, rows, reqs = run_config(scenario, harness, IoShim, "below", {
             "max_inflight": 4 * C, "adaptive": ad}, schedule=False, threads=3 * C // 4,
             seconds=20)
@@ -201,6 +247,13 @@ def main():
                           "limit_min_after_1s": min((r[1] for r in rows if r[0] >= 1.0),
                                                     default=None)}
         print("  %r" % below[initial], flush=True)
+
+    # The latency step: 5 ms -> 2 s at the same capacity, and back.
+    lat = []
+    for name, extra in (("static C = %d" % C, {"max_inflight": C}), ("adaptive (defaults)", adaptive)):
+        print("bench-adaptive: latency step, %s ..." % name, flush=True)
+        lat.append(run_latency_step(scenario, IoShim, name, extra))
+        print("  %r" % lat[-1], flush=True)
 
     # A long sustained overload: does the baseline ratchet up?
     drift = None
@@ -266,10 +319,29 @@ def main():
     for initial, b in below.items():
         lines.append("- Target 2, offered %d < C for 20 s, initial %s: %d requests, %d refused "
                      "(%d after the first second); lowest limit after 1 s: %s." % (
-                         3 * C // 4, initial or "min (default)", b["total"], b["refused"],
+                         3 * C // 4, "max (default)" if initial is None else
+                         "%d (a ramp from min)" % initial, b["total"], b["refused"],
                          b["refused_after_1s"], b["limit_min_after_1s"]))
     lines.append("- Target 3, steps: drop to C/4 settled in %s (target 2 s); return to C in %s "
                  "(target 10 s)." % (fmt_s(ad["settle_down"]), fmt_s(ad["settle_up"])))
+    la = lat[-1]
+    lines.append("- Target 3, latency step %d ms -> %d s at capacity C: the adaptive limit was "
+                 "within C/4 + 30 %% (<= %.1f) %s after the step (target 2 s); back above 0.7 C "
+                 "%s after the latency returned." % (LAT_FAST, LAT_SLOW // 1000, 1.3 * C / 4,
+                                                     fmt_s(la["shed"]), fmt_s(la["back"])))
+    lines.append("")
+    lines.append("Latency step: %d threads, capacity C = %d throughout; %d ms for %.0f s, %d ms "
+                 "for %.0f s, %d ms for %.0f s." % (N, C, LAT_FAST, LAT_BEFORE, LAT_SLOW,
+                                                   LAT_STALL, LAT_FAST, LAT_AFTER))
+    lines.append("")
+    lines.append("| configuration | limit during the stall (min..max) | in flight during the stall "
+                 "(mean, from 2 s) | refusals/s in the stall | served in the stall | settle after "
+                 "the step (<= 1.3 C/4) | recovery after it (>= 0.7 C) | p99 ms after |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in lat:
+        lines.append("| %s | %s | %.1f | %.0f | %d | %s | %s | %.1f |" % (
+            r["name"], "%d..%d" % r["limit"] if r["limit"] else "%d" % C, r["inflight"],
+            r["refusals"], r["served"], fmt_s(r["shed"]), fmt_s(r["back"]), r["p99_after"]))
     if drift:
         lines.append("")
         lines.append("Sustained overload, %d s, adaptive, %d threads on capacity %d:" % (
@@ -288,6 +360,10 @@ def main():
     print(text)
     # The section of results.md: a pointer and the main table.
     table = text[text.index("| configuration"):text.index("Settle:")]
+    table += "\n" + text[text.index("Latency step:"):text.index("| configuration", text.index(
+        "Latency step:"))] + text[text.index("| configuration", text.index("Latency step:")):]
+    table = table[:table.index("Sustained overload") if "Sustained overload" in table else
+                  table.index("Picture:")]
     section = "%s\n## Adaptive limits\n\nFrom `make bench-adaptive`; the full report with the " \
               "targets, the below-capacity runs and the sustained overload is " \
               "[bench/adaptive.md](adaptive.md).\n\n%s%s\n" % (BEGIN, table, END)

@@ -24,17 +24,23 @@ FUZZ_CC ?= clang
 
 CHAOS_BIN := $(B)/tests/chaos $(B)/tests/chaos_worker
 
-chaos-bin: all $(CHAOS_BIN)
+chaos-bin: all $(CHAOS_BIN) $(B)/tests/chaos_adclose
 
 $(CHAOS_BIN): $(B)/tests/%: tests/chaos/%.c tests/chaos/chaos.h | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
+# -A's window closer links the shim's shared code, as the CLI does.
+$(B)/tests/chaos_adclose: tests/chaos/chaos_adclose.c tests/chaos/chaos.h $(COMMON:%=$(B)/cli/%.o) \
+		shim/shim.h | $(B)/tests
+	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(COMMON:%=$(B)/cli/%.o) $(PC_LIBS) -lpthread
 
 chaos: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS)
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -P
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -A -P
 chaos-short: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS)
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -P
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -A
 
 # The hostile-segment and permission tests alone.
 hostile: all $(HELPERS)

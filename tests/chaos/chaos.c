@@ -30,7 +30,7 @@
 
 /*
  * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-P] [-K] [-D]
- *        [-k]
+ *        [-k] [-A]
  *
  * Starts a loopback server per compartment (and one no rule matches), writes
  * a config giving the compartments limits L0..L2, and runs PROCS workers of
@@ -57,6 +57,17 @@
  * to more than the pool): the witness then also checks, at every accept, the
  * connections open to the three servers together against the pool, the same
  * way (a count above it is confirmed with sock_diag).
+ *
+ * With -A the compartments are adaptive (issue 15: `adaptive = { window_ms
+ * = 10; }`, so that windows close every few milliseconds, on the
+ * connection releases of workers that are being killed), and a window
+ * closer (chaos_adclose.c) that spends nearly all its time closing windows
+ * is SIGKILLed every few milliseconds and restarted: kills land inside
+ * window closes. The witness's limits stay the static ones (the adaptive
+ * limit is never above them), and a thread checks every 200 ms, and once
+ * at the end, that `status --json` shows each adaptive limit within its
+ * [min, max], with min and max as configured (in a pool: the guarantee and
+ * the ceiling).
  *
  * After the run, when every process is gone, each compartment's in_use as
  * `bulkshim status -s SEG --json` shows it must be 0 within 1 s.
@@ -92,6 +103,13 @@ static int limits[CHAOS_COMPS] = { 3, 5, 2 };
 #define POOL_RESERVED	1
 static const int guarantees[CHAOS_COMPS] = { 2, 1, 1 };
 static bool pooled;
+static bool adaptive;			/* -A: adaptive compartments */
+static _Atomic long long adaptive_checks, adaptive_bad;
+static _Atomic int checker_stop;
+static pid_t closer_pid;		/* -A: chaos_adclose, killed every few ms */
+static long long closer_started, closer_kills, closer_starts, windows_closed;
+static bool closer_killed;
+static char closer_path[PATH_MAX];
 static int pool_room, max_pool_live, max_pool_confirmed;
 static _Atomic int worst_pool_overshoot;
 static int lsock[CHAOS_SERVERS];
@@ -617,6 +635,8 @@ reap(bool refill)
 			w->pid = refill ? start_worker() : 0;
 			w->killed = false;
 		}
+		if (pid == closer_pid)
+			closer_pid = 0;
 	}
 	return n;
 }
@@ -668,6 +688,86 @@ in_use_total(char *shown, size_t len)
 	return total;
 }
 
+/* -A: every adaptive limit `status --json` shows is within its bounds,
+ * and the bounds are the configured ones (min 1, or the guarantee in a
+ * pool; max the compartment's limit). Counts the objects checked. */
+static void
+adaptive_check(const char *when)
+{
+	char cmd[8400], out[65536], *p;
+	size_t n;
+	FILE *f;
+	int k = 0;
+
+	snprintf(cmd, sizeof(cmd), "'%s' status -s '%s' --json 2>&1", cli_path, segment);
+	f = popen(cmd, "r");
+	if (f == NULL)
+		return;
+	n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = '\0';
+	if (pclose(f) != 0)
+		return;		/* the segment not there yet */
+	for (p = strstr(out, "\"adaptive\": {"); p != NULL; p = strstr(p + 1, "\"adaptive\": {")) {
+		const char *l = strstr(p, "\"limit\": "), *mn = strstr(p, "\"min\": ");
+		const char *mx = strstr(p, "\"max\": "), *wn = strstr(p, "\"windows\": ");
+		long lim, lo, hi, want_lo = pooled ? guarantees[k] : 1, want_hi = limits[k];
+
+		if (l == NULL || mn == NULL || mx == NULL || k >= CHAOS_COMPS)
+			break;
+		lim = strtol(l + 9, NULL, 10);
+		lo = strtol(mn + 7, NULL, 10);
+		hi = strtol(mx + 7, NULL, 10);
+		if (wn != NULL && strcmp(when, "after the run") == 0)
+			windows_closed += strtoll(wn + 11, NULL, 10);
+		adaptive_checks++;
+		if (lim < lo || lim > hi || lo != want_lo || hi != want_hi) {
+			adaptive_bad++;
+			fprintf(stderr, "chaos: %s: c%d's adaptive limit %ld outside [%ld, %ld] (configured "
+			    "[%ld, %ld])\n", when, k, lim, lo, hi, want_lo, want_hi);
+		}
+		k++;
+	}
+	if (k != CHAOS_COMPS) {
+		adaptive_bad++;
+		fprintf(stderr, "chaos: %s: %d adaptive compartments in status --json, want %d\n", when,
+		    k, CHAOS_COMPS);
+	}
+}
+
+static void *
+checker(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&checker_stop)) {
+		struct timespec ts = { 0, 200 * 1000000 };
+
+		adaptive_check("during the run");
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+/* -A: (re)starts the window closer; it is not under the shim. */
+static void
+start_closer(void)
+{
+	char until[32], seed[32];
+	char *argv[] = { closer_path, segment, until, seed, NULL };
+
+	snprintf(until, sizeof(until), "%lld", until_ms);
+	snprintf(seed, sizeof(seed), "%llu", (unsigned long long)(rnd() >> 1));
+	closer_pid = fork();
+	if (closer_pid < 0)
+		die("fork");
+	if (closer_pid == 0) {
+		execv(closer_path, argv);
+		_exit(127);
+	}
+	closer_started = mono_ms();
+	closer_killed = false;
+	closer_starts++;
+}
+
 /* ---- set-up ---- */
 
 static void
@@ -706,10 +806,13 @@ write_config(const char *dir)
 		    POOL_RESERVED);
 	fprintf(f, "compartments = (\n");
 	for (int i = 0; i < CHAOS_COMPS; i++) {
-		char pool[64] = "";
+		char pool[128] = "";
 
 		if (pooled)
 			snprintf(pool, sizeof(pool), " pool = \"p\"; guaranteed = %d;", guarantees[i]);
+		if (adaptive)
+			snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool),
+			    " adaptive = { window_ms = 10; };");
 		/* c1 lets blocking callers wait a little, to have futex
 		 * waiters woken by releases and by reclaims (and, in a
 		 * pool, by the other compartments' releases). */
@@ -779,12 +882,15 @@ main(int argc, char **argv)
 	long long t0, end, drained_at, zero_at = -1, last_kill;
 	int procs = 8, c, status = 0;
 	long total = -1;
-	pthread_t wt;
+	pthread_t wt, ct;
 	struct rlimit rl;
 
 	seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	while ((c = getopt(argc, argv, "b:t:p:n:s:l:DKPk")) != -1) {
+	while ((c = getopt(argc, argv, "b:t:p:n:s:l:DKPkA")) != -1) {
 		switch (c) {
+		case 'A':
+			adaptive = true;
+			break;
 		case 'P':
 			pooled = true;
 			pool_room = POOL_SIZE - POOL_RESERVED;
@@ -829,7 +935,9 @@ main(int argc, char **argv)
 	snprintf(worker_path, sizeof(worker_path), "%s/tests/chaos_worker", build);
 	snprintf(lib_path, sizeof(lib_path), "%s/libbulkshim.so", build);
 	snprintf(cli_path, sizeof(cli_path), "%s/bulkshim", build);
-	if (absolute(worker_path) < 0 || absolute(lib_path) < 0 || absolute(cli_path) < 0)
+	snprintf(closer_path, sizeof(closer_path), "%s/tests/chaos_adclose", build);
+	if (absolute(worker_path) < 0 || absolute(lib_path) < 0 || absolute(cli_path) < 0 ||
+	    (adaptive && absolute(closer_path) < 0))
 		die("build products (make all chaos-bin)");
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536) {
 		rl.rlim_cur = rl.rlim_max < 65536 ? rl.rlim_max : 65536;
@@ -861,11 +969,21 @@ main(int argc, char **argv)
 	for (int i = 0; i < procs; i++)
 		workers[i].pid = start_worker();
 	last_kill = t0;
+	if (adaptive && pthread_create(&ct, NULL, checker, NULL) != 0)
+		die("pthread_create");
 	while (mono_ms() < end) {
 		long long gap = 15 + (long long)(rnd() % 120);
 		struct timespec ts = { 0, 5 * 1000000 };
 
 		nanosleep(&ts, NULL);
+		if (adaptive && closer_pid == 0 && mono_ms() < end - 200)
+			start_closer();
+		else if (adaptive && closer_pid > 0 && !closer_killed && !no_kills &&
+		    mono_ms() - closer_started >= 40 + (long long)(rnd() % 100)) {
+			kill(closer_pid, SIGKILL);
+			closer_kills++;
+			closer_killed = true;
+		}
 		reap(mono_ms() < end - 200);
 		if (!no_kills && mono_ms() - last_kill >= gap) {
 			struct worker *w = &workers[rnd() % (unsigned)procs];
@@ -935,6 +1053,11 @@ main(int argc, char **argv)
 			nanosleep(&ts, NULL);
 		}
 	}
+	if (adaptive) {
+		atomic_store(&checker_stop, 1);
+		pthread_join(ct, NULL);
+		adaptive_check("after the run");
+	}
 	atomic_store(&witness_stop, 1);
 	pthread_join(wt, NULL);
 	if (kernel_mode)
@@ -976,6 +1099,11 @@ main(int argc, char **argv)
 		    "(confirmed open %d), worst pool overshoot %d\n", POOL_SIZE, POOL_RESERVED,
 		    guarantees[0], guarantees[1], guarantees[2], max_pool_live, max_pool_confirmed,
 		    atomic_load(&worst_pool_overshoot));
+	if (adaptive)
+		printf("chaos: adaptive limits (window 10 ms): %lld checks of [min, max], %lld bad; "
+		    "%lld windows closed; window closer started %lld times, SIGKILLed %lld times\n",
+		    (long long)atomic_load(&adaptive_checks), (long long)atomic_load(&adaptive_bad),
+		    windows_closed, closer_starts, closer_kills);
 	printf("chaos: worst overshoot %d (%lld events); in_use after the last exit: %s%s",
 	    atomic_load(&worst_overshoot), (long long)atomic_load(&overshoot_events),
 	    total < 0 ? "status failed: " : "", shown);
@@ -984,7 +1112,8 @@ main(int argc, char **argv)
 	else
 		printf(" (NOT 0 after %d ms)\n", SETTLE_MS);
 	if (atomic_load(&worst_overshoot) > 0 || atomic_load(&worst_pool_overshoot) > 0 ||
-	    zero_at < 0 || crashes > 0) {
+	    zero_at < 0 || crashes > 0 || atomic_load(&adaptive_bad) > 0 ||
+	    (adaptive && (atomic_load(&adaptive_checks) == 0 || (!no_kills && closer_kills == 0)))) {
 		status = 1;
 		if (crashes > 0)
 			printf("chaos: %lld processes crashed or failed\n", crashes);
@@ -1015,6 +1144,6 @@ main(int argc, char **argv)
 	return status;
 usage:
 	fprintf(stderr, "usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] "
-	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k]\n");
+	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-A]\n");
 	return 2;
 }
