@@ -10,8 +10,10 @@ for S ms each and queues the rest. The client (legacy_client.py, under the
 shim) runs N threads, one request per connection at a time, no timeouts;
 a refused request's thread pauses 50 ms. Each configuration runs the same
 schedule: capacity C for STEADY s, then C/4 for DOWN s, then C again for UP
-s. Then: the adaptive limit with offered concurrency below C, and a long
-sustained overload (--long, default 300 s) for baseline drift. Writes a
+s. Then: the adaptive limit with offered concurrency below C (defaults, and
+a ramp from initial = 1 for comparison), the latency step (5 ms -> 2 s at
+capacity C, and back; static C and adaptive), and a long sustained overload
+(--long, default 300 s) for baseline drift. Writes a
 Markdown report and a picture (limit, in flight and latency over time
 through the steps), and replaces the section between the adaptive markers
 of bench/results.md with a pointer and the main table.
@@ -196,7 +198,7 @@ def picture(path, rows, reqs, static_reqs):
 
 
 def main():
-    global STEADY, DOWN, UP
+    global STEADY, DOWN, UP, LAT_BEFORE, LAT_STALL, LAT_AFTER
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(HERE, "adaptive.md"))
@@ -208,6 +210,7 @@ def main():
     os.environ["BULKSHIM_BUILD"] = os.path.abspath(args.build)
     if args.quick:
         STEADY, DOWN, UP = 10.0, 6.0, 10.0
+        LAT_BEFORE, LAT_STALL, LAT_AFTER = 5.0, 6.0, 5.0
     import scenario
     import harness
     from harness_io import IoShim

@@ -55,9 +55,13 @@
  * come back. ad_tick, called on every admission attempt, closes an overdue
  * window without them: when at least half of the requests in flight are
  * older than twice the tolerated latency, their ages (lower bounds of
- * their latencies) are the window's samples, and the limit is cut as for
- * a queue. At most one scan of the slots per process, compartment and
- * quarter of a window.
+ * their latencies) are the window's samples, and the limit is cut to what
+ * Little's law allows (in flight x tolerance x baseline / age: no halving
+ * step, since no cut can show in the latency of what is already stuck),
+ * every window_ms while the stall lasts. The cut happens on an admission
+ * attempt, before that attempt is decided: no request is admitted against
+ * the old limit once the stall is overdue. At most one scan of the
+ * slots per process, compartment and quarter of window_ms.
  * In observe mode (enforce = false) nothing is cut, so the limit is what
  * Little's law gives: the window's concurrency scaled by tolerance x
  * baseline / sample; refusals it would make are counted in would_reject.
@@ -149,6 +153,17 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * latency back within the tolerance. */
 			st->ramp = false;
 			st->limit16 = clamp16(p, w->conc16 * base * tol / (m * 100));
+			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+		}
+		if (w->stall) {
+			/* Nothing completes, so no cut can show in the latency
+			 * and the ages are only lower bounds: neither the floor
+			 * nor the stuck rule may take them as the baseline.
+			 * Little's law on what is in flight gives the limit
+			 * that keeps the latency within the tolerance, at once. */
+			st->ramp = false;
+			next = w->conc16 * base * tol / (m * 100);
+			st->limit16 = clamp16(p, next < lim ? next : lim);
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
 		if (lim <= (uint64_t)p->min * 16) {
@@ -261,6 +276,7 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 		return;		/* another completion closed it */
 	acc = atomic_exchange(&a->acc, 0);
 	w.n = (acc >> ACC_N_SHIFT) + n;
+	w.stall = n > 0;
 	sum = (acc & ACC_SUM_MASK) + age_sum;
 	if (w.n == 0 || el == 0 || p.min == 0 || p.max < p.min)
 		return;
@@ -345,8 +361,11 @@ ad_tick(struct seg *s, struct seg_comp *c, int p)
 	base = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed));
 	if (start == 0 || base == 0)
 		return;
+	/* window_ms, not the last window's latency: during a stall that
+	 * latency is the ages, and waiting for ever longer windows would
+	 * slow the cut down just when it matters. */
 	now = now_mono_us();
-	win = window_len(a);
+	win = (uint64_t)atomic_load(&a->window_ms) * 1000;
 	if (now < start || now - start < win)
 		return;		/* not overdue: completions close it */
 	last = atomic_load_explicit(&scanned_us[ci], memory_order_relaxed);

@@ -887,6 +887,7 @@ struct ad_params {
  * (Little's law: the sum of latencies over the window's length). */
 struct ad_window {
 	uint64_t n, mean_us, conc16;
+	bool stall;		/* from ad_tick: ages of requests in flight */
 };
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);

@@ -82,6 +82,9 @@ struct cli_hist {
 /* ---- cli_adaptive.c ---- */
 
 void cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a);
+/* The limit of requests in flight admission enforces now: max_inflight,
+ * or the adaptive limit when it moves that one and is lower. */
+uint32_t cli_inflight_limit_now(const struct cli_comp *c);
 /* "inflight" or "connections": the limit the adaptive one moves. */
 const char *cli_adaptive_applies(const struct cli_adaptive *a);
 /* `, "adaptive": {...}` (null when the compartment is not adaptive). */

@@ -32,6 +32,14 @@ cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a)
 	a->last_reason = atomic_load(&d->last_reason);
 }
 
+uint32_t
+cli_inflight_limit_now(const struct cli_comp *c)
+{
+	if (c->ad.mode == AD_ON && c->ad.kind == P_INFLIGHT && c->ad.limit < c->inflight_limit)
+		return c->ad.limit;
+	return c->inflight_limit;
+}
+
 const char *
 cli_adaptive_applies(const struct cli_adaptive *a)
 {

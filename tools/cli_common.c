@@ -297,8 +297,7 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 	if (c->ad.mode == AD_ON && c->ad.kind == P_CONN && c->ad.limit < c->live_limit)
 		c->live_limit = c->ad.limit;
 	c->hot = near_limit(c->in_use, c->live_limit) ||
-	    near_limit(c->inflight, c->ad.mode == AD_ON && c->ad.kind == P_INFLIGHT &&
-	    c->ad.limit < c->inflight_limit ? c->ad.limit : c->inflight_limit);
+	    near_limit(c->inflight, cli_inflight_limit_now(c));
 	cli_read_comp_pool(s, c);
 }
 

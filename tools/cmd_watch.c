@@ -226,10 +226,12 @@ row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
 	const char *flag = c->hot ? "HOT" : c->enforce ? "" : "obs";
 
 	cli_bar(bar1, bw, c->in_use, c->live_limit, '#');
-	cli_bar(bar2, bw, c->inflight, c->inflight_limit, '#');
+	/* Both bars against what admission enforces now (live_limit has
+	 * the fleet share and an adaptive connection limit in it). */
+	cli_bar(bar2, bw, c->inflight, cli_inflight_limit_now(c), '#');
 	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->live_limit, lim, sizeof(lim)));
 	snprintf(n2, sizeof(n2), "%u/%s", c->inflight,
-	    cli_limit_text(c->inflight_limit, lim, sizeof(lim)));
+	    cli_limit_text(cli_inflight_limit_now(c), lim, sizeof(lim)));
 	if (b->rate < 0)
 		snprintf(rate, sizeof(rate), "-");
 	else
@@ -299,9 +301,9 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 	for (uint32_t i = 0; i < n; i++) {
 		order[i].c = &all[i];
 		order[i].rate = rate_of(v, &all[i], now);
-		order[i].fill = fill_of(all[i].in_use, all[i].limit);
-		if (fill_of(all[i].inflight, all[i].inflight_limit) > order[i].fill)
-			order[i].fill = fill_of(all[i].inflight, all[i].inflight_limit);
+		order[i].fill = fill_of(all[i].in_use, all[i].live_limit);
+		if (fill_of(all[i].inflight, cli_inflight_limit_now(&all[i])) > order[i].fill)
+			order[i].fill = fill_of(all[i].inflight, cli_inflight_limit_now(&all[i]));
 	}
 	qsort(order, n, sizeof(*order), busiest_first);
 	/* More rows than the screen: the busiest first, a page at a time,

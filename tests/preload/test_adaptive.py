@@ -83,22 +83,23 @@ def test_below_capacity_nothing_is_refused_from_the_first_instant():
 
 
 def test_latency_step_is_seen_before_the_slow_replies():
-    """The backend's latency goes from 5 ms to 2 s at the same capacity: the
+    """The backend's latency goes from 5 ms to 2 s at the same capacity (4): the
     limit is cut to C/4 (+30 %) within 2 s of the step (4 s allowed here, the
     benchmark measures), before any 2 s reply could close a window: the ages
     of the requests in flight show the stall."""
-    be = scenario.Backend(C, 5)
+    cap = 4      # 24 threads on 4: a queue the Python client surely builds at 5 ms
+    be = scenario.Backend(cap, 5)
     shim = _shim(be)
     p = scenario.client(shim.env(log="off"), be.port, 24, 9)
     smp = scenario.Sampler(shim.segment, "be")
     time.sleep(3)
-    be.set(C, 2000)
+    be.set(cap, 2000)
     t_step = time.monotonic() - smp.t0
     time.sleep(4.5)
     scenario.results(p, 60)
     rows = smp.stop()
     after = [r for r in rows if r[0] >= t_step]
-    reached = next((r[0] - t_step for r in after if r[1] is not None and r[1] <= 1.3 * C / 4),
+    reached = next((r[0] - t_step for r in after if r[1] is not None and r[1] <= 1.3 * cap / 4),
                    None)
     assert reached is not None and reached <= 4.0, \
         "after the step to 2 s the limit went %r" % [r[1] for r in after][::5]
@@ -254,3 +255,17 @@ def test_reset_clears_the_adaptive_statistics():
     after = harness.comp_of(harness.status_json(shim.segment), "be")["adaptive"]
     assert after["windows"] == 0 and after["changes"] == 0 and after["last_change_ms"] == 0, after
     assert after["limit"] == ad["limit"] and after["baseline_us"] == ad["baseline_us"], after
+
+
+def test_watch_draws_in_flight_against_the_adaptive_limit():
+    """watch's in-flight count and bar are against the limit admission
+    enforces: the adaptive one, not max_inflight = 64."""
+    be = scenario.Backend(2, S)
+    shim = _shim(be)
+    scenario.results(scenario.client(shim.env(log="off"), be.port, 16, 2), 30)
+    lim = harness.comp_of(harness.status_json(shim.segment), "be")["adaptive"]["limit"]
+    assert lim < 32, "16 threads on capacity 2 left the limit at %d" % lim
+    r = _cli("watch", "-s", shim.segment, "-n", "1")
+    assert r.returncode == 0, r.stderr
+    row = [ln for ln in r.stdout.splitlines() if ln.startswith("be ")]
+    assert row and "0/%d " % lim in row[0] and "/64" not in row[0], r.stdout
