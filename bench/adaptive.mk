@@ -8,5 +8,9 @@ ADAPTIVE_ARGS ?=
 .PHONY: bench-adaptive
 bench-adaptive:
 	@sh tests/deps.sh gcc make pkg-config libconfig-dev python3 python3-matplotlib curl
-	$(MAKE) --no-print-directory all
+	$(MAKE) --no-print-directory all $(B)/tests/legacy_client
 	/usr/bin/python3 bench/adaptive.py --build $(B) $(ADAPTIVE_ARGS)
+
+# The benchmark's client in C: no interpreter in every latency.
+$(B)/tests/legacy_client: tests/adaptive/legacy_client.c | $(B)/tests
+	$(CC) $(CFLAGS) -o $@ $< -lpthread

@@ -3,11 +3,12 @@
 known capacity, driven by a legacy thread-per-request client.
 
 usage: adaptive.py [--build DIR] [--out bench/adaptive.md] [--png build/adaptive.png]
-                   [--long SECONDS] [--quick]
+                   [--long SECONDS] [--quick] [--client c|py]
 
 The backend (tests/adaptive/capserver.py) serves at most C requests at once
-for S ms each and queues the rest. The client (legacy_client.py, under the
-shim) runs N threads, one request per connection at a time, no timeouts;
+for S ms each and queues the rest. The client (legacy_client.c, or the
+preload tests' legacy_client.py with --client py; under the shim) runs N
+threads, one request per connection at a time, no timeouts;
 a refused request's thread pauses 50 ms. Each configuration runs the same
 schedule: capacity C for STEADY s, then C/4 for DOWN s, then C again for UP
 s. Then: the adaptive limit with offered concurrency below C (defaults, and
@@ -97,39 +98,43 @@ def run_config(scenario, harness, IoShim, name, comp_extra, schedule=True, threa
     return summ, rows, reqs
 
 
-LAT_FAST, LAT_SLOW = 5, 2000      # ms: the latency step, at the same capacity C
+LAT_FAST, LAT_SLOW = 5, 2000      # ms: the latency step, at the same capacity LAT_C
+# At 5 ms a Python backend of capacity 16 would be bound by its own CPU (3200
+# requests/s), not by its capacity: the latency step runs at capacity 4.
+LAT_C = 4
+LAT_N = 6 * LAT_C
 LAT_BEFORE, LAT_STALL, LAT_AFTER = 10.0, 10.0, 10.0
 
 
 def run_latency_step(scenario, IoShim, name, comp_extra):
-    """Latency LAT_FAST -> LAT_SLOW ms at capacity C, then back. Returns a
-    summary: when the limit first is within C/4 + 30 % after the step (the
+    """Latency LAT_FAST -> LAT_SLOW ms at capacity LAT_C, then back. Returns
+    a summary: when the limit first is within C/4 + 30 % after the step (the
     cut a stall calls for, seen from the ages of requests in flight, before
     any slow reply), in flight during the stall, and when it is back above
     0.7 C after the return."""
-    be = scenario.Backend(C, LAT_FAST)
+    be = scenario.Backend(LAT_C, LAT_FAST)
     comp = {"name": "be", "destinations": ["127.0.0.1:%d" % be.port]}
     comp.update(comp_extra)
     shim = IoShim([comp])
     total = LAT_BEFORE + LAT_STALL + LAT_AFTER
-    p = scenario.client(shim.env(log="off"), be.port, N, total)
+    p = scenario.client(shim.env(log="off"), be.port, LAT_N, total)
     smp = scenario.Sampler(shim.segment, "be")
     t_start = time.monotonic()
     time.sleep(max(0, LAT_BEFORE - (time.monotonic() - t_start)))
-    be.set(C, LAT_SLOW)
+    be.set(LAT_C, LAT_SLOW)
     t_step = time.monotonic() - smp.t0
     time.sleep(max(0, LAT_BEFORE + LAT_STALL - (time.monotonic() - t_start)))
-    be.set(C, LAT_FAST)
+    be.set(LAT_C, LAT_FAST)
     t_back = time.monotonic() - smp.t0
     reqs = scenario.results(p, total + 120)
     rows = smp.stop()
     be.stop()
     adaptive = "adaptive" in comp_extra
     stall = [r for r in rows if t_step <= r[0] < t_back]
-    shed = next((r[0] - t_step for r in stall if r[1] is not None and r[1] <= 1.3 * C / 4),
-                None) if adaptive else None
+    shed = next((r[0] - t_step for r in stall if r[1] is not None and
+                 r[1] <= 1.3 * LAT_C / 4), None) if adaptive else None
     back = next((r[0] - t_back for r in rows if r[0] >= t_back and r[1] is not None and
-                 r[1] >= 0.7 * C), None) if adaptive else None
+                 r[1] >= 0.7 * LAT_C), None) if adaptive else None
     inflight = [r[2] for r in stall if r[0] >= t_step + 2]
     lims = [r[1] for r in stall if r[1] is not None]
     in_stall = [r for r in reqs if LAT_BEFORE <= r[0] < LAT_BEFORE + LAT_STALL]
@@ -206,8 +211,15 @@ def main():
     ap.add_argument("--results", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--long", type=float, default=300.0)
     ap.add_argument("--quick", action="store_true", help="short phases, for a try")
+    ap.add_argument("--client", choices=("c", "py"), default="c",
+                    help="legacy client: tests/adaptive/legacy_client.c (default) or .py")
     args = ap.parse_args()
     os.environ["BULKSHIM_BUILD"] = os.path.abspath(args.build)
+    cbin = os.path.join(os.path.abspath(args.build), "tests", "legacy_client")
+    if args.client == "c":
+        if not os.access(cbin, os.X_OK):
+            sys.exit("bench-adaptive: %s is not built (make %s)" % (cbin, cbin))
+        os.environ["BULKSHIM_ADAPTIVE_CLIENT"] = cbin
     if args.quick:
         STEADY, DOWN, UP = 10.0, 6.0, 10.0
         LAT_BEFORE, LAT_STALL, LAT_AFTER = 5.0, 6.0, 5.0
@@ -253,7 +265,9 @@ def main():
 
     # The latency step: 5 ms -> 2 s at the same capacity, and back.
     lat = []
-    for name, extra in (("static C = %d" % C, {"max_inflight": C}), ("adaptive (defaults)", adaptive)):
+    for name, extra in (("static C = %d" % LAT_C, {"max_inflight": LAT_C}),
+                        ("adaptive (min 1, max 4C = %d, defaults)" % (4 * LAT_C),
+                         {"max_inflight": 4 * LAT_C, "adaptive": {"min": 1, "max": 4 * LAT_C}})):
         print("bench-adaptive: latency step, %s ..." % name, flush=True)
         lat.append(run_latency_step(scenario, IoShim, name, extra))
         print("  %r" % lat[-1], flush=True)
@@ -290,10 +304,12 @@ def main():
     lines.append("`make bench-adaptive` (bench/adaptive.py), run %s on the 2-core shared "
                  "machine." % started)
     lines.append("Backend: capacity C = %d requests at once, %d ms each, the rest queued "
-                 "(tests/adaptive/capserver.py). Client: %d threads (%dC), one request per "
+                 "(tests/adaptive/capserver.py). Client: %s, %d threads (%dC), one request per "
                  "connection at a time, no timeouts; a refused thread pauses 50 ms. Schedule per "
                  "row: C for %.0f s (statistics from %.0f s to %.0f s), then C/4 for %.0f s, then "
-                 "C for %.0f s." % (C, S, N, N // C, STEADY, WARM, STEADY, DOWN, UP))
+                 "C for %.0f s." % (C, S, "tests/adaptive/legacy_client.c" if args.client == "c"
+                                    else "tests/adaptive/legacy_client.py", N, N // C, STEADY,
+                                    WARM, STEADY, DOWN, UP))
     lines.append("")
     lines.append("| configuration | goodput/s | refusals/s | p50 ms | p99 ms | limit reached "
                  "(mean, min..max) | p99 ms after the drop | settle after drop to C/4 | "
@@ -328,13 +344,15 @@ def main():
     lines.append("- Target 3, steps: drop to C/4 settled in %s (target 2 s); return to C in %s "
                  "(target 10 s)." % (fmt_s(ad["settle_down"]), fmt_s(ad["settle_up"])))
     la = lat[-1]
-    lines.append("- Target 3, latency step %d ms -> %d s at capacity C: the adaptive limit was "
-                 "within C/4 + 30 %% (<= %.1f) %s after the step (target 2 s); back above 0.7 C "
-                 "%s after the latency returned." % (LAT_FAST, LAT_SLOW // 1000, 1.3 * C / 4,
-                                                     fmt_s(la["shed"]), fmt_s(la["back"])))
+    lines.append("- Target 3, latency step %d ms -> %d s at capacity C = %d: the adaptive limit "
+                 "was within C/4 + 30 %% (<= %.1f) %s after the step (target 2 s); back above "
+                 "0.7 C %s after the latency returned." % (
+                     LAT_FAST, LAT_SLOW // 1000, LAT_C, 1.3 * LAT_C / 4, fmt_s(la["shed"]),
+                     fmt_s(la["back"])))
     lines.append("")
-    lines.append("Latency step: %d threads, capacity C = %d throughout; %d ms for %.0f s, %d ms "
-                 "for %.0f s, %d ms for %.0f s." % (N, C, LAT_FAST, LAT_BEFORE, LAT_SLOW,
+    lines.append("Latency step: %d threads, capacity C = %d throughout (at 5 ms a Python backend "
+                 "of capacity 16 would be bound by its CPU, not by C); %d ms for %.0f s, %d ms "
+                 "for %.0f s, %d ms for %.0f s." % (LAT_N, LAT_C, LAT_FAST, LAT_BEFORE, LAT_SLOW,
                                                    LAT_STALL, LAT_FAST, LAT_AFTER))
     lines.append("")
     lines.append("| configuration | limit during the stall (min..max) | in flight during the stall "
@@ -343,7 +361,7 @@ def main():
     lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in lat:
         lines.append("| %s | %s | %.1f | %.0f | %d | %s | %s | %.1f |" % (
-            r["name"], "%d..%d" % r["limit"] if r["limit"] else "%d" % C, r["inflight"],
+            r["name"], "%d..%d" % r["limit"] if r["limit"] else "%d" % LAT_C, r["inflight"],
             r["refusals"], r["served"], fmt_s(r["shed"]), fmt_s(r["back"]), r["p99_after"]))
     if drift:
         lines.append("")

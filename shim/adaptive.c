@@ -192,9 +192,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->stuck = 0;
 			st->prev16 = 0;
 			st->high = false;
-			/* Four times the old baseline or more is no noise: the
-			 * backend changed; ramp back up to what it holds now. */
-			st->ramp = r16 >= 63;
+			st->ramp = false;
 			return AD_R_SLOWER;
 		}
 		next = lim * base * tol / (m * 100);
@@ -283,8 +281,13 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	w.mean_us = sum / w.n;
 	/* Little's law over the window; a stall's is what is in flight. */
 	w.conc16 = n > 0 ? inflight * 16 : sum * 16 / el;
-	atomic_store(&a->sample_us, w.mean_us);
-	atomic_store(&a->sample_conc16, w.conc16);
+	if (n == 0) {
+		/* A stall's ages must not stretch the next windows (their
+		 * length follows the last sample): the replies that end it
+		 * should be judged as soon as they come. */
+		atomic_store(&a->sample_us, w.mean_us);
+		atomic_store(&a->sample_conc16, w.conc16);
+	}
 	atomic_fetch_add(&a->windows, 1);
 	old = atomic_load(&a->ctl);
 	ad_unpack(old, &st);
@@ -312,7 +315,7 @@ void
 ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 {
 	struct seg_adaptive *a = &c->ad;
-	uint64_t start, acc, win;
+	uint64_t start, acc, win, n;
 
 	if (atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON ||
 	    atomic_load_explicit(&a->kind, memory_order_relaxed) != (uint32_t)p)
@@ -332,11 +335,18 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 			close_window(c, start, now_us, 0, 0, 0);
 		return;
 	}
+	if (now_us - start < (uint64_t)atomic_load(&a->window_ms) * 1000)
+		return;
 	win = window_len(a);
-	if (now_us - start < win)
+	n = acc >> ACC_N_SHIFT;
+	/* Before the last window's latency is over, only when its replies
+	 * are plainly of requests admitted in it (their mean under half its
+	 * age): a backend that got fast again is judged at once. */
+	if (now_us - start < win &&
+	    (n < AD_MIN_SAMPLES || (acc & ACC_SUM_MASK) / n * 2 >= now_us - start))
 		return;
 	/* Few samples: wait for more, up to ten windows. */
-	if ((acc >> ACC_N_SHIFT) < AD_MIN_SAMPLES && now_us - start < 10 * win)
+	if (n < AD_MIN_SAMPLES && now_us - start < 10 * win)
 		return;
 	close_window(c, start, now_us, 0, 0, 0);
 }
@@ -348,7 +358,7 @@ void
 ad_tick(struct seg *s, struct seg_comp *c, int p)
 {
 	struct seg_adaptive *a = &c->ad;
-	uint64_t start, now, win, base, old, t, m, last, n = 0, sum = 0, inflight = 0;
+	uint64_t start, now, win, base, old, t, m, last, acc, n = 0, sum = 0, inflight = 0;
 	uint64_t held = p == P_CONN ? MARK_HELD(P_CONN) | MARK_HELD(P_OVER) :
 	    MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER);
 	uint32_t ci = (uint32_t)(c - s->comp), nslots = s->h->nslots;
@@ -368,11 +378,15 @@ ad_tick(struct seg *s, struct seg_comp *c, int p)
 	win = (uint64_t)atomic_load(&a->window_ms) * 1000;
 	if (now < start || now - start < win)
 		return;		/* not overdue: completions close it */
+	old = 2 * base * atomic_load(&a->tolerance_pct) / 100;
+	acc = atomic_load_explicit(&a->acc, memory_order_relaxed);
+	if ((acc >> ACC_N_SHIFT) >= AD_MIN_SAMPLES &&
+	    (acc & ACC_SUM_MASK) / (acc >> ACC_N_SHIFT) > old)
+		return;		/* the slow replies are coming: they close it, and judge */
 	last = atomic_load_explicit(&scanned_us[ci], memory_order_relaxed);
 	if (now - last < win / 4 ||
 	    !atomic_compare_exchange_strong(&scanned_us[ci], &last, now))
 		return;
-	old = 2 * base * atomic_load(&a->tolerance_pct) / 100;
 	for (uint32_t i = 0; i < nslots; i++) {
 		const struct seg_slot *sl = &s->slots[i];
 

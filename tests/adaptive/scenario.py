@@ -51,10 +51,15 @@ class Backend:
                 self.p.wait()
 
 
+# The benchmark's client: legacy_client.c built (bench/adaptive.mk), when set.
+C_CLIENT = os.environ.get("BULKSHIM_ADAPTIVE_CLIENT")
+
+
 def client(env, port, threads, seconds, pause_ms=50):
-    """Starts legacy_client.py under env; returns the Popen (stdout: its JSON)."""
-    return subprocess.Popen([PY, os.path.join(HERE, "legacy_client.py"), str(port),
-                             str(threads), str(seconds), str(pause_ms)],
+    """Starts the legacy client under env (legacy_client.py, or the C one
+    when C_CLIENT names it); returns the Popen (stdout: its JSON)."""
+    cmd = [C_CLIENT] if C_CLIENT else [PY, os.path.join(HERE, "legacy_client.py")]
+    return subprocess.Popen(cmd + [str(port), str(threads), str(seconds), str(pause_ms)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
