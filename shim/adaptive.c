@@ -40,12 +40,14 @@
  *   it stays meaningful.
  *
  * The start refuses nothing: a fresh compartment opens at `initial`, by
- * default `max`, and its first baseline is the mean of the first
+ * default `max`, and its first baseline is the shortest of the first
  * AD_FIRST_SAMPLES completions, without waiting for window_ms. Those are
  * the requests admitted first, which met no queue of ours: on a healthy
- * backend they are its ordinary latency, and when the load starts above
- * capacity they are the ones a FIFO backend served at once, so the first
- * full window shows the queue against them and the limit is cut down to C.
+ * backend they are its ordinary latency (the shortest a little below the
+ * mean: the tolerance and the stuck rule absorb that), and when the load
+ * starts above capacity they are the ones a FIFO backend served at once,
+ * so the first full window shows the queue against them and the limit is
+ * cut down to C.
  * A baseline that started too low (noise) is taken again by the stuck
  * rule below; one that is far above a later window's mean (the backend
  * became faster) follows it down at once.
@@ -279,6 +281,13 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	if (w.n == 0 || el == 0 || p.min == 0 || p.max < p.min)
 		return;
 	w.mean_us = sum / w.n;
+	if (AD_CTL_BASE(atomic_load(&a->ctl)) == 0 && n == 0) {
+		/* The first baseline: the shortest of the first replies. */
+		uint64_t lo = atomic_load(&a->sample_us);
+
+		if (lo > 0 && lo < w.mean_us)
+			w.mean_us = lo;
+	}
 	/* Little's law over the window; a stall's is what is in flight. */
 	w.conc16 = n > 0 ? inflight * 16 : sum * 16 / el;
 	if (n == 0) {
@@ -330,7 +339,15 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 		return;
 	}
 	if (AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed)) == 0) {
-		/* No baseline yet: the first completions give it, at once. */
+		/* No baseline yet: the first completions give it, at once;
+		 * the shortest of them, kept in sample_us meanwhile, since a
+		 * burst at the start queues in the backend's own accept and
+		 * parse before any limit could (close_window). */
+		uint64_t lo = atomic_load(&a->sample_us);
+
+		while ((lo == 0 || us < lo) &&
+		    !atomic_compare_exchange_weak(&a->sample_us, &lo, us))
+			;
 		if ((acc >> ACC_N_SHIFT) >= AD_FIRST_SAMPLES)
 			close_window(c, start, now_us, 0, 0, 0);
 		return;
@@ -452,6 +469,7 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 		st.limit16 = cc->ad_initial * 16;
 		st.base_us = 0;
 		st.ramp = cc->ad_initial < cc->ad_max;
+		atomic_store(&a->sample_us, 0);
 		st.floor_windows = 0;
 		atomic_store(&a->acc, 0);
 		atomic_store(&a->win_start_us, 0);
