@@ -63,7 +63,7 @@ shim_forked_seen(void)
 
 #if defined(__x86_64__)
 /* Called by vfork below on failure, with the error number. */
-BS_HIDDEN long shim_vfork_failed(int e);
+BS_HIDDEN __attribute__((used)) long shim_vfork_failed(int e);
 
 long
 shim_vfork_failed(int e)
