@@ -175,6 +175,22 @@ help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 	}
 }
 
+/*
+ * Whether tally value w names an operation of slot itself. Such an
+ * operation needs no help from the slot's own next one: a take or give
+ * announces itself only when the slot has no other operation of the kind
+ * under way (the announcement denies TAKING and GIVING, and a take denies
+ * HELD), so the operation w names has already taken its announcement down.
+ * Helping it anyway could only find our own announcement, of the same
+ * 10-bit generation, and finish it early. So a slot changing a count it
+ * changed last (one socket at a time, the common case) skips the look.
+ */
+static inline __attribute__((always_inline)) bool
+own_tag(uint64_t w, uint32_t slot)
+{
+	return TAG_INDEX((uint32_t)(w >> 32)) == slot + 1;
+}
+
 /* The limit a take of kind p is held to: *limit, or lower, the fleet share
  * (connections) and the adaptive limit of the compartment whose word it is
  * (adaptive.c). */
@@ -209,7 +225,8 @@ add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p
 	for (;;) {
 		uint32_t cur = (uint32_t)w;
 
-		help(s, t, w, p);
+		if (!own_tag(w, slot))
+			help(s, t, w, p);
 		*seen = cur;
 		if (limit != NULL ? cur >= limit_now(limit, p) : cur == UINT32_MAX)
 			return false;
@@ -235,7 +252,8 @@ sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t
 	for (;;) {
 		uint32_t cur = (uint32_t)w;
 
-		help(s, t, w, p);
+		if (!own_tag(w, slot))
+			help(s, t, w, p);
 		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, true, cur > 0 ? cur - 1 : 0)))
 			return;
 	}
