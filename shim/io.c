@@ -38,14 +38,6 @@ ssize_t __read_chk(int, void *, size_t, size_t);
 
 static __thread unsigned io_tick __attribute__((tls_model("initial-exec")));
 
-static struct seg_comp *
-comp_of(uint32_t e)
-{
-	struct seg_slot *sl = seg_slot(shim.seg, e - 1);
-
-	return sl != NULL ? seg_slot_comp(shim.seg, sl) : NULL;
-}
-
 #define INFLIGHT_MARKS	(MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER) | \
 			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
 
@@ -56,8 +48,8 @@ comp_of(uint32_t e)
  * sequence is read before the settings, so a change after it makes the
  * verdict stale at once. Returns whether it holds.
  */
-static bool
-cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
+static __attribute__((noinline)) bool
+cache_plain_now(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 {
 	uint32_t seq = atomic_load_explicit(fdt_tab.seq, memory_order_acquire);
 
@@ -76,6 +68,18 @@ cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 		return false;
 	}
 	return true;
+}
+
+/* A compartment that limits requests or bounds I/O never has a plain
+ * verdict: said inline, before the sequence is read (a verdict refused on
+ * settings about to change is only one more slow call). */
+static inline bool
+cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
+{
+	if (atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) != UINT32_MAX ||
+	    atomic_load_explicit(&c->io_timeout_ms, memory_order_relaxed) != 0)
+		return false;
+	return cache_plain_now(fd, e, sl, c);
 }
 
 /* After a request began on fd (entry e): a plain verdict cached meanwhile
@@ -209,17 +213,17 @@ send_end(uint64_t e, long r, bool began)
  * sampled one records its reply latency; then the verdict is cached again
  * if it holds. */
 static void
-recv_end(int fd, uint64_t e, long r, bool asked)
+recv_end(int fd, uint64_t e, struct seg_slot *sl, long r, bool asked)
 {
 	uint32_t slot = (uint32_t)e - 1;
-	struct seg_slot *sl;
 	struct seg_comp *c;
 	int saved = errno;
 	bool done = r > 0 || (r == 0 && asked);
 
-	if (!shim_active() || (sl = seg_slot(shim.seg, slot)) == NULL)
+	if (sl == NULL)
 		return;
 	connect_done(sl, slot);
+	/* Read again: the slot may stand for another socket by now. */
 	c = seg_slot_comp(shim.seg, sl);
 	if (c != NULL && cache_plain(fd, e, sl, c)) {
 		uint64_t t = done ? atomic_exchange(&sl->sent_us, 0) : 0, now;
@@ -262,13 +266,15 @@ iov_asks(const struct iovec *iov, int cnt)
 /* The slow half of a receive-family wrapper; `asked` says a byte was asked
  * for, so a zero return means end of file rather than an empty request. */
 #define RECV_SLOW(e, fd, flags, asked, call) do {				\
+	struct seg_slot *sl_ = shim_active() ?				\
+	    seg_slot(shim.seg, (uint32_t)(e) - 1) : NULL;		\
 	long r_;							\
 									\
-	if (shim_active() && wait_ready(fd, (uint32_t)(e), comp_of((uint32_t)(e)), flags, \
-	    POLLIN) < 0)						\
+	if (sl_ != NULL && wait_ready(fd, (uint32_t)(e),		\
+	    seg_slot_comp(shim.seg, sl_), flags, POLLIN) < 0)		\
 		return -1;						\
 	r_ = call;							\
-	recv_end(fd, e, r_, asked);					\
+	recv_end(fd, e, sl_, r_, asked);				\
 	return r_;							\
 } while (0)
 

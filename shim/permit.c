@@ -570,30 +570,29 @@ seg_connect_done(struct seg *s, uint32_t slot)
 #define INFLIGHT_ANY	(MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER) | \
 			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
 
-int
-seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why)
+/* seg_inflight_begin for slot sl (index slot). */
+static int
+request_begin(struct seg *s, uint32_t slot, struct seg_slot *sl, bool may_wait,
+    enum bs_reason *why)
 {
-	struct seg_slot *sl;
 	struct seg_comp *c;
 	enum bs_reason reason = REASON_MAX;
 	uint64_t m;
 	uint32_t gen, seen;
 	int r;
 
-	if (slot >= s->h->nslots)
-		return 0;
-	sl = &s->slots[slot];
 	/* The common case of a request already on its way: one load. */
 	m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
 	if (m & INFLIGHT_ANY)
 		return 0;
+	/* Read after the mark: a slot reused meanwhile fails on gen. */
 	c = seg_slot_comp(s, sl);
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
 	/* One attempt first; the waits and reclaims of take_wait only when
 	 * full. */
-	r = tally_take(s, slot, gen, P_INFLIGHT, 0, &seen);
+	r = tally_take_inflight(s, slot, gen, c, &seen);
 	if (r == TALLY_FULL)
 		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
 	if (r == TALLY_BUSY)
@@ -615,6 +614,12 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	return 1;
 }
 
+int
+seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why)
+{
+	return slot < s->h->nslots ? request_begin(s, slot, &s->slots[slot], may_wait, why) : 0;
+}
+
 static void
 inflight_finish(struct seg *s, uint32_t slot, bool record)
 {
@@ -630,14 +635,16 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 	if (!(m & (MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER))))
 		return;
 	gen = MARK_GEN(m);
+	/* Read after the mark: a slot reused meanwhile fails on gen. */
+	c = seg_slot_comp(s, sl);
 	t = atomic_load(&sl->sent_us);
-	if (!tally_give(s, slot, gen, P_INFLIGHT) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
+	if (!(c != NULL ? tally_give_inflight(s, slot, gen, c) : tally_give(s, slot, gen, P_INFLIGHT)) &&
+	    !tally_give(s, slot, gen, P_INFLIGHT_OVER))
 		return;
 	/* Cleared unless a new request began meanwhile: a sampled reply
 	 * (io.c) must not find this one's start. */
 	sent = t;
 	atomic_compare_exchange_strong(&sl->sent_us, &sent, 0);
-	c = seg_slot_comp(s, sl);
 	if (record && c != NULL) {
 		uint64_t now = now_mono_us();
 

@@ -808,6 +808,12 @@ void tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slo
  * count, record. TALLY_TAKEN, TALLY_FULL (*seen: the count at the limit) or
  * TALLY_BUSY (the slot has or is getting one, of kind p or of `deny`). */
 int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen);
+/* tally_take and tally_give of P_INFLIGHT for a slot of compartment c,
+ * which the caller read after the slot's mark (so a slot reused meanwhile
+ * fails on its generation). */
+int tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    uint32_t *seen);
+bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
 /* The end of a take whose count went up (tally_take's step 3). */
 int tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count);
 /* Gives back permit kind p of slot if it holds it; true if it did. */

@@ -194,7 +194,7 @@ own_tag(uint64_t w, uint32_t slot)
 /* The limit a take of kind p is held to: *limit, or lower, the fleet share
  * (connections) and the adaptive limit of the compartment whose word it is
  * (adaptive.c). */
-static uint32_t
+static inline __attribute__((always_inline)) uint32_t
 limit_now(_Atomic uint32_t *limit, int p)
 {
 	uint32_t v = atomic_load(limit);
@@ -265,15 +265,6 @@ tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, ui
 	sub(s, count, p, slot, gen);
 }
 
-static void
-wake_waiters(const struct seg *s, struct seg_slot *sl, _Atomic uint32_t *count)
-{
-	struct seg_comp *c = seg_slot_comp(s, sl);
-
-	if (c != NULL && atomic_load(&c->waiting) > 0)
-		futex_wake(count);
-}
-
 /* Step 3 of a take whose count went up: the announcement becomes
  * MARK_HELD(p), unless a helper did it, or it was withdrawn meanwhile. */
 static inline __attribute__((always_inline)) int
@@ -301,15 +292,17 @@ taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count
 }
 
 /*
- * One attempt to take permit kind p for slot (of generation gen). TALLY_TAKEN,
- * TALLY_FULL (*seen: the count that was at the limit), or TALLY_BUSY: the slot already
- * has, or is getting, a permit of that kind (or of the kinds in `deny`).
+ * One attempt to take permit kind p for slot (of generation gen), counted in
+ * count under *limit (NULL: none; NULL count: nothing to take). TALLY_TAKEN,
+ * TALLY_FULL (*seen: the count that was at the limit), or TALLY_BUSY: the
+ * slot already has, or is getting, a permit of that kind (or of the kinds in
+ * `deny`).
  */
 static inline __attribute__((always_inline)) int
-take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny,
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *limit, *count = count_of(s, sl, p, &limit);
 
 	*seen = 0;
 	if (count == NULL)
@@ -324,6 +317,14 @@ take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t 
 		return TALLY_FULL;
 	}
 	return taken(s, slot, gen, p, count);
+}
+
+static inline __attribute__((always_inline)) int
+take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+{
+	_Atomic uint32_t *limit, *count = count_of(s, &s->slots[slot], p, &limit);
+
+	return take_at(s, slot, gen, p, deny, count, limit, seen);
 }
 
 int
@@ -346,34 +347,53 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 	}
 }
 
+int
+tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    uint32_t *seen)
+{
+	return take_at(s, slot, gen, P_INFLIGHT, 0, &c->inflight, &c->inflight_limit, seen);
+}
+
 /* Steps 2 and 3 of giving back permit kind p of slot, once announced
- * (MARK_GIVING): the count goes down, the mark says so, a waiter wakes. */
+ * (MARK_GIVING): the count goes down, the mark says so, a waiter of
+ * compartment c (the slot's) wakes. */
 static inline __attribute__((always_inline)) void
-give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
+give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
 
 	if (count != NULL)
 		sub(s, count, p, slot, gen);
 	mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
-	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
-		wake_waiters(s, sl, count);
+	if (count != NULL && (p == P_CONN || p == P_INFLIGHT) && c != NULL &&
+	    atomic_load(&c->waiting) > 0)
+		futex_wake(count);
 	if (count != NULL && (p == P_GUAR || p == P_LENT))
 		pool_wake(s, sl);
 }
 
-/* Gives back permit kind p of slot, if the slot holds it. True if it did. */
+/* Gives back permit kind p of slot, counted in count of compartment c, if
+ * the slot holds it. True if it did. */
 static inline __attribute__((always_inline)) bool
-give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *count = count_of(s, sl, p, NULL);
 
 	atomic_store(&sl->op_pid, s->my_pid);
 	if (!mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
 		return false;
-	give_out(s, slot, gen, p, count);
+	give_out(s, slot, gen, p, c, count);
 	return true;
+}
+
+static inline __attribute__((always_inline)) bool
+give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+{
+	struct seg_slot *sl = &s->slots[slot];
+
+	return give_at(s, slot, gen, p, seg_slot_comp(s, sl), count_of(s, sl, p, NULL));
 }
 
 bool
@@ -387,6 +407,12 @@ tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 	default:
 		return give(s, slot, gen, p);
 	}
+}
+
+bool
+tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+{
+	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight);
 }
 
 /*
@@ -412,7 +438,7 @@ resolve(struct seg *s, uint32_t slot)
 		if (m & MARK_TAKING(p))
 			slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), MARK_WITHDRAWN(p));
 		if ((m & MARK_GIVING(p)) && (atomic_load(&sl->mark) & MARK_GIVING(p)))
-			give_out(s, slot, gen, p, count);
+			give_out(s, slot, gen, p, seg_slot_comp(s, sl), count);
 	}
 	if ((m & MARK_WAITING) && slot_mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0)) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
