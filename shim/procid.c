@@ -29,7 +29,7 @@
  *
  * Raw fork or clone system calls made with syscall() are not seen.
  */
-_Atomic int shim_unseen;
+_Atomic int shim_unseen __attribute__((used));
 
 bool
 shim_foreign(void)
