@@ -409,6 +409,7 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 {
 	uint64_t e;
 	int saved = errno;
+	struct admitted got;
 	enum admit a;
 	ssize_t r;
 
@@ -418,7 +419,7 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 			return real.sendto(fd, buf, n, flags, sa, len);
 		return sendto_counted(e, fd, buf, n, flags, sa, len);
 	}
-	a = shim_admit(fd, sa, len, "sendto");
+	a = shim_admit(fd, sa, len, "sendto", &got);
 	if (a == ADMIT_REFUSED)
 		return -1;
 	errno = saved;
@@ -433,6 +434,7 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	uint64_t e;
 	int saved = errno;
+	struct admitted got;
 	enum admit a;
 	ssize_t r;
 
@@ -442,7 +444,7 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 			return real.sendmsg(fd, msg, flags);
 		return sendmsg_counted(e, fd, msg, flags);
 	}
-	a = shim_admit(fd, msg->msg_name, msg->msg_namelen, "sendmsg");
+	a = shim_admit(fd, msg->msg_name, msg->msg_namelen, "sendmsg", &got);
 	if (a == ADMIT_REFUSED)
 		return -1;
 	errno = saved;

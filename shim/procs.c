@@ -606,11 +606,13 @@ seg_find_inode(const struct seg *s, uint64_t ino)
 
 /* ---- fork, exec and exit ---- */
 
-void
-seg_gate_enter(struct seg *s)
+/* The gate while a fork is under way: waits for it, bounded. */
+static __attribute__((noinline)) void
+gate_wait(struct seg *s)
 {
 	uint64_t deadline = 0;
 
+	atomic_fetch_sub(&s->busy, 1);
 	for (;;) {
 		atomic_fetch_add(&s->busy, 1);
 		if (atomic_load(&s->forking) == 0)
@@ -625,6 +627,16 @@ seg_gate_enter(struct seg *s)
 		sched_yield();
 	}
 	atomic_fetch_add(&s->busy, 1);
+}
+
+/* Small, so that the library's link-time optimisation inlines the common
+ * case of no fork under way: one add and one load. */
+void
+seg_gate_enter(struct seg *s)
+{
+	atomic_fetch_add(&s->busy, 1);
+	if (__builtin_expect(atomic_load(&s->forking) != 0, 0))
+		gate_wait(s);
 }
 
 void

@@ -1116,10 +1116,18 @@ bool shim_blocking(int fd, int flags);
 /* Logs a refusal (rate-limited) in words that say why. */
 void shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char *dest);
 enum admit { ADMIT_PASS, ADMIT_COUNTED, ADMIT_REFUSED };
+/* What admission found for a descriptor it counted, handed down the path so
+ * that the caller looks nothing up again. */
+struct admitted {
+	uint32_t slot;
+	struct seg_comp *c;
+};
 /* Decides a connect (or TCP Fast Open send) of fd to sa: ADMIT_PASS when
- * nothing is to be counted, ADMIT_COUNTED when a permit was taken for fd,
- * ADMIT_REFUSED with errno set when the compartment refused. */
-enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what);
+ * nothing is to be counted, ADMIT_COUNTED when a permit was taken for fd
+ * (then *got says which slot of which compartment), ADMIT_REFUSED with errno
+ * set when the compartment refused. */
+enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
+    struct admitted *got);
 /* After the real connect: one that failed at once gives its permit back. */
 void shim_settle(int fd, long r);
 /* Rebuilds the destination rules if `bulkshim reload` changed them. */
