@@ -458,9 +458,11 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 	/* Last kind first: a pool's permit goes back before the
 	 * compartment's, so that a compartment never counts fewer permits
 	 * than its guarantee holds (which would refuse it below it). */
-	for (int p = P_KINDS - 1; p >= 0; p--) {
-		if (m & MARK_HELD(p))
-			tally_give(s, slot, gen, p);
+	for (uint64_t held = m & (MARK_HELD(P_KINDS) - 1); held != 0; ) {
+		int p = 63 - __builtin_clzll(held);
+
+		held &= ~MARK_HELD(p);
+		tally_give(s, slot, gen, p);
 	}
 	/* A guaranteed permit went: one lent to the same compartment moves
 	 * onto the guarantee, and the shared part has it back at once. */
