@@ -163,6 +163,8 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 {
 	uint32_t slot = (uint32_t)e - 1;
 	struct seg_slot *sl = seg_slot(shim.seg, slot);
+	/* The mark before the compartment (see seg_request_begin). */
+	uint64_t m = sl != NULL ? atomic_load_explicit(&sl->mark, memory_order_acquire) : 0;
 	uint32_t comp = sl != NULL ? atomic_load(&sl->comp) : 0;
 	struct seg_comp *c = sl != NULL ? seg_comp(shim.seg, comp) : NULL;
 	enum bs_reason why = REASON_MAX;
@@ -185,7 +187,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 	may_wait = atomic_load(&c->max_wait_ms) != 0 &&
 	    atomic_load(&c->inflight) >= ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)) &&
 	    shim_blocking(fd, flags);
-	r = seg_inflight_begin(shim.seg, slot, may_wait, &why);
+	r = seg_request_begin(shim.seg, slot, m, c, may_wait, &why);
 	if (r == -EBUSY) {
 		shim_log_refusal(comp, why, what, "a counted socket");
 		errno = shim_reject_errno(c);
@@ -219,11 +221,14 @@ recv_end(int fd, uint64_t e, struct seg_slot *sl, long r, bool asked)
 	struct seg_comp *c;
 	int saved = errno;
 	bool done = r > 0 || (r == 0 && asked);
+	uint64_t m;
 
 	if (sl == NULL)
 		return;
 	connect_done(sl, slot);
-	/* Read again: the slot may stand for another socket by now. */
+	/* Read again, the mark first: the slot may stand for another socket
+	 * by now. */
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
 	c = seg_slot_comp(shim.seg, sl);
 	if (c != NULL && cache_plain(fd, e, sl, c)) {
 		uint64_t t = done ? atomic_exchange(&sl->sent_us, 0) : 0, now;
@@ -233,9 +238,9 @@ recv_end(int fd, uint64_t e, struct seg_slot *sl, long r, bool asked)
 			seg_hist_add_n(&c->h_reply, now > t ? now - t : 0, IO_SAMPLE);
 		}
 	} else if (done) {
-		seg_inflight_end(shim.seg, slot);
+		seg_request_end(shim.seg, slot, m, c, true);
 	} else if (r < 0 && saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR) {
-		seg_inflight_cancel(shim.seg, slot);
+		seg_request_end(shim.seg, slot, m, c, false);
 	}
 	errno = saved;
 }

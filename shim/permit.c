@@ -572,23 +572,18 @@ seg_connect_done(struct seg *s, uint32_t slot)
 #define INFLIGHT_ANY	(MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER) | \
 			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
 
-/* seg_inflight_begin for slot sl (index slot). */
-static int
-request_begin(struct seg *s, uint32_t slot, struct seg_slot *sl, bool may_wait,
+int
+seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
     enum bs_reason *why)
 {
-	struct seg_comp *c;
+	struct seg_slot *sl = &s->slots[slot];
 	enum bs_reason reason = REASON_MAX;
-	uint64_t m;
 	uint32_t gen, seen;
 	int r;
 
 	/* The common case of a request already on its way: one load. */
-	m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
 	if (m & INFLIGHT_ANY)
 		return 0;
-	/* Read after the mark: a slot reused meanwhile fails on gen. */
-	c = seg_slot_comp(s, sl);
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
@@ -619,26 +614,25 @@ request_begin(struct seg *s, uint32_t slot, struct seg_slot *sl, bool may_wait,
 int
 seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why)
 {
-	return slot < s->h->nslots ? request_begin(s, slot, &s->slots[slot], may_wait, why) : 0;
+	struct seg_slot *sl = seg_slot(s, slot);
+	uint64_t m;
+
+	if (sl == NULL)
+		return 0;
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
+	return seg_request_begin(s, slot, m, seg_slot_comp(s, sl), may_wait, why);
 }
 
-static void
-inflight_finish(struct seg *s, uint32_t slot, bool record)
+void
+seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record)
 {
-	struct seg_slot *sl;
-	struct seg_comp *c;
-	uint64_t m, t, sent;
+	struct seg_slot *sl = &s->slots[slot];
+	uint64_t t, sent;
 	uint32_t gen;
 
-	if (slot >= s->h->nslots)
-		return;
-	sl = &s->slots[slot];
-	m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
 	if (!(m & (MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER))))
 		return;
 	gen = MARK_GEN(m);
-	/* Read after the mark: a slot reused meanwhile fails on gen. */
-	c = seg_slot_comp(s, sl);
 	t = atomic_load(&sl->sent_us);
 	if (!(c != NULL ? tally_give_inflight(s, slot, gen, c) : tally_give(s, slot, gen, P_INFLIGHT)) &&
 	    !tally_give(s, slot, gen, P_INFLIGHT_OVER))
@@ -653,6 +647,18 @@ inflight_finish(struct seg *s, uint32_t slot, bool record)
 		seg_hist_add(&c->h_reply, now > t ? now - t : 0);
 		ad_sample(c, P_INFLIGHT, now > t ? now - t : 0, now);
 	}
+}
+
+static void
+inflight_finish(struct seg *s, uint32_t slot, bool record)
+{
+	struct seg_slot *sl = seg_slot(s, slot);
+	uint64_t m;
+
+	if (sl == NULL)
+		return;
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
+	seg_request_end(s, slot, m, seg_slot_comp(s, sl), record);
 }
 
 void

@@ -691,6 +691,12 @@ int seg_acquire(struct seg *s, uint32_t comp, uint32_t cls, uint64_t ino, bool m
  * Returns 1 if this call made it in flight, 0 if it already was (or the
  * compartment does not count requests), -EBUSY with *why when refused. */
 int seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why);
+/* seg_inflight_begin and the end of a request (recording its reply
+ * latency if `record`) for slot, whose mark m the caller read before its
+ * compartment c (so that a slot reused meanwhile fails on its generation). */
+int seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
+    enum bs_reason *why);
+void seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record);
 /* The reply (a byte, end of file or a hard error) arrived: the request in
  * flight ends and its latency is recorded. */
 void seg_inflight_end(struct seg *s, uint32_t slot);
