@@ -201,13 +201,15 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 }
 
 /* After a send: one that sent nothing does not leave a request in flight. */
-static void
+static inline void
 send_end(uint64_t e, long r, bool began)
 {
-	int saved = errno;
+	int saved;
 
-	if (r < 0 && began)
-		seg_inflight_cancel(shim.seg, (uint32_t)e - 1);
+	if (r >= 0 || !began)
+		return;
+	saved = errno;
+	seg_inflight_cancel(shim.seg, (uint32_t)e - 1);
 	errno = saved;
 }
 
