@@ -77,9 +77,9 @@ tagged(uint32_t slot, uint32_t gen, bool give, uint32_t count)
 /* The counter that permit kind p of slot sl is counted in, and its limit
  * (NULL: none). NULL if the slot names no such counter. */
 static inline __attribute__((always_inline)) _Atomic uint32_t *
-count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+count_in(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int p,
+    _Atomic uint32_t **limit)
 {
-	struct seg_comp *c = seg_slot_comp(s, sl);
 	uint32_t k;
 
 	if (limit != NULL)
@@ -111,6 +111,13 @@ count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t
 		return pool_tally_of(s, c, p, limit);
 	}
 	return NULL;
+}
+
+/* The same for slot sl of whichever compartment it names. */
+static inline __attribute__((always_inline)) _Atomic uint32_t *
+count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+{
+	return count_in(s, seg_slot_comp(s, sl), sl, p, limit);
 }
 
 _Atomic uint32_t *
@@ -392,8 +399,9 @@ static inline __attribute__((always_inline)) bool
 give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 {
 	struct seg_slot *sl = &s->slots[slot];
+	struct seg_comp *c = seg_slot_comp(s, sl);
 
-	return give_at(s, slot, gen, p, seg_slot_comp(s, sl), count_of(s, sl, p, NULL));
+	return give_at(s, slot, gen, p, c, count_in(s, c, sl, p, NULL));
 }
 
 bool
