@@ -91,17 +91,15 @@ find_class(const struct bs_config *cfg)
  * file at its next connect. Host names are not resolved here (that could
  * stall a connect); they are learned from the program's getaddrinfo.
  */
-void
-shim_maybe_reload(void)
+static __attribute__((noinline)) void
+reload(struct seg_header *h, uint32_t g)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	struct seg_header *h = seg_header(shim.seg);
-	uint32_t g = atomic_load(&h->generation);
 	char path[PATH_MAX], err[BS_ERRLEN];
 	struct bs_config cfg;
 	struct matcher *m;
 
-	if (g == atomic_load(&shim.gen) || pthread_mutex_trylock(&lock) != 0)
+	if (pthread_mutex_trylock(&lock) != 0)
 		return;
 	if (g != atomic_load(&shim.gen)) {
 		memcpy(path, h->config_path, sizeof(path));
@@ -123,6 +121,16 @@ shim_maybe_reload(void)
 		atomic_store(&shim.gen, g);
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+void
+shim_maybe_reload(void)
+{
+	struct seg_header *h = seg_header(shim.seg);
+	uint32_t g = atomic_load(&h->generation);
+
+	if (__builtin_expect(g != atomic_load(&shim.gen), 0))
+		reload(h, g);
 }
 
 static bool

@@ -223,7 +223,8 @@ admit_slot(uint32_t slot, int comp, bool may_wait, enum bs_reason *why)
  * recorded for fd, ADMIT_REFUSED with errno set when the compartment refused.
  */
 enum admit
-shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
+shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
+    struct admitted *got)
 {
 	uint32_t e = fdt_get(fd);
 	int comp = match_find(atomic_load(&shim.m), sa, len), type = 0, slot, r;
@@ -272,8 +273,13 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 		seg_count_rejection(shim.seg, (uint32_t)comp, why);
 	} else {
 		r = admit_slot((uint32_t)slot, comp, may_wait, &why);
-		if (r >= 0)
-			return r == 0 ? ADMIT_COUNTED : ADMIT_PASS;
+		if (r == 0) {
+			got->slot = (uint32_t)slot;
+			got->c = c;
+			return ADMIT_COUNTED;
+		}
+		if (r > 0)
+			return ADMIT_PASS;
 		/* Refused: a slot of our own goes; one a fork shared stays
 		 * pending for the process it is shared with. */
 		if (!shared)
@@ -294,9 +300,12 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what)
 void
 shim_settle(int fd, long r)
 {
-	int err = errno;
+	int err;
 
-	if (r < 0 && err != EINPROGRESS && err != EINTR && err != EALREADY && err != EISCONN)
+	if (r >= 0)
+		return;
+	err = errno;
+	if (err != EINPROGRESS && err != EINTR && err != EALREADY && err != EISCONN)
 		drop_entry(fdt_take(fd));
 	errno = err;
 }
@@ -363,15 +372,15 @@ BS_EXPORT int
 connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	int saved = errno, r;
+	struct admitted got;
 	struct seg_comp *c;
-	struct seg_slot *sl;
-	uint32_t timeout, slot;
+	uint32_t timeout;
 	bool timed_out = false, aborted = false;
 
 	if (!active())
 		return real.connect(fd, sa, len);
 	shim_maybe_reload();
-	switch (shim_admit(fd, sa, len, "connect")) {
+	switch (shim_admit(fd, sa, len, "connect", &got)) {
 	case ADMIT_REFUSED:
 		return -1;
 	case ADMIT_PASS:
@@ -382,10 +391,8 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	case ADMIT_COUNTED:
 		break;
 	}
-	slot = fdt_get(fd) - 1;
-	sl = seg_slot(shim.seg, slot);
-	c = sl != NULL ? seg_slot_comp(shim.seg, sl) : NULL;
-	timeout = c != NULL ? atomic_load(&c->connect_timeout_ms) : 0;
+	c = got.c;
+	timeout = atomic_load(&c->connect_timeout_ms);
 	/* SO_SNDTIMEO bounds a blocking connect on Linux: a shorter one that
 	 * the program set itself wins. */
 	if (timeout != 0 && shim_blocking(fd, 0)) {
@@ -410,7 +417,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	 * caller waited), is timed now; one still under way is timed at the
 	 * socket's first use instead (io.c). */
 	if (r == 0 || (saved != EINPROGRESS && saved != EINTR))
-		seg_connect_done(shim.seg, slot);
+		seg_connect_done(shim.seg, got.slot);
 	errno = saved;
 	/* A timed-out attempt that could not be aborted may still connect:
 	 * it keeps its permit until the socket is closed. */

@@ -38,14 +38,6 @@ ssize_t __read_chk(int, void *, size_t, size_t);
 
 static __thread unsigned io_tick __attribute__((tls_model("initial-exec")));
 
-static struct seg_comp *
-comp_of(uint32_t e)
-{
-	struct seg_slot *sl = seg_slot(shim.seg, e - 1);
-
-	return sl != NULL ? seg_slot_comp(shim.seg, sl) : NULL;
-}
-
 #define INFLIGHT_MARKS	(MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER) | \
 			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
 
@@ -56,8 +48,8 @@ comp_of(uint32_t e)
  * sequence is read before the settings, so a change after it makes the
  * verdict stale at once. Returns whether it holds.
  */
-static bool
-cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
+static __attribute__((noinline)) bool
+cache_plain_now(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 {
 	uint32_t seq = atomic_load_explicit(fdt_tab.seq, memory_order_acquire);
 
@@ -76,6 +68,18 @@ cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 		return false;
 	}
 	return true;
+}
+
+/* A compartment that limits requests or bounds I/O never has a plain
+ * verdict: said inline, before the sequence is read (a verdict refused on
+ * settings about to change is only one more slow call). */
+static inline bool
+cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
+{
+	if (atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) != UINT32_MAX ||
+	    atomic_load_explicit(&c->io_timeout_ms, memory_order_relaxed) != 0)
+		return false;
+	return cache_plain_now(fd, e, sl, c);
 }
 
 /* After a request began on fd (entry e): a plain verdict cached meanwhile
@@ -159,6 +163,8 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 {
 	uint32_t slot = (uint32_t)e - 1;
 	struct seg_slot *sl = seg_slot(shim.seg, slot);
+	/* The mark before the compartment (see seg_request_begin). */
+	uint64_t m = sl != NULL ? atomic_load_explicit(&sl->mark, memory_order_acquire) : 0;
 	uint32_t comp = sl != NULL ? atomic_load(&sl->comp) : 0;
 	struct seg_comp *c = sl != NULL ? seg_comp(shim.seg, comp) : NULL;
 	enum bs_reason why = REASON_MAX;
@@ -181,7 +187,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 	may_wait = atomic_load(&c->max_wait_ms) != 0 &&
 	    atomic_load(&c->inflight) >= ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)) &&
 	    shim_blocking(fd, flags);
-	r = seg_inflight_begin(shim.seg, slot, may_wait, &why);
+	r = seg_request_begin(shim.seg, slot, m, c, may_wait, &why);
 	if (r == -EBUSY) {
 		shim_log_refusal(comp, why, what, "a counted socket");
 		errno = shim_reject_errno(c);
@@ -195,13 +201,15 @@ send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
 }
 
 /* After a send: one that sent nothing does not leave a request in flight. */
-static void
+static inline void
 send_end(uint64_t e, long r, bool began)
 {
-	int saved = errno;
+	int saved;
 
-	if (r < 0 && began)
-		seg_inflight_cancel(shim.seg, (uint32_t)e - 1);
+	if (r >= 0 || !began)
+		return;
+	saved = errno;
+	seg_inflight_cancel(shim.seg, (uint32_t)e - 1);
 	errno = saved;
 }
 
@@ -209,17 +217,20 @@ send_end(uint64_t e, long r, bool began)
  * sampled one records its reply latency; then the verdict is cached again
  * if it holds. */
 static void
-recv_end(int fd, uint64_t e, long r, bool asked)
+recv_end(int fd, uint64_t e, struct seg_slot *sl, long r, bool asked)
 {
 	uint32_t slot = (uint32_t)e - 1;
-	struct seg_slot *sl;
 	struct seg_comp *c;
 	int saved = errno;
 	bool done = r > 0 || (r == 0 && asked);
+	uint64_t m;
 
-	if (!shim_active() || (sl = seg_slot(shim.seg, slot)) == NULL)
+	if (sl == NULL)
 		return;
 	connect_done(sl, slot);
+	/* Read again, the mark first: the slot may stand for another socket
+	 * by now. */
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
 	c = seg_slot_comp(shim.seg, sl);
 	if (c != NULL && cache_plain(fd, e, sl, c)) {
 		uint64_t t = done ? atomic_exchange(&sl->sent_us, 0) : 0, now;
@@ -229,9 +240,9 @@ recv_end(int fd, uint64_t e, long r, bool asked)
 			seg_hist_add_n(&c->h_reply, now > t ? now - t : 0, IO_SAMPLE);
 		}
 	} else if (done) {
-		seg_inflight_end(shim.seg, slot);
+		seg_request_end(shim.seg, slot, m, c, true);
 	} else if (r < 0 && saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR) {
-		seg_inflight_cancel(shim.seg, slot);
+		seg_request_end(shim.seg, slot, m, c, false);
 	}
 	errno = saved;
 }
@@ -262,13 +273,15 @@ iov_asks(const struct iovec *iov, int cnt)
 /* The slow half of a receive-family wrapper; `asked` says a byte was asked
  * for, so a zero return means end of file rather than an empty request. */
 #define RECV_SLOW(e, fd, flags, asked, call) do {				\
+	struct seg_slot *sl_ = shim_active() ?				\
+	    seg_slot(shim.seg, (uint32_t)(e) - 1) : NULL;		\
 	long r_;							\
 									\
-	if (shim_active() && wait_ready(fd, (uint32_t)(e), comp_of((uint32_t)(e)), flags, \
-	    POLLIN) < 0)						\
+	if (sl_ != NULL && wait_ready(fd, (uint32_t)(e),		\
+	    seg_slot_comp(shim.seg, sl_), flags, POLLIN) < 0)		\
 		return -1;						\
 	r_ = call;							\
-	recv_end(fd, e, r_, asked);					\
+	recv_end(fd, e, sl_, r_, asked);				\
 	return r_;							\
 } while (0)
 
@@ -403,6 +416,7 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 {
 	uint64_t e;
 	int saved = errno;
+	struct admitted got;
 	enum admit a;
 	ssize_t r;
 
@@ -412,7 +426,7 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 			return real.sendto(fd, buf, n, flags, sa, len);
 		return sendto_counted(e, fd, buf, n, flags, sa, len);
 	}
-	a = shim_admit(fd, sa, len, "sendto");
+	a = shim_admit(fd, sa, len, "sendto", &got);
 	if (a == ADMIT_REFUSED)
 		return -1;
 	errno = saved;
@@ -427,6 +441,7 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	uint64_t e;
 	int saved = errno;
+	struct admitted got;
 	enum admit a;
 	ssize_t r;
 
@@ -436,7 +451,7 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 			return real.sendmsg(fd, msg, flags);
 		return sendmsg_counted(e, fd, msg, flags);
 	}
-	a = shim_admit(fd, msg->msg_name, msg->msg_namelen, "sendmsg");
+	a = shim_admit(fd, msg->msg_name, msg->msg_namelen, "sendmsg", &got);
 	if (a == ADMIT_REFUSED)
 		return -1;
 	errno = saved;

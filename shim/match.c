@@ -106,6 +106,10 @@ struct matcher {
 	 * An IPv4 connect then tries only those lengths, and the lengths
 	 * below 96 (IPv6 rules wide enough to hold IPv4-mapped addresses). */
 	uint32_t *v4lens;
+	/* With v4lens: per IPv4 /16, whether some exact IPv4 rule (/128)
+	 * lies in it, so an IPv4 connect skips the /128 table otherwise. */
+	uint64_t *v4exact;
+	int nwide;		/* prefixes[nwide..] are the lengths below 96 */
 	struct name_site *unix_sites;
 	struct name_site *host_sites;
 	struct mrange *ranges;
@@ -312,12 +316,19 @@ static const uint8_t v4_mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff 
  * prefix q, so the work stays below 16 * 65536 marks. Returns 0 or -ENOMEM. */
 static int build_v4lens(struct matcher *m)
 {
-	m->v4lens = calloc(65536, sizeof(*m->v4lens));
-	if (m->v4lens == NULL)
-		return -ENOMEM;
-	for (uint32_t q = 0; q < 32; q++) {
-		const struct ip_site *site, *tmp;
+	const struct ip_site *site, *tmp;
 
+	m->v4lens = calloc(65536, sizeof(*m->v4lens));
+	m->v4exact = calloc(65536 / 64, sizeof(*m->v4exact));
+	if (m->v4lens == NULL || m->v4exact == NULL)
+		return -ENOMEM;
+	HASH_ITER(hh, m->ip[128], site, tmp) {
+		uint32_t k = (uint32_t)site->addr[12] << 8 | site->addr[13];
+
+		if (memcmp(site->addr, v4_mapped, 12) == 0)
+			m->v4exact[k / 64] |= 1ULL << (k % 64);
+	}
+	for (uint32_t q = 0; q < 32; q++) {
 		HASH_ITER(hh, m->ip[96 + q], site, tmp) {
 			uint32_t first, count;
 
@@ -393,6 +404,8 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	for (int p = 127; p >= 0; p--)
 		if (m->ip[p] != NULL)
 			m->prefixes[m->nprefixes++] = (uint8_t)p;
+	for (m->nwide = 0; m->nwide < m->nprefixes && m->prefixes[m->nwide] >= 96; m->nwide++)
+		;
 	if (m->nprefixes > 4 && build_v4lens(m) < 0)
 		goto oom;
 	free(order);
@@ -420,6 +433,7 @@ void match_free(struct matcher *m)
 	free(m->names);
 	free(m->learned);
 	free(m->v4lens);
+	free(m->v4exact);
 	free(m);
 }
 
@@ -498,14 +512,18 @@ static inline int find_len(const struct matcher *m, const uint64_t a[2], int p, 
 static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t port)
 {
 	unsigned width = 0, lwidth = 0;
-	const struct ip_site *s;
+	const struct ip_site *s = NULL;
+	bool v4 = m->v4lens != NULL && memcmp(addr, v4_mapped, 12) == 0;
+	uint32_t k = (uint32_t)addr[12] << 8 | addr[13];
 	uint64_t a[2];
 	int best = -1, c;
 
 	/* Learned addresses rank as /128 rules: compare them with the static
 	 * /128 table first, where the narrower range wins and a static rule
-	 * wins a tie. */
-	HASH_FIND(hh, m->ip[128], addr, 16, s);
+	 * wins a tie. An IPv4 address whose /16 holds no exact rule skips
+	 * the table. */
+	if (!v4 || (m->v4exact[k / 64] >> (k % 64) & 1))
+		HASH_FIND(hh, m->ip[128], addr, 16, s);
 	if (s != NULL)
 		best = site_range(m, s->first, s->count, port, &width);
 	/* Nothing learned (no host-name rule resolved yet): no probe. */
@@ -516,10 +534,10 @@ static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t por
 	if (best >= 0)
 		return best;
 	memcpy(a, addr, 16);
-	if (m->v4lens != NULL && memcmp(addr, v4_mapped, 12) == 0) {
+	if (v4) {
 		/* IPv4: the lengths of the rules covering its /16, longest
 		 * first, then the IPv6 rules wide enough to hold it. */
-		uint32_t lens = m->v4lens[(uint32_t)addr[12] << 8 | addr[13]];
+		uint32_t lens = m->v4lens[k];
 
 		while (lens != 0) {
 			int q = 31 - __builtin_clz(lens);
@@ -528,8 +546,8 @@ static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t por
 			if ((c = find_len(m, a, 96 + q, port)) >= 0)
 				return c;
 		}
-		for (int i = 0; i < m->nprefixes; i++) {
-			if (m->prefixes[i] < 96 && (c = find_len(m, a, m->prefixes[i], port)) >= 0)
+		for (int i = m->nwide; i < m->nprefixes; i++) {
+			if ((c = find_len(m, a, m->prefixes[i], port)) >= 0)
 				return c;
 		}
 		return -1;

@@ -459,9 +459,11 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 	/* Last kind first: a pool's permit goes back before the
 	 * compartment's, so that a compartment never counts fewer permits
 	 * than its guarantee holds (which would refuse it below it). */
-	for (int p = P_KINDS - 1; p >= 0; p--) {
-		if (m & MARK_HELD(p))
-			tally_give(s, slot, gen, p);
+	for (uint64_t held = m & (MARK_HELD(P_KINDS) - 1); held != 0; ) {
+		int p = 63 - __builtin_clzll(held);
+
+		held &= ~MARK_HELD(p);
+		tally_give(s, slot, gen, p);
 	}
 	/* A guaranteed permit went: one lent to the same compartment moves
 	 * onto the guarantee, and the shared part has it back at once. */
@@ -572,30 +574,24 @@ seg_connect_done(struct seg *s, uint32_t slot)
 			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
 
 int
-seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why)
+seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
+    enum bs_reason *why)
 {
-	struct seg_slot *sl;
-	struct seg_comp *c;
+	struct seg_slot *sl = &s->slots[slot];
 	enum bs_reason reason = REASON_MAX;
-	uint64_t m;
 	uint32_t gen, seen;
 	int r;
 
-	if (slot >= s->h->nslots)
-		return 0;
-	sl = &s->slots[slot];
 	/* The common case of a request already on its way: one load. */
-	m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
 	if (m & INFLIGHT_ANY)
 		return 0;
-	c = seg_slot_comp(s, sl);
 	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
 		return 0;
 	gen = MARK_GEN(m);
 	ad_tick(s, c, P_INFLIGHT);	/* a stalled backend, seen without replies */
 	/* One attempt first; the waits and reclaims of take_wait only when
 	 * full. */
-	r = tally_take(s, slot, gen, P_INFLIGHT, 0, &seen);
+	r = tally_take_inflight(s, slot, gen, c, &seen);
 	if (r == TALLY_FULL)
 		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
 	if (r == TALLY_BUSY)
@@ -617,35 +613,54 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	return 1;
 }
 
-static void
-inflight_finish(struct seg *s, uint32_t slot, bool record)
+int
+seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why)
 {
-	struct seg_slot *sl;
-	struct seg_comp *c;
-	uint64_t m, t, sent;
+	struct seg_slot *sl = seg_slot(s, slot);
+	uint64_t m;
+
+	if (sl == NULL)
+		return 0;
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
+	return seg_request_begin(s, slot, m, seg_slot_comp(s, sl), may_wait, why);
+}
+
+void
+seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	uint64_t t, sent;
 	uint32_t gen;
 
-	if (slot >= s->h->nslots)
-		return;
-	sl = &s->slots[slot];
-	m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
 	if (!(m & (MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER))))
 		return;
 	gen = MARK_GEN(m);
 	t = atomic_load(&sl->sent_us);
-	if (!tally_give(s, slot, gen, P_INFLIGHT) && !tally_give(s, slot, gen, P_INFLIGHT_OVER))
+	if (!(c != NULL ? tally_give_inflight(s, slot, gen, c) : tally_give(s, slot, gen, P_INFLIGHT)) &&
+	    !tally_give(s, slot, gen, P_INFLIGHT_OVER))
 		return;
 	/* Cleared unless a new request began meanwhile: a sampled reply
 	 * (io.c) must not find this one's start. */
 	sent = t;
 	atomic_compare_exchange_strong(&sl->sent_us, &sent, 0);
-	c = seg_slot_comp(s, sl);
 	if (record && c != NULL) {
 		uint64_t now = now_mono_us();
 
 		seg_hist_add(&c->h_reply, now > t ? now - t : 0);
 		ad_sample(c, P_INFLIGHT, now > t ? now - t : 0, now);
 	}
+}
+
+static void
+inflight_finish(struct seg *s, uint32_t slot, bool record)
+{
+	struct seg_slot *sl = seg_slot(s, slot);
+	uint64_t m;
+
+	if (sl == NULL)
+		return;
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
+	seg_request_end(s, slot, m, seg_slot_comp(s, sl), record);
 }
 
 void

@@ -29,7 +29,7 @@
  *
  * Raw fork or clone system calls made with syscall() are not seen.
  */
-_Atomic int shim_unseen;
+_Atomic int shim_unseen __attribute__((used));
 
 bool
 shim_foreign(void)
@@ -63,7 +63,7 @@ shim_forked_seen(void)
 
 #if defined(__x86_64__)
 /* Called by vfork below on failure, with the error number. */
-BS_HIDDEN long shim_vfork_failed(int e);
+BS_HIDDEN __attribute__((used)) long shim_vfork_failed(int e);
 
 long
 shim_vfork_failed(int e)

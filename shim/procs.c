@@ -226,11 +226,11 @@ changer_of(const struct seg *s, uint32_t tag)
 
 /* The holders word of slot once no change holds it: waits for a live
  * changer (a moment, at most HOLD_WAIT_MS), finishes a dead one's. */
-static uint64_t
-hold_wait(struct seg *s, uint32_t slot)
+static __attribute__((noinline)) uint64_t
+hold_wait_locked(struct seg *s, uint32_t slot, uint64_t w)
 {
 	_Atomic uint64_t *t = holders_word(&s->slots[slot]);
-	uint64_t w = atomic_load(t), deadline = 0;
+	uint64_t deadline = 0;
 	unsigned spins = 0;
 
 	while ((w >> 32) & HTAG_LOCK) {
@@ -248,6 +248,15 @@ hold_wait(struct seg *s, uint32_t slot)
 		w = atomic_load(t);
 	}
 	return w;
+}
+
+/* The common case, no change under way, is one load. */
+static inline uint64_t
+hold_wait(struct seg *s, uint32_t slot)
+{
+	uint64_t w = atomic_load(holders_word(&s->slots[slot]));
+
+	return __builtin_expect((w >> 32) & HTAG_LOCK, 0) ? hold_wait_locked(s, slot, w) : w;
 }
 
 void
@@ -444,14 +453,12 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 
 /* This process's record, claimed on first need. Two threads may race to
  * claim one; the loser gives its record back, so nobody waits. */
-int
-seg_my_record(struct seg *s)
+static __attribute__((noinline)) int
+claim_record(struct seg *s)
 {
-	int r = atomic_load(&s->rec), mine, expected = -1;
+	int mine, expected = -1;
 	pid_t pid;
 
-	if (r >= 0)
-		return r;
 	pid = s->my_pid;
 	mine = alloc_record(s, PROC_FORKING, pid);
 	if (mine < 0)
@@ -464,6 +471,14 @@ seg_my_record(struct seg *s)
 		return expected;
 	}
 	return mine;
+}
+
+int
+seg_my_record(struct seg *s)
+{
+	int r = atomic_load(&s->rec);
+
+	return __builtin_expect(r >= 0, 1) ? r : claim_record(s);
 }
 
 /*
@@ -606,11 +621,13 @@ seg_find_inode(const struct seg *s, uint64_t ino)
 
 /* ---- fork, exec and exit ---- */
 
-void
-seg_gate_enter(struct seg *s)
+/* The gate while a fork is under way: waits for it, bounded. */
+static __attribute__((noinline)) void
+gate_wait(struct seg *s)
 {
 	uint64_t deadline = 0;
 
+	atomic_fetch_sub(&s->busy, 1);
 	for (;;) {
 		atomic_fetch_add(&s->busy, 1);
 		if (atomic_load(&s->forking) == 0)
@@ -625,6 +642,16 @@ seg_gate_enter(struct seg *s)
 		sched_yield();
 	}
 	atomic_fetch_add(&s->busy, 1);
+}
+
+/* Small, so that the library's link-time optimisation inlines the common
+ * case of no fork under way: one add and one load. */
+void
+seg_gate_enter(struct seg *s)
+{
+	atomic_fetch_add(&s->busy, 1);
+	if (__builtin_expect(atomic_load(&s->forking) != 0, 0))
+		gate_wait(s);
 }
 
 void

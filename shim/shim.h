@@ -691,6 +691,12 @@ int seg_acquire(struct seg *s, uint32_t comp, uint32_t cls, uint64_t ino, bool m
  * Returns 1 if this call made it in flight, 0 if it already was (or the
  * compartment does not count requests), -EBUSY with *why when refused. */
 int seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why);
+/* seg_inflight_begin and the end of a request (recording its reply
+ * latency if `record`) for slot, whose mark m the caller read before its
+ * compartment c (so that a slot reused meanwhile fails on its generation). */
+int seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
+    enum bs_reason *why);
+void seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record);
 /* The reply (a byte, end of file or a hard error) arrived: the request in
  * flight ends and its latency is recorded. */
 void seg_inflight_end(struct seg *s, uint32_t slot);
@@ -808,6 +814,12 @@ void tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slo
  * count, record. TALLY_TAKEN, TALLY_FULL (*seen: the count at the limit) or
  * TALLY_BUSY (the slot has or is getting one, of kind p or of `deny`). */
 int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen);
+/* tally_take and tally_give of P_INFLIGHT for a slot of compartment c,
+ * which the caller read after the slot's mark (so a slot reused meanwhile
+ * fails on its generation). */
+int tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    uint32_t *seen);
+bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
 /* The end of a take whose count went up (tally_take's step 3). */
 int tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
@@ -1120,10 +1132,18 @@ bool shim_blocking(int fd, int flags);
 /* Logs a refusal (rate-limited) in words that say why. */
 void shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char *dest);
 enum admit { ADMIT_PASS, ADMIT_COUNTED, ADMIT_REFUSED };
+/* What admission found for a descriptor it counted, handed down the path so
+ * that the caller looks nothing up again. */
+struct admitted {
+	uint32_t slot;
+	struct seg_comp *c;
+};
 /* Decides a connect (or TCP Fast Open send) of fd to sa: ADMIT_PASS when
- * nothing is to be counted, ADMIT_COUNTED when a permit was taken for fd,
- * ADMIT_REFUSED with errno set when the compartment refused. */
-enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what);
+ * nothing is to be counted, ADMIT_COUNTED when a permit was taken for fd
+ * (then *got says which slot of which compartment), ADMIT_REFUSED with errno
+ * set when the compartment refused. */
+enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
+    struct admitted *got);
 /* After the real connect: one that failed at once gives its permit back. */
 void shim_settle(int fd, long r);
 /* Rebuilds the destination rules if `bulkshim reload` changed them. */

@@ -77,9 +77,9 @@ tagged(uint32_t slot, uint32_t gen, bool give, uint32_t count)
 /* The counter that permit kind p of slot sl is counted in, and its limit
  * (NULL: none). NULL if the slot names no such counter. */
 static inline __attribute__((always_inline)) _Atomic uint32_t *
-count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+count_in(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int p,
+    _Atomic uint32_t **limit)
 {
-	struct seg_comp *c = seg_slot_comp(s, sl);
 	uint32_t k;
 
 	if (limit != NULL)
@@ -111,6 +111,13 @@ count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t
 		return pool_tally_of(s, c, p, limit);
 	}
 	return NULL;
+}
+
+/* The same for slot sl of whichever compartment it names. */
+static inline __attribute__((always_inline)) _Atomic uint32_t *
+count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+{
+	return count_in(s, seg_slot_comp(s, sl), sl, p, limit);
 }
 
 _Atomic uint32_t *
@@ -175,10 +182,26 @@ help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 	}
 }
 
+/*
+ * Whether tally value w names an operation of slot itself. Such an
+ * operation needs no help from the slot's own next one: a take or give
+ * announces itself only when the slot has no other operation of the kind
+ * under way (the announcement denies TAKING and GIVING, and a take denies
+ * HELD), so the operation w names has already taken its announcement down.
+ * Helping it anyway could only find our own announcement, of the same
+ * 10-bit generation, and finish it early. So a slot changing a count it
+ * changed last (one socket at a time, the common case) skips the look.
+ */
+static inline __attribute__((always_inline)) bool
+own_tag(uint64_t w, uint32_t slot)
+{
+	return TAG_INDEX((uint32_t)(w >> 32)) == slot + 1;
+}
+
 /* The limit a take of kind p is held to: *limit, or lower, the fleet share
  * (connections) and the adaptive limit of the compartment whose word it is
  * (adaptive.c). */
-static uint32_t
+static inline __attribute__((always_inline)) uint32_t
 limit_now(_Atomic uint32_t *limit, int p)
 {
 	uint32_t v = atomic_load(limit);
@@ -209,7 +232,8 @@ add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p
 	for (;;) {
 		uint32_t cur = (uint32_t)w;
 
-		help(s, t, w, p);
+		if (!own_tag(w, slot))
+			help(s, t, w, p);
 		*seen = cur;
 		if (limit != NULL ? cur >= limit_now(limit, p) : cur == UINT32_MAX)
 			return false;
@@ -235,7 +259,8 @@ sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t
 	for (;;) {
 		uint32_t cur = (uint32_t)w;
 
-		help(s, t, w, p);
+		if (!own_tag(w, slot))
+			help(s, t, w, p);
 		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, true, cur > 0 ? cur - 1 : 0)))
 			return;
 	}
@@ -245,15 +270,6 @@ void
 tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
 {
 	sub(s, count, p, slot, gen);
-}
-
-static void
-wake_waiters(const struct seg *s, struct seg_slot *sl, _Atomic uint32_t *count)
-{
-	struct seg_comp *c = seg_slot_comp(s, sl);
-
-	if (c != NULL && atomic_load(&c->waiting) > 0)
-		futex_wake(count);
 }
 
 /* Step 3 of a take whose count went up: the announcement becomes
@@ -283,15 +299,17 @@ taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count
 }
 
 /*
- * One attempt to take permit kind p for slot (of generation gen). TALLY_TAKEN,
- * TALLY_FULL (*seen: the count that was at the limit), or TALLY_BUSY: the slot already
- * has, or is getting, a permit of that kind (or of the kinds in `deny`).
+ * One attempt to take permit kind p for slot (of generation gen), counted in
+ * count under *limit (NULL: none; NULL count: nothing to take). TALLY_TAKEN,
+ * TALLY_FULL (*seen: the count that was at the limit), or TALLY_BUSY: the
+ * slot already has, or is getting, a permit of that kind (or of the kinds in
+ * `deny`).
  */
 static inline __attribute__((always_inline)) int
-take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny,
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *limit, *count = count_of(s, sl, p, &limit);
 
 	*seen = 0;
 	if (count == NULL)
@@ -306,6 +324,14 @@ take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t 
 		return TALLY_FULL;
 	}
 	return taken(s, slot, gen, p, count);
+}
+
+static inline __attribute__((always_inline)) int
+take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+{
+	_Atomic uint32_t *limit, *count = count_of(s, &s->slots[slot], p, &limit);
+
+	return take_at(s, slot, gen, p, deny, count, limit, seen);
 }
 
 int
@@ -328,34 +354,54 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 	}
 }
 
+int
+tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    uint32_t *seen)
+{
+	return take_at(s, slot, gen, P_INFLIGHT, 0, &c->inflight, &c->inflight_limit, seen);
+}
+
 /* Steps 2 and 3 of giving back permit kind p of slot, once announced
- * (MARK_GIVING): the count goes down, the mark says so, a waiter wakes. */
+ * (MARK_GIVING): the count goes down, the mark says so, a waiter of
+ * compartment c (the slot's) wakes. */
 static inline __attribute__((always_inline)) void
-give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
+give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
 
 	if (count != NULL)
 		sub(s, count, p, slot, gen);
 	mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
-	if (count != NULL && (p == P_CONN || p == P_INFLIGHT))
-		wake_waiters(s, sl, count);
+	if (count != NULL && (p == P_CONN || p == P_INFLIGHT) && c != NULL &&
+	    atomic_load(&c->waiting) > 0)
+		futex_wake(count);
 	if (count != NULL && (p == P_GUAR || p == P_LENT))
 		pool_wake(s, sl);
 }
 
-/* Gives back permit kind p of slot, if the slot holds it. True if it did. */
+/* Gives back permit kind p of slot, counted in count of compartment c, if
+ * the slot holds it. True if it did. */
 static inline __attribute__((always_inline)) bool
-give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *count = count_of(s, sl, p, NULL);
 
 	atomic_store(&sl->op_pid, s->my_pid);
 	if (!mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
 		return false;
-	give_out(s, slot, gen, p, count);
+	give_out(s, slot, gen, p, c, count);
 	return true;
+}
+
+static inline __attribute__((always_inline)) bool
+give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	struct seg_comp *c = seg_slot_comp(s, sl);
+
+	return give_at(s, slot, gen, p, c, count_in(s, c, sl, p, NULL));
 }
 
 bool
@@ -369,6 +415,12 @@ tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 	default:
 		return give(s, slot, gen, p);
 	}
+}
+
+bool
+tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+{
+	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight);
 }
 
 /*
@@ -394,7 +446,7 @@ resolve(struct seg *s, uint32_t slot)
 		if (m & MARK_TAKING(p))
 			slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), MARK_WITHDRAWN(p));
 		if ((m & MARK_GIVING(p)) && (atomic_load(&sl->mark) & MARK_GIVING(p)))
-			give_out(s, slot, gen, p, count);
+			give_out(s, slot, gen, p, seg_slot_comp(s, sl), count);
 	}
 	if ((m & MARK_WAITING) && slot_mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0)) {
 		struct seg_comp *c = seg_slot_comp(s, sl);

@@ -197,3 +197,29 @@ def test_c_fdopen_fclose_releases():
     f.do("close", fd)
     shim.expect("d", in_use=0, admitted=2)
     assert f.exit(0) == 0
+
+
+def test_a_connect_by_syscall_number_takes_and_gives_back_the_permit():
+    """syscall(SYS_connect, ...) is admitted like connect(): counted, refused
+    when the compartment is full (nothing reaches the kernel), given back by
+    close."""
+    srv, shim = _setup()
+    a = Agent(shim.env(log="off"))
+    a.call("import ctypes, platform, struct\n"
+           "libc = ctypes.CDLL(None, use_errno=True)\n"
+           "NR = {'x86_64': 42, 'aarch64': 203}[platform.machine()]\n"
+           "addr = ctypes.create_string_buffer(struct.pack('=H', socket.AF_INET) + "
+           "struct.pack('!H4s8x', %d, socket.inet_aton('127.0.0.1')), 16)\n"
+           "s1, s2 = socket.socket(), socket.socket()" % srv.port)
+    assert a("libc.syscall(NR, s1.fileno(), addr, 16)") == 0
+    shim.expect("d", in_use=1, admitted=1)
+    assert a("(libc.syscall(NR, s2.fileno(), addr, 16), ctypes.get_errno())") == \
+        [-1, errno.ECONNREFUSED], "a second connect by syscall number was not refused"
+    shim.expect("d", in_use=1, rejected=1)
+    a.call("s1.close()")
+    shim.expect("d", in_use=0)
+    assert a("libc.syscall(NR, s2.fileno(), addr, 16)") == 0
+    shim.expect("d", in_use=1, admitted=2)
+    a.call("s2.close()")
+    shim.expect("d", in_use=0)
+    assert a.finish() == 0

@@ -484,6 +484,32 @@ static void find_ipv4_with_many_prefix_lengths_misses(void **state)
 	match_free(m);
 }
 
+/* With many prefix lengths, an IPv4 address skips the exact (/128) table
+ * when its /16 holds no exact rule: exact rules must still be found and
+ * still win over wider ones, in their own /16 and under a wider rule. */
+static void find_exact_ipv4_with_many_prefix_lengths(void **state)
+{
+	static const char *const t[] = {
+		"10.0.0.0/8", "10.2.0.0/15", "10.2.0.0/16", "10.2.3.0/24", "10.2.3.128/25",
+		"10.2.3.7:80", "10.9.1.1", "192.168.1.1:5432", "[::ffff:172.16.0.1]",
+	};
+	static const int c[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct matcher *m = BUILD(t, c);
+
+	(void)state;
+	assert_int_equal(find4(m, "10.2.3.7", 80), 5);
+	assert_int_equal(find4(m, "10.2.3.7", 81), 3);
+	assert_int_equal(find4(m, "10.9.1.1", 7), 6);
+	assert_int_equal(find4(m, "10.9.1.2", 7), 0);
+	assert_int_equal(find4(m, "192.168.1.1", 5432), 7);
+	assert_int_equal(find4(m, "192.168.1.1", 5433), -1);
+	assert_int_equal(find4(m, "192.168.1.2", 5432), -1);
+	assert_int_equal(find4(m, "172.16.0.1", 1), 8);
+	assert_int_equal(find6(m, "::ffff:172.16.0.1", 1), 8);
+	assert_int_equal(find4(m, "172.16.0.2", 1), -1);
+	match_free(m);
+}
+
 static void find_port_range_includes_both_ends(void **state)
 {
 	static const char *const t[] = { "10.0.0.5:1000-2000" };
@@ -1074,6 +1100,7 @@ int main(void)
 		cmocka_unit_test(find_ipv4_cidr),
 		cmocka_unit_test(find_ipv4_with_many_prefix_lengths),
 		cmocka_unit_test(find_ipv4_with_many_prefix_lengths_misses),
+		cmocka_unit_test(find_exact_ipv4_with_many_prefix_lengths),
 		cmocka_unit_test(find_port_range_includes_both_ends),
 		cmocka_unit_test(find_ipv6),
 		cmocka_unit_test(find_ipv4_mapped_ipv6_matches_ipv4_rule),
