@@ -266,7 +266,8 @@ cli_set_guaranteed(struct seg *s, uint32_t i, uint32_t v)
 	}
 	old = atomic_exchange(&c->guaranteed, v);
 	pool_update_shared(s, p);
-	pool_rebalance(s, i);
+	if (v > old)
+		pool_rebalance(s, i, v - old);
 	printf("%s: %s guaranteed %u -> %u (pool %s, shared part %u)\n", seg_header(s)->name,
 	    c->name, old, v, pool->name, atomic_load(&pool->shared));
 	return 0;

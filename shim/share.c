@@ -1,0 +1,174 @@
+/* share.c - guaranteed shares: a guarantee nobody else may take, idle capacity lent up to a ceiling, for pools and for classes. */
+#include <stdint.h>
+
+#include "shim.h"
+
+/*
+ * One mechanism serves two levels (enum share_level):
+ *
+ *   level        member        own permit (ceiling)      shared part (tally)
+ *   SHARE_POOL   compartment   P_CONN   (max_connections) pool's lent, limit size - reserved - sum of guarantees
+ *   SHARE_CLASS  class         P_CLASS  (class limit)     compartment's cls_lent, limit max_connections - sum of guarantees
+ *
+ * A member takes its own permit first, by the compare-and-swap of its own
+ * tally. If that made its count v <= its guarantee, the permit is within
+ * the guarantee: the slot's mark says so (MARK_GUARANTEED) and nothing
+ * else is taken, so the guaranteed path costs one mark change. Otherwise it
+ * also takes one permit of the shared part (P_LENT, P_CLENT), a tally of
+ * its own, and is refused when that is full.
+ *
+ * Why no count of guaranteed permits is needed. Call N the member's slots
+ * within its guarantee (marked, or about to be: their take made v <= g)
+ * and L those holding a shared permit. Both are counted in the member's own
+ * tally, so |N| + |L| <= count. A slot joins N only when its take made
+ * count = v <= g, hence then |N| <= v - |L| <= g. A slot leaves N when it
+ * is released; and a lent slot moves from L to N only as the hand-over of
+ * a slot that left N (share_released) or of a guarantee raised live
+ * (share_move), after its departure, so that move too keeps |N| <= g (if a
+ * new take filled the freed place meanwhile, it made v <= g with the lent
+ * slot still counted, so |N| <= g - 1 before the move). Hence at every
+ * instant, for a pool:
+ *
+ *   in use = sum of |N| + lent <= sum of guarantees + shared = size - reserved,
+ *
+ * and a member below its guarantee (count < g) takes its own permit with
+ * v <= g: it is never refused for the shared part.
+ *
+ * Kills: the mark flag is set after the own permit's take and cleared
+ * before the hand-over, and a hand-over gives the shared permit before it
+ * marks the receiver. Killed anywhere, a slot is at worst within its
+ * guarantee without the flag, and its release then hands nothing over: the
+ * guarantee is used less until a borrower closes, never more. The tallies
+ * themselves are exact under kills (tally.c).
+ */
+
+static const int own_kind[SHARE_LEVELS] = { P_CONN, P_CLASS };
+static const int lent_kind[SHARE_LEVELS] = { P_LENT, P_CLENT };
+
+int
+share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, uint32_t v,
+    _Atomic uint32_t *guaranteed, uint32_t *seen)
+{
+	int r;
+
+	if (v <= atomic_load_explicit(guaranteed, memory_order_relaxed)) {
+		if (!slot_mark_change(&s->slots[slot], gen, MARK_HELD(own_kind[l]), 0, 0,
+		    MARK_GUARANTEED(l)))
+			return TALLY_BUSY;
+		return TALLY_TAKEN;
+	}
+	r = tally_take(s, slot, gen, lent_kind[l], 0, seen);
+	if (r == TALLY_TAKEN) {
+		struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
+
+		/* Where a hand-over looks first (see pass_on). */
+		if (c != NULL)
+			atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
+	}
+	return r;
+}
+
+/* The tally of level l's shared part for compartment c, or NULL. */
+static _Atomic uint32_t *
+shared_tally(const struct seg *s, struct seg_comp *c, enum share_level l)
+{
+	struct seg_pool *pool;
+
+	if (l == SHARE_CLASS)
+		return &c->cls_lent;
+	pool = seg_pool_of(s, c);
+	return pool != NULL ? &pool->lent : NULL;
+}
+
+/* Slot i's lent permit goes back and the slot is within its guarantee. */
+static bool
+move(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
+{
+	/* Given first, marked after: killed in between, the slot is within
+	 * the guarantee unmarked, which hands nothing over later. */
+	if (!tally_give(s, i, gen, lent_kind[l]))
+		return false;
+	slot_mark_change(&s->slots[i], gen, MARK_HELD(own_kind[l]), 0, 0, MARK_GUARANTEED(l));
+	return true;
+}
+
+/*
+ * Moves one permit lent at level l to compartment comp (and class cls, for
+ * SHARE_CLASS) onto its guarantee. The search starts at the slot that
+ * borrowed last: slots are handed out in turn, so the member's other
+ * borrowers are usually close by. True if one moved.
+ */
+static bool
+pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
+{
+	struct seg_comp *c = seg_comp(s, comp);
+	_Atomic uint32_t *lent;
+	uint32_t n = s->h->nslots, start;
+	uint64_t held = MARK_HELD(lent_kind[l]), busy = held | MARK_GIVING(lent_kind[l]);
+
+	if (c == NULL || (lent = shared_tally(s, c, l)) == NULL)
+		return false;
+	start = atomic_load_explicit(&c->lent_hint, memory_order_relaxed) % n;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = (start + n - k) % n;
+		struct seg_slot *sl = &s->slots[i];
+		uint64_t m;
+
+		/* Nobody borrows: nothing to move. */
+		if (atomic_load_explicit(lent, memory_order_relaxed) == 0)
+			return false;
+		m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
+		if ((m & busy) != held || atomic_load_explicit(&sl->comp, memory_order_relaxed) != comp)
+			continue;
+		if (l == SHARE_CLASS && atomic_load_explicit(&sl->cls, memory_order_relaxed) != cls)
+			continue;
+		if (move(s, i, MARK_GEN(m), l))
+			return true;
+	}
+	return false;
+}
+
+/* Clears slot's flag of level l; if it was set, hands the guarantee on. */
+static void
+hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+{
+	struct seg_slot *sl = &s->slots[slot];
+
+	if (slot_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
+		pass_on(s, atomic_load(&sl->comp), atomic_load(&sl->cls), l);
+}
+
+void
+share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+{
+	tally_give(s, slot, gen, lent_kind[l]);
+	tally_give(s, slot, gen, own_kind[l]);
+	hand_over(s, slot, gen, l);
+}
+
+void
+share_released(struct seg *s, uint32_t slot, uint64_t m)
+{
+	for (int l = 0; l < SHARE_LEVELS; l++) {
+		if (m & MARK_GUARANTEED(l))
+			hand_over(s, slot, MARK_GEN(m), (enum share_level)l);
+	}
+}
+
+void
+share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
+{
+	while (n-- > 0 && pass_on(s, comp, cls, l))
+		;
+}
+
+void
+share_update_classes(struct seg_comp *c)
+{
+	uint64_t guar = 0, lim = atomic_load(&c->limit);
+
+	for (int k = 0; k < BS_MAX_CLASSES; k++)
+		guar += atomic_load(&c->cls_guaranteed[k]);
+	/* Guarantees set live above the limit leave nothing to lend. */
+	atomic_store(&c->cls_shared, (uint32_t)(lim > guar ? lim - guar : 0));
+}
