@@ -501,11 +501,232 @@ test_threads_of_two_processes_keep_the_pool_exact(void **state)
 	seg_close(s);
 }
 
+/* ---- the same mechanism one level down: classes of one compartment ---- */
+
+/* Compartment "pg" (no pool), max_connections 10, classes "web"
+ * (guarantee 6, ceiling 10) and "batch" (guarantee 0, ceiling 8), and
+ * "default" (guarantee 1, ceiling 10): the unguaranteed part is 3. */
+enum { WEB = 1, BATCH = 2 };
+
+static int
+setup_classes(void **state)
+{
+	setup(state);
+	cfg.ncomp = 1;
+	cfg.npools = 0;
+	comps[0].pool = BS_NO_POOL;
+	comps[0].guaranteed = 0;
+	comps[0].max_connections = 10;
+	snprintf(cfg.classes[WEB].name, sizeof(cfg.classes[WEB].name), "web");
+	snprintf(cfg.classes[BATCH].name, sizeof(cfg.classes[BATCH].name), "batch");
+	cfg.nclass = 3;
+	comps[0].class_shares = true;
+	comps[0].class_guaranteed[0] = 1;
+	comps[0].class_guaranteed[WEB] = 6;
+	comps[0].class_limit[0] = 10;
+	comps[0].class_limit[WEB] = 10;
+	comps[0].class_limit[BATCH] = 8;
+	return 0;
+}
+
+static uint32_t
+cls_guar_held(struct seg *s, uint32_t cls)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint64_t m = atomic_load(&s->slots[i].mark);
+
+		if (atomic_load(&s->slots[i].cls) == cls && (m & MARK_HELD(P_CLASS)) &&
+		    (m & MARK_GUARANTEED(SHARE_CLASS)))
+			n++;
+	}
+	return n;
+}
+
+static void
+test_a_class_keeps_its_guarantee_while_another_floods_the_compartment(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	assert_int_equal(atomic_load(&s->comp[0].cls_shared), 3);
+	/* batch has no guarantee: it borrows the unguaranteed 3, no more,
+	 * though its ceiling is 8 and the compartment has 10. */
+	for (int i = 0; i < 3; i++)
+		assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(seg_acquire(s, 0, BATCH, next_ino++, false, &why), -EBUSY);
+		assert_int_equal(why, REASON_CLASS_SHARED_FULL);
+	}
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 3);
+	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].rejected), 5);
+	assert_int_equal(atomic_load(seg_reason_count(&s->comp[0], REASON_CLASS_SHARED_FULL,
+	    false)), 5);
+	assert_string_equal(seg_reason_name(REASON_CLASS_SHARED_FULL), "class_shared_full");
+	/* web gets its 6 at once, default its 1. */
+	for (int i = 0; i < 6; i++)
+		assert_true(seg_acquire(s, 0, WEB, next_ino++, false, &why) >= 0);
+	assert_true(seg_acquire(s, 0, 0, next_ino++, false, &why) >= 0);
+	assert_int_equal(cls_guar_held(s, WEB), 6);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 10);
+	/* Beyond its guarantee web must borrow, and nothing is left. */
+	assert_int_equal(seg_acquire(s, 0, WEB, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_CLASS_SHARED_FULL);
+	/* The refusals gave every class permit back. */
+	assert_int_equal(atomic_load(&s->comp[0].cls[WEB].in_use), 6);
+	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].in_use), 3);
+	seg_detach_all(s);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
+	seg_close(s);
+}
+
+static void
+test_a_freed_class_guarantee_takes_back_a_lent_permit_at_once(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	int slot[8];
+
+	(void)state;
+	/* web holds 6 within its guarantee and 2 borrowed. */
+	for (int i = 0; i < 8; i++)
+		assert_true((slot[i] = seg_acquire(s, 0, WEB, next_ino++, false, &why)) >= 0);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 2);
+	/* Two guaranteed ones go: the borrowed ones move onto the guarantee
+	 * and the unguaranteed part has them back at once. */
+	seg_drop(s, (uint32_t)slot[0]);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 1);
+	seg_drop(s, (uint32_t)slot[1]);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
+	assert_int_equal(cls_guar_held(s, WEB), 6);
+	/* So batch may borrow all 3 again... */
+	for (int i = 0; i < 3; i++)
+		assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+	/* ...and a borrowed permit that goes just goes back. */
+	seg_drop(s, (uint32_t)slot[7]);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 3);
+	assert_int_equal(cls_guar_held(s, WEB), 5);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/* The compartment refuses after the class's permits were taken (its own
+ * limit lowered live): the class permits go back, and a guaranteed one
+ * passes its guarantee on. */
+static void
+test_a_compartment_refusal_gives_the_class_share_back(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	atomic_store(&s->comp[0].limit, 2);
+	assert_true(seg_acquire(s, 0, WEB, next_ino++, false, &why) >= 0);
+	assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+	assert_int_equal(seg_acquire(s, 0, WEB, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_FULL);
+	assert_int_equal(seg_acquire(s, 0, BATCH, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(atomic_load(&s->comp[0].cls[WEB].in_use), 1);
+	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].in_use), 1);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 1);
+	assert_int_equal(cls_guar_held(s, WEB), 1);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/* Threads of two processes in three classes; the witness of what they hold
+ * never sees a class above its ceiling or the compartment above 10, and
+ * every count is back at 0 at the end. */
+static void *
+class_hammer(void *arg)
+{
+	struct seg *s = arg;
+	enum bs_reason why;
+	int held[4] = { -1, -1, -1, -1 };
+	uint32_t cls[4] = { 0, 0, 0, 0 };
+
+	for (uint64_t i = 0; i < 20000; i++) {
+		int k = (int)(i % 4);
+
+		if (held[k] >= 0) {
+			note_held(cls[k], -1);
+			seg_drop(s, (uint32_t)held[k]);
+			held[k] = -1;
+		} else {
+			cls[k] = (uint32_t)((i / 4 + (uintptr_t)&held % 3) % 3);
+			held[k] = seg_acquire(s, 0, cls[k], ((uint64_t)(uintptr_t)&held << 20) + i,
+			    false, &why);
+			if (held[k] >= 0)
+				note_held(cls[k], 1);
+		}
+	}
+	for (int k = 0; k < 4; k++)
+		if (held[k] >= 0) {
+			note_held(cls[k], -1);
+			seg_drop(s, (uint32_t)held[k]);
+		}
+	return NULL;
+}
+
+static void
+test_threads_of_two_processes_keep_the_classes_exact(void **state)
+{
+	struct seg *s = attach();
+	pthread_t t[4];
+	pid_t pid;
+	int st;
+
+	(void)state;
+	/* note_held checks each "compartment" index against
+	 * comps[i].max_connections: here the indexes are classes. */
+	comps[1].max_connections = 10;
+	comps[2].max_connections = 8;
+	held_now = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(held_now != MAP_FAILED);
+	pid = fork();
+	if (pid == 0) {
+		struct seg *s2 = NULL;
+
+		if (seg_attach(&cfg, &s2, err, sizeof(err)) != 0)
+			_exit(2);
+		for (int i = 0; i < 4; i++)
+			pthread_create(&t[i], NULL, class_hammer, s2);
+		for (int i = 0; i < 4; i++)
+			pthread_join(t[i], NULL);
+		seg_detach_all(s2);
+		_exit(0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, class_hammer, s);
+	for (int r = 0; r < 2000; r++)
+		assert_true(atomic_load(&s->comp[0].cls_lent) <= 3);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	waitpid(pid, &st, 0);
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_true(atomic_load(&held_now[4]) <= 10);
+	assert_int_equal(atomic_load(&held_now[5]), 0);
+	seg_reclaim(s, false);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(atomic_load(&s->comp[0].cls[k].in_use), 0);
+	munmap((void *)(uintptr_t)held_now, 4096);
+	seg_close(s);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_the_pool_lends_its_shared_part_and_no_more, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_class_keeps_its_guarantee_while_another_floods_the_compartment, setup_classes, teardown),
+		cmocka_unit_test_setup_teardown(test_a_freed_class_guarantee_takes_back_a_lent_permit_at_once, setup_classes, teardown),
+		cmocka_unit_test_setup_teardown(test_a_compartment_refusal_gives_the_class_share_back, setup_classes, teardown),
+		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_classes_exact, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_compartment_exceeds_its_ceiling, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_freed_guarantee_takes_back_a_lent_permit_at_once, setup, teardown),
