@@ -558,8 +558,22 @@ int cfg_check_duplicates(struct cfg_ctx *c)
 			   cfg->comp[cfg->rules[first].comp].name, cfg->rules[first].line);
 }
 
+/* The most connections pool p can have in use: its size less its
+ * reserve, or less if its compartments' ceilings sum to less. */
+static uint64_t pool_most(const struct bs_config *cfg, size_t p)
+{
+	uint64_t ceil = 0, room = (uint64_t)cfg->pools[p].size - cfg->pools[p].reserved;
+
+	for (size_t i = 0; i < cfg->ncomp; i++)
+		if (cfg->comp[i].pool == (int)p)
+			ceil += cfg->comp[i].max_connections;
+	return ceil < room ? ceil : room;
+}
+
 /* Checks that the compartments' max_connections fit in the budget's pool
- * less its reserve. Returns 0, or -EINVAL (-ENOMEM) with a message. */
+ * less its reserve; a pool of compartments counts once, as the most it
+ * can have in use (its members' ceilings overlap by design). Returns 0,
+ * or -EINVAL (-ENOMEM) with a message. */
 int cfg_check_budget(struct cfg_ctx *c)
 {
 	const struct bs_config *cfg = c->cfg;
@@ -572,8 +586,14 @@ int cfg_check_budget(struct cfg_ctx *c)
 	/* A compartment with only max_inflight holds no connection permits,
 	 * so it takes nothing from the pool. */
 	for (size_t i = 0; i < cfg->ncomp; i++) {
+		if (cfg->comp[i].pool != BS_NO_POOL)
+			continue;
 		sum += cfg->comp[i].max_connections;
 		ncounted += cfg->comp[i].max_connections != 0;
+	}
+	for (size_t p = 0; p < cfg->npools; p++) {
+		sum += pool_most(cfg, p);
+		ncounted++;
 	}
 	if (!cfg->has_budget || sum <= (uint64_t)cfg->pool - cfg->reserved)
 		return 0;
@@ -582,15 +602,18 @@ int cfg_check_budget(struct cfg_ctx *c)
 	else
 		snprintf(tail, sizeof(tail), "%u", cfg->pool);
 	/* Each allocation in config order, unless that cannot fit one message. */
-	cap = cfg->ncomp * 12 + 1;
+	cap = cfg->ncomp * 12 + cfg->npools * (BS_NAME_MAX + 20) + 1;
 	list = malloc(cap);
 	if (list == NULL)
 		return cfg_fail(c, c->budget, -ENOMEM, "out of memory");
 	list[0] = '\0';
 	for (size_t i = 0; i < cfg->ncomp; i++)
-		if (cfg->comp[i].max_connections != 0)
+		if (cfg->comp[i].max_connections != 0 && cfg->comp[i].pool == BS_NO_POOL)
 			len += (size_t)snprintf(list + len, cap - len, "%s%u", len ? " + " : "",
 						cfg->comp[i].max_connections);
+	for (size_t p = 0; p < cfg->npools; p++)
+		len += (size_t)snprintf(list + len, cap - len, "%s%llu (pool %s)", len ? " + " : "",
+					(unsigned long long)pool_most(cfg, p), cfg->pools[p].name);
 	room = c->errlen < BS_ERRLEN ? c->errlen : BS_ERRLEN;
 	if (len + strlen(tail) + strlen(c->path) + 64 < room)
 		cfg_fail(c, c->budget, -EINVAL, "budget exceeded: %s = %llu > %s", list,
