@@ -136,6 +136,8 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 			pool_update_shared(s, (uint32_t)cc->pool);
 		if (now > old)
 			pool_rebalance(s, (uint32_t)cmap[i], now - old);
+		else if (now < old)
+			share_unmove(s, (uint32_t)cmap[i], 0, SHARE_POOL, old - now);
 	}
 	for (size_t p = 0; p < cfg->npools && p < s->h->npools; p++)
 		pool_update_shared(s, (uint32_t)p);

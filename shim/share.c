@@ -162,6 +162,51 @@ share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint3
 		;
 }
 
+/*
+ * Slot i, within its guarantee, is no longer: its flag goes, then it takes
+ * a permit of the shared part, past its limit if need be (the shared part
+ * then admits nothing until it drains). Cleared first: killed in between,
+ * the slot is within its guarantee unmarked, and hands nothing over.
+ */
+static bool
+unmove(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
+{
+	struct seg_slot *sl = &s->slots[i];
+	int p = lent_kind[l];
+	_Atomic uint32_t *count = tally_of(s, sl, p, NULL);
+	uint32_t seen;
+
+	if (count == NULL || !slot_mark_change(sl, gen, MARK_GUARANTEED(l) | MARK_HELD(own_kind[l]),
+	    0, MARK_GUARANTEED(l), 0))
+		return false;
+	atomic_store(&sl->op_pid, s->my_pid);
+	if (!slot_mark_change(sl, gen, 0, MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
+	    MARK_WITHDRAWN(p), MARK_TAKING(p)))
+		return false;
+	if (!tally_add(s, count, NULL, p, i, gen, &seen)) {
+		slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
+		return false;
+	}
+	return tally_taken(s, i, gen, p, count) == TALLY_TAKEN;
+}
+
+void
+share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
+{
+	uint64_t want = MARK_GUARANTEED(l) | MARK_HELD(own_kind[l]);
+
+	for (uint32_t i = 0; i < s->h->nslots && n > 0; i++) {
+		struct seg_slot *sl = &s->slots[i];
+		uint64_t m = atomic_load(&sl->mark);
+
+		if ((m & want) != want || atomic_load(&sl->comp) != comp ||
+		    (l == SHARE_CLASS && atomic_load(&sl->cls) != cls))
+			continue;
+		if (unmove(s, i, MARK_GEN(m), l))
+			n--;
+	}
+}
+
 void
 share_update_classes(struct seg_comp *c)
 {

@@ -832,6 +832,10 @@ void share_released(struct seg *s, uint32_t slot, uint64_t m);
 /* Up to n permits of level l lent to compartment comp (class cls, for
  * SHARE_CLASS) move onto its guarantee, after it grew by n. */
 void share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
+/* The guarantee of compartment comp (class cls) was lowered by n: up to n
+ * of its permits within it become lent ones, past the shared part's limit
+ * if need be, so that a lowered guarantee is never exceeded. CLI only. */
+void share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
 /* The compartment's classes' shared part: its limit less their
  * guarantees (after a change of either). */
 void share_update_classes(struct seg_comp *c);
