@@ -57,6 +57,7 @@ struct cli_comp {
 	int pool;
 	char pool_name[BS_NAME_MAX];
 	uint32_t guaranteed, borrowed;
+	uint32_t class_lent;	/* permits lent to classes beyond their guarantees */
 	struct cli_adaptive ad;
 	uint64_t reconciled;	/* permits of sockets found closed unseen */
 	/* A fleet budget (fleet_view.c); fleet_limit 0 = none. */

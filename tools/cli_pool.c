@@ -40,6 +40,7 @@ cli_read_comp_pool(const struct seg *s, struct cli_comp *c)
 	uint32_t n;
 
 	c->pool = -1;
+	c->class_lent = atomic_load(&sc->cls_lent);
 	if (pool == NULL)
 		return;
 	c->pool = (int)atomic_load(&sc->pool) - 1;
@@ -73,7 +74,7 @@ cli_json_pools(FILE *f, const struct seg *s)
 void
 cli_json_comp_pool(FILE *f, const struct cli_comp *c)
 {
-	fputs(", \"pool\": ", f);
+	fprintf(f, ", \"class_lent\": %u, \"pool\": ", c->class_lent);
 	if (c->pool < 0) {
 		fputs("null", f);
 		return;
