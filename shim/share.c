@@ -207,6 +207,25 @@ share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uin
 	}
 }
 
+bool
+share_pool_full(const struct seg *s, const struct seg_comp *c)
+{
+	const struct seg_pool *pool;
+
+	if (atomic_load_explicit(&c->pool, memory_order_relaxed) == 0 ||
+	    (pool = seg_pool_of(s, c)) == NULL)
+		return false;
+	return atomic_load(&c->in_use) >= atomic_load(&c->guaranteed) &&
+	    atomic_load(&pool->lent) >= atomic_load(&pool->shared);
+}
+
+bool
+share_classes_full(const struct seg_comp *c)
+{
+	return atomic_load_explicit(&c->cls_shares, memory_order_relaxed) != 0 &&
+	    atomic_load(&c->cls_lent) >= atomic_load(&c->cls_shared);
+}
+
 void
 share_update_classes(struct seg_comp *c)
 {

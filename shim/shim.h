@@ -836,6 +836,12 @@ void share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, 
  * of its permits within it become lent ones, past the shared part's limit
  * if need be, so that a lowered guarantee is never exceeded. CLI only. */
 void share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
+/* True if compartment c is in a pool and would borrow (it holds its
+ * guarantee) from a shared part that is all lent: a reconcile may find
+ * permits of the pool whose sockets are gone. */
+bool share_pool_full(const struct seg *s, const struct seg_comp *c);
+/* True if c's classes split it and its unguaranteed part is all lent. */
+bool share_classes_full(const struct seg_comp *c);
 /* The compartment's classes' shared part: its limit less their
  * guarantees (after a change of either). */
 void share_update_classes(struct seg_comp *c);
@@ -995,8 +1001,9 @@ const char *ad_mode_name(unsigned mode);
  * or all if comp < 0) through /proc/PID/fd. Never drops a hold on doubt.
  * Returns the permits given back (each counted in `reconciled`). */
 int seg_reconcile(struct seg *s, int comp);
-/* Before admitting into compartment comp: if it is full, reconcile (at
- * most every 100 ms per process). Two loads when it is not full. */
+/* Before admitting into compartment comp: if it is full, or its pool or
+ * its classes' unguaranteed part has nothing left to lend, reconcile (at
+ * most every 100 ms per process). Four loads when none is full. */
 void reconcile_if_full(struct seg *s, uint32_t comp);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */

@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from harness import (CLI, Agent, Server, clean_env, new_segment, run, shim_env, shim_lines,
-                     status_json, wait_until, write_file)
+from harness import (CLI, Agent, LineProc, Server, clean_env, helper, new_segment, run, run_py,
+                     shim_env, shim_lines, status_json, wait_until, write_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
@@ -189,3 +189,27 @@ def test_curl_of_the_critical_class_gets_through_while_batch_holds_all_it_may():
     st = status_json(seg)
     assert cls(st, "web")["admitted"] == 3 and cls(st, "web")["rejected"] == 0, st
     assert batch.finish() == 0
+
+
+def test_a_full_unguaranteed_part_reconciles_permits_whose_sockets_are_gone():
+    """rawclose, of class batch, closes its two borrowed sockets unseen: the unguaranteed
+    part stays lent though the compartment is not full. The next batch connect reconciles."""
+    w = pools.Witness(1)
+    seg = new_segment()
+    cfg = write_file(class_config(seg, w.ports[0], limit=4, guaranteed="web = 2;",
+                                  limits="batch = 4;"))
+    env = shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"})
+    try:
+        p = LineProc([helper("rawclose"), str(w.ports[0]), "2"], env)
+        assert p.line(10) == "leaked 2"
+        wait_until(lambda: w.sample()[0] == 0, 2, what="the witness to see the raw closes")
+        r = run_py("import socket; s = socket.create_connection(('127.0.0.1', %d)); print('ok')"
+                   % w.ports[0], env, timeout=20)
+        assert r.stdout.strip() == "ok", "batch was refused after its unseen closes: %r %r" % (
+            r.stdout, r.stderr)
+        c = next(c for c in status_json(seg)["compartments"] if c["name"] == "pg")
+        assert c["reconciled"] == 2, c
+        p.send("quit\n")
+        p.finish(10)
+    finally:
+        w.close()

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from harness import (CLI, Agent, Server, clean_env, new_segment, run, shim_env, shim_lines,
-                     status_json, wait_until, write_file)
+from harness import (CLI, Agent, LineProc, Server, clean_env, helper, new_segment, run, run_py,
+                     shim_env, shim_lines, status_json, wait_until, write_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
@@ -294,3 +294,27 @@ def test_curl_through_a_pool():
     st = status_json(seg)
     assert comp(st, "web")["admitted"] == 3 and comp(st, "web")["rejected"] == 0, st
     assert hog.finish() == 0
+
+
+def test_a_full_pool_reconciles_permits_whose_sockets_another_compartment_lost_unseen():
+    """rawclose closes a's two counted sockets with the system call instruction (no hook
+    sees it): the pool's shared part stays lent to sockets that are gone. A connect to b,
+    another compartment of the pool, finds the pool full, reconciles and is admitted."""
+    w = pools.Witness(2)
+    seg = new_segment()
+    cfg = write_file(pool_config(seg, [("a", w.ports[0], 0, 2), ("b", w.ports[1], 0, 2)], 2))
+    env = shim_env(cfg, log="off")
+    try:
+        p = LineProc([helper("rawclose"), str(w.ports[0]), "2"], env)
+        assert p.line(10) == "leaked 2"
+        wait_until(lambda: w.sample()[0] == 0, 2, what="the witness to see the raw closes")
+        r = run_py("import socket; s = socket.create_connection(('127.0.0.1', %d)); print('ok')"
+                   % w.ports[1], env, timeout=20)
+        assert r.stdout.strip() == "ok", "b was refused after a's unseen closes: %r %r" % (
+            r.stdout, r.stderr)
+        st = status_json(seg)
+        assert comp(st, "a")["reconciled"] == 2 and comp(st, "a")["in_use"] == 0, comp(st, "a")
+        p.send("quit\n")
+        p.finish(10)
+    finally:
+        w.close()
