@@ -441,4 +441,19 @@ cli_check_pools(const struct bs_config *cfg)
 		printf(" = %llu; shared %llu\n", (unsigned long long)guar,
 		    (unsigned long long)(pool->size - pool->reserved - guar));
 	}
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		const struct cfg_compartment *cc = &cfg->comp[i];
+		uint64_t guar = 0;
+
+		if (!cc->class_shares)
+			continue;
+		printf("  classes of %s share its %u: guaranteed", cc->name, cc->max_connections);
+		for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++) {
+			printf("%s %u (%s, ceiling %u)", k ? " +" : "", cc->class_guaranteed[k],
+			    cfg->classes[k].name, cc->class_limit[k]);
+			guar += cc->class_guaranteed[k];
+		}
+		printf(" = %llu; unguaranteed %llu\n", (unsigned long long)guar,
+		    (unsigned long long)(cc->max_connections - guar));
+	}
 }
