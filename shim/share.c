@@ -149,9 +149,22 @@ share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 void
 share_released(struct seg *s, uint32_t slot, uint64_t m)
 {
+	struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
+
+	if (c == NULL)
+		return;
 	for (int l = 0; l < SHARE_LEVELS; l++) {
-		if (m & MARK_GUARANTEED(l))
-			hand_over(s, slot, MARK_GEN(m), (enum share_level)l);
+		_Atomic uint32_t *lent;
+
+		if (!(m & MARK_GUARANTEED(l)))
+			continue;
+		/* Nobody borrows: nothing to hand over. The flag may stay,
+		 * the slot is being freed (its next generation starts with a
+		 * clean mark) and this release is the only one. */
+		lent = shared_tally(s, c, (enum share_level)l);
+		if (lent == NULL || atomic_load_explicit(lent, memory_order_relaxed) == 0)
+			continue;
+		hand_over(s, slot, MARK_GEN(m), (enum share_level)l);
 	}
 }
 
