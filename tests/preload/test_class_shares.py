@@ -13,6 +13,7 @@ from harness import (CLI, Agent, LineProc, Server, clean_env, helper, new_segmen
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
 import pools  # noqa: E402  (its witness: a server counting open connections)
+from test_pools import FLOOD  # noqa: E402  (four threads trying connects)
 
 
 def class_config(segment, port, limit=20, guaranteed="web = 12;", limits="batch = 15;"):
@@ -33,20 +34,6 @@ def cls(st, name):
     return next(k for k in c["classes"] if k["name"] == name)
 
 
-FLOOD = """
-import threading
-held, refused = [], [0]
-def flood():
-    for _ in range(%d):
-        r = attempt(('127.0.0.1', %d))
-        if r['ok']:
-            held.append(r['fd'])
-        else:
-            refused[0] += 1
-ts = [threading.Thread(target=flood) for _ in range(4)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-"""
 
 
 def test_a_critical_class_keeps_its_guarantee_while_a_batch_class_floods_the_same_destination():

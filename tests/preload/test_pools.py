@@ -16,6 +16,24 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
 import pools  # noqa: E402  (the demo's scenario and its witness)
 
 
+# An agent's code: four threads each try N connects to a port; held and
+# refused[0] say what came of them (FLOOD % (N, port)).
+FLOOD = """
+import threading
+held, refused = [], [0]
+def flood():
+    for _ in range(%d):
+        r = attempt(('127.0.0.1', %d))
+        if r['ok']:
+            held.append(r['fd'])
+        else:
+            refused[0] += 1
+ts = [threading.Thread(target=flood) for _ in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+"""
+
+
 def pool_config(segment, comps, size, reserved=0, extra=""):
     """A config with one pool "db" of size/reserved; comps: (name, port,
     guaranteed, ceiling) or (name, port, None, limit) for one outside it."""
@@ -121,20 +139,7 @@ def test_one_damaged_path_cannot_consume_the_capacity_reserved_for_another():
     try:
         batch = Agent(env)
         # The damaged path keeps trying to take everything, in a loop.
-        got = batch.call(code="""
-import threading
-held, refused = [], [0]
-def flood():
-    for _ in range(60):
-        r = attempt(('127.0.0.1', %d))
-        if r['ok']:
-            held.append(r['fd'])
-        else:
-            refused[0] += 1
-ts = [threading.Thread(target=flood) for _ in range(4)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-""" % w.ports[1], expr="(len(held), refused[0])")
+        got = batch.call(code=FLOOD % (60, w.ports[1]), expr="(len(held), refused[0])")
         assert got == [20, 220], "batch took %r, want 20 held and 220 refused" % (got,)
         payments = Agent(env)
         pfds, prefused = hold(payments, w.ports[0], 30)

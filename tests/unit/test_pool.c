@@ -425,46 +425,50 @@ note_held(uint32_t comp, int delta)
 		;
 }
 
+/* hammer: compartments (false) or c0's classes (true) by index. */
+static bool hammer_classes;
+
 static void *
 hammer(void *arg)
 {
 	struct seg *s = arg;
 	enum bs_reason why;
 	int held[4] = { -1, -1, -1, -1 };
-	uint32_t comp[4] = { 0, 0, 0, 0 };
+	uint32_t idx[4] = { 0, 0, 0, 0 };
 
 	for (uint64_t i = 0; i < 20000; i++) {
 		int k = (int)(i % 4);
 
 		if (held[k] >= 0) {
-			note_held(comp[k], -1);
+			note_held(idx[k], -1);
 			seg_drop(s, (uint32_t)held[k]);
 			held[k] = -1;
-		} else {
-			comp[k] = (uint32_t)((i / 4 + (uintptr_t)&held % 3) % 3);
-			held[k] = seg_acquire(s, comp[k], 0, ((uint64_t)(uintptr_t)&held << 20) + i,
-			    false, &why);
-			if (held[k] >= 0)
-				note_held(comp[k], 1);
+			continue;
 		}
+		idx[k] = (uint32_t)((i / 4 + (uintptr_t)&held % 3) % 3);
+		held[k] = seg_acquire(s, hammer_classes ? 0 : idx[k], hammer_classes ? idx[k] : 0,
+		    ((uint64_t)(uintptr_t)&held << 20) + i, false, &why);
+		if (held[k] >= 0)
+			note_held(idx[k], 1);
 	}
 	for (int k = 0; k < 4; k++)
 		if (held[k] >= 0) {
-			note_held(comp[k], -1);
+			note_held(idx[k], -1);
 			seg_drop(s, (uint32_t)held[k]);
 		}
 	return NULL;
 }
 
+/* Four hammer threads here and four in a forked process of their own
+ * attachment, while `watch` checks the single words meanwhile; then the
+ * witness's worst is checked against the pool's room (`room`). */
 static void
-test_threads_of_two_processes_keep_the_pool_exact(void **state)
+hammer_two_processes(struct seg *s, uint32_t room, void (*watch)(struct seg *))
 {
-	struct seg *s = attach();
 	pthread_t t[4];
 	pid_t pid;
 	int st;
 
-	(void)state;
 	held_now = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_true(held_now != MAP_FAILED);
 	pid = fork();
@@ -482,20 +486,35 @@ test_threads_of_two_processes_keep_the_pool_exact(void **state)
 	}
 	for (int i = 0; i < 4; i++)
 		pthread_create(&t[i], NULL, hammer, s);
-	for (int r = 0; r < 2000; r++) {
-		assert_true(lent(s) <= 5);
-		for (int i = 0; i < 3; i++)
-			assert_true(atomic_load(&s->comp[i].in_use) <= comps[i].max_connections);
-	}
+	for (int r = 0; r < 2000; r++)
+		watch(s);
 	for (int i = 0; i < 4; i++)
 		pthread_join(t[i], NULL);
 	waitpid(pid, &st, 0);
 	assert_int_equal(WEXITSTATUS(st), 0);
-	/* What the threads held never passed the pool's room or a ceiling. */
-	assert_true(atomic_load(&held_now[4]) <= 10);
+	/* What the threads held never passed the room or a ceiling. */
+	assert_true(atomic_load(&held_now[4]) <= room);
 	assert_int_equal(atomic_load(&held_now[5]), 0);
 	assert_int_equal(atomic_load(&held_now[0]), 0);
 	munmap((void *)(uintptr_t)held_now, 4096);
+}
+
+static void
+watch_pool(struct seg *s)
+{
+	assert_true(lent(s) <= 5);
+	for (int i = 0; i < 3; i++)
+		assert_true(atomic_load(&s->comp[i].in_use) <= comps[i].max_connections);
+}
+
+static void
+test_threads_of_two_processes_keep_the_pool_exact(void **state)
+{
+	struct seg *s = attach();
+
+	(void)state;
+	hammer_classes = false;
+	hammer_two_processes(s, 10, watch_pool);
 	seg_reclaim(s, false);
 	assert_pool_back(s, 0);
 	seg_close(s);
@@ -637,84 +656,32 @@ test_a_compartment_refusal_gives_the_class_share_back(void **state)
 	seg_close(s);
 }
 
+static void
+watch_classes(struct seg *s)
+{
+	assert_true(atomic_load(&s->comp[0].cls_lent) <= 3);
+}
+
 /* Threads of two processes in three classes; the witness of what they hold
  * never sees a class above its ceiling or the compartment above 10, and
  * every count is back at 0 at the end. */
-static void *
-class_hammer(void *arg)
-{
-	struct seg *s = arg;
-	enum bs_reason why;
-	int held[4] = { -1, -1, -1, -1 };
-	uint32_t cls[4] = { 0, 0, 0, 0 };
-
-	for (uint64_t i = 0; i < 20000; i++) {
-		int k = (int)(i % 4);
-
-		if (held[k] >= 0) {
-			note_held(cls[k], -1);
-			seg_drop(s, (uint32_t)held[k]);
-			held[k] = -1;
-		} else {
-			cls[k] = (uint32_t)((i / 4 + (uintptr_t)&held % 3) % 3);
-			held[k] = seg_acquire(s, 0, cls[k], ((uint64_t)(uintptr_t)&held << 20) + i,
-			    false, &why);
-			if (held[k] >= 0)
-				note_held(cls[k], 1);
-		}
-	}
-	for (int k = 0; k < 4; k++)
-		if (held[k] >= 0) {
-			note_held(cls[k], -1);
-			seg_drop(s, (uint32_t)held[k]);
-		}
-	return NULL;
-}
-
 static void
 test_threads_of_two_processes_keep_the_classes_exact(void **state)
 {
 	struct seg *s = attach();
-	pthread_t t[4];
-	pid_t pid;
-	int st;
 
 	(void)state;
-	/* note_held checks each "compartment" index against
-	 * comps[i].max_connections: here the indexes are classes. */
+	/* note_held checks each index against comps[i].max_connections:
+	 * here the indexes are classes, whose ceilings are 10, 10 and 8. */
 	comps[1].max_connections = 10;
 	comps[2].max_connections = 8;
-	held_now = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(held_now != MAP_FAILED);
-	pid = fork();
-	if (pid == 0) {
-		struct seg *s2 = NULL;
-
-		if (seg_attach(&cfg, &s2, err, sizeof(err)) != 0)
-			_exit(2);
-		for (int i = 0; i < 4; i++)
-			pthread_create(&t[i], NULL, class_hammer, s2);
-		for (int i = 0; i < 4; i++)
-			pthread_join(t[i], NULL);
-		seg_detach_all(s2);
-		_exit(0);
-	}
-	for (int i = 0; i < 4; i++)
-		pthread_create(&t[i], NULL, class_hammer, s);
-	for (int r = 0; r < 2000; r++)
-		assert_true(atomic_load(&s->comp[0].cls_lent) <= 3);
-	for (int i = 0; i < 4; i++)
-		pthread_join(t[i], NULL);
-	waitpid(pid, &st, 0);
-	assert_int_equal(WEXITSTATUS(st), 0);
-	assert_true(atomic_load(&held_now[4]) <= 10);
-	assert_int_equal(atomic_load(&held_now[5]), 0);
+	hammer_classes = true;
+	hammer_two_processes(s, 10, watch_classes);
 	seg_reclaim(s, false);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
 	for (int k = 0; k < 3; k++)
 		assert_int_equal(atomic_load(&s->comp[0].cls[k].in_use), 0);
-	munmap((void *)(uintptr_t)held_now, 4096);
 	seg_close(s);
 }
 
