@@ -7,13 +7,13 @@ import subprocess
 import sys
 import time
 
-from harness import (CLI, Agent, LineProc, Server, clean_env, helper, new_segment, run, run_py,
-                     shim_env, shim_lines, status_json, wait_until, write_file)
+from harness import (CLI, Agent, Server, clean_env, new_segment, run, shim_env, shim_lines,
+                     status_json, wait_until, write_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
 import pools  # noqa: E402  (its witness: a server counting open connections)
-from test_pools import FLOOD  # noqa: E402  (four threads trying connects)
+from test_pools import FLOOD, leak_then_connect  # noqa: E402
 
 
 def class_config(segment, port, limit=20, guaranteed="web = 12;", limits="batch = 15;"):
@@ -185,15 +185,9 @@ def test_a_full_unguaranteed_part_reconciles_permits_whose_sockets_are_gone():
     seg = new_segment()
     cfg = write_file(class_config(seg, w.ports[0], limit=4, guaranteed="web = 2;",
                                   limits="batch = 4;"))
-    env = shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"})
     try:
-        p = LineProc([helper("rawclose"), str(w.ports[0]), "2"], env)
-        assert p.line(10) == "leaked 2"
-        wait_until(lambda: w.sample()[0] == 0, 2, what="the witness to see the raw closes")
-        r = run_py("import socket; s = socket.create_connection(('127.0.0.1', %d)); print('ok')"
-                   % w.ports[0], env, timeout=20)
-        assert r.stdout.strip() == "ok", "batch was refused after its unseen closes: %r %r" % (
-            r.stdout, r.stderr)
+        p = leak_then_connect(w, w.ports[0], w.ports[0],
+                              shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"}))
         c = next(c for c in status_json(seg)["compartments"] if c["name"] == "pg")
         assert c["reconciled"] == 2, c
         p.send("quit\n")

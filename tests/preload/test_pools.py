@@ -301,22 +301,28 @@ def test_curl_through_a_pool():
     assert hog.finish() == 0
 
 
+def leak_then_connect(w, leak_port, port, env):
+    """rawclose leaks two counted sockets to leak_port (closed with the system call
+    instruction: no hook sees it), the witness w sees them end, then another process
+    connects to port: it must be admitted (reconciled). Returns rawclose's LineProc."""
+    p = LineProc([helper("rawclose"), str(leak_port), "2"], env)
+    assert p.line(10) == "leaked 2"
+    wait_until(lambda: sum(w.sample()) == 0, 2, what="the witness to see the raw closes")
+    r = run_py("import socket; s = socket.create_connection(('127.0.0.1', %d)); print('ok')"
+               % port, env, timeout=20)
+    assert r.stdout.strip() == "ok", "refused after the unseen closes: %r %r" % (r.stdout, r.stderr)
+    return p
+
+
 def test_a_full_pool_reconciles_permits_whose_sockets_another_compartment_lost_unseen():
-    """rawclose closes a's two counted sockets with the system call instruction (no hook
-    sees it): the pool's shared part stays lent to sockets that are gone. A connect to b,
-    another compartment of the pool, finds the pool full, reconciles and is admitted."""
+    """a's two sockets are closed unseen: the pool's shared part stays lent to sockets that
+    are gone. A connect to b, another compartment of the pool, finds the pool full,
+    reconciles and is admitted."""
     w = pools.Witness(2)
     seg = new_segment()
     cfg = write_file(pool_config(seg, [("a", w.ports[0], 0, 2), ("b", w.ports[1], 0, 2)], 2))
-    env = shim_env(cfg, log="off")
     try:
-        p = LineProc([helper("rawclose"), str(w.ports[0]), "2"], env)
-        assert p.line(10) == "leaked 2"
-        wait_until(lambda: w.sample()[0] == 0, 2, what="the witness to see the raw closes")
-        r = run_py("import socket; s = socket.create_connection(('127.0.0.1', %d)); print('ok')"
-                   % w.ports[1], env, timeout=20)
-        assert r.stdout.strip() == "ok", "b was refused after a's unseen closes: %r %r" % (
-            r.stdout, r.stderr)
+        p = leak_then_connect(w, w.ports[0], w.ports[1], shim_env(cfg, log="off"))
         st = status_json(seg)
         assert comp(st, "a")["reconciled"] == 2 and comp(st, "a")["in_use"] == 0, comp(st, "a")
         p.send("quit\n")
