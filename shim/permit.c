@@ -68,7 +68,7 @@ take_step(struct seg *s, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
     _Atomic uint32_t **word, enum bs_reason *why)
 {
 	int r = tally_take(s, slot, gen, p, 0, seen);
-	const struct seg_comp *c;
+	struct seg_comp *c;
 
 	if (r != TALLY_TAKEN || p != P_CONN)
 		return r;
@@ -76,7 +76,7 @@ take_step(struct seg *s, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
 	if (c == NULL || atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)
 		return r;
 	/* The take made in_use *seen + 1: within the guarantee or not. */
-	r = pool_take(s, slot, gen, *seen + 1, seen, word);
+	r = pool_take(s, c, slot, gen, *seen + 1, seen, word);
 	if (r == TALLY_TAKEN)
 		return r;
 	tally_give(s, slot, gen, P_CONN);
@@ -482,6 +482,12 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 		settle(s, slot);
 	m = atomic_load(&sl->mark);
 	gen = MARK_GEN(m);
+	/* A permit within a guarantee goes: one lent to the same
+	 * compartment (class) moves onto it, and the shared part has it
+	 * back at once. Before this slot's own permit goes, so that a
+	 * borrower arriving later finds the place free instead (share.c). */
+	if (m & (MARK_GUARANTEED(SHARE_POOL) | MARK_GUARANTEED(SHARE_CLASS)))
+		share_released(s, slot, m);
 	/* Last kind first: a pool's permit goes back before the
 	 * compartment's, so that a compartment never counts fewer permits
 	 * than its guarantee holds (which would refuse it below it). */
@@ -489,11 +495,6 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 		if (m & MARK_HELD(p))
 			tally_give(s, slot, gen, p);
 	}
-	/* A permit within a guarantee went: one lent to the same
-	 * compartment (class) moves onto it, and the shared part has it
-	 * back at once. */
-	if (m & (MARK_GUARANTEED(SHARE_POOL) | MARK_GUARANTEED(SHARE_CLASS)))
-		share_released(s, slot, m);
 	if (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
 

@@ -25,16 +25,6 @@ futex_wake_all(_Atomic uint32_t *word)
 	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-struct seg_pool *
-seg_pool_of(const struct seg *s, const struct seg_comp *c)
-{
-	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed);
-
-	if (p == 0 || p > s->h->npools || p > BS_MAX_POOLS)
-		return NULL;
-	return &s->h->pools[p - 1];
-}
-
 _Atomic uint32_t *
 pool_tally_of(const struct seg *s, struct seg_comp *c, int p, _Atomic uint32_t **limit)
 {
@@ -160,31 +150,6 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 			return "compartments in other pools";
 	}
 	return NULL;
-}
-
-int
-pool_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t v, uint32_t *seen,
-    _Atomic uint32_t **full)
-{
-	struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
-	struct seg_pool *pool;
-	int r;
-
-	if (c == NULL || (pool = seg_pool_of(s, c)) == NULL)
-		return TALLY_TAKEN;
-	/* Lent beyond the shared part (it shrank live, or a guarantee grew):
-	 * nothing more until it drains, guaranteed or not, so that the pool
-	 * never has more than size - reserved in use. Lending never passes
-	 * the shared part, so once this reads below it, it stays so. */
-	if (atomic_load(&pool->lent) > atomic_load(&pool->shared)) {
-		*seen = atomic_load(&pool->lent);
-		*full = &pool->lent;
-		return TALLY_FULL;
-	}
-	r = share_take(s, slot, gen, SHARE_POOL, v, &c->guaranteed, seen);
-	if (r == TALLY_FULL)
-		*full = &pool->lent;
-	return r;
 }
 
 void

@@ -23,10 +23,12 @@
  * tally, so |N| + |L| <= count. A slot joins N only when its take made
  * count = v <= g, hence then |N| <= v - |L| <= g. A slot leaves N when it
  * is released; and a lent slot moves from L to N only as the hand-over of
- * a slot that left N (share_released) or of a guarantee raised live
- * (share_move), after its departure, so that move too keeps |N| <= g (if a
- * new take filled the freed place meanwhile, it made v <= g with the lent
- * slot still counted, so |N| <= g - 1 before the move). Hence at every
+ * a slot leaving N (share_released), before its own permit goes, or of a
+ * guarantee raised live (share_move). Before: a hand-over after the
+ * departure could find a borrower that came after a new take had already
+ * filled the freed place, and put it on the guarantee too (seen as 11 open
+ * in a pool of 10 by test_pool's witness); done while the leaving slot is
+ * still counted, no take can fill its place first. Hence at every
  * instant, for a pool:
  *
  *   in use = sum of |N| + lent <= sum of guarantees + shared = size - reserved,
@@ -51,12 +53,8 @@ share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, uint3
 {
 	int r;
 
-	if (v <= atomic_load_explicit(guaranteed, memory_order_relaxed)) {
-		if (!slot_mark_change(&s->slots[slot], gen, MARK_HELD(own_kind[l]), 0, 0,
-		    MARK_GUARANTEED(l)))
-			return TALLY_BUSY;
-		return TALLY_TAKEN;
-	}
+	if (v <= atomic_load_explicit(guaranteed, memory_order_relaxed))
+		return share_mark(s, slot, gen, l);
 	r = tally_take(s, slot, gen, lent_kind[l], 0, seen);
 	if (r == TALLY_TAKEN) {
 		struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
@@ -128,9 +126,13 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 	return false;
 }
 
-/* Clears slot's flag of level l; if it was set, hands the guarantee on. */
-static void
-hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+/*
+ * Clears slot's flag of level l; if it was set, one permit lent to the
+ * same compartment (and class) moves onto that guarantee, and the shared
+ * part has it back at once. Async-signal-safe.
+ */
+void
+share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 {
 	struct seg_slot *sl = &s->slots[slot];
 
@@ -142,30 +144,8 @@ void
 share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 {
 	tally_give(s, slot, gen, lent_kind[l]);
+	share_hand_over(s, slot, gen, l);
 	tally_give(s, slot, gen, own_kind[l]);
-	hand_over(s, slot, gen, l);
-}
-
-void
-share_released(struct seg *s, uint32_t slot, uint64_t m)
-{
-	struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
-
-	if (c == NULL)
-		return;
-	for (int l = 0; l < SHARE_LEVELS; l++) {
-		_Atomic uint32_t *lent;
-
-		if (!(m & MARK_GUARANTEED(l)))
-			continue;
-		/* Nobody borrows: nothing to hand over. The flag may stay,
-		 * the slot is being freed (its next generation starts with a
-		 * clean mark) and this release is the only one. */
-		lent = shared_tally(s, c, (enum share_level)l);
-		if (lent == NULL || atomic_load_explicit(lent, memory_order_relaxed) == 0)
-			continue;
-		hand_over(s, slot, MARK_GEN(m), (enum share_level)l);
-	}
 }
 
 void
@@ -225,11 +205,13 @@ share_pool_full(const struct seg *s, const struct seg_comp *c)
 {
 	const struct seg_pool *pool;
 
-	if (atomic_load_explicit(&c->pool, memory_order_relaxed) == 0 ||
+	/* Below its guarantee it borrows nothing (two loads, outside a
+	 * pool too: its guarantee is then 0 and the pool word 0). */
+	if (atomic_load_explicit(&c->in_use, memory_order_relaxed) <
+	    atomic_load_explicit(&c->guaranteed, memory_order_relaxed) ||
 	    (pool = seg_pool_of(s, c)) == NULL)
 		return false;
-	return atomic_load(&c->in_use) >= atomic_load(&c->guaranteed) &&
-	    atomic_load(&pool->lent) >= atomic_load(&pool->shared);
+	return atomic_load(&pool->lent) >= atomic_load(&pool->shared);
 }
 
 bool

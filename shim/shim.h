@@ -772,8 +772,16 @@ void seg_resolve(struct seg *s, uint32_t slot, pid_t dead);
 void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
 /* ---- pool.c: pools, guarantees, lending ---- */
 
-/* The pool of compartment c, or NULL. */
-struct seg_pool *seg_pool_of(const struct seg *s, const struct seg_comp *c);
+/* The pool of compartment c, or NULL. Inline: admission asks it twice. */
+static inline struct seg_pool *
+seg_pool_of(const struct seg *s, const struct seg_comp *c)
+{
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed);
+
+	if (p == 0 || p > s->h->npools || p > BS_MAX_POOLS)
+		return NULL;
+	return &s->h->pools[p - 1];
+}
 /* tally_of for P_LENT: NULL if c is in no pool. */
 _Atomic uint32_t *pool_tally_of(const struct seg *s, struct seg_comp *c, int p,
     _Atomic uint32_t **limit);
@@ -793,12 +801,6 @@ void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, boo
 /* NULL if the segment has cfg's pools and memberships (cmap: config
  * compartment -> segment compartment), else what differs. */
 const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
-/* After slot's compartment permit, whose take made in_use v: within the
- * guarantee if v is, else a permit lent by the pool (share.c). TALLY_TAKEN
- * (also when not in a pool), TALLY_FULL with *full the word to wait on, or
- * TALLY_BUSY. */
-int pool_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t v, uint32_t *seen,
-    _Atomic uint32_t **full);
 /* Raises the peak of c's pool to what it has in use now. */
 void pool_note_peak(struct seg *s, const struct seg_comp *c);
 /* A pool permit of sl's compartment went back: wakes the pool's waiters. */
@@ -824,11 +826,6 @@ int share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, u
  * passing a guarantee on as a release does; used when admission stops
  * half-way. */
 void share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l);
-/* Slot, whose mark before its release was m, has given back its permits:
- * for each level it held within its guarantee, one permit lent to the same
- * compartment (and class) moves onto that guarantee, and the shared part
- * has it back at once. Async-signal-safe. */
-void share_released(struct seg *s, uint32_t slot, uint64_t m);
 /* Up to n permits of level l lent to compartment comp (class cls, for
  * SHARE_CLASS) move onto its guarantee, after it grew by n. */
 void share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
@@ -845,6 +842,9 @@ bool share_classes_full(const struct seg_comp *c);
 /* The compartment's classes' shared part: its limit less their
  * guarantees (after a change of either). */
 void share_update_classes(struct seg_comp *c);
+/* Slot's hand-over of level l, when something is lent (share_released). */
+void share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l);
+
 
 /* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
 
@@ -932,6 +932,84 @@ void seg_detach_all(struct seg *s);
  * which this makes run unthrottled; not while the kernel still has its
  * sockets open or its other threads still run. */
 void seg_exit(struct seg *s);
+
+/* ---- share.c, inline: the guaranteed path of admission ---- */
+
+/*
+ * Marks slot (of generation gen, holding its own permit of level l) as
+ * within its guarantee: one compare-and-swap of its mark. TALLY_TAKEN, or
+ * TALLY_BUSY if the slot is no longer what the caller took it for. Inline:
+ * this is all the guaranteed path of a connect costs (share.c).
+ */
+static inline int
+share_mark(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+{
+	_Atomic uint64_t *mark = &s->slots[slot].mark;
+	uint64_t own = l == SHARE_POOL ? MARK_HELD(P_CONN) : MARK_HELD(P_CLASS);
+	uint64_t m = atomic_load_explicit(mark, memory_order_relaxed);
+
+	do {
+		if (MARK_GEN(m) != gen || !(m & own))
+			return TALLY_BUSY;
+	} while (!atomic_compare_exchange_weak(mark, &m, m | MARK_GUARANTEED(l)));
+	return TALLY_TAKEN;
+}
+
+/*
+ * After slot's compartment permit, whose take made in_use v: within the
+ * guarantee if v is, else a permit lent by the pool (share_take).
+ * TALLY_TAKEN (also when not in a pool), TALLY_FULL with *full the word to
+ * wait on, or TALLY_BUSY.
+ */
+static inline int
+pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t v,
+    uint32_t *seen, _Atomic uint32_t **full)
+{
+	struct seg_pool *pool = seg_pool_of(s, c);
+	uint32_t lent;
+	int r;
+
+	if (pool == NULL)
+		return TALLY_TAKEN;
+	/* Lent beyond the shared part (it shrank live, or a guarantee grew):
+	 * nothing more until it drains, guaranteed or not, so that the pool
+	 * never has more than size - reserved in use. Lending never passes
+	 * the shared part, so once this reads below it, it stays so. */
+	lent = atomic_load(&pool->lent);
+	if (lent > atomic_load(&pool->shared)) {
+		*seen = lent;
+		*full = &pool->lent;
+		return TALLY_FULL;
+	}
+	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed))
+		return share_mark(s, slot, gen, SHARE_POOL);
+	r = share_take(s, slot, gen, SHARE_POOL, v, &c->guaranteed, seen);
+	if (r == TALLY_FULL)
+		*full = &pool->lent;
+	return r;
+}
+
+/* Slot, whose mark before its release was m (with a MARK_GUARANTEED
+ * flag), has given back its permits: see share_hand_over. Two loads when
+ * nobody borrows. */
+static inline void
+share_released(struct seg *s, uint32_t slot, uint64_t m)
+{
+	struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
+	struct seg_pool *pool;
+
+	if (c == NULL)
+		return;
+	/* Nobody borrows: nothing to hand over. The flag may stay, the slot
+	 * is being freed (its next generation starts with a clean mark) and
+	 * this release is the only one. */
+	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_of(s, c)) != NULL &&
+	    atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0)
+		share_hand_over(s, slot, MARK_GEN(m), SHARE_POOL);
+	if ((m & MARK_GUARANTEED(SHARE_CLASS)) &&
+	    atomic_load_explicit(&c->cls_lent, memory_order_relaxed) != 0)
+		share_hand_over(s, slot, MARK_GEN(m), SHARE_CLASS);
+}
 
 /* ---- adaptive.c: the limit that sizes itself from measured latency ---- */
 
