@@ -9,7 +9,7 @@
 
 static const char *const comp_keys[] = {
 	"name", "destinations", "max_connections", "max_inflight", "max_wait_ms", "max_waiting",
-	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", "pool", "guaranteed",
+	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", "pool", "guaranteed", "class_guaranteed",
 	"adaptive", "fleet_limit", "fleet_floor", NULL,
 };
 
@@ -278,17 +278,21 @@ static int parse_waiting(struct cfg_ctx *c, const config_setting_t *g,
 	return 0;
 }
 
-/* Reads `class_limits = { batch = 4; };`: each key a declared class (or
- * "default"), each value a cap on that class's connection permits. */
-static int parse_class_limits(struct cfg_ctx *c, const config_setting_t *s,
-			      struct cfg_compartment *comp)
+/* Reads `class_limits = { batch = 4; };` (what "limit"), or
+ * `class_guaranteed = { web = 20; }` (what "guarantee", 0 allowed): each key
+ * a declared class (or "default"), each value that class's cap on its
+ * connection permits, or its guaranteed share of them, into out. */
+static int parse_class_values(struct cfg_ctx *c, const config_setting_t *s,
+			      struct cfg_compartment *comp, const char *what, uint32_t *out)
 {
 	const struct bs_config *cfg = c->cfg;
 	const char *names[BS_MAX_CLASSES + 1] = { NULL };
+	const char *key = config_setting_name(s);
+	long long lo = strcmp(what, "limit") == 0;
 
 	if (!config_setting_is_group(s))
 		return cfg_fail(c, s, -EINVAL,
-				"\"class_limits\" must be a group like { batch = 4; }, not %s",
+				"\"%s\" must be a group like { batch = 4; }, not %s", key,
 				cfg_type_name(config_setting_type(s)));
 	for (size_t k = 0; k < cfg->nclass; k++)
 		names[k] = cfg->classes[k].name;
@@ -304,24 +308,66 @@ static int parse_class_limits(struct cfg_ctx *c, const config_setting_t *s,
 			k++;
 		if (k == cfg->nclass) {
 			if ((best = cfg_closest(cls, names)) != NULL)
-				return cfg_fail(c, e, -EINVAL, "unknown class \"%s\" in class_limits of "
-						"\"%s\" (did you mean \"%s\"?)", cls, comp->name, best);
-			return cfg_fail(c, e, -EINVAL, "unknown class \"%s\" in class_limits of \"%s\" "
-					"(declare it in the top-level \"classes\")", cls, comp->name);
+				return cfg_fail(c, e, -EINVAL, "unknown class \"%s\" in %s of "
+						"\"%s\" (did you mean \"%s\"?)", cls, key, comp->name, best);
+			return cfg_fail(c, e, -EINVAL, "unknown class \"%s\" in %s of \"%s\" "
+					"(declare it in the top-level \"classes\")", cls, key, comp->name);
 		}
 		if (type != CONFIG_TYPE_INT && type != CONFIG_TYPE_INT64)
-			return cfg_fail(c, e, -EINVAL, "class limit %s of \"%s\" must be an integer, "
-					"not %s", cls, comp->name, cfg_type_name(type));
+			return cfg_fail(c, e, -EINVAL, "class %s %s of \"%s\" must be an integer, "
+					"not %s", what, cls, comp->name, cfg_type_name(type));
 		if ((rc = cfg_get_int(c, e, &v)) < 0)
 			return rc;
-		if (v <= 0 || v > BS_MAX_LIMIT)
-			return cfg_fail(c, e, -EINVAL, "class limit %s of \"%s\" must be between 1 and "
-					"%d, not %lld", cls, comp->name, BS_MAX_LIMIT, v);
+		if (v < lo || v > BS_MAX_LIMIT)
+			return cfg_fail(c, e, -EINVAL, "class %s %s of \"%s\" must be between %lld and "
+					"%d, not %lld", what, cls, comp->name, lo, BS_MAX_LIMIT, v);
 		if (comp->max_connections != 0 && v > comp->max_connections)
-			return cfg_fail(c, e, -EINVAL, "class limit %s = %lld is above max_connections "
-					"%u of \"%s\"", cls, v, comp->max_connections, comp->name);
-		comp->class_limit[k] = (uint32_t)v;
+			return cfg_fail(c, e, -EINVAL, "class %s %s = %lld is above max_connections "
+					"%u of \"%s\"", what, cls, v, comp->max_connections, comp->name);
+		out[k] = (uint32_t)v;
 	}
+	return 0;
+}
+
+/*
+ * The start-up assertion of a compartment whose classes split it: each
+ * guarantee within its class's ceiling, their sum within max_connections
+ * (with every term listed). Every class gets a ceiling: its class limit,
+ * or max_connections. Returns 0, or -EINVAL with a message.
+ */
+static int check_class_shares(struct cfg_ctx *c, const config_setting_t *s,
+			      struct cfg_compartment *comp)
+{
+	const struct bs_config *cfg = c->cfg;
+	uint64_t sum = 0;
+	char list[BS_MAX_CLASSES * (BS_CLASS_NAME_MAX + 16)];
+	size_t len = 0;
+
+	if (comp->max_connections == 0)
+		return cfg_fail(c, s, -EINVAL, "class_guaranteed of \"%s\" needs max_connections: "
+				"the classes share it", comp->name);
+	for (size_t k = 0; k < cfg->nclass; k++) {
+		uint32_t ceil = comp->class_limit[k] ? comp->class_limit[k] : comp->max_connections;
+
+		if (comp->class_guaranteed[k] > ceil)
+			return cfg_fail(c, s, -EINVAL, "class guarantee %s = %u of \"%s\" is above its "
+					"ceiling, class limit %u", cfg->classes[k].name,
+					comp->class_guaranteed[k], comp->name, ceil);
+		sum += comp->class_guaranteed[k];
+		if (comp->class_guaranteed[k] > 0)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%u (%s)",
+						len ? " + " : "", comp->class_guaranteed[k],
+						cfg->classes[k].name);
+	}
+	if (sum > comp->max_connections)
+		return cfg_fail(c, s, -EINVAL, "classes of \"%s\": guarantees exceed its room: %s = "
+				"%llu > max_connections %u", comp->name, list,
+				(unsigned long long)sum, comp->max_connections);
+	for (size_t k = 0; k < cfg->nclass; k++)
+		if (comp->class_limit[k] == 0)
+			comp->class_limit[k] = comp->max_connections;
+	comp->class_shares = true;
+	comp->class_line = config_setting_source_line(s);
 	return 0;
 }
 
@@ -381,7 +427,13 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 	    (rc = cfg_get_bool(c, s, &comp->enforce)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 	s = config_setting_get_member(g, "class_limits");
-	if (s != NULL && (rc = parse_class_limits(c, s, comp)) < 0 && !cfg_go_on(c, rc))
+	if (s != NULL && (rc = parse_class_values(c, s, comp, "limit", comp->class_limit)) < 0 &&
+	    !cfg_go_on(c, rc))
+		return rc;
+	s = config_setting_get_member(g, "class_guaranteed");
+	if (s != NULL && ((rc = parse_class_values(c, s, comp, "guarantee",
+	    comp->class_guaranteed)) < 0 || (rc = check_class_shares(c, s, comp)) < 0) &&
+	    !cfg_go_on(c, rc))
 		return rc;
 	s = config_setting_get_member(g, "adaptive");
 	if (s != NULL && (rc = cfg_parse_adaptive(c, s, comp)) < 0 && !cfg_go_on(c, rc))
@@ -506,8 +558,22 @@ int cfg_check_duplicates(struct cfg_ctx *c)
 			   cfg->comp[cfg->rules[first].comp].name, cfg->rules[first].line);
 }
 
+/* The most connections pool p can have in use: its size less its
+ * reserve, or less if its compartments' ceilings sum to less. */
+static uint64_t pool_most(const struct bs_config *cfg, size_t p)
+{
+	uint64_t ceil = 0, room = (uint64_t)cfg->pools[p].size - cfg->pools[p].reserved;
+
+	for (size_t i = 0; i < cfg->ncomp; i++)
+		if (cfg->comp[i].pool == (int)p)
+			ceil += cfg->comp[i].max_connections;
+	return ceil < room ? ceil : room;
+}
+
 /* Checks that the compartments' max_connections fit in the budget's pool
- * less its reserve. Returns 0, or -EINVAL (-ENOMEM) with a message. */
+ * less its reserve; a pool of compartments counts once, as the most it
+ * can have in use (its members' ceilings overlap by design). Returns 0,
+ * or -EINVAL (-ENOMEM) with a message. */
 int cfg_check_budget(struct cfg_ctx *c)
 {
 	const struct bs_config *cfg = c->cfg;
@@ -520,8 +586,14 @@ int cfg_check_budget(struct cfg_ctx *c)
 	/* A compartment with only max_inflight holds no connection permits,
 	 * so it takes nothing from the pool. */
 	for (size_t i = 0; i < cfg->ncomp; i++) {
+		if (cfg->comp[i].pool != BS_NO_POOL)
+			continue;
 		sum += cfg->comp[i].max_connections;
 		ncounted += cfg->comp[i].max_connections != 0;
+	}
+	for (size_t p = 0; p < cfg->npools; p++) {
+		sum += pool_most(cfg, p);
+		ncounted++;
 	}
 	if (!cfg->has_budget || sum <= (uint64_t)cfg->pool - cfg->reserved)
 		return 0;
@@ -530,15 +602,18 @@ int cfg_check_budget(struct cfg_ctx *c)
 	else
 		snprintf(tail, sizeof(tail), "%u", cfg->pool);
 	/* Each allocation in config order, unless that cannot fit one message. */
-	cap = cfg->ncomp * 12 + 1;
+	cap = cfg->ncomp * 12 + cfg->npools * (BS_NAME_MAX + 20) + 1;
 	list = malloc(cap);
 	if (list == NULL)
 		return cfg_fail(c, c->budget, -ENOMEM, "out of memory");
 	list[0] = '\0';
 	for (size_t i = 0; i < cfg->ncomp; i++)
-		if (cfg->comp[i].max_connections != 0)
+		if (cfg->comp[i].max_connections != 0 && cfg->comp[i].pool == BS_NO_POOL)
 			len += (size_t)snprintf(list + len, cap - len, "%s%u", len ? " + " : "",
 						cfg->comp[i].max_connections);
+	for (size_t p = 0; p < cfg->npools; p++)
+		len += (size_t)snprintf(list + len, cap - len, "%s%llu (pool %s)", len ? " + " : "",
+					(unsigned long long)pool_most(cfg, p), cfg->pools[p].name);
 	room = c->errlen < BS_ERRLEN ? c->errlen : BS_ERRLEN;
 	if (len + strlen(tail) + strlen(c->path) + 64 < room)
 		cfg_fail(c, c->budget, -EINVAL, "budget exceeded: %s = %llu > %s", list,

@@ -146,6 +146,16 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
 		    c->name, atomic_load(&c->in_use), atomic_load(&c->guaranteed), what, dest);
 		break;
 	}
+	case REASON_CLASS_SHARED_FULL:
+		r.in_use = atomic_load(&c->cls_shared);
+		r.limit = r.in_use;
+		bs_format(msg, sizeof(msg), "%s has lent all %u of its unguaranteed permits to its "
+		    "classes (class_shared_full; class %s holds %u, guaranteed %u): %s to %s refused",
+		    c->name, r.limit,
+		    shim.cls < BS_MAX_CLASSES ? seg_header(shim.seg)->class_name[shim.cls] : "?",
+		    cls < BS_MAX_CLASSES ? atomic_load(&c->cls[cls].in_use) : 0,
+		    cls < BS_MAX_CLASSES ? atomic_load(&c->cls_guaranteed[cls]) : 0, what, dest);
+		break;
 	default:
 		bs_format(msg, sizeof(msg), "%s: the socket or process table of segment %s is full: "
 		    "%s to %s refused", c->name, seg_header(shim.seg)->name, what, dest);

@@ -68,14 +68,15 @@ take_step(struct seg *s, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
     _Atomic uint32_t **word, enum bs_reason *why)
 {
 	int r = tally_take(s, slot, gen, p, 0, seen);
-	const struct seg_comp *c;
+	struct seg_comp *c;
 
 	if (r != TALLY_TAKEN || p != P_CONN)
 		return r;
 	c = seg_slot_comp(s, &s->slots[slot]);
 	if (c == NULL || atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)
 		return r;
-	r = pool_take(s, slot, gen, seen, word);
+	/* The take made in_use *seen + 1: within the guarantee or not. */
+	r = pool_take(s, c, slot, gen, *seen + 1, seen, word);
 	if (r == TALLY_TAKEN)
 		return r;
 	tally_give(s, slot, gen, P_CONN);
@@ -196,7 +197,7 @@ seg_reason_name(enum bs_reason why)
 {
 	static const char *names[REASON_MAX] = {
 		"full", "inflight_full", "wait_timeout", "too_many_waiting", "class_full", "no_slot",
-		"pool_full",
+		"pool_full", "class_shared_full",
 	};
 
 	return (unsigned)why < REASON_MAX ? names[why] : "unknown";
@@ -289,6 +290,28 @@ seg_slot_pending(const struct seg *s, uint32_t slot)
 }
 
 /*
+ * The classes of c split it as a pool's compartments split the pool
+ * (share.c): after the class permit, whose take made the class's count v,
+ * one of c's unguaranteed part unless v is within the class's guarantee.
+ * On failure the class permit is given back here. While c lends more
+ * than its unguaranteed part (a guarantee raised live) nothing is admitted
+ * until it drains, as for a pool.
+ */
+static int
+class_share(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint32_t cls,
+    uint32_t v)
+{
+	uint32_t seen;
+	int r = TALLY_FULL;
+
+	if (atomic_load(&c->cls_lent) <= atomic_load(&c->cls_shared))
+		r = share_take(s, slot, gen, SHARE_CLASS, v, &c->cls_guaranteed[cls], &seen);
+	if (r != TALLY_TAKEN)
+		tally_give(s, slot, gen, P_CLASS);
+	return r;
+}
+
+/*
  * Takes the permits of compartment comp (and class cls) for the pending
  * slot, which this process holds. Returns 0, or -EBUSY with *why, or
  * -EALREADY when another holder (a forked process sharing the socket) is
@@ -314,8 +337,12 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	if (cls < BS_MAX_CLASSES && atomic_load(&c->cls[cls].limit) != 0) {
 		k = &c->cls[cls];
 		atomic_store(&sl->cls, cls);
-		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN) {
+		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN)
 			reason = REASON_CLASS_FULL;
+		else if (atomic_load_explicit(&c->cls_shares, memory_order_relaxed) &&
+		    class_share(s, slot, gen, c, cls, seen + 1) != TALLY_TAKEN)
+			reason = REASON_CLASS_SHARED_FULL;
+		if (reason != REASON_MAX) {
 			atomic_fetch_add(&k->rejected, 1);
 			k = NULL;
 		}
@@ -334,7 +361,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	}
 	if (reason != REASON_MAX) {
 		if (k != NULL) {
-			tally_give(s, slot, gen, P_CLASS);
+			share_give(s, slot, gen, SHARE_CLASS);
 			k = NULL;
 		}
 		if (atomic_load(&c->enforce) || reason == REASON_NO_SLOT) {
@@ -456,6 +483,12 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 		settle(s, slot);
 	m = atomic_load(&sl->mark);
 	gen = MARK_GEN(m);
+	/* A permit within a guarantee goes: one lent to the same
+	 * compartment (class) moves onto it, and the shared part has it
+	 * back at once. Before this slot's own permit goes, so that a
+	 * borrower arriving later finds the place free instead (share.c). */
+	if (m & (MARK_GUARANTEED(SHARE_POOL) | MARK_GUARANTEED(SHARE_CLASS)))
+		share_released(s, slot, m);
 	/* Last kind first: a pool's permit goes back before the
 	 * compartment's, so that a compartment never counts fewer permits
 	 * than its guarantee holds (which would refuse it below it). */
@@ -464,14 +497,6 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 
 		held &= ~MARK_HELD(p);
 		tally_give(s, slot, gen, p);
-	}
-	/* A guaranteed permit went: one lent to the same compartment moves
-	 * onto the guarantee, and the shared part has it back at once. */
-	if (m & MARK_HELD(P_GUAR)) {
-		struct seg_comp *c = seg_slot_comp(s, sl);
-
-		if (c != NULL && atomic_load(&c->in_use) > atomic_load(&c->guar_in_use))
-			pool_rebalance(s, atomic_load(&sl->comp));
 	}
 	if (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) {
 		struct seg_comp *c = seg_slot_comp(s, sl);

@@ -10,38 +10,19 @@
 
 /*
  * A compartment in a pool holds, for each connection, its own permit
- * (P_CONN, below its ceiling `limit`, as without a pool) and one of the
- * pool's: P_GUAR while it holds fewer than its guarantee, else P_LENT, one
- * of the pool's shared part (size - reserved - the sum of guarantees). Both
- * are tallies (tally.c), so kills, forks and execs leave them exact like
- * every other count, and nothing here is a lock. Hence, at every instant:
- *
- *   pool in use = sum of guar_in_use + lent <= sum of guarantees + shared
- *               = size - reserved;
- *   a compartment below its guarantee finds room in its guar_in_use, which
- *   nobody else counts in: it is never refused for the pool.
- *
- * A permit lent to a connection stays with it; when a connection holding a
- * guaranteed permit goes while others of its compartment hold lent ones,
- * one of those moves onto the guarantee and its lent permit goes back to
- * the shared part at once (pool_rebalance), so that `lent` is what the
- * compartments hold above their guarantees, never more.
+ * (P_CONN, below its ceiling `limit`, as without a pool) and, when that
+ * permit is beyond its guarantee, one lent by the pool's shared part
+ * (P_LENT; size - reserved - the sum of guarantees). share.c holds the
+ * mechanism, the same one a compartment's classes use, and why at every
+ * instant the pool's in use stays within size - reserved while a
+ * compartment below its guarantee is never refused for the pool. This
+ * file keeps the pools themselves: their words, live changes, waiters.
  */
 
 static void
 futex_wake_all(_Atomic uint32_t *word)
 {
 	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-struct seg_pool *
-seg_pool_of(const struct seg *s, const struct seg_comp *c)
-{
-	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed);
-
-	if (p == 0 || p > s->h->npools || p > BS_MAX_POOLS)
-		return NULL;
-	return &s->h->pools[p - 1];
 }
 
 _Atomic uint32_t *
@@ -51,11 +32,6 @@ pool_tally_of(const struct seg *s, struct seg_comp *c, int p, _Atomic uint32_t *
 
 	if (pool == NULL)
 		return NULL;
-	if (p == P_GUAR) {
-		if (limit != NULL)
-			*limit = &c->guaranteed;
-		return &c->guar_in_use;
-	}
 	if (p == P_LENT) {
 		if (limit != NULL)
 			*limit = &pool->shared;
@@ -71,7 +47,10 @@ seg_reason_count(struct seg_comp *c, enum bs_reason why, bool would)
 		return NULL;
 	if (why < REASON_V2)
 		return would ? &c->would_reject[why] : &c->rejected_by[why];
-	return would ? &c->would_reject_more[why - REASON_V2] : &c->rejected_by_more[why - REASON_V2];
+	if (why < REASON_V3)
+		return would ? &c->would_reject_more[why - REASON_V2] :
+		    &c->rejected_by_more[why - REASON_V2];
+	return would ? &c->would_reject_v4[why - REASON_V3] : &c->rejected_by_v4[why - REASON_V3];
 }
 
 uint32_t
@@ -126,8 +105,13 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 			bs_format(s->h->pools[p].name, sizeof(s->h->pools[p].name), "%s",
 			    cfg->pools[p].name);
 	}
+	for (size_t p = 0; p < cfg->npools && p < s->h->npools; p++) {
+		atomic_store(&s->h->pools[p].size, cfg->pools[p].size);
+		atomic_store(&s->h->pools[p].reserved, cfg->pools[p].reserved);
+	}
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		const struct cfg_compartment *cc = &cfg->comp[i];
+		uint32_t old, now = cc->pool == BS_NO_POOL ? 0 : cc->guaranteed;
 		struct seg_comp *c;
 
 		if (cmap[i] < 0 || (uint32_t)cmap[i] >= s->h->ncomp)
@@ -135,15 +119,18 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 		c = &s->comp[cmap[i]];
 		if (membership)
 			atomic_store(&c->pool, cc->pool == BS_NO_POOL ? 0 : (uint32_t)cc->pool + 1);
-		atomic_store(&c->guaranteed, cc->pool == BS_NO_POOL ? 0 : cc->guaranteed);
+		old = atomic_exchange(&c->guaranteed, now);
+		/* The shared part shrinks before lent permits move onto a
+		 * raised guarantee. */
+		if (cc->pool != BS_NO_POOL)
+			pool_update_shared(s, (uint32_t)cc->pool);
+		if (now > old)
+			pool_rebalance(s, (uint32_t)cmap[i], now - old);
+		else if (now < old)
+			share_unmove(s, (uint32_t)cmap[i], 0, SHARE_POOL, old - now);
 	}
-	for (size_t p = 0; p < cfg->npools && p < s->h->npools; p++) {
-		atomic_store(&s->h->pools[p].size, cfg->pools[p].size);
-		atomic_store(&s->h->pools[p].reserved, cfg->pools[p].reserved);
+	for (size_t p = 0; p < cfg->npools && p < s->h->npools; p++)
 		pool_update_shared(s, (uint32_t)p);
-	}
-	for (uint32_t i = 0; i < s->h->ncomp; i++)
-		pool_rebalance(s, i);
 }
 
 const char *
@@ -163,35 +150,6 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 			return "compartments in other pools";
 	}
 	return NULL;
-}
-
-int
-pool_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen, _Atomic uint32_t **full)
-{
-	struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
-	struct seg_pool *pool;
-	int r;
-
-	if (c == NULL || (pool = seg_pool_of(s, c)) == NULL)
-		return TALLY_TAKEN;
-	/* Lent beyond the shared part (it shrank live, or a guarantee grew):
-	 * nothing more until it drains, guaranteed or not, so that the pool
-	 * never has more than size - reserved in use. Lending never passes
-	 * the shared part, so once this reads below it, it stays so. */
-	if (atomic_load(&pool->lent) > atomic_load(&pool->shared)) {
-		*seen = atomic_load(&pool->lent);
-		*full = &pool->lent;
-		return TALLY_FULL;
-	}
-	r = tally_take(s, slot, gen, P_GUAR, 0, seen);
-	if (r != TALLY_FULL)
-		return r;
-	r = tally_take(s, slot, gen, P_LENT, 0, seen);
-	if (r == TALLY_FULL)
-		*full = &pool->lent;
-	else if (r == TALLY_TAKEN)
-		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
-	return r;
 }
 
 void
@@ -231,64 +189,9 @@ pool_sleepers(struct seg *s, const struct seg_comp *c, int delta)
 		seg_dec_floor(&pool->sleepers);
 }
 
-/*
- * Moves slot's lent permit onto its compartment's guarantee: takes P_GUAR,
- * then gives P_LENT. The take is announced before the slot's state is
- * read, and a release moves the state before it reads the mark, so either
- * this sees the release and withdraws, or the release sees the take under
- * way and waits for it (settle in permit.c), then gives back both. True if
- * the slot's lent permit went back.
- */
-static bool
-move_to_guarantee(struct seg *s, uint32_t slot, uint32_t gen)
-{
-	struct seg_slot *sl = &s->slots[slot];
-	struct seg_comp *c = seg_slot_comp(s, sl);
-	uint32_t seen;
-
-	if (c == NULL)
-		return false;
-	atomic_store(&sl->op_pid, s->my_pid);
-	if (!slot_mark_change(sl, gen, MARK_HELD(P_LENT), MARK_HELD(P_GUAR) | MARK_TAKING(P_GUAR) |
-	    MARK_GIVING(P_GUAR) | MARK_GIVING(P_LENT), MARK_WITHDRAWN(P_GUAR), MARK_TAKING(P_GUAR)))
-		return false;
-	if (SLOT_KIND(atomic_load(&sl->state)) != SLOT_USED ||
-	    !tally_add(s, &c->guar_in_use, &c->guaranteed, P_GUAR, slot, gen, &seen)) {
-		slot_mark_change(sl, gen, MARK_TAKING(P_GUAR), 0, MARK_TAKING(P_GUAR), 0);
-		return false;
-	}
-	if (tally_taken(s, slot, gen, P_GUAR, &c->guar_in_use) != TALLY_TAKEN)
-		return false;
-	return tally_give(s, slot, gen, P_LENT);
-}
-
 void
-pool_rebalance(struct seg *s, uint32_t comp)
+pool_rebalance(struct seg *s, uint32_t comp, uint32_t n)
 {
-	struct seg_comp *c;
-	uint32_t n = s->h->nslots, start;
-
-	if (comp >= s->h->ncomp)
-		return;
-	c = &s->comp[comp];
-	if (seg_pool_of(s, c) == NULL)
-		return;
-	/* From the slot that borrowed last: slots are handed out in turn,
-	 * so the compartment's other borrowers are usually close by. */
-	start = atomic_load_explicit(&c->lent_hint, memory_order_relaxed) % n;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = (start + n - k) % n;
-		struct seg_slot *sl = &s->slots[i];
-		uint64_t m;
-
-		/* Nothing to move: no room in the guarantee, or nothing lent. */
-		if (atomic_load(&c->guar_in_use) >= atomic_load(&c->guaranteed) ||
-		    atomic_load(&c->in_use) <= atomic_load(&c->guar_in_use))
-			return;
-		m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
-		if ((m & (MARK_HELD(P_LENT) | MARK_HELD(P_GUAR))) != MARK_HELD(P_LENT) ||
-		    atomic_load_explicit(&sl->comp, memory_order_relaxed) != comp)
-			continue;
-		move_to_guarantee(s, i, MARK_GEN(m));
-	}
+	if (comp < s->h->ncomp && seg_pool_of(s, &s->comp[comp]) != NULL)
+		share_move(s, comp, 0, SHARE_POOL, n);
 }

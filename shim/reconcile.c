@@ -357,13 +357,18 @@ reconcile_if_full(struct seg *s, uint32_t comp)
 	struct seg_comp *c = seg_comp(s, comp);
 	uint64_t now, last;
 	uint32_t limit;
+	bool all = false;
 
 	if (c == NULL)
 		return;
 	/* The limit admission holds it to now: a fleet share or an adaptive
 	 * limit may be below max_connections. */
 	limit = ad_limit(c, P_CONN, seg_conn_limit(c));
-	if (limit == UINT32_MAX || atomic_load_explicit(&c->in_use, memory_order_relaxed) < limit)
+	if (limit != UINT32_MAX && atomic_load_explicit(&c->in_use, memory_order_relaxed) >= limit)
+		;
+	else if (share_pool_full(s, c))
+		all = true;	/* the stale permit may be another compartment's */
+	else if (!share_classes_full(c))
 		return;
 	now = now_mono_ms();
 	last = atomic_load(&last_run_ms);
@@ -371,5 +376,5 @@ reconcile_if_full(struct seg *s, uint32_t comp)
 		return;
 	if (!atomic_compare_exchange_strong(&last_run_ms, &last, now))
 		return;
-	seg_reconcile(s, (int)comp);
+	seg_reconcile(s, all ? -1 : (int)comp);
 }

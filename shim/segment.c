@@ -192,8 +192,12 @@ seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&c->max_waiting, waiting);
 	atomic_store(&c->connect_timeout_ms, cc->connect_timeout_ms);
 	atomic_store(&c->io_timeout_ms, cc->io_timeout_ms);
-	for (int k = 0; k < BS_MAX_CLASSES; k++)
+	for (int k = 0; k < BS_MAX_CLASSES; k++) {
 		atomic_store(&c->cls[k].limit, cc->class_limit[k]);
+		atomic_store(&c->cls_guaranteed[k], cc->class_guaranteed[k]);
+	}
+	atomic_store(&c->cls_shares, cc->class_shares ? 1 : 0);
+	share_update_classes(c);
 	ad_apply(c, cc);
 	/* The share and its lease are the agent's; a reload keeps them. */
 	atomic_store(&c->fleet_floor, cc->fleet_floor);
@@ -408,14 +412,14 @@ counts_of(struct seg_comp *c, _Atomic uint32_t *v[NCOUNTS])
 	v[4] = &c->waiting;
 	for (int k = 0; k < BS_MAX_CLASSES; k++)
 		v[5 + k] = &c->cls[k].in_use;
-	v[5 + BS_MAX_CLASSES] = &c->guar_in_use;
+	v[5 + BS_MAX_CLASSES] = &c->cls_lent;
 }
 
 static const char *const count_names[NCOUNTS] = {
 	"in_use", "inflight", "over", "inflight_over", "waiting",
 	"class 0 in_use", "class 1 in_use", "class 2 in_use", "class 3 in_use",
 	"class 4 in_use", "class 5 in_use", "class 6 in_use", "class 7 in_use",
-	"guaranteed in_use",
+	"class lent",
 };
 
 /*

@@ -145,6 +145,11 @@ struct cfg_compartment {
 	uint32_t io_timeout_ms;		/* 0 = none */
 	bool enforce;			/* false = observe only */
 	uint32_t class_limit[BS_MAX_CLASSES];	/* 0 = no cap for that class */
+	/* class_guaranteed = { ... }: the classes split the compartment
+	 * (share.c); every class then has a limit, its ceiling. */
+	bool class_shares;
+	int class_line;
+	uint32_t class_guaranteed[BS_MAX_CLASSES];
 	int reject_errno;	/* ECONNREFUSED unless set */
 	int pool;		/* index in bs_config.pools, or BS_NO_POOL */
 	uint32_t guaranteed;	/* permits of the pool nobody else may take */
@@ -320,7 +325,7 @@ int cfg_parse_adaptive(struct cfg_ctx *c, const struct config_setting_t *s,
 /* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	3
+#define SEG_VERSION	4
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
 /* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
@@ -395,11 +400,13 @@ enum bs_reason {
 	REASON_CLASS_FULL,	/* the caller's class used its class limit */
 	REASON_NO_SLOT,		/* the segment's socket or process table is full */
 	REASON_POOL_FULL,	/* the pool's shared part is lent out (pool.c) */
+	REASON_CLASS_SHARED_FULL,	/* the compartment's unguaranteed part is lent out (share.c) */
 	REASON_MAX
 };
 /* The reasons counted in seg_comp's first arrays (layout version 2); the
  * later ones are counted in the arrays at its end: seg_rejected_by(). */
 #define REASON_V2	6
+#define REASON_V3	7	/* and those from here in the arrays of layout 4 */
 
 /* Log-scale latency histogram: bucket i counts values in [2^(i-1), 2^i)
  * microseconds (bucket 0: below 1 us); the last bucket takes the rest. */
@@ -492,10 +499,10 @@ struct seg_comp {
 	/* Pools (pool.c), layout version 3. */
 	_Atomic uint32_t pool;		/* pool index + 1, 0 = none */
 	_Atomic uint32_t guaranteed;	/* the guarantee; the ceiling is `limit` */
-	_Atomic uint32_t guar_in_use;	/* a tally: permits held within the guarantee */
+	_Atomic uint32_t guar_in_use;	/* unused since layout 4 (guarantees are share.c's) */
 	_Atomic uint32_t guar_in_use_tag;
-	_Atomic uint64_t rejected_by_more[REASON_MAX - REASON_V2];
-	_Atomic uint64_t would_reject_more[REASON_MAX - REASON_V2];
+	_Atomic uint64_t rejected_by_more[REASON_V3 - REASON_V2];
+	_Atomic uint64_t would_reject_more[REASON_V3 - REASON_V2];
 	_Atomic uint32_t lent_hint;	/* the slot that borrowed last: where a rebalance looks first */
 	uint32_t pad2;
 	struct seg_adaptive ad;		/* layout 3: the adaptive limit (adaptive.c) */
@@ -511,6 +518,18 @@ struct seg_comp {
 	_Atomic uint64_t fleet_renewed_ms;	/* CLOCK_MONOTONIC of the last renewal */
 	_Atomic int32_t fleet_agent_pid;	/* 0 = no agent has run */
 	_Atomic uint32_t fleet_hosts;	/* hosts holding a lease, as Redis last said */
+	/* Layout version 4: the classes' guaranteed shares of the compartment
+	 * (share.c). When cls_shares is 1 every class takes a class permit
+	 * (its ceiling is cls[k].limit); one beyond cls_guaranteed[k] also
+	 * takes one of the compartment's unguaranteed part, counted in the
+	 * tally cls_lent, whose limit cls_shared is limit - the guarantees. */
+	_Atomic uint32_t cls_guaranteed[BS_MAX_CLASSES];
+	_Atomic uint32_t cls_shared;
+	_Atomic uint32_t cls_shares;
+	_Atomic uint32_t cls_lent;
+	_Atomic uint32_t cls_lent_tag;
+	_Atomic uint64_t rejected_by_v4[REASON_MAX - REASON_V3];
+	_Atomic uint64_t would_reject_v4[REASON_MAX - REASON_V3];
 };
 
 /*
@@ -546,9 +565,11 @@ seg_conn_limit(const struct seg_comp *c)
  * thread is adding it, MARK_GIVING(P) a thread is taking it out. tally.c
  * explains how a thread killed half-way is finished by someone else.
  */
-/* P_GUAR: a permit of its pool within the compartment's guarantee;
- * P_LENT: one lent by the pool's shared part (pool.c). */
-enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_GUAR, P_LENT,
+/* P_CLENT: one of the compartment's unguaranteed part, lent to a class
+ * beyond its guarantee; P_LENT: one of a pool's shared part, lent to a
+ * compartment beyond its guarantee (share.c). A permit within a guarantee
+ * is no kind of its own: MARK_GUARANTEED says so. */
+enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_CLENT, P_LENT,
 	P_KINDS };
 #define MARK_HELD(p)	(1ULL << (p))
 #define MARK_TAKING(p)	(1ULL << (7 + (p)))
@@ -562,10 +583,16 @@ enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_GUAR,
  * before one (by a helper that was preempted) fails. */
 #define MARK_SEQ	(0x7ffULL << 29)
 #define MARK_SEQ_ONE	(1ULL << 29)
-/* The slot's generation, 24 bits, in the top of the mark. */
+/* The slot's generation, 22 bits, above the sequence. */
 #define MARK_GEN_SHIFT	40
-#define MARK_GEN(m)	((uint32_t)((m) >> MARK_GEN_SHIFT))
-#define MARK_OF_GEN(g)	((uint64_t)(g) << MARK_GEN_SHIFT)
+#define MARK_GEN_MASK	0x3fffffu
+#define MARK_GEN(m)	((uint32_t)((m) >> MARK_GEN_SHIFT) & MARK_GEN_MASK)
+#define MARK_OF_GEN(g)	((uint64_t)((g) & MARK_GEN_MASK) << MARK_GEN_SHIFT)
+/* Layout 4: the slot's permit of a guaranteed-share level (enum
+ * share_level) was within its guarantee: no permit of the level's shared
+ * part stands for it. Not counted anywhere (share.c explains why none is
+ * needed); it only tells a release to pass the guarantee on. */
+#define MARK_GUARANTEED(l)	(1ULL << (62 + (l)))
 
 /* One counted socket object, shared by every process holding it. */
 struct seg_slot {
@@ -751,9 +778,17 @@ void seg_resolve(struct seg *s, uint32_t slot, pid_t dead);
 void seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
 /* ---- pool.c: pools, guarantees, lending ---- */
 
-/* The pool of compartment c, or NULL. */
-struct seg_pool *seg_pool_of(const struct seg *s, const struct seg_comp *c);
-/* tally_of for P_GUAR and P_LENT: NULL if c is in no pool. */
+/* The pool of compartment c, or NULL. Inline: admission asks it twice. */
+static inline struct seg_pool *
+seg_pool_of(const struct seg *s, const struct seg_comp *c)
+{
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed);
+
+	if (p == 0 || p > s->h->npools || p > BS_MAX_POOLS)
+		return NULL;
+	return &s->h->pools[p - 1];
+}
+/* tally_of for P_LENT: NULL if c is in no pool. */
 _Atomic uint32_t *pool_tally_of(const struct seg *s, struct seg_comp *c, int p,
     _Atomic uint32_t **limit);
 /* The counter of refusals (would: of observe-mode would-rejects) of c for
@@ -772,19 +807,50 @@ void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, boo
 /* NULL if the segment has cfg's pools and memberships (cmap: config
  * compartment -> segment compartment), else what differs. */
 const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
-/* After slot's compartment permit: takes its pool permit, within the
- * guarantee if there is room, else lent. TALLY_TAKEN (also when not in a
- * pool), TALLY_FULL with *full the word to wait on, or TALLY_BUSY. */
-int pool_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t *seen, _Atomic uint32_t **full);
 /* Raises the peak of c's pool to what it has in use now. */
 void pool_note_peak(struct seg *s, const struct seg_comp *c);
 /* A pool permit of sl's compartment went back: wakes the pool's waiters. */
 void pool_wake(const struct seg *s, const struct seg_slot *sl);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
 void pool_sleepers(struct seg *s, const struct seg_comp *c, int delta);
-/* Moves lent permits of compartment comp onto its guarantee while it has
- * room, giving them back to the shared part. */
-void pool_rebalance(struct seg *s, uint32_t comp);
+/* Compartment comp's guarantee grew by n: up to n of its lent permits
+ * move onto it, giving them back to the shared part. */
+void pool_rebalance(struct seg *s, uint32_t comp, uint32_t n);
+
+/* ---- share.c: guaranteed shares, one mechanism for pools and classes ---- */
+
+/* The two levels: a compartment's share of its pool, a class's share of
+ * its compartment. */
+enum share_level { SHARE_POOL, SHARE_CLASS, SHARE_LEVELS };
+/* After the level's own permit of slot (P_CONN, P_CLASS), whose take
+ * made its count v: within the guarantee (v <= *guaranteed) the slot is
+ * marked so, else it takes a permit of the level's shared part.
+ * TALLY_TAKEN, TALLY_FULL (*seen the shared count) or TALLY_BUSY. */
+int share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, uint32_t v,
+    _Atomic uint32_t *guaranteed, uint32_t *seen);
+/* Gives back slot's permits of level l (its shared permit, then its own),
+ * passing a guarantee on as a release does; used when admission stops
+ * half-way. */
+void share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l);
+/* Up to n permits of level l lent to compartment comp (class cls, for
+ * SHARE_CLASS) move onto its guarantee, after it grew by n. */
+void share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
+/* The guarantee of compartment comp (class cls) was lowered by n: up to n
+ * of its permits within it become lent ones, past the shared part's limit
+ * if need be, so that a lowered guarantee is never exceeded. CLI only. */
+void share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
+/* True if compartment c is in a pool and would borrow (it holds its
+ * guarantee) from a shared part that is all lent: a reconcile may find
+ * permits of the pool whose sockets are gone. */
+bool share_pool_full(const struct seg *s, const struct seg_comp *c);
+/* True if c's classes split it and its unguaranteed part is all lent. */
+bool share_classes_full(const struct seg_comp *c);
+/* The compartment's classes' shared part: its limit less their
+ * guarantees (after a change of either). */
+void share_update_classes(struct seg_comp *c);
+/* Slot's hand-over of level l, when something is lent (share_released). */
+void share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l);
+
 
 /* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
 
@@ -879,6 +945,84 @@ void seg_detach_all(struct seg *s);
  * sockets open or its other threads still run. */
 void seg_exit(struct seg *s);
 
+/* ---- share.c, inline: the guaranteed path of admission ---- */
+
+/*
+ * Marks slot (of generation gen, holding its own permit of level l) as
+ * within its guarantee: one compare-and-swap of its mark. TALLY_TAKEN, or
+ * TALLY_BUSY if the slot is no longer what the caller took it for. Inline:
+ * this is all the guaranteed path of a connect costs (share.c).
+ */
+static inline int
+share_mark(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+{
+	_Atomic uint64_t *mark = &s->slots[slot].mark;
+	uint64_t own = l == SHARE_POOL ? MARK_HELD(P_CONN) : MARK_HELD(P_CLASS);
+	uint64_t m = atomic_load_explicit(mark, memory_order_relaxed);
+
+	do {
+		if (MARK_GEN(m) != gen || !(m & own))
+			return TALLY_BUSY;
+	} while (!atomic_compare_exchange_weak(mark, &m, m | MARK_GUARANTEED(l)));
+	return TALLY_TAKEN;
+}
+
+/*
+ * After slot's compartment permit, whose take made in_use v: within the
+ * guarantee if v is, else a permit lent by the pool (share_take).
+ * TALLY_TAKEN (also when not in a pool), TALLY_FULL with *full the word to
+ * wait on, or TALLY_BUSY.
+ */
+static inline int
+pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t v,
+    uint32_t *seen, _Atomic uint32_t **full)
+{
+	struct seg_pool *pool = seg_pool_of(s, c);
+	uint32_t lent;
+	int r;
+
+	if (pool == NULL)
+		return TALLY_TAKEN;
+	/* Lent beyond the shared part (it shrank live, or a guarantee grew):
+	 * nothing more until it drains, guaranteed or not, so that the pool
+	 * never has more than size - reserved in use. Lending never passes
+	 * the shared part, so once this reads below it, it stays so. */
+	lent = atomic_load(&pool->lent);
+	if (lent > atomic_load(&pool->shared)) {
+		*seen = lent;
+		*full = &pool->lent;
+		return TALLY_FULL;
+	}
+	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed))
+		return share_mark(s, slot, gen, SHARE_POOL);
+	r = share_take(s, slot, gen, SHARE_POOL, v, &c->guaranteed, seen);
+	if (r == TALLY_FULL)
+		*full = &pool->lent;
+	return r;
+}
+
+/* Slot, whose mark before its release was m (with a MARK_GUARANTEED
+ * flag), has given back its permits: see share_hand_over. Two loads when
+ * nobody borrows. */
+static inline void
+share_released(struct seg *s, uint32_t slot, uint64_t m)
+{
+	struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
+	struct seg_pool *pool;
+
+	if (c == NULL)
+		return;
+	/* Nobody borrows: nothing to hand over. The flag may stay, the slot
+	 * is being freed (its next generation starts with a clean mark) and
+	 * this release is the only one. */
+	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_of(s, c)) != NULL &&
+	    atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0)
+		share_hand_over(s, slot, MARK_GEN(m), SHARE_POOL);
+	if ((m & MARK_GUARANTEED(SHARE_CLASS)) &&
+	    atomic_load_explicit(&c->cls_lent, memory_order_relaxed) != 0)
+		share_hand_over(s, slot, MARK_GEN(m), SHARE_CLASS);
+}
+
 /* ---- adaptive.c: the limit that sizes itself from measured latency ---- */
 
 /* The controller's state, unpacked from seg_adaptive.ctl. */
@@ -957,8 +1101,9 @@ const char *ad_mode_name(unsigned mode);
  * or all if comp < 0) through /proc/PID/fd. Never drops a hold on doubt.
  * Returns the permits given back (each counted in `reconciled`). */
 int seg_reconcile(struct seg *s, int comp);
-/* Before admitting into compartment comp: if it is full, reconcile (at
- * most every 100 ms per process). Two loads when it is not full. */
+/* Before admitting into compartment comp: if it is full, or its pool or
+ * its classes' unguaranteed part has nothing left to lend, reconcile (at
+ * most every 100 ms per process). Four loads when none is full. */
 void reconcile_if_full(struct seg *s, uint32_t comp);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */

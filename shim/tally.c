@@ -42,7 +42,7 @@ _Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignme
 _Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
 _Static_assert(BS_MAX_SOCKETS < TAG_GIVE, "slot index fits a tag");
 _Static_assert(P_KINDS <= 7, "mark flags fit");
-_Static_assert(offsetof(struct seg_comp, guar_in_use) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_comp, cls_lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_header, pools) % 8 == 0, "tally alignment");
 
@@ -106,7 +106,10 @@ count_in(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int
 		return &c->inflight;
 	case P_INFLIGHT_OVER:
 		return &c->inflight_over;
-	case P_GUAR:
+	case P_CLENT:
+		if (limit != NULL)
+			*limit = &c->cls_shared;
+		return &c->cls_lent;
 	case P_LENT:
 		return pool_tally_of(s, c, p, limit);
 	}
@@ -376,7 +379,7 @@ give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	if (count != NULL && (p == P_CONN || p == P_INFLIGHT) && c != NULL &&
 	    atomic_load(&c->waiting) > 0)
 		futex_wake(count);
-	if (count != NULL && (p == P_GUAR || p == P_LENT))
+	if (count != NULL && p == P_LENT)
 		pool_wake(s, sl);
 }
 

@@ -156,8 +156,10 @@ json_comp(FILE *f, const struct cli_comp *c)
 		fputs(k ? ", {\"name\": " : "{\"name\": ", f);
 		cli_json_string(f, cc->name);
 		fprintf(f, ", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
-		    "\"rejected\": %llu}", cc->limit, cc->in_use, cc->peak,
+		    "\"rejected\": %llu", cc->limit, cc->in_use, cc->peak,
 		    (unsigned long long)cc->admitted, (unsigned long long)cc->rejected);
+		cli_json_class_share(f, cc);
+		fputc('}', f);
 	}
 	fputs("]}", f);
 }
@@ -285,11 +287,14 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 
 		text_reasons(f, c->name, "rejected:", c->rejected_by);
 		text_reasons(f, c->name, "would have rejected (observe mode):", c->would_reject);
-		for (size_t k = 0; k < c->nclass; k++)
+		for (size_t k = 0; k < c->nclass; k++) {
 			fprintf(f, "  %s class %s: %u/%u in use, peak %u, admitted %llu, "
-			    "rejected %llu\n", c->name, c->cls[k].name, c->cls[k].in_use,
+			    "rejected %llu", c->name, c->cls[k].name, c->cls[k].in_use,
 			    c->cls[k].limit, c->cls[k].peak, (unsigned long long)c->cls[k].admitted,
 			    (unsigned long long)c->cls[k].rejected);
+			cli_text_class_share(f, &c->cls[k]);
+			fputc('\n', f);
+		}
 	}
 	free(all);
 }

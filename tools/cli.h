@@ -23,6 +23,12 @@ struct cli_class {
 	char name[BS_CLASS_NAME_MAX];
 	uint32_t limit, in_use, peak;
 	uint64_t admitted, rejected;
+	/* When the classes split the compartment (shares): the class's
+	 * guarantee, and how much of in_use is above it (borrowed, derived);
+	 * its ceiling is limit. */
+	bool shares;
+	uint32_t guaranteed, borrowed;
+	uint32_t index;		/* the class's index in the segment */
 };
 
 /* The adaptive limit of a compartment, read once (cli_adaptive.c). */
@@ -51,6 +57,7 @@ struct cli_comp {
 	int pool;
 	char pool_name[BS_NAME_MAX];
 	uint32_t guaranteed, borrowed;
+	uint32_t class_lent;	/* permits lent to classes beyond their guarantees */
 	struct cli_adaptive ad;
 	uint64_t reconciled;	/* permits of sockets found closed unseen */
 	/* A fleet budget (fleet_view.c); fleet_limit 0 = none. */
@@ -156,6 +163,13 @@ void cli_json_comp_pool(FILE *f, const struct cli_comp *c);
 void cli_text_pools(FILE *f, const struct seg *s, const char *eol);
 /* The pool series of the metrics exposition. */
 void cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n);
+/* Adds a class's guaranteed share to its status line and JSON object. */
+void cli_text_class_share(FILE *f, const struct cli_class *cc);
+/* The table of compartments whose classes split them (status, watch). */
+void cli_text_class_shares(FILE *f, const struct seg *s, const char *eol);
+void cli_json_class_share(FILE *f, const struct cli_class *cc);
+/* `set COMP guaranteed.CLASS N`: 0, or 1 with a message. */
+int cli_set_class_guaranteed(struct seg *s, uint32_t i, uint32_t k, uint32_t v);
 
 /* True for the keys of `set` that name a pool's setting (size, reserved). */
 bool cli_pool_key(const char *key);

@@ -289,6 +289,10 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 		cc->peak = atomic_load(&sc->cls[k].peak);
 		cc->admitted = atomic_load(&sc->cls[k].admitted);
 		cc->rejected = atomic_load(&sc->cls[k].rejected);
+		cc->index = k;
+		cc->shares = atomic_load(&sc->cls_shares) != 0;
+		cc->guaranteed = cc->shares ? atomic_load(&sc->cls_guaranteed[k]) : 0;
+		cc->borrowed = cc->shares && cc->in_use > cc->guaranteed ? cc->in_use - cc->guaranteed : 0;
 		c->nclass++;
 	}
 	cli_kernel_merge(s, c);

@@ -40,6 +40,7 @@ cli_read_comp_pool(const struct seg *s, struct cli_comp *c)
 	uint32_t n;
 
 	c->pool = -1;
+	c->class_lent = atomic_load(&sc->cls_lent);
 	if (pool == NULL)
 		return;
 	c->pool = (int)atomic_load(&sc->pool) - 1;
@@ -73,7 +74,7 @@ cli_json_pools(FILE *f, const struct seg *s)
 void
 cli_json_comp_pool(FILE *f, const struct cli_comp *c)
 {
-	fputs(", \"pool\": ", f);
+	fprintf(f, ", \"class_lent\": %u, \"pool\": ", c->class_lent);
 	if (c->pool < 0) {
 		fputs("null", f);
 		return;
@@ -89,6 +90,7 @@ cli_text_pools(FILE *f, const struct seg *s, const char *eol)
 	const struct seg_header *h = seg_header(s);
 	char bar[21];
 
+	cli_text_class_shares(f, s, eol);
 	if (h->npools == 0)
 		return;
 	fprintf(f, "%s\n%-24s %7s %8s %7s %8s %7s %10s %7s%s\n", eol, "POOL", "SIZE", "RESERVED",
@@ -111,6 +113,28 @@ cli_text_pools(FILE *f, const struct seg *s, const char *eol)
 			    c.name, c.in_use, c.limit == UINT32_MAX ? 0 : c.limit, c.guaranteed,
 			    c.borrowed, eol);
 		}
+	}}
+
+void
+cli_text_class_shares(FILE *f, const struct seg *s, const char *eol)
+{
+	const struct seg_header *h = seg_header(s);
+	bool head = false;
+
+	for (uint32_t i = 0; i < h->ncomp; i++) {
+		struct cli_comp c;
+
+		if (!atomic_load(&seg_comp(s, i)->cls_shares))
+			continue;
+		cli_read_comp(s, i, &c);
+		if (!head)
+			fprintf(f, "%s\n%-24s %-14s %7s %7s %10s %8s%s\n", eol, "CLASSES SHARING",
+			    "CLASS", "IN USE", "CEILING", "GUARANTEED", "BORROWED", eol);
+		head = true;
+		for (size_t k = 0; k < c.nclass; k++)
+			fprintf(f, "%-24s %-14s %7u %7u %10u %8u%s\n", k == 0 ? c.name : "",
+			    c.cls[k].name, c.cls[k].in_use, c.cls[k].limit, c.cls[k].guaranteed,
+			    c.cls[k].borrowed, eol);
 	}
 }
 
@@ -118,6 +142,37 @@ static void
 gauge(FILE *f, const char *name, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+}
+
+/* The classes' guaranteed shares of their compartments: guarantee,
+ * ceiling, borrowed, for compartments whose classes split them. */
+static void
+class_metrics(FILE *f, const struct seg_header *h, const struct cli_comp *all, uint32_t n)
+{
+	static const char *const fam[3][2] = {
+		{ "bulkshim_class_guaranteed", "Permits of its compartment guaranteed to the class." },
+		{ "bulkshim_class_ceiling", "The most permits the class may hold (its class limit)." },
+		{ "bulkshim_class_borrowed", "Permits the class holds above its guarantee." },
+	};
+	bool any = false;
+
+	for (uint32_t i = 0; i < n && !any; i++)
+		any = all[i].nclass > 0 && all[i].cls[0].shares;
+	if (!any)
+		return;
+	for (int m = 0; m < 3; m++) {
+		gauge(f, fam[m][0], fam[m][1]);
+		for (uint32_t i = 0; i < n; i++)
+			for (size_t k = 0; k < all[i].nclass; k++) {
+				const struct cli_class *cc = &all[i].cls[k];
+
+				if (!cc->shares)
+					continue;
+				fprintf(f, "%s{segment=\"%s\",compartment=\"%s\",class=\"%s\"} %u\n",
+				    fam[m][0], h->name, all[i].name, cc->name,
+				    m == 0 ? cc->guaranteed : m == 1 ? cc->limit : cc->borrowed);
+			}
+	}
 }
 
 void
@@ -136,6 +191,7 @@ cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint
 	};
 	const struct seg_header *h = seg_header(s);
 
+	class_metrics(f, h, all, n);
 	if (h->npools == 0)
 		return;
 	for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
@@ -266,7 +322,10 @@ cli_set_guaranteed(struct seg *s, uint32_t i, uint32_t v)
 	}
 	old = atomic_exchange(&c->guaranteed, v);
 	pool_update_shared(s, p);
-	pool_rebalance(s, i);
+	if (v > old)
+		pool_rebalance(s, i, v - old);
+	else if (v < old)
+		share_unmove(s, i, 0, SHARE_POOL, old - v);
 	printf("%s: %s guaranteed %u -> %u (pool %s, shared part %u)\n", seg_header(s)->name,
 	    c->name, old, v, pool->name, atomic_load(&pool->shared));
 	return 0;
@@ -282,6 +341,61 @@ cli_ceiling_ok(const struct seg *s, uint32_t i, uint32_t v)
 	fprintf(stderr, "bulkshim: max_connections %u of %s is below its guarantee %u; lower "
 	    "the guarantee first\n", v, c->name, atomic_load(&c->guaranteed));
 	return false;
+}
+
+int
+cli_set_class_guaranteed(struct seg *s, uint32_t i, uint32_t k, uint32_t v)
+{
+	struct seg_comp *c = seg_comp(s, i);
+	const struct seg_header *h = seg_header(s);
+	uint64_t sum = v;
+	uint32_t old, lim;
+
+	if (c == NULL || k >= BS_MAX_CLASSES)
+		return 1;
+	if (!atomic_load(&c->cls_shares)) {
+		fprintf(stderr, "bulkshim: the classes of %s do not split it: give it "
+		    "class_guaranteed in the config and reload\n", c->name);
+		return 1;
+	}
+	lim = atomic_load(&c->cls[k].limit);
+	if (v > lim) {
+		fprintf(stderr, "bulkshim: guarantee %u of class %s is above its ceiling, class "
+		    "limit %u\n", v, h->class_name[k], lim);
+		return 1;
+	}
+	for (uint32_t j = 0; j < BS_MAX_CLASSES; j++)
+		if (j != k)
+			sum += atomic_load(&c->cls_guaranteed[j]);
+	if (sum > atomic_load(&c->limit)) {
+		fprintf(stderr, "bulkshim: classes of %s: guarantees would sum to %llu > "
+		    "max_connections %u\n", c->name, (unsigned long long)sum, atomic_load(&c->limit));
+		return 1;
+	}
+	old = atomic_exchange(&c->cls_guaranteed[k], v);
+	share_update_classes(c);
+	if (v > old)
+		share_move(s, i, k, SHARE_CLASS, v - old);
+	else if (v < old)
+		share_unmove(s, i, k, SHARE_CLASS, old - v);
+	printf("%s: %s guaranteed.%s %u -> %u (unguaranteed part %u)\n", h->name, c->name,
+	    h->class_name[k], old, v, atomic_load(&c->cls_shared));
+	return 0;
+}
+
+void
+cli_text_class_share(FILE *f, const struct cli_class *cc)
+{
+	if (cc->shares)
+		fprintf(f, ", guaranteed %u, borrowed %u", cc->guaranteed, cc->borrowed);
+}
+
+void
+cli_json_class_share(FILE *f, const struct cli_class *cc)
+{
+	/* Without shares: guarantee 0, every permit below the ceiling. */
+	fprintf(f, ", \"guaranteed\": %u, \"ceiling\": %u, \"borrowed\": %u",
+	    cc->guaranteed, cc->limit, cc->borrowed);
 }
 
 void
@@ -326,5 +440,20 @@ cli_check_pools(const struct bs_config *cfg)
 		}
 		printf(" = %llu; shared %llu\n", (unsigned long long)guar,
 		    (unsigned long long)(pool->size - pool->reserved - guar));
+	}
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		const struct cfg_compartment *cc = &cfg->comp[i];
+		uint64_t guar = 0;
+
+		if (!cc->class_shares)
+			continue;
+		printf("  classes of %s share its %u: guaranteed", cc->name, cc->max_connections);
+		for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++) {
+			printf("%s %u (%s, ceiling %u)", k ? " +" : "", cc->class_guaranteed[k],
+			    cfg->classes[k].name, cc->class_limit[k]);
+			guar += cc->class_guaranteed[k];
+		}
+		printf(" = %llu; unguaranteed %llu\n", (unsigned long long)guar,
+		    (unsigned long long)(cc->max_connections - guar));
 	}
 }

@@ -198,6 +198,16 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 
 	if (strncmp(key, "class.", 6) == 0)
 		return set_class(s, c, key + 6, value);
+	if (strncmp(key, "guaranteed.", 11) == 0) {
+		int k = find_class(s, key + 11);
+
+		/* An unknown class: set_class says which there are. */
+		if (k < 0)
+			return set_class(s, c, key + 11, value);
+		if (parse_range("a class guarantee", value, 0, BS_MAX_LIMIT, &v) < 0)
+			return 1;
+		return cli_set_class_guaranteed(s, (uint32_t)(c - seg_comp(s, 0)), (uint32_t)k, v);
+	}
 	if (strcmp(key, "guaranteed") == 0) {
 		if (parse_range(key, value, 0, BS_MAX_LIMIT, &v) < 0)
 			return 1;
@@ -275,7 +285,8 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 	}
 	fprintf(stderr, "bulkshim: unknown key \"%s\" (use max_connections, max_inflight, "
 	    "max_wait_ms, max_waiting, connect_timeout_ms, io_timeout_ms, errno, enforce, "
-	    "adaptive, guaranteed or class.NAME; size or reserved of a pool)\n", key);
+	    "adaptive, guaranteed, class.NAME or guaranteed.NAME; size or reserved of a pool)\n",
+	    key);
 	return 1;
 }
 

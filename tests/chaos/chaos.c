@@ -56,7 +56,10 @@
  * permits, with guarantees 2, 1 and 1 and their limits as ceilings (which sum
  * to more than the pool): the witness then also checks, at every accept, the
  * connections open to the three servers together against the pool, the same
- * way (a count above it is confirmed with sock_diag).
+ * way (a count above it is confirmed with sock_diag). c0's classes split it as
+ * well (class_guaranteed): workers alternate between classes crit and bulk,
+ * each binding its sockets to a source address of its own, and the witness
+ * checks each class's open connections to c0 against its ceiling.
  *
  * With -A the compartments are adaptive (issue 15: `adaptive = { window_ms
  * = 10; }`, so that windows close every few milliseconds, on the
@@ -95,6 +98,8 @@ struct conn {
 	int server;
 	int index;		/* in byserver[server] */
 	uint16_t peer_port;
+	uint32_t peer_addr;	/* network order: its last byte names the worker's class */
+	int cls;		/* -P: CLS_CRIT, CLS_BULK, or -1 */
 };
 
 static int limits[CHAOS_COMPS] = { 3, 5, 2 };
@@ -102,6 +107,16 @@ static int limits[CHAOS_COMPS] = { 3, 5, 2 };
 #define POOL_SIZE	8
 #define POOL_RESERVED	1
 static const int guarantees[CHAOS_COMPS] = { 2, 1, 1 };
+/* -P: c0's classes split it too (class_guaranteed): workers alternate
+ * between classes crit and bulk, and bind their sockets to 127.0.0.2 and
+ * 127.0.0.3, so that the witness tells a connection's class by its source.
+ * Ceilings (class limits): crit c0's limit, bulk 2; guarantees 1 and 1. */
+enum { CLS_CRIT, CLS_BULK, CLS_N };
+static const char *const cls_name[CLS_N] = { "crit", "bulk" };
+static const int cls_ceiling[CLS_N] = { 3, 2 };
+static const int cls_guarantee[CLS_N] = { 1, 1 };
+static int cls_live[CLS_N], max_cls_live[CLS_N], max_cls_confirmed[CLS_N];
+static _Atomic int worst_class_overshoot;
 static bool pooled;
 static bool adaptive;			/* -A: adaptive compartments */
 static _Atomic long long adaptive_checks, adaptive_bad;
@@ -153,7 +168,7 @@ die(const char *what)
 /* The TCP state of the client end of a connection to server `srv` from
  * local port `peer`, and its inode: -1 if the kernel knows no such socket. */
 static int
-client_state(int srv, uint16_t peer, unsigned *inode)
+client_state(int srv, const struct conn *c, unsigned *inode)
 {
 	struct {
 		struct nlmsghdr nlh;
@@ -170,9 +185,9 @@ client_state(int srv, uint16_t peer, unsigned *inode)
 	req.r.sdiag_family = AF_INET;
 	req.r.sdiag_protocol = IPPROTO_TCP;
 	req.r.idiag_states = ~0U;
-	req.r.id.idiag_sport = htons(peer);
+	req.r.id.idiag_sport = htons(c->peer_port);
 	req.r.id.idiag_dport = htons(ports[srv]);
-	req.r.id.idiag_src[0] = htonl(INADDR_LOOPBACK);
+	req.r.id.idiag_src[0] = c->peer_addr;
 	req.r.id.idiag_dst[0] = htonl(INADDR_LOOPBACK);
 	req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
 	req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
@@ -194,9 +209,9 @@ client_state(int srv, uint16_t peer, unsigned *inode)
 }
 
 static bool
-client_open(int srv, uint16_t peer, unsigned *inode)
+client_open(int srv, const struct conn *c, unsigned *inode)
 {
-	int st = client_state(srv, peer, inode);
+	int st = client_state(srv, c, inode);
 
 	return st == TCP_ESTABLISHED || st == TCP_SYN_SENT || st == TCP_CLOSE_WAIT;
 }
@@ -245,6 +260,8 @@ drop_conn(int epfd, struct conn *c)
 
 	epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
+	if (c->cls >= 0)
+		cls_live[c->cls]--;
 	live[c->server]--;
 	list[c->index] = list[live[c->server]];
 	list[c->index]->index = c->index;
@@ -323,7 +340,7 @@ confirm(int epfd, int srv)
 	if (live[srv] <= limits[srv])
 		return;
 	for (int i = 0; i < live[srv]; i++) {
-		if (client_open(srv, byserver[srv][i]->peer_port, &inode[i]))
+		if (client_open(srv, byserver[srv][i], &inode[i]))
 			open++;
 		else
 			inode[i] = 0;
@@ -362,7 +379,7 @@ confirm_pool(int epfd)
 		return;
 	for (int srv = 0; srv < CHAOS_COMPS; srv++) {
 		for (int i = 0; i < live[srv]; i++)
-			open += client_open(srv, byserver[srv][i]->peer_port, &inode);
+			open += client_open(srv, byserver[srv][i], &inode);
 	}
 	if (open > max_pool_confirmed)
 		max_pool_confirmed = open;
@@ -371,6 +388,29 @@ confirm_pool(int epfd)
 		return;
 	fprintf(stderr, "chaos: OVERSHOOT: the pool has %d open connections, room %d\n", open,
 	    pool_room);
+	freeze_self();
+}
+
+/* Class k of c0 just grew past its ceiling: is it real? */
+static void
+confirm_class(int epfd, int k)
+{
+	unsigned inode;
+	int open = 0, over;
+
+	rescan(epfd, 0);
+	if (cls_live[k] <= cls_ceiling[k])
+		return;
+	for (int i = 0; i < live[0]; i++)
+		if (byserver[0][i]->cls == k)
+			open += client_open(0, byserver[0][i], &inode);
+	if (open > max_cls_confirmed[k])
+		max_cls_confirmed[k] = open;
+	over = open - cls_ceiling[k];
+	if (!overshoot(over, &worst_class_overshoot))
+		return;
+	fprintf(stderr, "chaos: OVERSHOOT: class %s of c0 has %d open connections, ceiling %d\n",
+	    cls_name[k], open, cls_ceiling[k]);
 	freeze_self();
 }
 
@@ -395,6 +435,13 @@ accept_all(int epfd, int srv)
 		c->fd = fd;
 		c->server = srv;
 		c->peer_port = ntohs(peer.sin_port);
+		c->peer_addr = peer.sin_addr.s_addr;
+		c->cls = -1;
+		if (pooled && srv == 0) {
+			uint32_t host = ntohl(peer.sin_addr.s_addr) & 0xff;
+
+			c->cls = host == 2 ? CLS_CRIT : host == 3 ? CLS_BULK : -1;
+		}
 		c->index = live[srv];
 		byserver[srv][live[srv]] = c;
 		ev.data.ptr = c;
@@ -408,6 +455,13 @@ accept_all(int epfd, int srv)
 			atomic_fetch_add(&checks, 1);
 			if (live[srv] > limits[srv])
 				confirm(epfd, srv);
+		}
+		if (c->cls >= 0) {
+			cls_live[c->cls]++;
+			if (cls_live[c->cls] > max_cls_live[c->cls])
+				max_cls_live[c->cls] = cls_live[c->cls];
+			if (cls_live[c->cls] > cls_ceiling[c->cls])
+				confirm_class(epfd, c->cls);
 		}
 		if (srv < CHAOS_COMPS && pooled) {
 			int all = live[0] + live[1] + live[2];
@@ -574,6 +628,10 @@ start_worker(void)
 		}
 		setenv("LD_PRELOAD", lib_path, 1);
 		setenv("BULKSHIM_CONFIG", cfg_path, 1);
+		if (pooled) {
+			setenv("BULKSHIM_CLASS", cls_name[restarts % CLS_N], 1);
+			setenv("CHAOS_SRC", restarts % CLS_N == CLS_CRIT ? "127.0.0.2" : "127.0.0.3", 1);
+		}
 		setenv("BULKSHIM_LOG", "error", 1);
 		execv(worker_path, argv);
 		_exit(127);
@@ -666,8 +724,8 @@ in_use_total(char *shown, size_t len)
 		return -1;
 	}
 	shown[0] = '\0';
-	/* Every count of permits: compartments', classes', pools' in_use
-	 * and the pools' lent permits. */
+	/* Every count of permits: compartments', classes', pools' in_use,
+	 * the pools' lent permits and those lent to classes (class_lent). */
 	for (p = strstr(out, "\"in_use\":"); p != NULL; p = strstr(p + 1, "\"in_use\":")) {
 		long v = strtol(p + 9, NULL, 10);
 
@@ -677,8 +735,8 @@ in_use_total(char *shown, size_t len)
 		if (used >= len)
 			used = len - 1;
 	}
-	for (p = strstr(out, "\"lent\":"); p != NULL; p = strstr(p + 1, "\"lent\":")) {
-		long v = strtol(p + 7, NULL, 10);
+	for (p = strstr(out, "lent\":"); p != NULL; p = strstr(p + 1, "lent\":")) {
+		long v = strtol(p + 6, NULL, 10);
 
 		total += v;
 		used += (size_t)snprintf(shown + used, used < len ? len - used : 0, " lent %ld", v);
@@ -801,15 +859,23 @@ write_config(const char *dir)
 	if (f == NULL)
 		die(cfg_path);
 	fprintf(f, "segment = \"%s\";\n", segment);
-	if (pooled)
+	if (pooled) {
 		fprintf(f, "pools = ( { name = \"p\"; size = %d; reserved = %d; } );\n", POOL_SIZE,
 		    POOL_RESERVED);
+		fprintf(f, "classes = { %s = [ \"no-such-program-a\" ]; %s = [ \"no-such-program-b\" ]; };\n",
+		    cls_name[CLS_CRIT], cls_name[CLS_BULK]);
+	}
 	fprintf(f, "compartments = (\n");
 	for (int i = 0; i < CHAOS_COMPS; i++) {
-		char pool[128] = "";
+		char pool[256] = "";
 
 		if (pooled)
 			snprintf(pool, sizeof(pool), " pool = \"p\"; guaranteed = %d;", guarantees[i]);
+		if (pooled && i == 0)
+			snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool),
+			    " class_limits = { %s = %d; }; class_guaranteed = { %s = %d; %s = %d; };",
+			    cls_name[CLS_BULK], cls_ceiling[CLS_BULK], cls_name[CLS_CRIT],
+			    cls_guarantee[CLS_CRIT], cls_name[CLS_BULK], cls_guarantee[CLS_BULK]);
 		if (adaptive)
 			snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool),
 			    " adaptive = { window_ms = 10; };");
@@ -1099,6 +1165,12 @@ main(int argc, char **argv)
 		    "(confirmed open %d), worst pool overshoot %d\n", POOL_SIZE, POOL_RESERVED,
 		    guarantees[0], guarantees[1], guarantees[2], max_pool_live, max_pool_confirmed,
 		    atomic_load(&worst_pool_overshoot));
+	if (pooled)
+		printf("chaos: classes of c0 (ceilings %d/%d, guarantees %d/%d): peak live crit %d "
+		    "bulk %d (confirmed open %d/%d), worst class overshoot %d\n", cls_ceiling[0],
+		    cls_ceiling[1], cls_guarantee[0], cls_guarantee[1], max_cls_live[0],
+		    max_cls_live[1], max_cls_confirmed[0], max_cls_confirmed[1],
+		    atomic_load(&worst_class_overshoot));
 	if (adaptive)
 		printf("chaos: adaptive limits (window 10 ms): %lld checks of [min, max], %lld bad; "
 		    "%lld windows closed; window closer started %lld times, SIGKILLed %lld times\n",
@@ -1112,6 +1184,7 @@ main(int argc, char **argv)
 	else
 		printf(" (NOT 0 after %d ms)\n", SETTLE_MS);
 	if (atomic_load(&worst_overshoot) > 0 || atomic_load(&worst_pool_overshoot) > 0 ||
+	    atomic_load(&worst_class_overshoot) > 0 ||
 	    zero_at < 0 || crashes > 0 || atomic_load(&adaptive_bad) > 0 ||
 	    (adaptive && (atomic_load(&adaptive_checks) == 0 || (!no_kills && closer_kills == 0)))) {
 		status = 1;

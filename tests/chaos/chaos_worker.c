@@ -56,6 +56,10 @@ struct thr {
 
 static struct chaos_stats *stats;
 static struct sockaddr_in servers[CHAOS_SERVERS];
+/* CHAOS_SRC: the source address of every socket (the driver tells a
+ * worker's class by it). */
+static struct sockaddr_in src;
+static bool have_src;
 static long long until_ms, life_end_ms, image_start_ms;
 static int nthreads, gen;
 static bool child_mode;
@@ -183,6 +187,8 @@ connect_locked(struct thr *t, bool nonblock)
 	fd = socket(AF_INET, type, 0);
 	if (fd < 0)
 		return;
+	if (have_src)
+		bind(fd, (struct sockaddr *)&src, sizeof(src));
 	/* A blocking connect waits at most this long, even if the driver's
 	 * accept queue ever overflowed. */
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -637,6 +643,11 @@ main(int argc, char **argv)
 	}
 	read_disabled();
 	pass_on = getenv("CHAOS_SCM") != NULL;
+	if (getenv("CHAOS_SRC") != NULL &&
+	    inet_pton(AF_INET, getenv("CHAOS_SRC"), &src.sin_addr) == 1) {
+		src.sin_family = AF_INET;
+		have_src = true;
+	}
 	count(K_WORKER_START);
 	for (int i = 0; i < nthreads; i++) {
 		thr[i].id = i;

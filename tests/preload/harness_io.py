@@ -22,7 +22,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 3
+SEG_VERSION = 4
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -33,6 +33,8 @@ RATE_SECONDS = 64
 REASONS = ["full", "inflight_full", "wait_timeout", "too_many_waiting", "class_full", "no_slot"]
 # Reasons added in layout version 3, counted in arrays at the end of seg_comp.
 REASONS_MORE = ["pool_full"]
+# Reasons added in layout version 4, in the arrays after those of version 3.
+REASONS_V4 = ["class_shared_full"]
 MAX_POOLS = 16
 
 _SCALARS = {"Q": 8, "q": 8, "I": 4, "i": 4}
@@ -145,6 +147,9 @@ COMP = Layout("seg_comp", [
     ("fleet_limit", "I"), ("fleet_floor", "I"), ("fleet_share", "I"), ("fleet_redis_ok", "I"),
     ("fleet_expiry_ms", "Q"), ("fleet_renewed_ms", "Q"), ("fleet_agent_pid", "i"),
     ("fleet_hosts", "I"),
+    ("cls_guaranteed", "I", MAX_CLASSES), ("cls_shared", "I"), ("cls_shares", "I"),
+    ("cls_lent", "I"), ("cls_lent_tag", "I"),
+    ("rejected_by_v4", "Q", len(REASONS_V4)), ("would_reject_v4", "Q", len(REASONS_V4)),
 ])
 
 SLOT = Layout("seg_slot", [
@@ -220,10 +225,12 @@ def read_segment(segment):
         comps = []
         for i in range(h["ncomp"]):
             c = COMP.decode(m, h["off_comp"] + i * COMP.size)
-            c["rejected_by"] = dict(zip(REASONS + REASONS_MORE,
-                                        c["rejected_by"] + c.pop("rejected_by_more")))
-            c["would_reject"] = dict(zip(REASONS + REASONS_MORE,
-                                         c["would_reject"] + c.pop("would_reject_more")))
+            c["rejected_by"] = dict(zip(REASONS + REASONS_MORE + REASONS_V4,
+                                        c["rejected_by"] + c.pop("rejected_by_more") +
+                                        c.pop("rejected_by_v4")))
+            c["would_reject"] = dict(zip(REASONS + REASONS_MORE + REASONS_V4,
+                                         c["would_reject"] + c.pop("would_reject_more") +
+                                         c.pop("would_reject_v4")))
             for k, cl in enumerate(c["cls"]):
                 cl["name"] = names[k]
             comps.append(c)

@@ -8,12 +8,30 @@ import subprocess
 import sys
 import time
 
-from harness import (CLI, Agent, Server, clean_env, new_segment, run, shim_env, shim_lines,
-                     status_json, wait_until, write_file)
+from harness import (CLI, Agent, LineProc, Server, clean_env, helper, new_segment, run, run_py,
+                     shim_env, shim_lines, status_json, wait_until, write_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
 import pools  # noqa: E402  (the demo's scenario and its witness)
+
+
+# An agent's code: four threads each try N connects to a port; held and
+# refused[0] say what came of them (FLOOD % (N, port)).
+FLOOD = """
+import threading
+held, refused = [], [0]
+def flood():
+    for _ in range(%d):
+        r = attempt(('127.0.0.1', %d))
+        if r['ok']:
+            held.append(r['fd'])
+        else:
+            refused[0] += 1
+ts = [threading.Thread(target=flood) for _ in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+"""
 
 
 def pool_config(segment, comps, size, reserved=0, extra=""):
@@ -121,20 +139,7 @@ def test_one_damaged_path_cannot_consume_the_capacity_reserved_for_another():
     try:
         batch = Agent(env)
         # The damaged path keeps trying to take everything, in a loop.
-        got = batch.call(code="""
-import threading
-held, refused = [], [0]
-def flood():
-    for _ in range(60):
-        r = attempt(('127.0.0.1', %d))
-        if r['ok']:
-            held.append(r['fd'])
-        else:
-            refused[0] += 1
-ts = [threading.Thread(target=flood) for _ in range(4)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-""" % w.ports[1], expr="(len(held), refused[0])")
+        got = batch.call(code=FLOOD % (60, w.ports[1]), expr="(len(held), refused[0])")
         assert got == [20, 220], "batch took %r, want 20 held and 220 refused" % (got,)
         payments = Agent(env)
         pfds, prefused = hold(payments, w.ports[0], 30)
@@ -294,3 +299,33 @@ def test_curl_through_a_pool():
     st = status_json(seg)
     assert comp(st, "web")["admitted"] == 3 and comp(st, "web")["rejected"] == 0, st
     assert hog.finish() == 0
+
+
+def leak_then_connect(w, leak_port, port, env):
+    """rawclose leaks two counted sockets to leak_port (closed with the system call
+    instruction: no hook sees it), the witness w sees them end, then another process
+    connects to port: it must be admitted (reconciled). Returns rawclose's LineProc."""
+    p = LineProc([helper("rawclose"), str(leak_port), "2"], env)
+    assert p.line(10) == "leaked 2"
+    wait_until(lambda: sum(w.sample()) == 0, 2, what="the witness to see the raw closes")
+    r = run_py("import socket; s = socket.create_connection(('127.0.0.1', %d)); print('ok')"
+               % port, env, timeout=20)
+    assert r.stdout.strip() == "ok", "refused after the unseen closes: %r %r" % (r.stdout, r.stderr)
+    return p
+
+
+def test_a_full_pool_reconciles_permits_whose_sockets_another_compartment_lost_unseen():
+    """a's two sockets are closed unseen: the pool's shared part stays lent to sockets that
+    are gone. A connect to b, another compartment of the pool, finds the pool full,
+    reconciles and is admitted."""
+    w = pools.Witness(2)
+    seg = new_segment()
+    cfg = write_file(pool_config(seg, [("a", w.ports[0], 0, 2), ("b", w.ports[1], 0, 2)], 2))
+    try:
+        p = leak_then_connect(w, w.ports[0], w.ports[1], shim_env(cfg, log="off"))
+        st = status_json(seg)
+        assert comp(st, "a")["reconciled"] == 2 and comp(st, "a")["in_use"] == 0, comp(st, "a")
+        p.send("quit\n")
+        p.finish(10)
+    finally:
+        w.close()

@@ -1466,6 +1466,77 @@ static void segment_of_a_broken_file(void **state)
 	unlink(path);
 }
 
+static void class_guarantees_are_read_and_every_class_gets_a_ceiling(void **state)
+{
+	struct bs_config cfg;
+
+	(void)state;
+	if (load("classes = { web = [\"web*\"];\n"
+		 " batch = [\"nightly\"]; };\n"
+		 "compartments = ( { name = \"pg\"; max_connections = 50; destinations = [\"10.0.0.1\"];\n"
+		 " class_limits = { batch = 30; };\n class_guaranteed = { web = 35; batch = 5; }; } );\n",
+		 &cfg, false) != 0)
+		fail_msg("%s", err);
+	assert_true(cfg.comp[0].class_shares);
+	assert_int_equal(cfg.comp[0].class_guaranteed[1], 35);
+	assert_int_equal(cfg.comp[0].class_guaranteed[2], 5);
+	assert_int_equal(cfg.comp[0].class_limit[0], 50);
+	assert_int_equal(cfg.comp[0].class_limit[1], 50);
+	assert_int_equal(cfg.comp[0].class_limit[2], 30);
+	cfg_free(&cfg);
+}
+
+static void class_guarantees_beyond_the_compartment_list_each_term(void **state)
+{
+	char want[256];
+
+	(void)state;
+	expect_error("classes = { web = [\"web*\"];\n"
+		     " batch = [\"nightly\"]; };\n"
+		     "compartments = ( { name = \"pg\"; max_connections = 50; destinations = [\"10.0.0.1\"];\n"
+		     " class_guaranteed = { web = 35; batch = 20; }; } );\n", ":4: ",
+		     "guarantees exceed", NULL);
+	snprintf(want, sizeof(want), "%s:4: classes of \"pg\": guarantees exceed its room: "
+		 "35 (web) + 20 (batch) = 55 > max_connections 50", path);
+	assert_string_equal(err, want);
+	expect_error("classes = { web = [\"web*\"]; };\n"
+		     "compartments = ( { name = \"pg\"; max_connections = 50; destinations = [\"10.0.0.1\"];\n"
+		     " class_limits = { web = 10; };\n class_guaranteed = { web = 20; }; } );\n",
+		     ":4: ", "above its ceiling", NULL);
+	expect_error("classes = { web = [\"web*\"]; };\n"
+		     "compartments = ( { name = \"pg\"; max_inflight = 5; destinations = [\"10.0.0.1\"];\n"
+		     " class_guaranteed = { web = 2; }; } );\n", ":3: ", "needs max_connections", NULL);
+	expect_error("classes = { web = [\"web*\"]; };\n"
+		     "compartments = ( { name = \"pg\"; max_connections = 5; destinations = [\"10.0.0.1\"];\n"
+		     " class_guaranteed = { wbe = 2; }; } );\n", ":3: ", "unknown class \"wbe\" in "
+		     "class_guaranteed", "(did you mean \"web\"?)");
+}
+
+static void a_budget_counts_a_pool_once(void **state)
+{
+	struct bs_config cfg;
+	char want[256];
+
+	(void)state;
+	/* Ceilings 60 + 70 overlap inside the pool's 70: the budget sees 70 + 20. */
+	if (load("budget = { pool = 90; };\npools = ( { name = \"pg\"; size = 80; reserved = 10; } );\n"
+		 "compartments = (\n { name = \"a\"; pool = \"pg\"; guaranteed = 30; max_connections = 60;"
+		 " destinations = [\"10.0.0.1\"]; },\n"
+		 " { name = \"b\"; pool = \"pg\"; max_connections = 70; destinations = [\"10.0.0.2\"]; },\n"
+		 " { name = \"c\"; max_connections = 20; destinations = [\"10.0.0.3\"]; } );\n",
+		 &cfg, false) != 0)
+		fail_msg("%s", err);
+	cfg_free(&cfg);
+	expect_error("budget = { pool = 89; };\npools = ( { name = \"pg\"; size = 80; reserved = 10; } );\n"
+		     "compartments = (\n { name = \"a\"; pool = \"pg\"; guaranteed = 30; max_connections = 60;"
+		     " destinations = [\"10.0.0.1\"]; },\n"
+		     " { name = \"b\"; pool = \"pg\"; max_connections = 70; destinations = [\"10.0.0.2\"]; },\n"
+		     " { name = \"c\"; max_connections = 20; destinations = [\"10.0.0.3\"]; } );\n",
+		     ":1: ", "budget exceeded", NULL);
+	snprintf(want, sizeof(want), "%s:1: budget exceeded: 20 + 70 (pool pg) = 90 > 89", path);
+	assert_string_equal(err, want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1559,6 +1630,9 @@ int main(void)
 		cmocka_unit_test(pools_guarantees_and_ceilings_are_read),
 		cmocka_unit_test(guarantees_beyond_the_pool_list_each_term),
 		cmocka_unit_test(pool_mistakes_are_errors_at_their_line),
+		cmocka_unit_test(class_guarantees_are_read_and_every_class_gets_a_ceiling),
+		cmocka_unit_test(class_guarantees_beyond_the_compartment_list_each_term),
+		cmocka_unit_test(a_budget_counts_a_pool_once),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

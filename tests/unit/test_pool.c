@@ -63,6 +63,23 @@ take(struct seg *s, uint32_t comp, bool wait, enum bs_reason *why)
 	return seg_acquire(s, comp, 0, next_ino++, wait, why);
 }
 
+/* The permits compartment comp holds within its guarantee: its slots
+ * marked so (share.c keeps no count of them). */
+static uint32_t
+guar_held(struct seg *s, uint32_t comp)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint64_t m = atomic_load(&s->slots[i].mark);
+
+		if (atomic_load(&s->slots[i].comp) == comp && (m & MARK_HELD(P_CONN)) &&
+		    (m & MARK_GUARANTEED(SHARE_POOL)))
+			n++;
+	}
+	return n;
+}
+
 static uint32_t
 lent(struct seg *s)
 {
@@ -125,7 +142,7 @@ test_no_compartment_exceeds_its_ceiling(void **state)
 		assert_true(take(s, 0, false, &why) >= 0);
 	assert_int_equal(take(s, 0, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_FULL);
-	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 3);
+	assert_int_equal(guar_held(s, 0), 3);
 	assert_int_equal(lent(s), 3);
 	seg_detach_all(s);
 	seg_close(s);
@@ -149,12 +166,12 @@ test_a_freed_guarantee_takes_back_a_lent_permit_at_once(void **state)
 	assert_int_equal(lent(s), 1);
 	seg_drop(s, (uint32_t)slot[1]);
 	assert_int_equal(lent(s), 0);
-	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 3);
+	assert_int_equal(guar_held(s, 0), 3);
 	assert_int_equal(pool_in_use(s, 0, &derived), 3);
 	assert_int_equal(derived, 0);
 	for (int i = 2; i < 5; i++)
 		seg_drop(s, (uint32_t)slot[i]);
-	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 0);
+	assert_int_equal(guar_held(s, 0), 0);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
 	seg_detach_all(s);
 	seg_close(s);
@@ -232,7 +249,7 @@ test_a_guarantee_raised_live_takes_lent_permits_onto_it(void **state)
 	comps[2].guaranteed = 2;
 	comps[0].guaranteed = 1;
 	pool_apply(s, &cfg, s->cmap, false);
-	assert_int_equal(atomic_load(&s->comp[2].guar_in_use), 2);
+	assert_int_equal(guar_held(s, 2), 2);
 	assert_int_equal(lent(s), 1);
 	/* Room 10 - guarantees 1 + 2 + 2 = shared 5. */
 	assert_int_equal(atomic_load(&s->h->pools[0].shared), 5);
@@ -295,7 +312,7 @@ test_a_release_left_by_a_dead_process_without_a_record_is_finished(void **state)
 	seg_reclaim(s, false);
 	assert_int_equal(atomic_load(&s->slots[a].state), SLOT_FREE);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
-	assert_int_equal(atomic_load(&s->comp[0].guar_in_use), 0);
+	assert_int_equal(guar_held(s, 0), 0);
 	seg_close(s);
 }
 
@@ -306,9 +323,9 @@ assert_pool_back(struct seg *s, int round)
 	for (int i = 0; i < 3; i++) {
 		struct seg_comp *c = &s->comp[i];
 
-		if (atomic_load(&c->in_use) != 0 || atomic_load(&c->guar_in_use) != 0)
+		if (atomic_load(&c->in_use) != 0 || guar_held(s, (uint32_t)(c - s->comp)) != 0)
 			fail_msg("after kill %d: %s in_use %u guaranteed in use %u", round, c->name,
-			    atomic_load(&c->in_use), atomic_load(&c->guar_in_use));
+			    atomic_load(&c->in_use), guar_held(s, (uint32_t)(c - s->comp)));
 	}
 	if (lent(s) != 0)
 		fail_msg("after kill %d: lent %u", round, lent(s));
@@ -355,6 +372,7 @@ test_kills_at_random_instants_leave_the_pool_exact(void **state)
 {
 	struct seg *s = attach();
 	unsigned seed = (unsigned)getpid();
+	uint32_t total;
 
 	(void)state;
 	for (int round = 0; round < 200; round++) {
@@ -363,12 +381,20 @@ test_kills_at_random_instants_leave_the_pool_exact(void **state)
 
 		while (now_mono_us() < until) {
 			assert_true(lent(s) <= 5);
-			for (int i = 0; i < 3; i++) {
-				assert_true(atomic_load(&s->comp[i].guar_in_use) <= comps[i].guaranteed);
+			for (int i = 0; i < 3; i++)
 				assert_true(atomic_load(&s->comp[i].in_use) <= comps[i].max_connections);
-			}
 		}
-		kill_and_reclaim(s, pid);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		/* Frozen now: the marks say exactly which permits are within a
+		 * guarantee, and with the lent ones they fit the pool. */
+		total = lent(s);
+		for (int i = 0; i < 3; i++) {
+			assert_true(guar_held(s, i) <= comps[i].guaranteed);
+			total += guar_held(s, i);
+		}
+		assert_true(total <= 10);
+		seg_reclaim(s, false);
 		assert_pool_back(s, round);
 	}
 	seg_close(s);
@@ -376,39 +402,75 @@ test_kills_at_random_instants_leave_the_pool_exact(void **state)
 
 /* Threads of two processes hammer the pool; the words bounding it never
  * pass their limits and all is back to 0 at the end. */
+/* A witness of what the hammers hold, shared across the fork: counted
+ * after an acquire returns and before the drop, so never above what is
+ * held; [0] the pool, [1 + i] compartment i, [4] the worst pool total. */
+static _Atomic uint32_t *held_now;
+
+static void
+note_held(uint32_t comp, int delta)
+{
+	uint32_t n;
+
+	if (delta < 0) {
+		atomic_fetch_sub(&held_now[1 + comp], 1);
+		atomic_fetch_sub(&held_now[0], 1);
+		return;
+	}
+	if (atomic_fetch_add(&held_now[1 + comp], 1) + 1 > comps[comp].max_connections)
+		atomic_store(&held_now[5], 1);
+	n = atomic_fetch_add(&held_now[0], 1) + 1;
+	for (uint32_t w = atomic_load(&held_now[4]); n > w &&
+	    !atomic_compare_exchange_weak(&held_now[4], &w, n);)
+		;
+}
+
+/* hammer: compartments (false) or c0's classes (true) by index. */
+static bool hammer_classes;
+
 static void *
 hammer(void *arg)
 {
 	struct seg *s = arg;
 	enum bs_reason why;
 	int held[4] = { -1, -1, -1, -1 };
+	uint32_t idx[4] = { 0, 0, 0, 0 };
 
 	for (uint64_t i = 0; i < 20000; i++) {
 		int k = (int)(i % 4);
 
 		if (held[k] >= 0) {
+			note_held(idx[k], -1);
 			seg_drop(s, (uint32_t)held[k]);
 			held[k] = -1;
-		} else {
-			held[k] = seg_acquire(s, (uint32_t)((i / 4 + (uintptr_t)&held % 3) % 3), 0,
-			    ((uint64_t)(uintptr_t)&held << 20) + i, false, &why);
+			continue;
 		}
+		idx[k] = (uint32_t)((i / 4 + (uintptr_t)&held % 3) % 3);
+		held[k] = seg_acquire(s, hammer_classes ? 0 : idx[k], hammer_classes ? idx[k] : 0,
+		    ((uint64_t)(uintptr_t)&held << 20) + i, false, &why);
+		if (held[k] >= 0)
+			note_held(idx[k], 1);
 	}
 	for (int k = 0; k < 4; k++)
-		if (held[k] >= 0)
+		if (held[k] >= 0) {
+			note_held(idx[k], -1);
 			seg_drop(s, (uint32_t)held[k]);
+		}
 	return NULL;
 }
 
+/* Four hammer threads here and four in a forked process of their own
+ * attachment, while `watch` checks the single words meanwhile; then the
+ * witness's worst is checked against the pool's room (`room`). */
 static void
-test_threads_of_two_processes_keep_the_pool_exact(void **state)
+hammer_two_processes(struct seg *s, uint32_t room, void (*watch)(struct seg *))
 {
-	struct seg *s = attach();
 	pthread_t t[4];
 	pid_t pid;
 	int st;
 
-	(void)state;
+	held_now = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(held_now != MAP_FAILED);
 	pid = fork();
 	if (pid == 0) {
 		struct seg *s2 = NULL;
@@ -424,17 +486,203 @@ test_threads_of_two_processes_keep_the_pool_exact(void **state)
 	}
 	for (int i = 0; i < 4; i++)
 		pthread_create(&t[i], NULL, hammer, s);
-	for (int r = 0; r < 2000; r++) {
-		assert_true(lent(s) <= 5);
-		for (int i = 0; i < 3; i++)
-			assert_true(atomic_load(&s->comp[i].guar_in_use) <= comps[i].guaranteed);
-	}
+	for (int r = 0; r < 2000; r++)
+		watch(s);
 	for (int i = 0; i < 4; i++)
 		pthread_join(t[i], NULL);
 	waitpid(pid, &st, 0);
 	assert_int_equal(WEXITSTATUS(st), 0);
+	/* What the threads held never passed the room or a ceiling. */
+	if (atomic_load(&held_now[4]) > room)
+		fail_msg("the hammers held %u at once, room %u", atomic_load(&held_now[4]), room);
+	assert_int_equal(atomic_load(&held_now[5]), 0);
+	assert_int_equal(atomic_load(&held_now[0]), 0);
+	munmap((void *)(uintptr_t)held_now, 4096);
+}
+
+static void
+watch_pool(struct seg *s)
+{
+	assert_true(lent(s) <= 5);
+	for (int i = 0; i < 3; i++)
+		assert_true(atomic_load(&s->comp[i].in_use) <= comps[i].max_connections);
+}
+
+static void
+test_threads_of_two_processes_keep_the_pool_exact(void **state)
+{
+	struct seg *s = attach();
+
+	(void)state;
+	hammer_classes = false;
+	hammer_two_processes(s, 10, watch_pool);
 	seg_reclaim(s, false);
 	assert_pool_back(s, 0);
+	seg_close(s);
+}
+
+/* ---- the same mechanism one level down: classes of one compartment ---- */
+
+/* Compartment "pg" (no pool), max_connections 10, classes "web"
+ * (guarantee 6, ceiling 10) and "batch" (guarantee 0, ceiling 8), and
+ * "default" (guarantee 1, ceiling 10): the unguaranteed part is 3. */
+enum { WEB = 1, BATCH = 2 };
+
+static int
+setup_classes(void **state)
+{
+	setup(state);
+	cfg.ncomp = 1;
+	cfg.npools = 0;
+	comps[0].pool = BS_NO_POOL;
+	comps[0].guaranteed = 0;
+	comps[0].max_connections = 10;
+	snprintf(cfg.classes[WEB].name, sizeof(cfg.classes[WEB].name), "web");
+	snprintf(cfg.classes[BATCH].name, sizeof(cfg.classes[BATCH].name), "batch");
+	cfg.nclass = 3;
+	comps[0].class_shares = true;
+	comps[0].class_guaranteed[0] = 1;
+	comps[0].class_guaranteed[WEB] = 6;
+	comps[0].class_limit[0] = 10;
+	comps[0].class_limit[WEB] = 10;
+	comps[0].class_limit[BATCH] = 8;
+	return 0;
+}
+
+static uint32_t
+cls_guar_held(struct seg *s, uint32_t cls)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint64_t m = atomic_load(&s->slots[i].mark);
+
+		if (atomic_load(&s->slots[i].cls) == cls && (m & MARK_HELD(P_CLASS)) &&
+		    (m & MARK_GUARANTEED(SHARE_CLASS)))
+			n++;
+	}
+	return n;
+}
+
+static void
+test_a_class_keeps_its_guarantee_while_another_floods_the_compartment(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	assert_int_equal(atomic_load(&s->comp[0].cls_shared), 3);
+	/* batch has no guarantee: it borrows the unguaranteed 3, no more,
+	 * though its ceiling is 8 and the compartment has 10. */
+	for (int i = 0; i < 3; i++)
+		assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(seg_acquire(s, 0, BATCH, next_ino++, false, &why), -EBUSY);
+		assert_int_equal(why, REASON_CLASS_SHARED_FULL);
+	}
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 3);
+	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].rejected), 5);
+	assert_int_equal(atomic_load(seg_reason_count(&s->comp[0], REASON_CLASS_SHARED_FULL,
+	    false)), 5);
+	assert_string_equal(seg_reason_name(REASON_CLASS_SHARED_FULL), "class_shared_full");
+	/* web gets its 6 at once, default its 1. */
+	for (int i = 0; i < 6; i++)
+		assert_true(seg_acquire(s, 0, WEB, next_ino++, false, &why) >= 0);
+	assert_true(seg_acquire(s, 0, 0, next_ino++, false, &why) >= 0);
+	assert_int_equal(cls_guar_held(s, WEB), 6);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 10);
+	/* Beyond its guarantee web must borrow, and nothing is left. */
+	assert_int_equal(seg_acquire(s, 0, WEB, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_CLASS_SHARED_FULL);
+	/* The refusals gave every class permit back. */
+	assert_int_equal(atomic_load(&s->comp[0].cls[WEB].in_use), 6);
+	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].in_use), 3);
+	seg_detach_all(s);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
+	seg_close(s);
+}
+
+static void
+test_a_freed_class_guarantee_takes_back_a_lent_permit_at_once(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	int slot[8];
+
+	(void)state;
+	/* web holds 6 within its guarantee and 2 borrowed. */
+	for (int i = 0; i < 8; i++)
+		assert_true((slot[i] = seg_acquire(s, 0, WEB, next_ino++, false, &why)) >= 0);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 2);
+	/* Two guaranteed ones go: the borrowed ones move onto the guarantee
+	 * and the unguaranteed part has them back at once. */
+	seg_drop(s, (uint32_t)slot[0]);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 1);
+	seg_drop(s, (uint32_t)slot[1]);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
+	assert_int_equal(cls_guar_held(s, WEB), 6);
+	/* So batch may borrow all 3 again... */
+	for (int i = 0; i < 3; i++)
+		assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+	/* ...and a borrowed permit that goes just goes back. */
+	seg_drop(s, (uint32_t)slot[7]);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 3);
+	assert_int_equal(cls_guar_held(s, WEB), 5);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/* The compartment refuses after the class's permits were taken (its own
+ * limit lowered live): the class permits go back, and a guaranteed one
+ * passes its guarantee on. */
+static void
+test_a_compartment_refusal_gives_the_class_share_back(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	atomic_store(&s->comp[0].limit, 2);
+	assert_true(seg_acquire(s, 0, WEB, next_ino++, false, &why) >= 0);
+	assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+	assert_int_equal(seg_acquire(s, 0, WEB, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_FULL);
+	assert_int_equal(seg_acquire(s, 0, BATCH, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(atomic_load(&s->comp[0].cls[WEB].in_use), 1);
+	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].in_use), 1);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 1);
+	assert_int_equal(cls_guar_held(s, WEB), 1);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+static void
+watch_classes(struct seg *s)
+{
+	assert_true(atomic_load(&s->comp[0].cls_lent) <= 3);
+}
+
+/* Threads of two processes in three classes; the witness of what they hold
+ * never sees a class above its ceiling or the compartment above 10, and
+ * every count is back at 0 at the end. */
+static void
+test_threads_of_two_processes_keep_the_classes_exact(void **state)
+{
+	struct seg *s = attach();
+
+	(void)state;
+	/* note_held checks each index against comps[i].max_connections:
+	 * here the indexes are classes, whose ceilings are 10, 10 and 8. */
+	comps[1].max_connections = 10;
+	comps[2].max_connections = 8;
+	hammer_classes = true;
+	hammer_two_processes(s, 10, watch_classes);
+	seg_reclaim(s, false);
+	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(atomic_load(&s->comp[0].cls[k].in_use), 0);
 	seg_close(s);
 }
 
@@ -443,6 +691,10 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_the_pool_lends_its_shared_part_and_no_more, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_class_keeps_its_guarantee_while_another_floods_the_compartment, setup_classes, teardown),
+		cmocka_unit_test_setup_teardown(test_a_freed_class_guarantee_takes_back_a_lent_permit_at_once, setup_classes, teardown),
+		cmocka_unit_test_setup_teardown(test_a_compartment_refusal_gives_the_class_share_back, setup_classes, teardown),
+		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_classes_exact, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_compartment_exceeds_its_ceiling, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_freed_guarantee_takes_back_a_lent_permit_at_once, setup, teardown),

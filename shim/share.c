@@ -1,0 +1,233 @@
+/* share.c - guaranteed shares: a guarantee nobody else may take, idle capacity lent up to a ceiling, for pools and for classes. */
+#include <stdint.h>
+
+#include "shim.h"
+
+/*
+ * One mechanism serves two levels (enum share_level):
+ *
+ *   level        member        own permit (ceiling)      shared part (tally)
+ *   SHARE_POOL   compartment   P_CONN   (max_connections) pool's lent, limit size - reserved - sum of guarantees
+ *   SHARE_CLASS  class         P_CLASS  (class limit)     compartment's cls_lent, limit max_connections - sum of guarantees
+ *
+ * A member takes its own permit first, by the compare-and-swap of its own
+ * tally. If that made its count v <= its guarantee, the permit is within
+ * the guarantee: the slot's mark says so (MARK_GUARANTEED) and nothing
+ * else is taken, so the guaranteed path costs one mark change. Otherwise it
+ * also takes one permit of the shared part (P_LENT, P_CLENT), a tally of
+ * its own, and is refused when that is full.
+ *
+ * Why no count of guaranteed permits is needed. Call N the member's slots
+ * within its guarantee (marked, or about to be: their take made v <= g)
+ * and L those holding a shared permit. Both are counted in the member's own
+ * tally, so |N| + |L| <= count. A slot joins N only when its take made
+ * count = v <= g, hence then |N| <= v - |L| <= g. A slot leaves N when it
+ * is released; and a lent slot moves from L to N only as the hand-over of
+ * a slot leaving N (share_released), before its own permit goes, or of a
+ * guarantee raised live (share_move). Before: a hand-over after the
+ * departure could find a borrower that came after a new take had already
+ * filled the freed place, and put it on the guarantee too (seen as 11 open
+ * in a pool of 10 by test_pool's witness); done while the leaving slot is
+ * still counted, no take can fill its place first. Hence at every
+ * instant, for a pool:
+ *
+ *   in use = sum of |N| + lent <= sum of guarantees + shared = size - reserved,
+ *
+ * and a member below its guarantee (count < g) takes its own permit with
+ * v <= g: it is never refused for the shared part.
+ *
+ * Kills: the mark flag is set after the own permit's take and cleared
+ * before the hand-over, and a hand-over gives the shared permit before it
+ * marks the receiver. Killed anywhere, a slot is at worst within its
+ * guarantee without the flag, and its release then hands nothing over: the
+ * guarantee is used less until a borrower closes, never more. The tallies
+ * themselves are exact under kills (tally.c).
+ */
+
+static const int own_kind[SHARE_LEVELS] = { P_CONN, P_CLASS };
+static const int lent_kind[SHARE_LEVELS] = { P_LENT, P_CLENT };
+
+int
+share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, uint32_t v,
+    _Atomic uint32_t *guaranteed, uint32_t *seen)
+{
+	int r;
+
+	if (v <= atomic_load_explicit(guaranteed, memory_order_relaxed))
+		return share_mark(s, slot, gen, l);
+	r = tally_take(s, slot, gen, lent_kind[l], 0, seen);
+	if (r == TALLY_TAKEN) {
+		struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
+
+		/* Where a hand-over looks first (see pass_on). */
+		if (c != NULL)
+			atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
+	}
+	return r;
+}
+
+/* The tally of level l's shared part for compartment c, or NULL. */
+static _Atomic uint32_t *
+shared_tally(const struct seg *s, struct seg_comp *c, enum share_level l)
+{
+	struct seg_pool *pool;
+
+	if (l == SHARE_CLASS)
+		return &c->cls_lent;
+	pool = seg_pool_of(s, c);
+	return pool != NULL ? &pool->lent : NULL;
+}
+
+/* Slot i's lent permit goes back and the slot is within its guarantee. */
+static bool
+move(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
+{
+	/* Given first, marked after: killed in between, the slot is within
+	 * the guarantee unmarked, which hands nothing over later. */
+	if (!tally_give(s, i, gen, lent_kind[l]))
+		return false;
+	slot_mark_change(&s->slots[i], gen, MARK_HELD(own_kind[l]), 0, 0, MARK_GUARANTEED(l));
+	return true;
+}
+
+/*
+ * Moves one permit lent at level l to compartment comp (and class cls, for
+ * SHARE_CLASS) onto its guarantee. The search starts at the slot that
+ * borrowed last: slots are handed out in turn, so the member's other
+ * borrowers are usually close by. True if one moved.
+ */
+static bool
+pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
+{
+	struct seg_comp *c = seg_comp(s, comp);
+	_Atomic uint32_t *lent;
+	uint32_t n = s->h->nslots, start;
+	uint64_t held = MARK_HELD(lent_kind[l]), busy = held | MARK_GIVING(lent_kind[l]);
+
+	if (c == NULL || (lent = shared_tally(s, c, l)) == NULL)
+		return false;
+	start = atomic_load_explicit(&c->lent_hint, memory_order_relaxed) % n;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = (start + n - k) % n;
+		struct seg_slot *sl = &s->slots[i];
+		uint64_t m;
+
+		/* Nobody borrows: nothing to move. */
+		if (atomic_load_explicit(lent, memory_order_relaxed) == 0)
+			return false;
+		m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
+		if ((m & busy) != held || atomic_load_explicit(&sl->comp, memory_order_relaxed) != comp)
+			continue;
+		if (l == SHARE_CLASS && atomic_load_explicit(&sl->cls, memory_order_relaxed) != cls)
+			continue;
+		if (move(s, i, MARK_GEN(m), l))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Clears slot's flag of level l; if it was set, one permit lent to the
+ * same compartment (and class) moves onto that guarantee, and the shared
+ * part has it back at once. Async-signal-safe.
+ */
+void
+share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+{
+	struct seg_slot *sl = &s->slots[slot];
+
+	if (slot_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
+		pass_on(s, atomic_load(&sl->comp), atomic_load(&sl->cls), l);
+}
+
+void
+share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+{
+	tally_give(s, slot, gen, lent_kind[l]);
+	share_hand_over(s, slot, gen, l);
+	tally_give(s, slot, gen, own_kind[l]);
+}
+
+void
+share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
+{
+	while (n-- > 0 && pass_on(s, comp, cls, l))
+		;
+}
+
+/*
+ * Slot i, within its guarantee, is no longer: its flag goes, then it takes
+ * a permit of the shared part, past its limit if need be (the shared part
+ * then admits nothing until it drains). Cleared first: killed in between,
+ * the slot is within its guarantee unmarked, and hands nothing over.
+ */
+static bool
+unmove(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
+{
+	struct seg_slot *sl = &s->slots[i];
+	int p = lent_kind[l];
+	_Atomic uint32_t *count = tally_of(s, sl, p, NULL);
+	uint32_t seen;
+
+	if (count == NULL || !slot_mark_change(sl, gen, MARK_GUARANTEED(l) | MARK_HELD(own_kind[l]),
+	    0, MARK_GUARANTEED(l), 0))
+		return false;
+	atomic_store(&sl->op_pid, s->my_pid);
+	if (!slot_mark_change(sl, gen, 0, MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
+	    MARK_WITHDRAWN(p), MARK_TAKING(p)))
+		return false;
+	if (!tally_add(s, count, NULL, p, i, gen, &seen)) {
+		slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
+		return false;
+	}
+	return tally_taken(s, i, gen, p, count) == TALLY_TAKEN;
+}
+
+void
+share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
+{
+	uint64_t want = MARK_GUARANTEED(l) | MARK_HELD(own_kind[l]);
+
+	for (uint32_t i = 0; i < s->h->nslots && n > 0; i++) {
+		struct seg_slot *sl = &s->slots[i];
+		uint64_t m = atomic_load(&sl->mark);
+
+		if ((m & want) != want || atomic_load(&sl->comp) != comp ||
+		    (l == SHARE_CLASS && atomic_load(&sl->cls) != cls))
+			continue;
+		if (unmove(s, i, MARK_GEN(m), l))
+			n--;
+	}
+}
+
+bool
+share_pool_full(const struct seg *s, const struct seg_comp *c)
+{
+	const struct seg_pool *pool;
+
+	/* Below its guarantee it borrows nothing (two loads, outside a
+	 * pool too: its guarantee is then 0 and the pool word 0). */
+	if (atomic_load_explicit(&c->in_use, memory_order_relaxed) <
+	    atomic_load_explicit(&c->guaranteed, memory_order_relaxed) ||
+	    (pool = seg_pool_of(s, c)) == NULL)
+		return false;
+	return atomic_load(&pool->lent) >= atomic_load(&pool->shared);
+}
+
+bool
+share_classes_full(const struct seg_comp *c)
+{
+	return atomic_load_explicit(&c->cls_shares, memory_order_relaxed) != 0 &&
+	    atomic_load(&c->cls_lent) >= atomic_load(&c->cls_shared);
+}
+
+void
+share_update_classes(struct seg_comp *c)
+{
+	uint64_t guar = 0, lim = atomic_load(&c->limit);
+
+	for (int k = 0; k < BS_MAX_CLASSES; k++)
+		guar += atomic_load(&c->cls_guaranteed[k]);
+	/* Guarantees set live above the limit leave nothing to lend. */
+	atomic_store(&c->cls_shared, (uint32_t)(lim > guar ? lim - guar : 0));
+}
