@@ -402,6 +402,27 @@ map_comps(const struct seg *s, const struct bs_config *cfg, int *map)
 	return missing;
 }
 
+/* A class guarantee changed by a reload, as `set COMP guaranteed.CLASS`
+ * does: permits lent to the class move onto a raised guarantee, those
+ * within a lowered one become lent (share.c), so that no guarantee is
+ * exceeded and none is left unused while the class borrows. */
+static void
+move_class_shares(struct seg *s, uint32_t i, const uint32_t *was)
+{
+	struct seg_comp *c = seg_comp(s, i);
+
+	if (!atomic_load(&c->cls_shares))
+		return;
+	for (uint32_t k = 0; k < BS_MAX_CLASSES; k++) {
+		uint32_t now = atomic_load(&c->cls_guaranteed[k]);
+
+		if (now > was[k])
+			share_move(s, i, k, SHARE_CLASS, now - was[k]);
+		else if (now < was[k])
+			share_unmove(s, i, k, SHARE_CLASS, was[k] - now);
+	}
+}
+
 /* Writes the file's settings into the segment (live_diff said what changes). */
 static void
 apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const int *kmap)
@@ -409,13 +430,20 @@ apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const 
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		struct seg_comp *c = seg_comp(s, (uint32_t)cmap[i]);
 		struct cfg_compartment cc = cfg->comp[i];
+		uint32_t was[BS_MAX_CLASSES];
 
 		/* The file numbers its classes in its own order; the segment
 		 * keeps the order it was created with. */
 		memset(cc.class_limit, 0, sizeof(cc.class_limit));
-		for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
+		memset(cc.class_guaranteed, 0, sizeof(cc.class_guaranteed));
+		for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++) {
 			cc.class_limit[kmap[k]] = cfg->comp[i].class_limit[k];
+			cc.class_guaranteed[kmap[k]] = cfg->comp[i].class_guaranteed[k];
+		}
+		for (int k = 0; k < BS_MAX_CLASSES; k++)
+			was[k] = atomic_load(&c->cls_guaranteed[k]);
 		seg_apply_limits(c, &cc);
+		move_class_shares(s, (uint32_t)cmap[i], was);
 		wake_all(&c->in_use);
 		wake_all(&c->inflight);
 	}

@@ -82,9 +82,12 @@ wanted(const struct bs_config *cfg, size_t i, const int *kmap, struct seg_comp *
 	struct cfg_compartment cc = cfg->comp[i];
 
 	memset(cc.class_limit, 0, sizeof(cc.class_limit));
+	memset(cc.class_guaranteed, 0, sizeof(cc.class_guaranteed));
 	for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
-		if (kmap[k] >= 0)
+		if (kmap[k] >= 0) {
 			cc.class_limit[kmap[k]] = cfg->comp[i].class_limit[k];
+			cc.class_guaranteed[kmap[k]] = cfg->comp[i].class_guaranteed[k];
+		}
 	seg_apply_limits(scratch, &cc);
 }
 

@@ -194,3 +194,44 @@ def test_a_full_unguaranteed_part_reconciles_permits_whose_sockets_are_gone():
         p.finish(10)
     finally:
         w.close()
+
+
+def test_reload_changes_class_guarantees_as_set_does():
+    """A reload that raises a class guarantee moves that class's borrowed
+    permits onto it, and one that lowers it lends them again, as `set`
+    does. The file lists its classes in another order than the segment
+    keeps them, so a guarantee must follow its class's name."""
+    srv = Server()
+    seg = new_segment()
+    cfg = write_file(class_config(seg, srv.port, limit=10, guaranteed="web = 6;",
+                                  limits="batch = 10;"))
+    batch = Agent(shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"}))
+    fds = [batch("attempt(('127.0.0.1', %d))" % srv.port) for _ in range(5)]
+    assert [f["ok"] for f in fds] == [True] * 4 + [False]
+
+    def reload_with(web, batch_g):
+        text = ('segment = "%s";\nclasses = { batch = [ "nightly" ]; web = [ "web-*" ]; };\n'
+                'compartments = ( { name = "pg"; destinations = [ "127.0.0.1:%d" ];\n'
+                '  max_connections = 10;\n  class_limits = { batch = 10; };\n'
+                '  class_guaranteed = { web = %d; batch = %d; }; } );\n'
+                % (seg, srv.port, web, batch_g))
+        with open(cfg, "w") as f:
+            f.write(text)
+        r = cli("reload", "-c", cfg)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+
+    reload_with(6, 2)
+    st = status_json(seg)
+    b, w = cls(st, "batch"), cls(st, "web")
+    assert (b["guaranteed"], b["borrowed"]) == (2, 2), b
+    assert w["guaranteed"] == 6, w
+    # The unguaranteed part is now 10 - 8 = 2, both lent to batch: full.
+    assert not batch("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
+    reload_with(6, 0)
+    b = cls(status_json(seg), "batch")
+    assert (b["guaranteed"], b["borrowed"]) == (0, 4), b
+    # web's 6 are still its own.
+    web = Agent(shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "web"}))
+    assert all(web("attempt(('127.0.0.1', %d))" % srv.port)["ok"] for _ in range(6))
+    assert web.finish() == 0
+    assert batch.finish() == 0
