@@ -168,6 +168,10 @@ void cli_text_class_share(FILE *f, const struct cli_class *cc);
 /* The table of compartments whose classes split them (status, watch). */
 void cli_text_class_shares(FILE *f, const struct seg *s, const char *eol);
 void cli_json_class_share(FILE *f, const struct cli_class *cc);
+/* `suggest`: per class of a compartment its classes split, a proposed
+ * guarantee and ceiling from the class's peak and refusals (text lines, or
+ * the JSON key "classes"); nothing for other compartments. */
+void cli_suggest_classes(FILE *f, const struct cli_comp *c, bool json);
 /* `set COMP guaranteed.CLASS N`: 0, or 1 with a message. */
 int cli_set_class_guaranteed(struct seg *s, uint32_t i, uint32_t k, uint32_t v);
 

@@ -457,3 +457,72 @@ cli_check_pools(const struct bs_config *cfg)
 		    (unsigned long long)(cc->max_connections - guar));
 	}
 }
+
+/*
+ * `suggest` for a compartment whose classes split it: per class a
+ * guarantee for what it was seen to hold at once, and a ceiling for its
+ * bursts. The segment keeps per class its peak and its refusals, not its
+ * rate or latency, so the proposal is from peaks: the guarantees are the
+ * peaks, scaled down together (rounded down) when they would sum past the
+ * compartment's limit, as the start-up assertion wants; a ceiling stays
+ * where it is unless the class was refused while at it (its peak reached
+ * it), when the compartment's limit is proposed: it wanted more.
+ */
+static void
+class_proposal(const struct cli_comp *c, const struct cli_class *k, uint64_t sum,
+    uint32_t *guar, uint32_t *ceiling)
+{
+	uint32_t lim = c->limit;
+
+	*guar = sum > lim ? (uint32_t)((uint64_t)k->peak * lim / sum) : k->peak;
+	*ceiling = k->rejected > 0 && k->peak >= k->limit ? lim : k->limit;
+	if (*ceiling < *guar)
+		*ceiling = *guar;
+}
+
+static uint64_t
+class_peaks(const struct cli_comp *c)
+{
+	uint64_t sum = 0;
+
+	for (size_t k = 0; k < c->nclass; k++)
+		sum += c->cls[k].peak;
+	return sum;
+}
+
+void
+cli_suggest_classes(FILE *f, const struct cli_comp *c, bool json)
+{
+	uint64_t sum = class_peaks(c);
+	uint32_t guar, ceiling;
+	bool first = true;
+
+	if (c->nclass == 0 || !c->cls[0].shares || c->limit == UINT32_MAX)
+		return;
+	if (json)
+		fputs(", \"classes\": [", f);
+	for (size_t k = 0; k < c->nclass; k++) {
+		const struct cli_class *cc = &c->cls[k];
+
+		class_proposal(c, cc, sum, &guar, &ceiling);
+		if (json) {
+			fprintf(f, "%s{\"name\": ", first ? "" : ", ");
+			cli_json_string(f, cc->name);
+			fprintf(f, ", \"peak\": %u, \"rejected\": %llu, \"guaranteed\": %u, "
+			    "\"suggested_guaranteed\": %u, \"ceiling\": %u, \"suggested_ceiling\": %u}",
+			    cc->peak, (unsigned long long)cc->rejected, cc->guaranteed, guar,
+			    cc->limit, ceiling);
+		} else {
+			char label[BS_CLASS_NAME_MAX + 8];
+
+			snprintf(label, sizeof(label), "class %s", cc->name);
+			fprintf(f, "  %-20s guaranteed %u, propose %u (its peak %u%s); ceiling %u, "
+			    "propose %u%s\n", label, cc->guaranteed, guar, cc->peak,
+			    sum > c->limit ? ", peaks scaled to the limit" : "", cc->limit, ceiling,
+			    ceiling > cc->limit ? " (refused at its ceiling)" : "");
+		}
+		first = false;
+	}
+	if (json)
+		fputc(']', f);
+}

@@ -417,6 +417,7 @@ print_advice(const struct advice *a)
 		    a->c.pool_name, a->c.guaranteed, (unsigned long long)a->guar,
 		    a->c.limit == UINT32_MAX ? 0 : a->c.limit, (unsigned long long)a->ceiling,
 		    a->c.peak);
+	cli_suggest_classes(stdout, &a->c, false);
 }
 
 static void
@@ -444,6 +445,7 @@ json_advice(const struct advice *a)
 		printf(", \"pool\": \"%s\", \"suggested_guaranteed\": %llu, \"suggested_ceiling\": "
 		    "%llu", a->c.pool_name, (unsigned long long)a->guar,
 		    (unsigned long long)a->ceiling);
+	cli_suggest_classes(stdout, &a->c, true);
 	if (a->in.counted && a->in.seconds > 0)
 		printf(", \"inflight\": {\"window_s\": %g, \"rate\": %.3f, \"mean_reply_s\": %.6f, "
 		    "\"peak\": %u, \"little\": %llu, \"demand\": %llu, \"refused\": %llu}",

@@ -1,5 +1,6 @@
 """test_class_shares.py - classes with guarantees split one destination as pools split destinations, with real programs."""
 
+import json
 import os
 import re
 import shutil
@@ -235,3 +236,34 @@ def test_reload_changes_class_guarantees_as_set_does():
     assert all(web("attempt(('127.0.0.1', %d))" % srv.port)["ok"] for _ in range(6))
     assert web.finish() == 0
     assert batch.finish() == 0
+
+
+def test_suggest_proposes_class_guarantees_and_ceilings_from_their_peaks():
+    """suggest proposes per class a guarantee from its peak (the peaks
+    scaled down together when they would sum past max_connections) and
+    the compartment's limit as ceiling for a class refused at its own."""
+    srv = Server()
+    seg = new_segment()
+    cfg = write_file(class_config(seg, srv.port, limit=10, guaranteed="web = 6;",
+                                  limits="batch = 4;"))
+    web = Agent(shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "web"}))
+    batch = Agent(shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"}))
+    fds = [web("attempt(('127.0.0.1', %d))" % srv.port) for _ in range(10)]
+    assert all(f["ok"] for f in fds), fds         # 6 guaranteed + 4 borrowed
+    for f in fds:
+        web.call("close(%d)" % f["fd"])
+    got = [batch("attempt(('127.0.0.1', %d))" % srv.port)["ok"] for _ in range(5)]
+    assert got == [True] * 4 + [False], got       # refused at its ceiling of 4
+    r = cli("suggest", "--json", "-s", seg)
+    assert r.returncode == 0, r.stderr
+    comp = next(c for c in json.loads(r.stdout)["compartments"] if c["name"] == "pg")
+    by = {k["name"]: k for k in comp["classes"]}
+    # Peaks 10 + 4 = 14 > 10: guarantees 10 x 10/14 = 7 and 4 x 10/14 = 2.
+    assert (by["web"]["peak"], by["web"]["suggested_guaranteed"]) == (10, 7), by["web"]
+    assert (by["batch"]["peak"], by["batch"]["suggested_guaranteed"]) == (4, 2), by["batch"]
+    assert by["web"]["suggested_ceiling"] == by["web"]["ceiling"] == 10, by["web"]
+    assert (by["batch"]["ceiling"], by["batch"]["suggested_ceiling"]) == (4, 10), by["batch"]
+    text = cli("suggest", "-s", seg).stdout
+    assert re.search(r"class batch +guaranteed 0, propose 2 \(its peak 4, peaks scaled to the "
+                     r"limit\); ceiling 4, propose 10 \(refused at its ceiling\)", text), text
+    assert web.finish() == 0 and batch.finish() == 0
