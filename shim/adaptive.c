@@ -372,7 +372,7 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 static _Atomic uint64_t scanned_us[BS_MAX_COMPARTMENTS];
 
 void
-ad_tick(struct seg *s, struct seg_comp *c, int p)
+ad_tick_scan(struct seg *s, struct seg_comp *c, int p)
 {
 	struct seg_adaptive *a = &c->ad;
 	uint64_t start, now, win, base, old, t, m, last, acc, n = 0, sum = 0, inflight = 0;
@@ -380,9 +380,7 @@ ad_tick(struct seg *s, struct seg_comp *c, int p)
 	    MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER);
 	uint32_t ci = (uint32_t)(c - s->comp), nslots = s->h->nslots;
 
-	if (__builtin_expect(atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON, 1) ||
-	    atomic_load_explicit(&a->kind, memory_order_relaxed) != (uint32_t)p ||
-	    ci >= BS_MAX_COMPARTMENTS)
+	if (ci >= BS_MAX_COMPARTMENTS)
 		return;
 	start = atomic_load(&a->win_start_us);
 	base = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed));

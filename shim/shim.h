@@ -1073,9 +1073,17 @@ void ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us);
 /* An admission attempt in c (permit kind p): when the open window is
  * overdue and most requests in flight are older than twice the tolerated
  * latency (a stalled backend, no completions to close it), closes it with
- * their ages as samples. One load when c is not adaptive; lock-free and
- * async-signal-safe. */
-void ad_tick(struct seg *s, struct seg_comp *c, int p);
+ * their ages as samples. One load, inline, when c is not adaptive; the
+ * rest (ad_tick_scan) out of line; lock-free and async-signal-safe. */
+void ad_tick_scan(struct seg *s, struct seg_comp *c, int p);
+static inline void
+ad_tick(struct seg *s, struct seg_comp *c, int p)
+{
+	if (__builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON, 1) ||
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) != (uint32_t)p)
+		return;
+	ad_tick_scan(s, c, p);
+}
 /* `bulkshim reset`: zeroes the adaptive statistics (windows, changes, last
  * change, last sample); the limit and its baseline stay. */
 void ad_reset_stats(struct seg_comp *c);
