@@ -585,8 +585,10 @@ class Bench:
         self.target("connect overhead flat from 1 to 10,000 destinations",
                     "%+.0f ns / %+.0f Ir (1) vs %+.0f ns / %+.0f Ir (10,000)" % (
                         a1, i1, a10k, i10k), flat)
-        # Issue 14: the pool's permit (a second tally take and give) costs
-        # a few tens of instructions on top of the compartment's.
+        # Issue 14: a connect in a pool costs at most a few tens of
+        # instructions more than one outside. Within the guarantee that is
+        # one mark flag (share.c); a borrowed permit also takes and gives a
+        # permit of the pool's shared part (a second tally).
         for k, label in (("pool_guar", "within its guarantee"), ("pool_lent", "borrowed")):
             ap, ip = self.scale_added[k]
             self.target("connect + close in a pool (%s) ≤ 90 Ir more than without" % label,
