@@ -124,7 +124,9 @@ def test_a_freed_web_guarantee_goes_to_a_web_borrower_and_batch_may_borrow_it():
         w.close()
 
 
-def test_set_changes_a_class_guarantee_live():
+def _batch_borrowing_four():
+    """pg of 10 with web guaranteed 6; batch (no guarantee) opens 5: the
+    unguaranteed 4 are lent to it, the fifth is refused."""
     srv = Server()
     seg = new_segment()
     cfg = write_file(class_config(seg, srv.port, limit=10, guaranteed="web = 6;",
@@ -132,6 +134,11 @@ def test_set_changes_a_class_guarantee_live():
     batch = Agent(shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"}))
     fds = [batch("attempt(('127.0.0.1', %d))" % srv.port) for _ in range(5)]
     assert [f["ok"] for f in fds] == [True] * 4 + [False]
+    return srv, seg, cfg, batch
+
+
+def test_set_changes_a_class_guarantee_live():
+    srv, seg, cfg, batch = _batch_borrowing_four()
     # Raised live: two of batch's borrowed permits move onto its guarantee.
     r = cli("set", "-s", seg, "pg", "guaranteed.batch", "2")
     assert r.returncode == 0 and "guaranteed.batch 0 -> 2" in r.stdout, (r.stdout, r.stderr)
@@ -202,13 +209,7 @@ def test_reload_changes_class_guarantees_as_set_does():
     permits onto it, and one that lowers it lends them again, as `set`
     does. The file lists its classes in another order than the segment
     keeps them, so a guarantee must follow its class's name."""
-    srv = Server()
-    seg = new_segment()
-    cfg = write_file(class_config(seg, srv.port, limit=10, guaranteed="web = 6;",
-                                  limits="batch = 10;"))
-    batch = Agent(shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"}))
-    fds = [batch("attempt(('127.0.0.1', %d))" % srv.port) for _ in range(5)]
-    assert [f["ok"] for f in fds] == [True] * 4 + [False]
+    srv, seg, cfg, batch = _batch_borrowing_four()
 
     def reload_with(web, batch_g):
         text = ('segment = "%s";\nclasses = { batch = [ "nightly" ]; web = [ "web-*" ]; };\n'
