@@ -124,10 +124,7 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 		 * raised guarantee. */
 		if (cc->pool != BS_NO_POOL)
 			pool_update_shared(s, (uint32_t)cc->pool);
-		if (now > old)
-			pool_rebalance(s, (uint32_t)cmap[i], now - old);
-		else if (now < old)
-			share_unmove(s, (uint32_t)cmap[i], 0, SHARE_POOL, old - now);
+		share_guarantee_changed(s, (uint32_t)cmap[i], 0, SHARE_POOL, old, now);
 	}
 	for (size_t p = 0; p < cfg->npools && p < s->h->npools; p++)
 		pool_update_shared(s, (uint32_t)p);
@@ -187,11 +184,4 @@ pool_sleepers(struct seg *s, const struct seg_comp *c, int delta)
 		atomic_fetch_add(&pool->sleepers, 1);
 	else
 		seg_dec_floor(&pool->sleepers);
-}
-
-void
-pool_rebalance(struct seg *s, uint32_t comp, uint32_t n)
-{
-	if (comp < s->h->ncomp && seg_pool_of(s, &s->comp[comp]) != NULL)
-		share_move(s, comp, 0, SHARE_POOL, n);
 }

@@ -24,8 +24,8 @@
  * count = v <= g, hence then |N| <= v - |L| <= g. A slot leaves N when it
  * is released; and a lent slot moves from L to N only as the hand-over of
  * a slot leaving N (share_released), before its own permit goes, or of a
- * guarantee raised live (share_move). Before: a hand-over after the
- * departure could find a borrower that came after a new take had already
+ * guarantee raised live (share_guarantee_changed). Before: a hand-over
+ * after the departure could find a borrower that came after a new take had already
  * filled the freed place, and put it on the guarantee too (seen as 11 open
  * in a pool of 10 by test_pool's witness); done while the leaving slot is
  * still counted, no take can fill its place first. Hence at every
@@ -148,13 +148,6 @@ share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 	tally_give(s, slot, gen, own_kind[l]);
 }
 
-void
-share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
-{
-	while (n-- > 0 && pass_on(s, comp, cls, l))
-		;
-}
-
 /*
  * Slot i, within its guarantee, is no longer: its flag goes, then it takes
  * a permit of the shared part, past its limit if need be (the shared part
@@ -183,8 +176,8 @@ unmove(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
 	return tally_taken(s, i, gen, p, count) == TALLY_TAKEN;
 }
 
-void
-share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
+static void
+unmove_some(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
 {
 	uint64_t want = MARK_GUARANTEED(l) | MARK_HELD(own_kind[l]);
 
@@ -198,6 +191,16 @@ share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uin
 		if (unmove(s, i, MARK_GEN(m), l))
 			n--;
 	}
+}
+
+void
+share_guarantee_changed(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l,
+    uint32_t old, uint32_t now)
+{
+	for (uint32_t n = now > old ? now - old : 0; n > 0 && pass_on(s, comp, cls, l); n--)
+		;
+	if (now < old)
+		unmove_some(s, comp, cls, l, old - now);
 }
 
 bool

@@ -813,9 +813,6 @@ void pool_note_peak(struct seg *s, const struct seg_comp *c);
 void pool_wake(const struct seg *s, const struct seg_slot *sl);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
 void pool_sleepers(struct seg *s, const struct seg_comp *c, int delta);
-/* Compartment comp's guarantee grew by n: up to n of its lent permits
- * move onto it, giving them back to the shared part. */
-void pool_rebalance(struct seg *s, uint32_t comp, uint32_t n);
 
 /* ---- share.c: guaranteed shares, one mechanism for pools and classes ---- */
 
@@ -832,13 +829,14 @@ int share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, u
  * passing a guarantee on as a release does; used when admission stops
  * half-way. */
 void share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l);
-/* Up to n permits of level l lent to compartment comp (class cls, for
- * SHARE_CLASS) move onto its guarantee, after it grew by n. */
-void share_move(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
-/* The guarantee of compartment comp (class cls) was lowered by n: up to n
- * of its permits within it become lent ones, past the shared part's limit
- * if need be, so that a lowered guarantee is never exceeded. CLI only. */
-void share_unmove(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n);
+/* The guarantee of level l of compartment comp (class cls, for
+ * SHARE_CLASS) went from old to now (set, reload). Raised: up to the
+ * difference of its permits lent by the shared part move onto it. Lowered:
+ * up to the difference of its permits within it become lent ones, past the
+ * shared part's limit if need be, so that a lowered guarantee is never
+ * exceeded. */
+void share_guarantee_changed(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l,
+    uint32_t old, uint32_t now);
 /* True if compartment c is in a pool and would borrow (it holds its
  * guarantee) from a shared part that is all lent: a reconcile may find
  * permits of the pool whose sockets are gone. */

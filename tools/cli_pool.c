@@ -322,10 +322,7 @@ cli_set_guaranteed(struct seg *s, uint32_t i, uint32_t v)
 	}
 	old = atomic_exchange(&c->guaranteed, v);
 	pool_update_shared(s, p);
-	if (v > old)
-		pool_rebalance(s, i, v - old);
-	else if (v < old)
-		share_unmove(s, i, 0, SHARE_POOL, old - v);
+	share_guarantee_changed(s, i, 0, SHARE_POOL, old, v);
 	printf("%s: %s guaranteed %u -> %u (pool %s, shared part %u)\n", seg_header(s)->name,
 	    c->name, old, v, pool->name, atomic_load(&pool->shared));
 	return 0;
@@ -374,10 +371,7 @@ cli_set_class_guaranteed(struct seg *s, uint32_t i, uint32_t k, uint32_t v)
 	}
 	old = atomic_exchange(&c->cls_guaranteed[k], v);
 	share_update_classes(c);
-	if (v > old)
-		share_move(s, i, k, SHARE_CLASS, v - old);
-	else if (v < old)
-		share_unmove(s, i, k, SHARE_CLASS, old - v);
+	share_guarantee_changed(s, i, k, SHARE_CLASS, old, v);
 	printf("%s: %s guaranteed.%s %u -> %u (unguaranteed part %u)\n", h->name, c->name,
 	    h->class_name[k], old, v, atomic_load(&c->cls_shared));
 	return 0;

@@ -413,14 +413,8 @@ move_class_shares(struct seg *s, uint32_t i, const uint32_t *was)
 
 	if (!atomic_load(&c->cls_shares))
 		return;
-	for (uint32_t k = 0; k < BS_MAX_CLASSES; k++) {
-		uint32_t now = atomic_load(&c->cls_guaranteed[k]);
-
-		if (now > was[k])
-			share_move(s, i, k, SHARE_CLASS, now - was[k]);
-		else if (now < was[k])
-			share_unmove(s, i, k, SHARE_CLASS, was[k] - now);
-	}
+	for (uint32_t k = 0; k < BS_MAX_CLASSES; k++)
+		share_guarantee_changed(s, i, k, SHARE_CLASS, was[k], atomic_load(&c->cls_guaranteed[k]));
 }
 
 /* Writes the file's settings into the segment (live_diff said what changes). */
