@@ -343,18 +343,14 @@ tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t 
 	return taken(s, slot, gen, p, count);
 }
 
-/* The kinds of every connect and every limited request get a copy each. */
+/* Every connect's kind gets a copy of its own (constant masks); a limited
+ * request has tally_take_inflight. */
 int
 tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
 {
-	switch (p) {
-	case P_CONN:
+	if (p == P_CONN)
 		return take(s, slot, gen, P_CONN, deny, seen);
-	case P_INFLIGHT:
-		return take(s, slot, gen, P_INFLIGHT, deny, seen);
-	default:
-		return take(s, slot, gen, p, deny, seen);
-	}
+	return take(s, slot, gen, p, deny, seen);
 }
 
 int
@@ -410,14 +406,9 @@ give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 bool
 tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 {
-	switch (p) {
-	case P_CONN:
+	if (p == P_CONN)
 		return give(s, slot, gen, P_CONN);
-	case P_INFLIGHT:
-		return give(s, slot, gen, P_INFLIGHT);
-	default:
-		return give(s, slot, gen, p);
-	}
+	return give(s, slot, gen, p);
 }
 
 bool
