@@ -376,8 +376,9 @@ ad_tick_scan(struct seg *s, struct seg_comp *c, int p)
 {
 	struct seg_adaptive *a = &c->ad;
 	uint64_t start, now, win, base, old, t, m, last, acc, n = 0, sum = 0, inflight = 0;
-	uint64_t held = p == P_CONN ? MARK_HELD(P_CONN) | MARK_HELD(P_OVER) :
-	    MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER);
+	_Atomic uint32_t *held = p == P_CONN ? &c->in_use : &c->inflight;
+	_Atomic uint32_t *over = p == P_CONN ? &c->over : &c->inflight_over;
+	int hp = p == P_CONN ? P_CONN : P_INFLIGHT, op = p == P_CONN ? P_OVER : P_INFLIGHT_OVER;
 	uint32_t ci = (uint32_t)(c - s->comp), nslots = s->h->nslots;
 
 	if (ci >= BS_MAX_COMPARTMENTS)
@@ -408,7 +409,8 @@ ad_tick_scan(struct seg *s, struct seg_comp *c, int p)
 		if (atomic_load_explicit(&sl->comp, memory_order_relaxed) != ci)
 			continue;
 		m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
-		if (!(m & held))
+		if (!tally_held_at(s, i, MARK_GEN(m), hp, held) &&
+		    !tally_held_at(s, i, MARK_GEN(m), op, over))
 			continue;
 		t = atomic_load_explicit(p == P_CONN ? &sl->admit_us : &sl->sent_us,
 		    memory_order_relaxed);

@@ -38,8 +38,16 @@ ssize_t __read_chk(int, void *, size_t, size_t);
 
 static __thread unsigned io_tick __attribute__((tls_model("initial-exec")));
 
-#define INFLIGHT_MARKS	(MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER) | \
-			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
+/* Whether slot sl of compartment c has a request counted in flight. */
+static bool
+in_flight(struct seg_slot *sl, struct seg_comp *c)
+{
+	uint32_t slot = (uint32_t)(sl - shim.seg->slots);
+	uint32_t gen = MARK_GEN(atomic_load(&sl->mark));
+
+	return tally_held_at(shim.seg, slot, gen, P_INFLIGHT, &c->inflight) ||
+	    tally_held_at(shim.seg, slot, gen, P_INFLIGHT_OVER, &c->inflight_over);
+}
 
 /*
  * Caches the verdict "nothing to do on I/O" for fd (entry e, of slot sl in
@@ -54,7 +62,7 @@ cache_plain_now(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 	uint32_t seq = atomic_load_explicit(fdt_tab.seq, memory_order_acquire);
 
 	if (atomic_load(&c->inflight_limit) != UINT32_MAX || atomic_load(&c->io_timeout_ms) != 0 ||
-	    (atomic_load(&sl->mark) & INFLIGHT_MARKS) != 0 ||
+	    in_flight(sl, c) ||
 	    atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0)
 		return false;
 	fdt_verdict(fd, e, FDT_PLAIN | seq);
@@ -63,7 +71,7 @@ cache_plain_now(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 	 * verdict goes again, so that the reply ends that request. Either
 	 * this load sees its mark, or its check in send_begin sees our
 	 * verdict (both sequentially consistent). */
-	if ((atomic_load(&sl->mark) & INFLIGHT_MARKS) != 0) {
+	if (in_flight(sl, c)) {
 		fdt_verdict(fd, (uint64_t)(FDT_PLAIN | seq) << 32 | (uint32_t)e, 0);
 		return false;
 	}

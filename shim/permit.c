@@ -19,7 +19,6 @@
  * shared between processes), and whoever lowers it wakes one waiter.
  */
 #define RECLAIM_POLL_MS	100	/* a waiter looks for dead holders this often */
-#define SETTLE_MS	1000	/* how long a release waits for a live operation */
 
 
 
@@ -117,6 +116,10 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 	wait_ms = atomic_load(&c->max_wait_ms);
 	if (!may_wait || wait_ms == 0 || !atomic_load(&c->enforce))
 		return TALLY_FULL;
+	/* op_pid names the waiter, for seg_resolve if it dies waiting. */
+	if (atomic_load(&sl->mark) & MARK_WAITING)
+		return TALLY_FULL;
+	atomic_store(&sl->op_pid, s->my_pid);
 	if (!slot_mark_change(sl, gen, 0, MARK_WAITING, 0, MARK_WAITING))
 		return TALLY_FULL;
 	w = atomic_load(&c->waiting);
@@ -248,8 +251,9 @@ alloc_slot(struct seg *s, int rec, uint64_t ino)
 		    SLOT_BUSY(SLOT_INIT, s->my_pid)))
 			continue;
 		atomic_store(&sl->op_pid, s->my_pid);
+		/* A new generation keeps the sequence (tally.c's stamps). */
 		m = atomic_load(&sl->mark);
-		atomic_store(&sl->mark, MARK_OF_GEN(MARK_GEN(m) + 1));
+		atomic_store(&sl->mark, MARK_OF_GEN(MARK_GEN(m) + 1) | ((m + MARK_SEQ_ONE) & MARK_SEQ));
 		atomic_store(&sl->comp, SLOT_NO_COMP);
 		atomic_store(&sl->cls, SLOT_NO_CLASS);
 		atomic_store(&sl->connect_us, 0);
@@ -278,8 +282,12 @@ seg_pending_slot(struct seg *s, uint64_t ino)
 bool
 seg_slot_admitted(const struct seg *s, uint32_t slot)
 {
-	return slot < s->h->nslots &&
-	    (atomic_load(&s->slots[slot].mark) & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) != 0;
+	uint32_t gen;
+
+	if (slot >= s->h->nslots)
+		return false;
+	gen = MARK_GEN(atomic_load(&s->slots[slot].mark));
+	return tally_held(s, slot, gen, P_CONN) || tally_held(s, slot, gen, P_OVER);
 }
 
 bool
@@ -378,7 +386,8 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
 	/* The pool's peak is noted when it lends (a sum over compartments). */
-	if (atomic_load_explicit(&sl->mark, memory_order_relaxed) & MARK_HELD(P_LENT))
+	if (atomic_load_explicit(&c->pool, memory_order_relaxed) != 0 &&
+	    tally_held(s, slot, gen, P_LENT))
 		pool_note_peak(s, c);
 	if (k != NULL) {
 		raise_peak(&k->peak, atomic_load(&k->in_use));
@@ -430,32 +439,6 @@ seg_acquire_pending(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, b
 	return admit_slot(s, slot, comp, cls, may_wait, why);
 }
 
-/*
- * Before a slot is given back: an operation still under way on it is
- * waited for a little (it is a few instructions long unless its thread
- * stalls), then finished as if its thread were dead.
- */
-static void
-settle(struct seg *s, uint32_t slot)
-{
-	struct seg_slot *sl = &s->slots[slot];
-	struct timespec nap = { 0, 1000000 };
-	uint64_t deadline = 0;
-
-	while (atomic_load(&sl->mark) & MARK_PENDING) {
-		pid_t op = atomic_load(&sl->op_pid);
-
-		if (op != s->my_pid && !seg_pid_alive(op, 0))
-			break;
-		if (deadline == 0)
-			deadline = now_mono_ms() + SETTLE_MS;
-		else if (now_mono_ms() >= deadline)
-			break;
-		nanosleep(&nap, NULL);
-	}
-	seg_resolve(s, slot, 0);
-}
-
 /* A connection of an adaptive compartment without max_inflight ended: its
  * lifetime is the request's latency. */
 static void
@@ -475,30 +458,20 @@ static void
 release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint32_t gen;
-	uint64_t m;
+	uint64_t m = atomic_load(&sl->mark), had;
+	uint32_t gen = MARK_GEN(m);
 
-	atomic_store(&sl->op_pid, s->my_pid);
-	if (atomic_load(&sl->mark) & MARK_PENDING)
-		settle(s, slot);
-	m = atomic_load(&sl->mark);
-	gen = MARK_GEN(m);
 	/* A permit within a guarantee goes: one lent to the same
 	 * compartment (class) moves onto it, and the shared part has it
 	 * back at once. Before this slot's own permit goes, so that a
 	 * borrower arriving later finds the place free instead (share.c). */
 	if (m & (MARK_GUARANTEED(SHARE_POOL) | MARK_GUARANTEED(SHARE_CLASS)))
 		share_released(s, slot, m);
-	/* Last kind first: a pool's permit goes back before the
-	 * compartment's, so that a compartment never counts fewer permits
-	 * than its guarantee holds (which would refuse it below it). */
-	for (uint64_t held = m & (MARK_HELD(P_KINDS) - 1); held != 0; ) {
-		int p = 63 - __builtin_clzll(held);
-
-		held &= ~MARK_HELD(p);
-		tally_give(s, slot, gen, p);
-	}
-	if (m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) {
+	/* Every kind held goes back (last kind first), then the slot is
+	 * marked released, so that a take landing after this undoes itself
+	 * (tally.c). */
+	had = tally_release(s, slot, gen);
+	if (had & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
 
 		if (c != NULL && reclaimed)
@@ -595,24 +568,26 @@ seg_connect_done(struct seg *s, uint32_t slot)
 
 /* ---- requests in flight ---- */
 
-#define INFLIGHT_ANY	(MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER) | \
-			 MARK_TAKING(P_INFLIGHT) | MARK_TAKING(P_INFLIGHT_OVER))
-
 int
 seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
     enum bs_reason *why)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	enum bs_reason reason = REASON_MAX;
-	uint32_t gen, seen;
+	uint32_t gen = MARK_GEN(m), seen;
 	int r;
 
-	/* The common case of a request already on its way: one load. */
-	if (m & INFLIGHT_ANY)
+	if (c == NULL)
 		return 0;
-	if (c == NULL || !(m & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))))
+	/* A request already on its way makes the take below busy; one let
+	 * through by observe mode is looked for only if there is one. */
+	if (atomic_load_explicit(&c->inflight_over, memory_order_relaxed) != 0 &&
+	    tally_held_at(s, slot, gen, P_INFLIGHT_OVER, &c->inflight_over))
 		return 0;
-	gen = MARK_GEN(m);
+	/* Only an admitted socket's requests are counted. */
+	if (!tally_held_at(s, slot, gen, P_CONN, &c->in_use) &&
+	    !tally_held_at(s, slot, gen, P_OVER, &c->over))
+		return 0;
 	ad_tick(s, c, P_INFLIGHT);	/* a stalled backend, seen without replies */
 	/* One attempt first; the waits and reclaims of take_wait only when
 	 * full. */
@@ -628,7 +603,8 @@ seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, 
 			return -EBUSY;
 		}
 		atomic_fetch_add(seg_reason_count(c, reason, true), 1);
-		if (tally_take(s, slot, gen, P_INFLIGHT_OVER, INFLIGHT_ANY, &seen) != TALLY_TAKEN)
+		if (tally_take(s, slot, gen, P_INFLIGHT_OVER, MARK_HELD(P_INFLIGHT), &seen) !=
+		    TALLY_TAKEN)
 			return 0;
 	} else {
 		raise_peak(&c->inflight_peak, atomic_load(&c->inflight));
@@ -657,12 +633,13 @@ seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bo
 	uint64_t t, sent;
 	uint32_t gen;
 
-	if (!(m & (MARK_HELD(P_INFLIGHT) | MARK_HELD(P_INFLIGHT_OVER))))
+	if (c == NULL)
 		return;
 	gen = MARK_GEN(m);
 	t = atomic_load(&sl->sent_us);
-	if (!(c != NULL ? tally_give_inflight(s, slot, gen, c) : tally_give(s, slot, gen, P_INFLIGHT)) &&
-	    !tally_give(s, slot, gen, P_INFLIGHT_OVER))
+	if (!tally_give_inflight(s, slot, gen, c) &&
+	    (atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0 ||
+	    !tally_give(s, slot, gen, P_INFLIGHT_OVER)))
 		return;
 	/* Cleared unless a new request began meanwhile: a sampled reply
 	 * (io.c) must not find this one's start. */

@@ -409,8 +409,11 @@ empty_record(struct seg *s, uint32_t rec, bool dead_proc, bool reclaimed)
 			seg_drop_hold(s, (int)rec, slot, reclaimed);
 		}
 	}
-	if (dead_proc)
+	if (dead_proc) {
 		release_orphans(s, dead);
+		/* A take it made on a socket released meanwhile (tally.c). */
+		tally_sweep(s);
+	}
 	atomic_store(&s->procs[rec].pid, 0);
 	atomic_store(&s->procs[rec].start, 0);
 	atomic_store(&s->procs[rec].owner, 0);
@@ -846,6 +849,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 				seg_resolve(s, i, me);
 		}
 		release_orphans(s, me);
+		tally_sweep(s);
 		settle_holds(s, (uint32_t)rec);
 		atomic_store(&s->rec, rec);
 	} else if (!any_slot_used(s))

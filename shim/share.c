@@ -86,7 +86,8 @@ move(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
 	 * the guarantee unmarked, which hands nothing over later. */
 	if (!tally_give(s, i, gen, lent_kind[l]))
 		return false;
-	slot_mark_change(&s->slots[i], gen, MARK_HELD(own_kind[l]), 0, 0, MARK_GUARANTEED(l));
+	if (tally_held(s, i, gen, own_kind[l]))
+		slot_mark_change(&s->slots[i], gen, 0, MARK_RELEASED, 0, MARK_GUARANTEED(l));
 	return true;
 }
 
@@ -102,7 +103,6 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 	struct seg_comp *c = seg_comp(s, comp);
 	_Atomic uint32_t *lent;
 	uint32_t n = s->h->nslots, start;
-	uint64_t held = MARK_HELD(lent_kind[l]), busy = held | MARK_GIVING(lent_kind[l]);
 
 	if (c == NULL || (lent = shared_tally(s, c, l)) == NULL)
 		return false;
@@ -115,10 +115,12 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 		/* Nobody borrows: nothing to move. */
 		if (atomic_load_explicit(lent, memory_order_relaxed) == 0)
 			return false;
-		m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
-		if ((m & busy) != held || atomic_load_explicit(&sl->comp, memory_order_relaxed) != comp)
+		if (atomic_load_explicit(&sl->comp, memory_order_relaxed) != comp)
 			continue;
 		if (l == SHARE_CLASS && atomic_load_explicit(&sl->cls, memory_order_relaxed) != cls)
+			continue;
+		m = atomic_load(&sl->mark);
+		if (!tally_held_at(s, i, MARK_GEN(m), lent_kind[l], lent))
 			continue;
 		if (move(s, i, MARK_GEN(m), l))
 			return true;
@@ -158,34 +160,21 @@ static bool
 unmove(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
 {
 	struct seg_slot *sl = &s->slots[i];
-	int p = lent_kind[l];
-	_Atomic uint32_t *count = tally_of(s, sl, p, NULL);
-	uint32_t seen;
 
-	if (count == NULL || !slot_mark_change(sl, gen, MARK_GUARANTEED(l) | MARK_HELD(own_kind[l]),
-	    0, MARK_GUARANTEED(l), 0))
+	if (tally_of(s, sl, lent_kind[l], NULL) == NULL || !tally_held(s, i, gen, own_kind[l]) ||
+	    !slot_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
 		return false;
-	atomic_store(&sl->op_pid, s->my_pid);
-	if (!slot_mark_change(sl, gen, 0, MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
-	    MARK_WITHDRAWN(p), MARK_TAKING(p)))
-		return false;
-	if (!tally_add(s, count, NULL, p, i, gen, &seen)) {
-		slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
-		return false;
-	}
-	return tally_taken(s, i, gen, p, count) == TALLY_TAKEN;
+	return tally_take_past(s, i, gen, lent_kind[l]) == TALLY_TAKEN;
 }
 
 static void
 unmove_some(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
 {
-	uint64_t want = MARK_GUARANTEED(l) | MARK_HELD(own_kind[l]);
-
 	for (uint32_t i = 0; i < s->h->nslots && n > 0; i++) {
 		struct seg_slot *sl = &s->slots[i];
 		uint64_t m = atomic_load(&sl->mark);
 
-		if ((m & want) != want || atomic_load(&sl->comp) != comp ||
+		if (!(m & MARK_GUARANTEED(l)) || atomic_load(&sl->comp) != comp ||
 		    (l == SHARE_CLASS && atomic_load(&sl->cls) != cls))
 			continue;
 		if (unmove(s, i, MARK_GEN(m), l))

@@ -325,7 +325,7 @@ int cfg_parse_adaptive(struct cfg_ctx *c, const struct config_setting_t *s,
 /* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	4
+#define SEG_VERSION	5
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
 /* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
@@ -559,11 +559,12 @@ seg_conn_limit(const struct seg_comp *c)
 
 /*
  * The permits a slot can stand for, each counted in one tally of its
- * compartment. A slot's `mark` word holds its generation in the high 32
- * bits (bumped each time the slot is taken) and, for each kind P, three
- * flags: MARK_HELD(P) the slot is counted in the tally, MARK_TAKING(P) a
- * thread is adding it, MARK_GIVING(P) a thread is taking it out. tally.c
- * explains how a thread killed half-way is finished by someone else.
+ * compartment. A slot's `mark` word holds its generation in the high bits
+ * (bumped each time the slot is taken), for each kind P a flag
+ * MARK_HELD(P), a wide sequence and a few flags. Layout 5: MARK_HELD(P)
+ * is only what the last change of P's tally away from this slot said (see
+ * tally.c): whether the slot holds P is tally_held, which reads the
+ * tally's tag first. MARK_RELEASED: the release gave everything back.
  */
 /* P_CLENT: one of the compartment's unguaranteed part, lent to a class
  * beyond its guarantee; P_LENT: one of a pool's shared part, lent to a
@@ -572,17 +573,15 @@ seg_conn_limit(const struct seg_comp *c)
 enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_CLENT, P_LENT,
 	P_KINDS };
 #define MARK_HELD(p)	(1ULL << (p))
-#define MARK_TAKING(p)	(1ULL << (7 + (p)))
-#define MARK_GIVING(p)	(1ULL << (14 + (p)))
-#define MARK_WAITING	(1ULL << 21)	/* counted in its compartment's `waiting` */
-#define MARK_PENDING	(0x7fffULL << 7)	/* every TAKING, GIVING and WAITING flag */
-/* Set by whoever withdraws a TAKING whose thread looked dead: the taker, if
- * alive after all, gives back what it added. */
-#define MARK_WITHDRAWN(p)	(1ULL << (22 + (p)))
-/* Bumped by every announcement, so that a compare-and-swap prepared
- * before one (by a helper that was preempted) fails. */
-#define MARK_SEQ	(0x7ffULL << 29)
-#define MARK_SEQ_ONE	(1ULL << 29)
+#define MARK_HELD_ALL	(MARK_HELD(P_KINDS) - 1)
+#define MARK_RELEASED	(1ULL << 7)	/* released: holds nothing, takes nothing */
+#define MARK_WAITING	(1ULL << 8)	/* counted in its compartment's `waiting` */
+/* Moved on by every reflection of a tally into the mark (tally.c), so that
+ * a compare-and-swap prepared before one fails; 31 bits, it never wraps
+ * while a thread is preempted. */
+#define MARK_SEQ	(0x7fffffffULL << 9)
+#define MARK_SEQ_ONE	(1ULL << 9)
+#define MARK_SEQ_OF(m)	((uint32_t)(((m) & MARK_SEQ) >> 9))
 /* The slot's generation, 22 bits, above the sequence. */
 #define MARK_GEN_SHIFT	40
 #define MARK_GEN_MASK	0x3fffffu
@@ -603,7 +602,7 @@ struct seg_slot {
 	_Atomic uint32_t holders;
 	_Atomic uint32_t holders_tag;
 	_Atomic uint32_t cls;		/* class permit held, or SLOT_NO_CLASS */
-	_Atomic int32_t op_pid;		/* process of the last operation on mark */
+	_Atomic int32_t op_pid;		/* process that set up the slot or waits on it */
 	_Atomic uint64_t inode;		/* st_ino of the socket, unique host-wide */
 	_Atomic uint64_t mark;		/* generation << 40 | sequence | permit flags */
 	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
@@ -648,6 +647,7 @@ struct seg {
 	size_t ncmap;
 	_Atomic int rec;		/* this process's record, or -1 */
 	_Atomic uint32_t hint;		/* where the next slot search starts */
+	uint32_t tag_ib;		/* bits of a slot index + 1 in a tally tag (tally.c) */
 	uint64_t my_start;
 	pid_t my_pid;			/* getpid(), updated by seg_fork_child */
 	uint64_t ino;			/* the segment object's inode */
@@ -864,30 +864,41 @@ seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
 _Atomic uint32_t *tally_of(const struct seg *s, const struct seg_slot *sl, int p,
     _Atomic uint32_t **limit);
 /* Changes sl's mark while it is of generation gen, has every flag of need
- * and none of deny: clears clr, sets set. False if it cannot. */
+ * and none of deny: clears clr, sets set. False if it cannot. (Not for
+ * MARK_HELD: tally.c alone writes those.) */
 bool slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny,
     uint64_t clr, uint64_t set);
-/* Adds one to count (below *limit, if limit is not NULL), tagged with slot,
- * after helping the change its tag names; *seen is the count last read.
- * True if added. */
-bool tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
-    uint32_t slot, uint32_t gen, uint32_t *seen);
-/* Takes one from count (never below 0), tagged with slot. */
-void tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen);
-/* One attempt to take permit kind p for slot (of generation gen): announce,
- * count, record. TALLY_TAKEN, TALLY_FULL (*seen: the count at the limit) or
- * TALLY_BUSY (the slot has or is getting one, of kind p or of `deny`). */
+/* One attempt to take permit kind p for slot (of generation gen): one
+ * tagged compare-and-swap of its tally. TALLY_TAKEN, TALLY_FULL (*seen: the
+ * count at the limit) or TALLY_BUSY (the slot holds one, or a kind of
+ * `deny`, a MARK_HELD mask, or it is released). */
 int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen);
+/* tally_take past the limit (a guarantee lowered live, share.c). */
+int tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* tally_take and tally_give of P_INFLIGHT for a slot of compartment c,
  * which the caller read after the slot's mark (so a slot reused meanwhile
  * fails on its generation). */
 int tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
     uint32_t *seen);
 bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
-/* The end of a take whose count went up (tally_take's step 3). */
-int tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
+/* Whether slot (of generation gen) holds permit kind p: its tally's tag
+ * if that names the slot, else the slot's mark. */
+bool tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p);
+/* tally_held for the tally count, which the caller knows is p's of slot. */
+bool tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p,
+    _Atomic uint32_t *count);
+/* The MARK_HELD flags of every kind slot holds (gen: its generation). */
+uint64_t tally_held_all(const struct seg *s, uint32_t slot, uint32_t gen);
+/* The release of slot (claimed SLOT_RELEASING by the caller): gives back
+ * every permit it holds and marks it MARK_RELEASED. Returns what it held
+ * (MARK_HELD flags). */
+uint64_t tally_release(struct seg *s, uint32_t slot, uint32_t gen);
+/* Undoes every take of a released slot still counted (its taker died
+ * before it could see the release): run when a process is found dead or
+ * has exec'd. */
+void tally_sweep(struct seg *s);
 
 /* Internal to segment.c, procs.c and permit.c. */
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
@@ -955,11 +966,12 @@ static inline int
 share_mark(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 {
 	_Atomic uint64_t *mark = &s->slots[slot].mark;
-	uint64_t own = l == SHARE_POOL ? MARK_HELD(P_CONN) : MARK_HELD(P_CLASS);
 	uint64_t m = atomic_load_explicit(mark, memory_order_relaxed);
 
+	/* The caller has just taken the level's own permit: the slot holds
+	 * it unless it was released meanwhile. */
 	do {
-		if (MARK_GEN(m) != gen || !(m & own))
+		if (MARK_GEN(m) != gen || (m & MARK_RELEASED))
 			return TALLY_BUSY;
 	} while (!atomic_compare_exchange_weak(mark, &m, m | MARK_GUARANTEED(l)));
 	return TALLY_TAKEN;

@@ -14,33 +14,56 @@
  * instruction. So every counter that stands for permits held by slots is a
  * tally: the 32-bit count and, in the word after it, a tag naming the last
  * slot operation that changed it (slot index + 1, whether it added or took
- * away, and 10 bits of the slot's generation). One 64-bit compare-and-swap
- * changes both. An operation on slot S and permit kind P goes:
+ * away, 4 bits of the slot's generation and a stamp). One 64-bit
+ * compare-and-swap changes both: that one step is the whole of a take or a
+ * give. The tag is the announcement.
  *
- *   1. announce: set MARK_TAKING(P) (or MARK_GIVING(P)) in S's mark;
- *   2. change the tally, tagging it with S;
- *   3. turn the announcement into its result (MARK_HELD(P) set or cleared).
+ * Whether slot S holds permit kind P (tally_held) is read from P's tally
+ * first: while its tag names S, the tag says (a take: held). Otherwise S's
+ * mark says (MARK_HELD(P)). The mark is kept right by whoever moves the
+ * tally away from a tag naming another slot X: before its compare-and-swap
+ * it "reflects" the tag into X's mark (MARK_HELD(P) set for a take,
+ * cleared for a give), always writing and moving the mark's sequence on.
+ * A slot changing a tally whose tag names itself writes no mark: the tag
+ * overrides the mark until someone else moves it, and that someone
+ * reflects it first. A thread killed right after its compare-and-swap has
+ * done its whole operation; the next changer of the tally writes it down.
  *
- * Whoever changes a tally first finishes the operation its current tag
- * names, if that operation's announcement is still up ("helping"). So
- * when an announcement outlives any later change of its tally, step 2 never
- * happened. A thread that finds an operation whose process is dead helps
- * it once: if the announcement is still up, a TAKING is withdrawn (the count
- * never moved) and a GIVING is carried out on the dead thread's behalf.
- * Nothing is ever counted twice or lost, and nobody waits for the dead.
+ * A stale reflection (a thread that read X's mark and checked the tally,
+ * then was preempted) can only succeed its compare-and-swap of the mark if
+ * nothing wrote the mark since; any later move of the tally away from X
+ * wrote it first, so the stale write fails. This needs the tally's value
+ * never to come back to one it had while such a thread waits (ABA): the
+ * stamp makes each of X's operations on a tally a different value. An
+ * operation of X on its own tag counts the previous stamp up; one on a
+ * foreign tag starts from X's mark sequence, which every reflection of X
+ * (every foreign move away from X) has moved on since X's last operation.
+ *
+ * A release (tally_release) gives back every kind the slot holds, then
+ * marks it MARK_RELEASED with one compare-and-swap that fails if anything
+ * was reflected into the mark meanwhile. A take checks the mark before
+ * its compare-and-swap and again after it: a take that lands after the
+ * release (another thread's close of the same socket) sees MARK_RELEASED
+ * and undoes itself. Killed before it could look, it is undone by the
+ * next changer of the tally, whose reflection finds X released (or of
+ * another generation, or no longer counted in this tally), or by the sweep
+ * that runs when its process is found dead or has exec'd (tally_sweep).
+ * Every taker reflects before comparing the count with the limit, so
+ * such a take never makes anyone else refused.
  */
 
-#define TAG_GIVE	(1u << 21)
-#define TAG_INDEX(t)	((t) & 0x1fffffu)
-#define TAG_GEN(t)	((t) >> 22)
-#define GEN_BITS(g)	((g) & 0x3ffu)
+/* A tag: bits 0..ib-1 slot index + 1 (0: none), bit ib the give flag,
+ * then TAG_GEN_BITS of the slot's generation, then the stamp, where ib is
+ * the bits of the segment's slot count (seg->tag_ib). */
+#define TAG_GEN_BITS	4
+#define TAG_GEN_MASK	((1u << TAG_GEN_BITS) - 1)
 
 _Static_assert(offsetof(struct seg_comp, in_use) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
-_Static_assert(BS_MAX_SOCKETS < TAG_GIVE, "slot index fits a tag");
+_Static_assert(BS_MAX_SOCKETS <= (1u << 20), "a tag has room for a stamp of 6 bits");
 _Static_assert(P_KINDS <= 7, "mark flags fit");
 _Static_assert(offsetof(struct seg_comp, cls_lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
@@ -57,14 +80,6 @@ tally(_Atomic uint32_t *count)
 {
 	/* The count and its tag word are 8-byte aligned neighbours. */
 	return (_Atomic uint64_t *)(uintptr_t)count;
-}
-
-static uint64_t
-tagged(uint32_t slot, uint32_t gen, bool give, uint32_t count)
-{
-	uint32_t tag = GEN_BITS(gen) << 22 | (give ? TAG_GIVE : 0) | (slot + 1);
-
-	return (uint64_t)tag << 32 | count;
 }
 
 /*
@@ -131,74 +146,17 @@ tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t
 
 /* Changes slot's mark while it is of generation gen, has every flag of
  * `need` and none of `deny`: clears `clr`, sets `set`. False if it cannot. */
-static inline __attribute__((always_inline)) bool
-mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
-    uint64_t set)
-{
-	uint64_t m = atomic_load(&sl->mark), n;
-
-	do {
-		if (MARK_GEN(m) != gen || (m & need) != need || (m & deny) != 0)
-			return false;
-		n = (m & ~clr) | set;
-		/* An announcement moves the sequence on (see MARK_SEQ). */
-		if (set & (MARK_PENDING & ~MARK_WAITING))
-			n = (n & ~MARK_SEQ) | (((n & MARK_SEQ) + MARK_SEQ_ONE) & MARK_SEQ);
-	} while (!atomic_compare_exchange_weak(&sl->mark, &m, n));
-	return true;
-}
-
 bool
 slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
     uint64_t set)
 {
-	return mark_change(sl, gen, need, deny, clr, set);
-}
+	uint64_t m = atomic_load(&sl->mark);
 
-/*
- * Finishes the operation that tally value w names, if its announcement is
- * still up and the tally still reads w (so the change it made is the last
- * one: see the top of this file). Anyone about to change the tally from w
- * calls this first.
- */
-static inline __attribute__((always_inline)) void
-help(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
-{
-	uint32_t tag = (uint32_t)(w >> 32), i = TAG_INDEX(tag);
-	bool give = (tag & TAG_GIVE) != 0;
-	struct seg_slot *sl;
-	uint64_t m, pend = give ? MARK_GIVING(p) : MARK_TAKING(p);
-
-	if (i == 0 || i > s->h->nslots)
-		return;
-	sl = &s->slots[i - 1];
-	m = atomic_load(&sl->mark);
-	for (;;) {
-		uint64_t n = give ? m & ~(pend | MARK_HELD(p)) : (m & ~pend) | MARK_HELD(p);
-
-		if (GEN_BITS(MARK_GEN(m)) != TAG_GEN(tag) || !(m & pend))
-			return;
-		if (atomic_load(t) != w)
-			return;
-		if (atomic_compare_exchange_weak(&sl->mark, &m, n))
-			return;
-	}
-}
-
-/*
- * Whether tally value w names an operation of slot itself. Such an
- * operation needs no help from the slot's own next one: a take or give
- * announces itself only when the slot has no other operation of the kind
- * under way (the announcement denies TAKING and GIVING, and a take denies
- * HELD), so the operation w names has already taken its announcement down.
- * Helping it anyway could only find our own announcement, of the same
- * 10-bit generation, and finish it early. So a slot changing a count it
- * changed last (one socket at a time, the common case) skips the look.
- */
-static inline __attribute__((always_inline)) bool
-own_tag(uint64_t w, uint32_t slot)
-{
-	return TAG_INDEX((uint32_t)(w >> 32)) == slot + 1;
+	do {
+		if (MARK_GEN(m) != gen || (m & need) != need || (m & deny) != 0)
+			return false;
+	} while (!atomic_compare_exchange_weak(&sl->mark, &m, (m & ~clr) | set));
+	return true;
 }
 
 /* The limit a take of kind p is held to: *limit, or lower, the fleet share
@@ -222,111 +180,204 @@ limit_now(_Atomic uint32_t *limit, int p)
 	return v;
 }
 
-/* Adds one to the tally if below *limit (or if limit is NULL), tagged with
- * slot; helps the last operation first. Returns true if added; *seen is the
- * count last read, for a futex wait. */
+/* The tag bits that name slot (of generation gen): index and generation. */
+static inline __attribute__((always_inline)) uint32_t
+tag_who(uint32_t ib, uint32_t slot, uint32_t gen)
+{
+	return (slot + 1) | (gen & TAG_GEN_MASK) << (ib + 1);
+}
+
 static inline __attribute__((always_inline)) bool
-add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
-    uint32_t slot, uint32_t gen, uint32_t *seen)
+tag_names(uint32_t ib, uint32_t tag, uint32_t who)
 {
-	_Atomic uint64_t *t = tally(count);
-	uint64_t w = atomic_load(t);
-
-	for (;;) {
-		uint32_t cur = (uint32_t)w;
-
-		if (!own_tag(w, slot))
-			help(s, t, w, p);
-		*seen = cur;
-		if (limit != NULL ? cur >= limit_now(limit, p) : cur == UINT32_MAX)
-			return false;
-		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, false, cur + 1)))
-			return true;
-	}
+	return (tag & (((1u << ib) - 1) | TAG_GEN_MASK << (ib + 1))) == who;
 }
 
-bool
-tally_add(const struct seg *s, _Atomic uint32_t *count, _Atomic uint32_t *limit, int p,
-    uint32_t slot, uint32_t gen, uint32_t *seen)
+static inline __attribute__((always_inline)) bool
+tag_give(uint32_t ib, uint32_t tag)
 {
-	return add(s, count, limit, p, slot, gen, seen);
+	return (tag >> ib & 1) != 0;
 }
 
-/* Takes one from the tally (never below 0), tagged with slot; helps first. */
+/* The stamp of an operation on a tally whose tag names the slot already
+ * (own: the last stamp counted up) or another slot (from the slot's mark
+ * sequence, in the upper half of the stamp). */
+static inline __attribute__((always_inline)) uint32_t
+stamp_own(uint32_t ib, uint32_t tag)
+{
+	uint32_t sh = ib + 1 + TAG_GEN_BITS;
+
+	return ((tag >> sh) + 1) << sh;
+}
+
+static inline __attribute__((always_inline)) uint32_t
+stamp_new(uint32_t ib, uint64_t m)
+{
+	uint32_t sh = ib + 1 + TAG_GEN_BITS;
+
+	return MARK_SEQ_OF(m) << (sh + (32 - sh) / 2);
+}
+
+static inline __attribute__((always_inline)) uint64_t
+seq_next(uint64_t m)
+{
+	return (m & ~MARK_SEQ) | ((m + MARK_SEQ_ONE) & MARK_SEQ);
+}
+
+/* Tally value w names an operation of slot sl whose socket is gone: sl
+ * released, of another generation, or no longer counted in tally t for
+ * kind p (m: sl's mark, read before). */
+static inline __attribute__((always_inline)) bool
+gone(const struct seg *s, uint32_t ib, const struct seg_slot *sl, uint64_t m, uint32_t tag,
+    int p, _Atomic uint64_t *t)
+{
+	return ((MARK_GEN(m) ^ tag >> (ib + 1)) & TAG_GEN_MASK) != 0 ||
+	    (m & MARK_RELEASED) != 0 || tally(count_of(s, sl, p, NULL)) != t;
+}
+
+/* Takes back the take that tally value w stands for, if the tally still
+ * reads w (else whoever moved it did). */
+static void
+undo(_Atomic uint64_t *t, uint64_t w)
+{
+	uint32_t cur = (uint32_t)w;
+
+	if (atomic_compare_exchange_strong(t, &w, cur > 0 ? cur - 1 : 0))
+		futex_wake((_Atomic uint32_t *)(uintptr_t)t);
+}
+
+/*
+ * Writes the operation that tally value w names (of a slot other than the
+ * caller's) into that slot's mark, or undoes it if it is a take of a slot
+ * whose socket is gone. Anyone about to move the tally away from w calls
+ * this first. Always writes (the sequence moves on) while the tally reads
+ * w: see the top of this file.
+ */
 static inline __attribute__((always_inline)) void
-sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
+reflect(const struct seg *s, uint32_t ib, _Atomic uint64_t *t, uint64_t w, int p)
 {
-	_Atomic uint64_t *t = tally(count);
-	uint64_t w = atomic_load(t);
+	uint32_t tag = (uint32_t)(w >> 32), i = tag & ((1u << ib) - 1);
+	uint64_t held = tag_give(ib, tag) ? 0 : MARK_HELD(p), m;
+	struct seg_slot *sl;
 
+	if (i == 0 || i > s->h->nslots)
+		return;
+	sl = &s->slots[i - 1];
+	m = atomic_load(&sl->mark);
 	for (;;) {
-		uint32_t cur = (uint32_t)w;
-
-		if (!own_tag(w, slot))
-			help(s, t, w, p);
-		if (atomic_compare_exchange_weak(t, &w, tagged(slot, gen, true, cur > 0 ? cur - 1 : 0)))
+		if (gone(s, ib, sl, m, tag, p, t)) {
+			if (held)
+				undo(t, w);
+			return;
+		}
+		if (atomic_load(t) != w)
+			return;
+		if (atomic_compare_exchange_weak(&sl->mark, &m,
+		    seq_next((m & ~MARK_HELD(p)) | held)))
 			return;
 	}
 }
 
-void
-tally_sub(const struct seg *s, _Atomic uint32_t *count, int p, uint32_t slot, uint32_t gen)
+/* Whether slot (generation gen) holds kind p counted in count. */
+static inline __attribute__((always_inline)) bool
+held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
 {
-	sub(s, count, p, slot, gen);
+	uint32_t ib = s->tag_ib, tag;
+	uint64_t w, m;
+
+	if (count == NULL)
+		return false;
+	w = atomic_load(tally(count));
+	tag = (uint32_t)(w >> 32);
+	if (tag_names(ib, tag, tag_who(ib, slot, gen)))
+		return !tag_give(ib, tag);
+	m = atomic_load(&s->slots[slot].mark);
+	return MARK_GEN(m) == gen && !(m & MARK_RELEASED) && (m & MARK_HELD(p));
 }
 
-/* Step 3 of a take whose count went up: the announcement becomes
- * MARK_HELD(p), unless a helper did it, or it was withdrawn meanwhile. */
-static inline __attribute__((always_inline)) int
-taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
+bool
+tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p)
 {
-	struct seg_slot *sl = &s->slots[slot];
-	uint64_t m;
+	if (slot >= s->h->nslots)
+		return false;
+	return held_at(s, slot, gen, p, count_of(s, &s->slots[slot], p, NULL));
+}
 
-	m = atomic_load(&sl->mark);
-	for (;;) {
-		if (MARK_GEN(m) != gen)
-			return TALLY_BUSY;	/* freed under us, after a long stall */
-		if (m & MARK_WITHDRAWN(p)) {
-			/* Taken for dead and withdrawn: give back what we added. */
-			slot_mark_change(sl, gen, 0, 0, MARK_WITHDRAWN(p), 0);
-			tally_sub(s, count, p, slot, gen);
-			return TALLY_BUSY;
-		}
-		if (!(m & MARK_TAKING(p)))
-			return TALLY_TAKEN;	/* a helper finished it for us */
-		if (atomic_compare_exchange_weak(&sl->mark, &m,
-		    (m & ~MARK_TAKING(p)) | MARK_HELD(p)))
-			return TALLY_TAKEN;
+bool
+tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
+{
+	return held_at(s, slot, gen, p, count);
+}
+
+uint64_t
+tally_held_all(const struct seg *s, uint32_t slot, uint32_t gen)
+{
+	uint64_t held = 0;
+
+	for (int p = 0; p < P_KINDS; p++) {
+		if (tally_held(s, slot, gen, p))
+			held |= MARK_HELD(p);
 	}
+	return held;
 }
 
 /*
  * One attempt to take permit kind p for slot (of generation gen), counted in
- * count under *limit (NULL: none; NULL count: nothing to take). TALLY_TAKEN,
- * TALLY_FULL (*seen: the count that was at the limit), or TALLY_BUSY: the
- * slot already has, or is getting, a permit of that kind (or of the kinds in
- * `deny`).
+ * count under *limit (NULL: none, or `past`: ignored; NULL count: nothing to
+ * take). TALLY_TAKEN, TALLY_FULL (*seen: the count that was at the limit), or
+ * TALLY_BUSY: the slot already holds a permit of that kind, or is released.
  */
 static inline __attribute__((always_inline)) int
-take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny,
-    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
+take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count,
+    _Atomic uint32_t *limit, uint32_t *seen)
 {
 	struct seg_slot *sl = &s->slots[slot];
+	uint32_t ib = s->tag_ib, who = tag_who(ib, slot, gen), tag, stamp, cur;
+	_Atomic uint64_t *t;
+	uint64_t w, m, nw;
 
 	*seen = 0;
 	if (count == NULL)
 		return TALLY_BUSY;
-	atomic_store(&sl->op_pid, s->my_pid);
-	/* A leftover MARK_WITHDRAWN(p) is of a dead thread's attempt. */
-	if (!mark_change(sl, gen, 0, deny | MARK_HELD(p) | MARK_TAKING(p) | MARK_GIVING(p),
-	    MARK_WITHDRAWN(p), MARK_TAKING(p)))
-		return TALLY_BUSY;
-	if (!add(s, count, limit, p, slot, gen, seen)) {
-		mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), 0);
-		return TALLY_FULL;
+	t = tally(count);
+	w = atomic_load(t);
+	for (;;) {
+		tag = (uint32_t)(w >> 32);
+		if (tag_names(ib, tag, who)) {
+			/* Our own last operation: held if it was a take. */
+			if (!tag_give(ib, tag))
+				return TALLY_BUSY;
+			m = atomic_load(&sl->mark);
+			if (MARK_GEN(m) != gen || (m & MARK_RELEASED))
+				return TALLY_BUSY;
+			stamp = stamp_own(ib, tag);
+		} else {
+			/* Our mark is right while the tag names someone
+			 * else; theirs is written down before we move it. */
+			m = atomic_load(&sl->mark);
+			if (MARK_GEN(m) != gen || (m & (MARK_RELEASED | MARK_HELD(p))))
+				return TALLY_BUSY;
+			if (tag != 0)
+				reflect(s, ib, t, w, p);
+			stamp = stamp_new(ib, m);
+		}
+		cur = (uint32_t)w;
+		*seen = cur;
+		if (limit != NULL ? cur >= limit_now(limit, p) : cur == UINT32_MAX)
+			return TALLY_FULL;
+		nw = (uint64_t)(who | stamp) << 32 | (cur + 1);
+		if (atomic_compare_exchange_weak(t, &w, nw))
+			break;
 	}
-	return taken(s, slot, gen, p, count);
+	/* Released meanwhile (a close of the same socket in another thread,
+	 * or a stall long enough to be taken for dead): the release may have
+	 * looked before we counted, so we undo it ourselves. */
+	m = atomic_load(&sl->mark);
+	if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
+		undo(t, nw);
+		return TALLY_BUSY;
+	}
+	return TALLY_TAKEN;
 }
 
 static inline __attribute__((always_inline)) int
@@ -334,13 +385,11 @@ take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t 
 {
 	_Atomic uint32_t *limit, *count = count_of(s, &s->slots[slot], p, &limit);
 
-	return take_at(s, slot, gen, p, deny, count, limit, seen);
-}
-
-int
-tally_taken(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
-{
-	return taken(s, slot, gen, p, count);
+	for (uint64_t d = deny; d != 0; d &= d - 1) {
+		if (tally_held(s, slot, gen, __builtin_ctzll(d)))
+			return TALLY_BUSY;
+	}
+	return take_at(s, slot, gen, p, count, limit, seen);
 }
 
 /* Every connect's kind gets a copy of its own (constant masks); a limited
@@ -354,43 +403,62 @@ tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uin
 }
 
 int
+tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p)
+{
+	uint32_t seen;
+
+	return take_at(s, slot, gen, p, count_of(s, &s->slots[slot], p, NULL), NULL, &seen);
+}
+
+int
 tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
     uint32_t *seen)
 {
-	return take_at(s, slot, gen, P_INFLIGHT, 0, &c->inflight, &c->inflight_limit, seen);
-}
-
-/* Steps 2 and 3 of giving back permit kind p of slot, once announced
- * (MARK_GIVING): the count goes down, the mark says so, a waiter of
- * compartment c (the slot's) wakes. */
-static inline __attribute__((always_inline)) void
-give_out(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
-    _Atomic uint32_t *count)
-{
-	struct seg_slot *sl = &s->slots[slot];
-
-	if (count != NULL)
-		sub(s, count, p, slot, gen);
-	mark_change(sl, gen, MARK_GIVING(p), 0, MARK_GIVING(p) | MARK_HELD(p), 0);
-	if (count != NULL && (p == P_CONN || p == P_INFLIGHT) && c != NULL &&
-	    atomic_load(&c->waiting) > 0)
-		futex_wake(count);
-	if (count != NULL && p == P_LENT)
-		pool_wake(s, sl);
+	return take_at(s, slot, gen, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
 }
 
 /* Gives back permit kind p of slot, counted in count of compartment c, if
- * the slot holds it. True if it did. */
+ * the slot holds it: one tagged compare-and-swap, then a waiter of c wakes.
+ * True if it did. */
 static inline __attribute__((always_inline)) bool
 give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
+	uint32_t ib = s->tag_ib, who = tag_who(ib, slot, gen), tag, stamp, cur;
+	_Atomic uint64_t *t;
+	uint64_t w, m;
 
-	atomic_store(&sl->op_pid, s->my_pid);
-	if (!mark_change(sl, gen, MARK_HELD(p), MARK_GIVING(p), 0, MARK_GIVING(p)))
+	if (count == NULL)
 		return false;
-	give_out(s, slot, gen, p, c, count);
+	t = tally(count);
+	w = atomic_load(t);
+	for (;;) {
+		/* A count of 0 has no holder (a release looks at every kind). */
+		if ((uint32_t)w == 0)
+			return false;
+		tag = (uint32_t)(w >> 32);
+		if (tag_names(ib, tag, who)) {
+			if (tag_give(ib, tag))
+				return false;
+			stamp = stamp_own(ib, tag);
+		} else {
+			m = atomic_load(&sl->mark);
+			if (MARK_GEN(m) != gen || (m & MARK_RELEASED) || !(m & MARK_HELD(p)))
+				return false;
+			if (tag != 0)
+				reflect(s, ib, t, w, p);
+			stamp = stamp_new(ib, m);
+		}
+		cur = (uint32_t)w;
+		if (atomic_compare_exchange_weak(t, &w, (uint64_t)(who | 1u << ib | stamp) << 32 |
+		    (cur > 0 ? cur - 1 : 0)))
+			break;
+	}
+	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
+		futex_wake(count);
+	if (p == P_LENT)
+		pool_wake(s, sl);
 	return true;
 }
 
@@ -417,48 +485,116 @@ tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp 
 	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight);
 }
 
-/*
- * Finishes whatever operation on slot a dead thread left half done: see
- * the top of this file. Also right when the thread is alive after all: it
- * notices (MARK_WITHDRAWN) and undoes its own change.
- */
-static void
-resolve(struct seg *s, uint32_t slot)
+/* tally_release's give of a kind other than P_CONN. */
+static __attribute__((noinline)) uint64_t
+give_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	return give_at(s, slot, gen, p, c, count) ? MARK_HELD(p) : 0;
+}
+
+/* The same, one load when nobody holds the kind. */
+static inline __attribute__((always_inline)) uint64_t
+release_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	if (count == NULL || atomic_load_explicit(count, memory_order_relaxed) == 0)
+		return 0;
+	return give_kind(s, slot, gen, p, c, count);
+}
+
+uint64_t
+tally_release(struct seg *s, uint32_t slot, uint32_t gen)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint64_t m = atomic_load(&sl->mark);
-	uint32_t gen = MARK_GEN(m);
+	struct seg_comp *c = seg_slot_comp(s, sl);
+	_Atomic uint32_t *cls = c != NULL ? count_in(s, c, sl, P_CLASS, NULL) : NULL;
+	_Atomic uint32_t *lent = c != NULL && atomic_load_explicit(&c->pool, memory_order_relaxed) ?
+	    count_in(s, c, sl, P_LENT, NULL) : NULL;
+	uint64_t had = 0;
 
-	for (int p = 0; p < P_KINDS; p++) {
-		_Atomic uint32_t *count;
+	for (;;) {
+		uint64_t m = atomic_load(&sl->mark);
 
-		if (!(m & (MARK_TAKING(p) | MARK_GIVING(p))))
-			continue;
-		count = tally_of(s, sl, p, NULL);
-		if (count != NULL)
-			help(s, tally(count), atomic_load(tally(count)), p);
-		if (m & MARK_TAKING(p))
-			slot_mark_change(sl, gen, MARK_TAKING(p), 0, MARK_TAKING(p), MARK_WITHDRAWN(p));
-		if ((m & MARK_GIVING(p)) && (atomic_load(&sl->mark) & MARK_GIVING(p)))
-			give_out(s, slot, gen, p, seg_slot_comp(s, sl), count);
+		if (MARK_GEN(m) != gen || (m & MARK_RELEASED))
+			return had;
+		/* Last kind first: a pool's permit goes back before the
+		 * compartment's, so that a compartment never counts fewer
+		 * permits than its guarantee holds. A give finds for itself
+		 * whether the slot holds the kind. */
+		if (c != NULL) {
+			had |= release_kind(s, slot, gen, P_LENT, c, lent);
+			had |= release_kind(s, slot, gen, P_CLENT, c, &c->cls_lent);
+			had |= release_kind(s, slot, gen, P_INFLIGHT_OVER, c, &c->inflight_over);
+			had |= release_kind(s, slot, gen, P_INFLIGHT, c, &c->inflight);
+			had |= release_kind(s, slot, gen, P_OVER, c, &c->over);
+			had |= release_kind(s, slot, gen, P_CLASS, c, cls);
+			if (give_at(s, slot, gen, P_CONN, c, &c->in_use))
+				had |= MARK_HELD(P_CONN);
+		}
+		/* Nothing is held now, unless a take of the slot's own lands
+		 * after its give here (it will see MARK_RELEASED and undo
+		 * itself). The compare-and-swap fails if a reflection wrote
+		 * the mark since we read it: then we look again. */
+		if (atomic_compare_exchange_strong(&sl->mark, &m,
+		    seq_next((m & ~MARK_HELD_ALL) | MARK_RELEASED)))
+			return had;
 	}
-	if ((m & MARK_WAITING) && slot_mark_change(sl, gen, MARK_WAITING, 0, MARK_WAITING, 0)) {
+}
+
+/* Undoes the take tally count (of kind p) names if its slot is gone. */
+static void
+sweep_one(const struct seg *s, _Atomic uint32_t *count, int p)
+{
+	_Atomic uint64_t *t = tally(count);
+	uint64_t w = atomic_load(t);
+	uint32_t ib = s->tag_ib, tag = (uint32_t)(w >> 32), i = tag & ((1u << ib) - 1);
+
+	if (i == 0 || i > s->h->nslots || tag_give(ib, tag))
+		return;
+	if (gone(s, ib, &s->slots[i - 1], atomic_load(&s->slots[i - 1].mark), tag, p, t))
+		undo(t, w);
+}
+
+void
+tally_sweep(struct seg *s)
+{
+	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+		struct seg_comp *c = &s->comp[i];
+
+		sweep_one(s, &c->in_use, P_CONN);
+		sweep_one(s, &c->over, P_OVER);
+		sweep_one(s, &c->inflight, P_INFLIGHT);
+		sweep_one(s, &c->inflight_over, P_INFLIGHT_OVER);
+		sweep_one(s, &c->cls_lent, P_CLENT);
+		for (int k = 0; k < BS_MAX_CLASSES; k++)
+			sweep_one(s, &c->cls[k].in_use, P_CLASS);
+	}
+	for (uint32_t i = 0; i < s->h->npools && i < BS_MAX_POOLS; i++)
+		sweep_one(s, &s->h->pools[i].lent, P_LENT);
+}
+
+/*
+ * What a dead thread can leave half done on slot is its wait: the slot
+ * counted in `waiting` (MARK_WAITING, set by the process in op_pid). Its
+ * takes and gives are whole at their compare-and-swap (see the top).
+ */
+void
+seg_resolve(struct seg *s, uint32_t slot, pid_t dead)
+{
+	struct seg_slot *sl;
+	uint64_t m;
+
+	if (slot >= s->h->nslots)
+		return;
+	sl = &s->slots[slot];
+	m = atomic_load(&sl->mark);
+	if (!(m & MARK_WAITING) || (dead != 0 && atomic_load(&sl->op_pid) != dead))
+		return;
+	if (slot_mark_change(sl, MARK_GEN(m), MARK_WAITING, 0, MARK_WAITING, 0)) {
 		struct seg_comp *c = seg_slot_comp(s, sl);
 
 		if (c != NULL)
 			seg_dec_floor(&c->waiting);
 	}
-}
-
-void
-seg_resolve(struct seg *s, uint32_t slot, pid_t dead)
-{
-	struct seg_slot *sl;
-
-	if (slot >= s->h->nslots)
-		return;
-	sl = &s->slots[slot];
-	if ((atomic_load(&sl->mark) & MARK_PENDING) != 0 &&
-	    (dead == 0 || atomic_load(&sl->op_pid) == dead))
-		resolve(s, slot);
 }

@@ -291,8 +291,21 @@ fresh_slot(struct seg *s, uint64_t ino, uint32_t *gen)
 	return (uint32_t)slot;
 }
 
+/* The tally word (count and tag) of count. */
+static _Atomic uint64_t *
+tally_word(_Atomic uint32_t *count)
+{
+	return (_Atomic uint64_t *)(uintptr_t)count;
+}
+
+/*
+ * A take or give is whole at its one compare-and-swap of the tally: killed
+ * right after it, the tag says what it did, the slot's mark is not written
+ * (the tag overrides it), and the next changer of the tally writes it down.
+ * Killed before it, nothing happened.
+ */
 static void
-test_a_take_cut_short_is_finished_or_withdrawn(void **state)
+test_a_take_is_whole_at_its_compare_and_swap(void **state)
 {
 	struct seg *s = attach();
 	struct seg_comp *c = &s->comp[0];
@@ -300,80 +313,160 @@ test_a_take_cut_short_is_finished_or_withdrawn(void **state)
 	uint32_t b, d, gb, gd, seen;
 
 	(void)state;
-	/* Killed after its compare-and-swap, before writing it down: the
-	 * permit is the slot's, and goes back with it. */
+	/* Killed after its compare-and-swap, before anything else: the
+	 * permit is the slot's (by the tag), and goes back with it. */
 	b = fresh_slot(s, 11, &gb);
-	assert_true(slot_mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
-	assert_true(tally_add(s, &c->in_use, &c->limit, P_CONN, b, gb, &seen));
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_false(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
+	assert_true(tally_held(s, b, gb, P_CONN));
 	atomic_store(&s->slots[b].op_pid, dead);
 	seg_resolve(s, b, dead);
-	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
-	assert_false(atomic_load(&s->slots[b].mark) & MARK_PENDING);
 	assert_int_equal(atomic_load(&c->in_use), 1);
-	seg_drop(s, b);
-	assert_int_equal(atomic_load(&c->in_use), 0);
-
-	/* Killed before its compare-and-swap: nothing was counted, the
-	 * announcement is withdrawn, and the count stays right. */
+	/* Another slot's take moves the tally away: b's mark says so now. */
 	d = fresh_slot(s, 12, &gd);
-	assert_true(slot_mark_change(&s->slots[d], gd, 0, 0, 0, MARK_TAKING(P_CONN)));
-	atomic_store(&s->slots[d].op_pid, dead);
-	seg_resolve(s, d, dead);
-	assert_false(atomic_load(&s->slots[d].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
-	seg_drop(s, d);
-	assert_int_equal(atomic_load(&c->in_use), 0);
-
-	/* Killed after the compare-and-swap, and another thread changed
-	 * the tally since: that thread finished it first (helping). */
-	b = fresh_slot(s, 13, &gb);
-	assert_true(slot_mark_change(&s->slots[b], gb, 0, 0, 0, MARK_TAKING(P_CONN)));
-	assert_true(tally_add(s, &c->in_use, &c->limit, P_CONN, b, gb, &seen));
-	d = fresh_slot(s, 14, &gd);
 	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TALLY_TAKEN);
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
+	assert_true(tally_held(s, b, gb, P_CONN));
 	assert_int_equal(atomic_load(&c->in_use), 2);
 	/* The limit (2) holds with both: a third is refused. */
 	assert_int_equal(acq(s, 0, 15, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
+	/* b gives on d's tag: no mark write, the tag overrides the stale
+	 * MARK_HELD; d's next change clears it. */
+	assert_true(tally_give(s, b, gb, P_CONN));
+	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
+	assert_false(tally_held(s, b, gb, P_CONN));
+	assert_false(tally_give(s, b, gb, P_CONN));
+	assert_int_equal(atomic_load(&c->in_use), 1);
+	assert_true(tally_give(s, d, gd, P_CONN));
+	assert_false(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
+	assert_int_equal(atomic_load(&c->in_use), 0);
+	/* Killed before its compare-and-swap: nothing was counted. */
 	seg_drop(s, b);
 	seg_drop(s, d);
 	assert_int_equal(atomic_load(&c->in_use), 0);
+	/* Held again and released: given back once, then marked released;
+	 * a second release gives nothing. */
+	b = fresh_slot(s, 13, &gb);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(tally_release(s, b, gb), MARK_HELD(P_CONN));
+	assert_true(atomic_load(&s->slots[b].mark) & MARK_RELEASED);
+	assert_int_equal(tally_release(s, b, gb), 0);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_BUSY);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+	seg_drop(s, b);
 	seg_detach_all(s);
 	seg_close(s);
 }
 
+/*
+ * A take that lands after its slot's release (its thread read the mark
+ * before the release, as when another thread closes the same socket, and
+ * was killed before its check after the compare-and-swap): counted once
+ * too many, but never refusing anyone, and undone by the next changer of
+ * the tally, whether the slot is released or already reused, or by the
+ * sweep of a dead process's reclaim.
+ */
 static void
-test_a_give_cut_short_is_carried_out_once(void **state)
+test_a_take_landing_after_the_release_is_undone(void **state)
+{
+	struct seg *s = attach();
+	struct seg_comp *c = &s->comp[0];
+	_Atomic uint64_t *t = tally_word(&c->in_use);
+	uint32_t b, d, e, gb, gd, ge, seen;
+	uint64_t late;
+
+	(void)state;
+	for (int how = 0; how < 3; how++) {
+		b = fresh_slot(s, 31, &gb);
+		/* The value b's take leaves in the tally, as its late
+		 * compare-and-swap would write it. */
+		assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+		late = atomic_load(t);
+		assert_true(tally_give(s, b, gb, P_CONN));
+		seg_drop(s, b);		/* released and free */
+		assert_int_equal(atomic_load(&c->in_use), 0);
+		atomic_store(t, late);	/* the take lands now */
+		assert_int_equal(atomic_load(&c->in_use), 1);
+		if (how == 1) {
+			/* Meanwhile the slot is of a new generation, as
+			 * alloc_slot leaves it for another socket. */
+			atomic_store(&s->slots[b].mark, MARK_OF_GEN(gb + 1));
+		}
+		if (how == 2) {
+			tally_sweep(s);
+			assert_int_equal(atomic_load(&c->in_use), 0);
+		}
+		/* Two others are admitted under the limit of 2: the orphan
+		 * is undone before the first one's limit check. */
+		d = fresh_slot(s, 33, &gd);
+		assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TALLY_TAKEN);
+		assert_int_equal(atomic_load(&c->in_use), 1);
+		e = fresh_slot(s, 34, &ge);
+		assert_int_equal(tally_take(s, e, ge, P_CONN, 0, &seen), TALLY_TAKEN);
+		assert_int_equal(atomic_load(&c->in_use), 2);
+		seg_drop(s, d);
+		seg_drop(s, e);
+		assert_int_equal(atomic_load(&c->in_use), 0);
+	}
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/* Threads taking and giving one slot's in-flight permit (two threads of
+ * one socket) beside another slot's: the counts never pass the limit
+ * (1) and end exactly at what the slots hold. */
+struct racer {
+	struct seg *s;
+	uint32_t slot, gen;
+	_Atomic int *over;
+};
+
+static void *
+race(void *arg)
+{
+	struct racer *r = arg;
+	struct seg_comp *c = &r->s->comp[0];
+	uint32_t seen;
+
+	for (int i = 0; i < 20000; i++) {
+		if (tally_take_inflight(r->s, r->slot, r->gen, c, &seen) == TALLY_TAKEN &&
+		    atomic_load(&c->inflight) > 1)
+			atomic_fetch_add(r->over, 1);
+		tally_give_inflight(r->s, r->slot, r->gen, c);
+	}
+	return NULL;
+}
+
+static void
+test_two_threads_of_one_slot_race_exactly(void **state)
 {
 	struct seg *s = attach();
 	struct seg_comp *c = &s->comp[0];
 	enum bs_reason why = REASON_MAX;
-	pid_t dead = dead_pid();
-	int a = acq(s, 0, 21, false, &why), b = acq(s, 0, 22, false, &why);
-	uint32_t ga, gb;
+	int a = acq(s, 0, 41, false, &why), b = acq(s, 0, 42, false, &why);
+	_Atomic int over = 0;
+	struct racer r[4];
+	pthread_t th[4];
+	uint32_t held;
 
 	(void)state;
 	assert_true(a >= 0 && b >= 0);
-	assert_int_equal(atomic_load(&c->in_use), 2);
-	ga = MARK_GEN(atomic_load(&s->slots[a].mark));
-	gb = MARK_GEN(atomic_load(&s->slots[b].mark));
-	/* Killed after announcing, before the count went down: the
-	 * reclaimer takes it down. */
-	assert_true(slot_mark_change(&s->slots[a], ga, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
-	atomic_store(&s->slots[a].op_pid, dead);
-	seg_resolve(s, (uint32_t)a, dead);
-	assert_int_equal(atomic_load(&c->in_use), 1);
-	assert_false(atomic_load(&s->slots[a].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
-	/* Killed after the count went down, before writing it down: the
-	 * reclaimer only finishes the mark, it does not count it twice. */
-	assert_true(slot_mark_change(&s->slots[b], gb, MARK_HELD(P_CONN), 0, 0, MARK_GIVING(P_CONN)));
-	tally_sub(s, &c->in_use, P_CONN, (uint32_t)b, gb);
-	atomic_store(&s->slots[b].op_pid, dead);
-	seg_resolve(s, (uint32_t)b, dead);
-	assert_int_equal(atomic_load(&c->in_use), 0);
-	assert_false(atomic_load(&s->slots[b].mark) & (MARK_HELD(P_CONN) | MARK_PENDING));
-	/* Dropping both slots now gives nothing back a second time. */
+	for (int i = 0; i < 4; i++) {
+		r[i].s = s;
+		r[i].slot = (uint32_t)(i < 3 ? a : b);
+		r[i].gen = MARK_GEN(atomic_load(&s->slots[r[i].slot].mark));
+		r[i].over = &over;
+		assert_int_equal(pthread_create(&th[i], NULL, race, &r[i]), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(atomic_load(&over), 0);
+	held = tally_held(s, (uint32_t)a, r[0].gen, P_INFLIGHT) +
+	    tally_held(s, (uint32_t)b, r[3].gen, P_INFLIGHT);
+	assert_int_equal(atomic_load(&c->inflight), held);
 	seg_drop(s, (uint32_t)a);
 	seg_drop(s, (uint32_t)b);
+	assert_int_equal(atomic_load(&c->inflight), 0);
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	seg_detach_all(s);
 	seg_close(s);
@@ -489,9 +582,11 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_waiter_is_woken_by_a_release, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_wait_times_out_and_too_many_waiters_are_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_waiter_in_another_process_is_woken, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_a_take_cut_short_is_finished_or_withdrawn, setup,
+		cmocka_unit_test_setup_teardown(test_a_take_is_whole_at_its_compare_and_swap, setup,
 		    teardown),
-		cmocka_unit_test_setup_teardown(test_a_give_cut_short_is_carried_out_once, setup,
+		cmocka_unit_test_setup_teardown(test_a_take_landing_after_the_release_is_undone, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_two_threads_of_one_slot_race_exactly, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_kills_at_random_instants_leak_nothing, setup,
 		    teardown),

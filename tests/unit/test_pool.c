@@ -73,7 +73,7 @@ guar_held(struct seg *s, uint32_t comp)
 	for (uint32_t i = 0; i < s->h->nslots; i++) {
 		uint64_t m = atomic_load(&s->slots[i].mark);
 
-		if (atomic_load(&s->slots[i].comp) == comp && (m & MARK_HELD(P_CONN)) &&
+		if (atomic_load(&s->slots[i].comp) == comp && tally_held(s, i, MARK_GEN(m), P_CONN) &&
 		    (m & MARK_GUARANTEED(SHARE_POOL)))
 			n++;
 	}
@@ -557,7 +557,7 @@ cls_guar_held(struct seg *s, uint32_t cls)
 	for (uint32_t i = 0; i < s->h->nslots; i++) {
 		uint64_t m = atomic_load(&s->slots[i].mark);
 
-		if (atomic_load(&s->slots[i].cls) == cls && (m & MARK_HELD(P_CLASS)) &&
+		if (atomic_load(&s->slots[i].cls) == cls && tally_held(s, i, MARK_GEN(m), P_CLASS) &&
 		    (m & MARK_GUARANTEED(SHARE_CLASS)))
 			n++;
 	}
