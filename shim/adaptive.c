@@ -413,7 +413,7 @@ ad_tick_scan(struct seg *s, struct seg_comp *c, int p)
 		    !tally_held_at(s, i, MARK_GEN(m), op, over))
 			continue;
 		t = atomic_load_explicit(p == P_CONN ? &sl->admit_us : &sl->sent_us,
-		    memory_order_relaxed);
+		    memory_order_relaxed) & ~SENT_WEIGHTED;
 		if (t == 0 || t > now)
 			continue;
 		inflight++;

@@ -163,96 +163,144 @@ connect_done(struct seg_slot *sl, uint32_t slot)
 		seg_connect_done(shim.seg, slot);
 }
 
-/* Before a send on a counted socket (entry e): the request may begin (or be
- * refused, with errno set, returning -1). *began says this call made it in
- * flight. */
+/* A plain verdict bit at all: its sequence is looked up only then. */
+static inline bool
+io_plain(uint64_t e)
+{
+	return (e >> 32 & FDT_PLAIN) != 0 && fdt_plain(e);
+}
+
+/* The refusal of a request on a counted socket: logged, errno set. */
+static __attribute__((noinline)) int
+send_refused(struct seg_slot *sl, struct seg_comp *c, enum bs_reason why, const char *what)
+{
+	shim_log_refusal(atomic_load(&sl->comp), why, what, "a counted socket");
+	errno = shim_reject_errno(c);
+	return -1;
+}
+
+/* A sampled request of a socket with a plain verdict: its receive goes
+ * the slow way once, to time the reply. */
+static __attribute__((noinline)) void
+plain_sample(int fd, uint64_t e, struct seg_slot *sl)
+{
+	atomic_store(&sl->sent_us, now_mono_us());
+	fdt_verdict(fd, e, 0);
+}
+
+/* Before a send on a counted socket (entry e): 1 if this call made a
+ * request in flight, 0 if not, -1 with errno set if it was refused (or
+ * timed out waiting to be writable, which ended the request it began). */
 static int
-send_begin(int fd, uint64_t e, int flags, const char *what, bool *began)
+send_begin(int fd, uint64_t e, int flags, const char *what)
 {
 	uint32_t slot = (uint32_t)e - 1;
 	struct seg_slot *sl = seg_slot(shim.seg, slot);
-	/* The mark before the compartment (see seg_request_begin). */
-	uint64_t m = sl != NULL ? atomic_load_explicit(&sl->mark, memory_order_acquire) : 0;
-	uint32_t comp = sl != NULL ? atomic_load(&sl->comp) : 0;
-	struct seg_comp *c = sl != NULL ? seg_comp(shim.seg, comp) : NULL;
 	enum bs_reason why = REASON_MAX;
+	struct seg_comp *c;
 	bool may_wait;
+	uint64_t m;
 	int r;
 
-	*began = false;
+	if (sl == NULL)
+		return 0;
+	/* The mark before the compartment (see seg_request_begin). */
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
+	c = seg_slot_comp(shim.seg, sl);
 	if (c == NULL || !shim_active())
 		return 0;
-	if (fdt_plain(e)) {
-		/* A sampled request of a socket with a plain verdict: its
-		 * receive goes the slow way once, to time the reply. */
-		atomic_store(&sl->sent_us, now_mono_us());
-		fdt_verdict(fd, e, 0);
+	if (io_plain(e)) {
+		plain_sample(fd, e, sl);
 		return 0;
 	}
 	connect_done(sl, slot);
 	if (cache_plain(fd, e, sl, c))
 		return 0;
-	may_wait = atomic_load(&c->max_wait_ms) != 0 &&
+	may_wait = atomic_load_explicit(&c->max_wait_ms, memory_order_relaxed) != 0 &&
 	    atomic_load(&c->inflight) >= ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)) &&
 	    shim_blocking(fd, flags);
 	r = seg_request_begin(shim.seg, slot, m, c, may_wait, &why);
-	if (r == -EBUSY) {
-		shim_log_refusal(comp, why, what, "a counted socket");
-		errno = shim_reject_errno(c);
-		return -1;
-	}
-	*began = r == 1;
-	if (*began)
+	if (__builtin_expect(r < 0, 0))
+		return send_refused(sl, c, why, what);
+	if (r == 1)
 		drop_plain(fd, e);
 	/* A timeout here has already ended the request it began. */
-	return wait_ready(fd, slot + 1, c, flags, POLLOUT);
+	return wait_ready(fd, slot + 1, c, flags, POLLOUT) < 0 ? -1 : r;
 }
 
 /* After a send: one that sent nothing does not leave a request in flight. */
 static inline void
-send_end(uint64_t e, long r, bool began)
+send_end(uint64_t e, long r, int began)
 {
 	int saved;
 
-	if (r >= 0 || !began)
+	if (r >= 0 || began != 1)
 		return;
 	saved = errno;
 	seg_inflight_cancel(shim.seg, (uint32_t)e - 1);
 	errno = saved;
 }
 
+/* What a receive on a counted socket read before its call: the slot, its
+ * mark, then its compartment (NULL: nothing to do). After the call they
+ * are used again: were the slot released and reused meanwhile (another
+ * thread's close), its generation in m no longer matches and nothing of
+ * the new socket's is touched. */
+struct io_recv {
+	struct seg_slot *sl;
+	struct seg_comp *c;
+	uint64_t m;
+};
+
+static inline int
+recv_begin(int fd, uint64_t e, int flags, struct io_recv *q)
+{
+	q->sl = shim_active() ? seg_slot(shim.seg, (uint32_t)e - 1) : NULL;
+	q->c = NULL;
+	if (q->sl == NULL)
+		return 0;
+	q->m = atomic_load_explicit(&q->sl->mark, memory_order_acquire);
+	q->c = seg_slot_comp(shim.seg, q->sl);
+	return wait_ready(fd, (uint32_t)e, q->c, flags, POLLIN);
+}
+
+/* The plain-verdict side of recv_end: a sampled reply is recorded with
+ * its weight. */
+static __attribute__((noinline)) void
+recv_plain_sample(struct seg_slot *sl, struct seg_comp *c, bool done)
+{
+	uint64_t t = done ? atomic_exchange(&sl->sent_us, 0) & ~SENT_WEIGHTED : 0, now;
+
+	if (t != 0) {
+		now = now_mono_us();
+		seg_hist_add_n(&c->h_reply, now > t ? now - t : 0, IO_SAMPLE);
+	}
+}
+
 /* After a receive: a byte, end of file or a hard error ends the request. A
  * sampled one records its reply latency; then the verdict is cached again
- * if it holds. */
-static void
-recv_end(int fd, uint64_t e, struct seg_slot *sl, long r, bool asked)
+ * if it holds. errno is left as the call set it (nothing here sets it on
+ * the way of a reply; an error's is kept around the cancel). */
+static inline __attribute__((always_inline)) void
+recv_end(int fd, uint64_t e, const struct io_recv *q, long r, bool asked)
 {
 	uint32_t slot = (uint32_t)e - 1;
-	struct seg_comp *c;
-	int saved = errno;
 	bool done = r > 0 || (r == 0 && asked);
-	uint64_t m;
+	int saved;
 
-	if (sl == NULL)
+	if (q->c == NULL)
 		return;
-	connect_done(sl, slot);
-	/* Read again, the mark first: the slot may stand for another socket
-	 * by now. */
-	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
-	c = seg_slot_comp(shim.seg, sl);
-	if (c != NULL && cache_plain(fd, e, sl, c)) {
-		uint64_t t = done ? atomic_exchange(&sl->sent_us, 0) : 0, now;
-
-		if (t != 0) {
-			now = now_mono_us();
-			seg_hist_add_n(&c->h_reply, now > t ? now - t : 0, IO_SAMPLE);
-		}
+	connect_done(q->sl, slot);
+	if (cache_plain(fd, e, q->sl, q->c)) {
+		recv_plain_sample(q->sl, q->c, done);
 	} else if (done) {
-		seg_request_end(shim.seg, slot, m, c, true);
-	} else if (r < 0 && saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR) {
-		seg_request_end(shim.seg, slot, m, c, false);
+		seg_request_end(shim.seg, slot, q->m, q->c, true);
+	} else if (r < 0) {
+		saved = errno;
+		if (saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR)
+			seg_request_end(shim.seg, slot, q->m, q->c, false);
+		errno = saved;
 	}
-	errno = saved;
 }
 
 static bool
@@ -268,10 +316,10 @@ iov_asks(const struct iovec *iov, int cnt)
 /* The slow half of a send-family wrapper, for a counted socket (entry e)
  * whose verdict is not plain or whose request is sampled. */
 #define SEND_SLOW(e, fd, flags, what, call) do {				\
-	bool began_;							\
+	int began_ = send_begin(fd, e, flags, what);			\
 	long r_;							\
 									\
-	if (send_begin(fd, e, flags, what, &began_) < 0)		\
+	if (began_ < 0)							\
 		return -1;						\
 	r_ = call;							\
 	send_end(e, r_, began_);					\
@@ -281,15 +329,13 @@ iov_asks(const struct iovec *iov, int cnt)
 /* The slow half of a receive-family wrapper; `asked` says a byte was asked
  * for, so a zero return means end of file rather than an empty request. */
 #define RECV_SLOW(e, fd, flags, asked, call) do {				\
-	struct seg_slot *sl_ = shim_active() ?				\
-	    seg_slot(shim.seg, (uint32_t)(e) - 1) : NULL;		\
+	struct io_recv q_;						\
 	long r_;							\
 									\
-	if (sl_ != NULL && wait_ready(fd, (uint32_t)(e),		\
-	    seg_slot_comp(shim.seg, sl_), flags, POLLIN) < 0)		\
+	if (recv_begin(fd, e, flags, &q_) < 0)				\
 		return -1;						\
 	r_ = call;							\
-	recv_end(fd, e, sl_, r_, asked);				\
+	recv_end(fd, e, &q_, r_, asked);				\
 	return r_;							\
 } while (0)
 

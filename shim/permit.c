@@ -374,6 +374,10 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		}
 		if (atomic_load(&c->enforce) || reason == REASON_NO_SLOT) {
 			seg_count_rejection(s, comp, reason);
+			/* A request another thread began meanwhile on the
+			 * socket (seg_request_begin) is of the old generation
+			 * and undone with it. */
+			tally_renew(s, slot, gen);
 			atomic_store(&sl->cls, SLOT_NO_CLASS);
 			atomic_store(&sl->comp, SLOT_NO_COMP);
 			*why = reason;
@@ -568,49 +572,74 @@ seg_connect_done(struct seg *s, uint32_t slot)
 
 /* ---- requests in flight ---- */
 
+/* The slow end of seg_request_begin: the take found the compartment full
+ * (r == TALLY_FULL) or the slot busy. Waits if it may; refuses with *why
+ * (-EBUSY) when enforcing, else lets the request through apart from the
+ * permits (P_INFLIGHT_OVER). 1 if the request is counted, 0 if not. */
+static __attribute__((noinline)) int
+request_full(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, int r,
+    bool may_wait, enum bs_reason *why)
+{
+	enum bs_reason reason = REASON_MAX;
+	uint32_t seen;
+
+	if (r == TALLY_FULL)
+		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
+	if (r == TALLY_BUSY)
+		return 0;	/* a request already on its way, or another thread's won */
+	if (r == TALLY_FULL) {
+		if (atomic_load(&c->enforce)) {
+			seg_count_rejection(s, atomic_load(&s->slots[slot].comp), reason);
+			*why = reason;
+			return -EBUSY;
+		}
+		atomic_fetch_add(seg_reason_count(c, reason, true), 1);
+		return tally_take(s, slot, gen, P_INFLIGHT_OVER, MARK_HELD(P_INFLIGHT), &seen) ==
+		    TALLY_TAKEN;
+	}
+	raise_peak(&c->inflight_peak, atomic_load(&c->inflight));
+	return 1;
+}
+
 int
 seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
     enum bs_reason *why)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	enum bs_reason reason = REASON_MAX;
 	uint32_t gen = MARK_GEN(m), seen;
+	uint64_t k;
 	int r;
 
 	if (c == NULL)
 		return 0;
-	/* A request already on its way makes the take below busy; one let
-	 * through by observe mode is looked for only if there is one. */
-	if (atomic_load_explicit(&c->inflight_over, memory_order_relaxed) != 0 &&
+	/* One let through by observe mode is looked for only if there is
+	 * one; a request already on its way makes the take below busy. */
+	if (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) != 0, 0) &&
 	    tally_held_at(s, slot, gen, P_INFLIGHT_OVER, &c->inflight_over))
 		return 0;
-	/* Only an admitted socket's requests are counted. */
-	if (!tally_held_at(s, slot, gen, P_CONN, &c->in_use) &&
-	    !tally_held_at(s, slot, gen, P_OVER, &c->over))
-		return 0;
 	ad_tick(s, c, P_INFLIGHT);	/* a stalled backend, seen without replies */
-	/* One attempt first; the waits and reclaims of take_wait only when
-	 * full. */
-	r = tally_take_inflight(s, slot, gen, c, &seen);
-	if (r == TALLY_FULL)
-		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
-	if (r == TALLY_BUSY)
-		return 0;	/* another thread's send on the same socket won */
-	if (r == TALLY_FULL) {
-		if (atomic_load(&c->enforce)) {
-			seg_count_rejection(s, atomic_load(&sl->comp), reason);
-			*why = reason;
-			return -EBUSY;
-		}
-		atomic_fetch_add(seg_reason_count(c, reason, true), 1);
-		if (tally_take(s, slot, gen, P_INFLIGHT_OVER, MARK_HELD(P_INFLIGHT), &seen) !=
-		    TALLY_TAKEN)
-			return 0;
-	} else {
-		raise_peak(&c->inflight_peak, atomic_load(&c->inflight));
+	/* A socket whose admission is still under way may take one: if the
+	 * admission is refused, the slot's generation moves on and the take
+	 * is undone (admit_slot). */
+	r = tally_take_inflight(s, slot, m, c, &seen);
+	if (__builtin_expect(r != TALLY_TAKEN, 0) ||
+	    __builtin_expect(seen + 1 > atomic_load_explicit(&c->inflight_peak,
+	    memory_order_relaxed), 0)) {
+		r = request_full(s, slot, gen, c, r, may_wait, why);
+		if (r <= 0)
+			return r;
 	}
-	atomic_store(&sl->sent_us, now_mono_us());
-	atomic_fetch_add(&c->inflight_admitted, 1);
+	/* The reply latency of one request in REQ_SAMPLE of the compartment
+	 * is timed, and recorded with that weight; every one while its
+	 * adaptive limit (which needs them all) is on. */
+	k = atomic_fetch_add_explicit(&c->inflight_admitted, 1, memory_order_relaxed);
+	if (ad_on(c, P_INFLIGHT))
+		atomic_store_explicit(&sl->sent_us, now_mono_us(), memory_order_relaxed);
+	else if (k % REQ_SAMPLE == 0)
+		atomic_store_explicit(&sl->sent_us, now_mono_us() | SENT_WEIGHTED,
+		    memory_order_relaxed);
+	else if (atomic_load_explicit(&sl->sent_us, memory_order_relaxed) != 0)
+		atomic_store_explicit(&sl->sent_us, 0, memory_order_relaxed);
 	return 1;
 }
 
@@ -626,31 +655,41 @@ seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *
 	return seg_request_begin(s, slot, m, seg_slot_comp(s, sl), may_wait, why);
 }
 
+/* The end of a timed request (sent_us t, read before its give): its
+ * reply latency, with its weight. */
+static __attribute__((noinline)) void
+reply_timed(struct seg_slot *sl, struct seg_comp *c, uint64_t t, bool record)
+{
+	uint64_t sent = t, now, us;
+
+	/* Cleared unless a new request began meanwhile. */
+	atomic_compare_exchange_strong(&sl->sent_us, &sent, 0);
+	if (!record)
+		return;
+	now = now_mono_us();
+	us = now > (t & ~SENT_WEIGHTED) ? now - (t & ~SENT_WEIGHTED) : 0;
+	seg_hist_add_n(&c->h_reply, us, (t & SENT_WEIGHTED) ? REQ_SAMPLE : 1);
+	ad_sample(c, P_INFLIGHT, us, now);
+}
+
 void
 seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint64_t t, sent;
-	uint32_t gen;
+	uint32_t gen = MARK_GEN(m);
+	uint64_t t;
 
 	if (c == NULL)
 		return;
-	gen = MARK_GEN(m);
-	t = atomic_load(&sl->sent_us);
+	/* Read before the give: a request that begins after it (another
+	 * thread's) must not have its start taken for ours. */
+	t = atomic_load_explicit(&sl->sent_us, memory_order_relaxed);
 	if (!tally_give_inflight(s, slot, gen, c) &&
-	    (atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0 ||
+	    (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0, 1) ||
 	    !tally_give(s, slot, gen, P_INFLIGHT_OVER)))
 		return;
-	/* Cleared unless a new request began meanwhile: a sampled reply
-	 * (io.c) must not find this one's start. */
-	sent = t;
-	atomic_compare_exchange_strong(&sl->sent_us, &sent, 0);
-	if (record && c != NULL) {
-		uint64_t now = now_mono_us();
-
-		seg_hist_add(&c->h_reply, now > t ? now - t : 0);
-		ad_sample(c, P_INFLIGHT, now > t ? now - t : 0, now);
-	}
+	if (__builtin_expect(t != 0, 0))
+		reply_timed(sl, c, t, record);
 }
 
 static void

@@ -127,8 +127,7 @@ set_pointers(struct seg *s)
 	s->slots = (struct seg_slot *)(b + s->h->off_slots);
 	s->procs = (struct seg_proc *)(b + s->h->off_procs);
 	s->bits = (_Atomic uint64_t *)(b + s->h->off_bitmaps);
-	/* A tally tag holds a slot index + 1 in as few bits as it needs. */
-	s->tag_ib = 32 - (uint32_t)__builtin_clz(s->h->nslots | 1);
+	tally_format(s);
 }
 
 /* ---- attach and open ---- */

@@ -593,6 +593,12 @@ enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_CLENT
  * needed); it only tells a release to pass the guarantee on. */
 #define MARK_GUARANTEED(l)	(1ULL << (62 + (l)))
 
+/* Requests of a compartment with max_inflight: one in REQ_SAMPLE has its
+ * reply latency timed, recorded with weight REQ_SAMPLE (all of them while
+ * the compartment's adaptive limit is on). */
+#define REQ_SAMPLE	16u
+#define SENT_WEIGHTED	(1ULL << 63)
+
 /* One counted socket object, shared by every process holding it. */
 struct seg_slot {
 	_Atomic uint32_t state;
@@ -605,7 +611,9 @@ struct seg_slot {
 	_Atomic int32_t op_pid;		/* process that set up the slot or waits on it */
 	_Atomic uint64_t inode;		/* st_ino of the socket, unique host-wide */
 	_Atomic uint64_t mark;		/* generation << 40 | sequence | permit flags */
-	_Atomic uint64_t sent_us;	/* CLOCK_MONOTONIC of the request's first send */
+	/* CLOCK_MONOTONIC of a timed request's first send, 0 if it is not
+	 * timed; SENT_WEIGHTED: timed as one of REQ_SAMPLE (permit.c). */
+	_Atomic uint64_t sent_us;
 	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
 	_Atomic uint64_t admit_us;	/* layout 3: admission time, for adaptive connections */
 };
@@ -647,7 +655,9 @@ struct seg {
 	size_t ncmap;
 	_Atomic int rec;		/* this process's record, or -1 */
 	_Atomic uint32_t hint;		/* where the next slot search starts */
-	uint32_t tag_ib;		/* bits of a slot index + 1 in a tally tag (tally.c) */
+	/* The fields of a tally tag, whose slot index takes as few bits as
+	 * the segment's slot count needs (tally.c, set by segment.c). */
+	uint32_t tag_imask, tag_wmask, tag_smask, tag_one, tag_sshift;
 	uint64_t my_start;
 	pid_t my_pid;			/* getpid(), updated by seg_fork_child */
 	uint64_t ino;			/* the segment object's inode */
@@ -876,9 +886,9 @@ int tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny,
 /* tally_take past the limit (a guarantee lowered live, share.c). */
 int tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* tally_take and tally_give of P_INFLIGHT for a slot of compartment c,
- * which the caller read after the slot's mark (so a slot reused meanwhile
+ * which the caller read after the slot's mark m (so a slot reused meanwhile
  * fails on its generation). */
-int tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+int tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
     uint32_t *seen);
 bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
@@ -895,6 +905,12 @@ uint64_t tally_held_all(const struct seg *s, uint32_t slot, uint32_t gen);
  * every permit it holds and marks it MARK_RELEASED. Returns what it held
  * (MARK_HELD flags). */
 uint64_t tally_release(struct seg *s, uint32_t slot, uint32_t gen);
+/* The slot (of generation gen, holding nothing) moves to the next
+ * generation: a take of the old one still counted is undone as if the
+ * slot were released. For a pending slot whose admission was refused. */
+void tally_renew(struct seg *s, uint32_t slot, uint32_t gen);
+/* Sets the segment's tag fields (segment.c, after mapping it). */
+void tally_format(struct seg *s);
 /* Undoes every take of a released slot still counted (its taker died
  * before it could see the release): run when a process is found dead or
  * has exec'd. */
@@ -1075,6 +1091,13 @@ ad_limit(const struct seg_comp *c, int p, uint32_t lim)
 		return lim;
 	a = ad_current(c);
 	return a < lim ? a : lim;
+}
+/* Whether c's adaptive limit is on and limits permit kind p. */
+static inline bool
+ad_on(const struct seg_comp *c, int p)
+{
+	return __builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) == AD_ON, 0) &&
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) == (uint32_t)p;
 }
 /* A request of c (of permit kind p) completed after us microseconds: adds
  * the sample to the open window; the completion that finds the window over

@@ -52,11 +52,13 @@
  * such a take never makes anyone else refused.
  */
 
-/* A tag: bits 0..ib-1 slot index + 1 (0: none), bit ib the give flag,
- * then TAG_GEN_BITS of the slot's generation, then the stamp, where ib is
- * the bits of the segment's slot count (seg->tag_ib). */
-#define TAG_GEN_BITS	4
-#define TAG_GEN_MASK	((1u << TAG_GEN_BITS) - 1)
+/* A tag: bit 31 the give flag, bits 27..30 four bits of the slot's
+ * generation, then the stamp down to bit ib, and slot index + 1 (0: none)
+ * in bits 0..ib-1, where ib is as many bits as the segment's slot count
+ * needs (tally_format): 6 bits of stamp at the most slots, more below. */
+#define TAG_GIVE	(1u << 31)
+#define TAG_GEN_SHIFT	27
+#define TAG_GEN_MASK	0xfu
 
 _Static_assert(offsetof(struct seg_comp, in_use) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight) % 8 == 0, "tally alignment");
@@ -64,6 +66,19 @@ _Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
 _Static_assert(BS_MAX_SOCKETS <= (1u << 20), "a tag has room for a stamp of 6 bits");
+
+void
+tally_format(struct seg *s)
+{
+	uint32_t ib = 32 - (uint32_t)__builtin_clz(s->h->nslots | 1);
+
+	s->tag_imask = (1u << ib) - 1;
+	s->tag_wmask = s->tag_imask | TAG_GEN_MASK << TAG_GEN_SHIFT;
+	s->tag_one = 1u << ib;
+	s->tag_smask = ((1u << TAG_GEN_SHIFT) - 1) & ~s->tag_imask;
+	/* The sequence in the upper half of the stamp, own counts below. */
+	s->tag_sshift = ib + (TAG_GEN_SHIFT - ib) / 2;
+}
 _Static_assert(P_KINDS <= 7, "mark flags fit");
 _Static_assert(offsetof(struct seg_comp, cls_lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
@@ -182,40 +197,36 @@ limit_now(_Atomic uint32_t *limit, int p)
 
 /* The tag bits that name slot (of generation gen): index and generation. */
 static inline __attribute__((always_inline)) uint32_t
-tag_who(uint32_t ib, uint32_t slot, uint32_t gen)
+tag_who(uint32_t slot, uint32_t gen)
 {
-	return (slot + 1) | (gen & TAG_GEN_MASK) << (ib + 1);
+	return (slot + 1) | (gen & TAG_GEN_MASK) << TAG_GEN_SHIFT;
 }
 
 static inline __attribute__((always_inline)) bool
-tag_names(uint32_t ib, uint32_t tag, uint32_t who)
+tag_names(const struct seg *s, uint32_t tag, uint32_t who)
 {
-	return (tag & (((1u << ib) - 1) | TAG_GEN_MASK << (ib + 1))) == who;
+	return (tag & s->tag_wmask) == who;
 }
 
 static inline __attribute__((always_inline)) bool
-tag_give(uint32_t ib, uint32_t tag)
+tag_give(uint32_t tag)
 {
-	return (tag >> ib & 1) != 0;
+	return (tag & TAG_GIVE) != 0;
 }
 
 /* The stamp of an operation on a tally whose tag names the slot already
  * (own: the last stamp counted up) or another slot (from the slot's mark
  * sequence, in the upper half of the stamp). */
 static inline __attribute__((always_inline)) uint32_t
-stamp_own(uint32_t ib, uint32_t tag)
+stamp_own(const struct seg *s, uint32_t tag)
 {
-	uint32_t sh = ib + 1 + TAG_GEN_BITS;
-
-	return ((tag >> sh) + 1) << sh;
+	return ((tag & s->tag_smask) + s->tag_one) & s->tag_smask;
 }
 
 static inline __attribute__((always_inline)) uint32_t
-stamp_new(uint32_t ib, uint64_t m)
+stamp_new(const struct seg *s, uint64_t m)
 {
-	uint32_t sh = ib + 1 + TAG_GEN_BITS;
-
-	return MARK_SEQ_OF(m) << (sh + (32 - sh) / 2);
+	return (MARK_SEQ_OF(m) << s->tag_sshift) & s->tag_smask;
 }
 
 static inline __attribute__((always_inline)) uint64_t
@@ -228,10 +239,10 @@ seq_next(uint64_t m)
  * released, of another generation, or no longer counted in tally t for
  * kind p (m: sl's mark, read before). */
 static inline __attribute__((always_inline)) bool
-gone(const struct seg *s, uint32_t ib, const struct seg_slot *sl, uint64_t m, uint32_t tag,
-    int p, _Atomic uint64_t *t)
+gone(const struct seg *s, const struct seg_slot *sl, uint64_t m, uint32_t tag, int p,
+    _Atomic uint64_t *t)
 {
-	return ((MARK_GEN(m) ^ tag >> (ib + 1)) & TAG_GEN_MASK) != 0 ||
+	return ((MARK_GEN(m) ^ tag >> TAG_GEN_SHIFT) & TAG_GEN_MASK) != 0 ||
 	    (m & MARK_RELEASED) != 0 || tally(count_of(s, sl, p, NULL)) != t;
 }
 
@@ -254,10 +265,10 @@ undo(_Atomic uint64_t *t, uint64_t w)
  * w: see the top of this file.
  */
 static inline __attribute__((always_inline)) void
-reflect(const struct seg *s, uint32_t ib, _Atomic uint64_t *t, uint64_t w, int p)
+reflect(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 {
-	uint32_t tag = (uint32_t)(w >> 32), i = tag & ((1u << ib) - 1);
-	uint64_t held = tag_give(ib, tag) ? 0 : MARK_HELD(p), m;
+	uint32_t tag = (uint32_t)(w >> 32), i = tag & s->tag_imask;
+	uint64_t held = tag_give(tag) ? 0 : MARK_HELD(p), m;
 	struct seg_slot *sl;
 
 	if (i == 0 || i > s->h->nslots)
@@ -265,7 +276,7 @@ reflect(const struct seg *s, uint32_t ib, _Atomic uint64_t *t, uint64_t w, int p
 	sl = &s->slots[i - 1];
 	m = atomic_load(&sl->mark);
 	for (;;) {
-		if (gone(s, ib, sl, m, tag, p, t)) {
+		if (gone(s, sl, m, tag, p, t)) {
 			if (held)
 				undo(t, w);
 			return;
@@ -282,15 +293,15 @@ reflect(const struct seg *s, uint32_t ib, _Atomic uint64_t *t, uint64_t w, int p
 static inline __attribute__((always_inline)) bool
 held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count)
 {
-	uint32_t ib = s->tag_ib, tag;
+	uint32_t tag;
 	uint64_t w, m;
 
 	if (count == NULL)
 		return false;
 	w = atomic_load(tally(count));
 	tag = (uint32_t)(w >> 32);
-	if (tag_names(ib, tag, tag_who(ib, slot, gen)))
-		return !tag_give(ib, tag);
+	if (tag_names(s, tag, tag_who(slot, gen)))
+		return !tag_give(tag);
 	m = atomic_load(&s->slots[slot].mark);
 	return MARK_GEN(m) == gen && !(m & MARK_RELEASED) && (m & MARK_HELD(p));
 }
@@ -322,17 +333,17 @@ tally_held_all(const struct seg *s, uint32_t slot, uint32_t gen)
 }
 
 /*
- * One attempt to take permit kind p for slot (of generation gen), counted in
+ * take_loop: one attempt to take permit kind p for slot (of generation gen), counted in
  * count under *limit (NULL: none, or `past`: ignored; NULL count: nothing to
  * take). TALLY_TAKEN, TALLY_FULL (*seen: the count that was at the limit), or
  * TALLY_BUSY: the slot already holds a permit of that kind, or is released.
  */
 static inline __attribute__((always_inline)) int
-take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count,
-    _Atomic uint32_t *limit, uint32_t *seen)
+take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint32_t ib = s->tag_ib, who = tag_who(ib, slot, gen), tag, stamp, cur;
+	uint32_t who = tag_who(slot, gen), tag, stamp, cur;
 	_Atomic uint64_t *t;
 	uint64_t w, m, nw;
 
@@ -343,14 +354,17 @@ take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *cou
 	w = atomic_load(t);
 	for (;;) {
 		tag = (uint32_t)(w >> 32);
-		if (tag_names(ib, tag, who)) {
-			/* Our own last operation: held if it was a take. */
-			if (!tag_give(ib, tag))
+		if (tag_names(s, tag, who)) {
+			/* Our own last operation: held if it was a take. The
+			 * mark the caller read will do for the release (the
+			 * check after the compare-and-swap is the one that
+			 * counts). */
+			if (!tag_give(tag))
 				return TALLY_BUSY;
-			m = atomic_load(&sl->mark);
+			m = m0 != NULL ? *m0 : atomic_load(&sl->mark);
 			if (MARK_GEN(m) != gen || (m & MARK_RELEASED))
 				return TALLY_BUSY;
-			stamp = stamp_own(ib, tag);
+			stamp = stamp_own(s, tag);
 		} else {
 			/* Our mark is right while the tag names someone
 			 * else; theirs is written down before we move it. */
@@ -358,8 +372,8 @@ take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *cou
 			if (MARK_GEN(m) != gen || (m & (MARK_RELEASED | MARK_HELD(p))))
 				return TALLY_BUSY;
 			if (tag != 0)
-				reflect(s, ib, t, w, p);
-			stamp = stamp_new(ib, m);
+				reflect(s, t, w, p);
+			stamp = stamp_new(s, m);
 		}
 		cur = (uint32_t)w;
 		*seen = cur;
@@ -380,6 +394,58 @@ take_at(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *cou
 	return TALLY_TAKEN;
 }
 
+static __attribute__((noinline)) int
+take_slow_inflight(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0,
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
+{
+	return take_loop(s, slot, gen, m0, P_INFLIGHT, count, limit, seen);
+}
+
+static __attribute__((noinline)) int
+take_slow(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
+{
+	return take_loop(s, slot, gen, m0, p, count, limit, seen);
+}
+
+/* take_loop's fast path inline: the tally's tag is the slot's own give
+ * (nobody to reflect), the caller's mark m0 says it is not released, and
+ * there is room. The rest out of line. */
+static inline __attribute__((always_inline)) int
+take_at(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
+{
+	uint32_t who = tag_who(slot, gen), tag, cur;
+	_Atomic uint64_t *t = tally(count);
+	uint64_t w, m, nw;
+
+	if (m0 != NULL && count != NULL && limit != NULL) {
+		w = atomic_load(t);
+		tag = (uint32_t)(w >> 32);
+		cur = (uint32_t)w;
+		if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) &&
+		    MARK_GEN(*m0) == gen && !(*m0 & MARK_RELEASED) && cur < limit_now(limit, p), 1)) {
+			nw = (uint64_t)(who | stamp_own(s, tag)) << 32 | (cur + 1);
+			if (atomic_compare_exchange_strong(t, &w, nw)) {
+				*seen = cur;
+				m = atomic_load(&s->slots[slot].mark);
+				if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
+					undo(t, nw);
+					return TALLY_BUSY;
+				}
+				return TALLY_TAKEN;
+			}
+		}
+	}
+	/* Without the caller's mark (connects: the tag is another slot's
+	 * almost always), the whole of it inline. */
+	if (m0 == NULL)
+		return take_loop(s, slot, gen, m0, p, count, limit, seen);
+	if (p == P_INFLIGHT)
+		return take_slow_inflight(s, slot, gen, m0, count, limit, seen);
+	return take_slow(s, slot, gen, m0, p, count, limit, seen);
+}
+
 static inline __attribute__((always_inline)) int
 take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
 {
@@ -389,7 +455,7 @@ take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t 
 		if (tally_held(s, slot, gen, __builtin_ctzll(d)))
 			return TALLY_BUSY;
 	}
-	return take_at(s, slot, gen, p, count, limit, seen);
+	return take_at(s, slot, gen, NULL, p, count, limit, seen);
 }
 
 /* Every connect's kind gets a copy of its own (constant masks); a limited
@@ -407,25 +473,26 @@ tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p)
 {
 	uint32_t seen;
 
-	return take_at(s, slot, gen, p, count_of(s, &s->slots[slot], p, NULL), NULL, &seen);
+	return take_at(s, slot, gen, NULL, p, count_of(s, &s->slots[slot], p, NULL), NULL, &seen);
 }
 
 int
-tally_take_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
     uint32_t *seen)
 {
-	return take_at(s, slot, gen, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
+	return take_at(s, slot, MARK_GEN(m), &m, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
 }
 
 /* Gives back permit kind p of slot, counted in count of compartment c, if
  * the slot holds it: one tagged compare-and-swap, then a waiter of c wakes.
- * True if it did. */
+ * True if it did. give_at is its fast path inline (the slot's own take is
+ * the tag: nobody to reflect), give_loop the whole of it. */
 static inline __attribute__((always_inline)) bool
-give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+give_loop(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint32_t ib = s->tag_ib, who = tag_who(ib, slot, gen), tag, stamp, cur;
+	uint32_t who = tag_who(slot, gen), tag, stamp, cur;
 	_Atomic uint64_t *t;
 	uint64_t w, m;
 
@@ -438,20 +505,20 @@ give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 		if ((uint32_t)w == 0)
 			return false;
 		tag = (uint32_t)(w >> 32);
-		if (tag_names(ib, tag, who)) {
-			if (tag_give(ib, tag))
+		if (tag_names(s, tag, who)) {
+			if (tag_give(tag))
 				return false;
-			stamp = stamp_own(ib, tag);
+			stamp = stamp_own(s, tag);
 		} else {
 			m = atomic_load(&sl->mark);
 			if (MARK_GEN(m) != gen || (m & MARK_RELEASED) || !(m & MARK_HELD(p)))
 				return false;
 			if (tag != 0)
-				reflect(s, ib, t, w, p);
-			stamp = stamp_new(ib, m);
+				reflect(s, t, w, p);
+			stamp = stamp_new(s, m);
 		}
 		cur = (uint32_t)w;
-		if (atomic_compare_exchange_weak(t, &w, (uint64_t)(who | 1u << ib | stamp) << 32 |
+		if (atomic_compare_exchange_weak(t, &w, (uint64_t)(who | TAG_GIVE | stamp) << 32 |
 		    (cur > 0 ? cur - 1 : 0)))
 			break;
 	}
@@ -460,6 +527,57 @@ give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	if (p == P_LENT)
 		pool_wake(s, sl);
 	return true;
+}
+
+static __attribute__((noinline)) bool
+give_slow_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	return give_loop(s, slot, gen, P_INFLIGHT, c, count);
+}
+
+static __attribute__((noinline)) bool
+give_slow_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	return give_loop(s, slot, gen, P_CONN, c, count);
+}
+
+static __attribute__((noinline)) bool
+give_slow(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	return give_loop(s, slot, gen, p, c, count);
+}
+
+static inline __attribute__((always_inline)) bool
+give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	_Atomic uint64_t *t = tally(count);
+	uint32_t who = tag_who(slot, gen), tag, cur;
+	uint64_t w;
+
+	if (count != NULL) {
+		w = atomic_load(t);
+		tag = (uint32_t)(w >> 32);
+		cur = (uint32_t)w;
+		if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
+		    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
+		    stamp_own(s, tag)) << 32 | (cur - 1))) {
+			if ((p == P_CONN || p == P_INFLIGHT) && c != NULL &&
+			    atomic_load(&c->waiting) > 0)
+				futex_wake(count);
+			if (p == P_LENT)
+				pool_wake(s, &s->slots[slot]);
+			return true;
+		}
+	}
+	if (p == P_INFLIGHT)
+		return give_slow_inflight(s, slot, gen, c, count);
+	if (p == P_CONN)
+		return give_slow_conn(s, slot, gen, c, count);
+	return give_slow(s, slot, gen, p, c, count);
 }
 
 static inline __attribute__((always_inline)) bool
@@ -490,7 +608,7 @@ static __attribute__((noinline)) uint64_t
 give_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
-	return give_at(s, slot, gen, p, c, count) ? MARK_HELD(p) : 0;
+	return give_loop(s, slot, gen, p, c, count) ? MARK_HELD(p) : 0;
 }
 
 /* The same, one load when nobody holds the kind. */
@@ -542,17 +660,30 @@ tally_release(struct seg *s, uint32_t slot, uint32_t gen)
 	}
 }
 
+void
+tally_renew(struct seg *s, uint32_t slot, uint32_t gen)
+{
+	_Atomic uint64_t *mark = &s->slots[slot].mark;
+	uint64_t m = atomic_load(mark);
+
+	do {
+		if (MARK_GEN(m) != gen)
+			return;
+	} while (!atomic_compare_exchange_weak(mark, &m, MARK_OF_GEN(gen + 1) |
+	    (m & MARK_WAITING) | (seq_next(m) & MARK_SEQ)));
+}
+
 /* Undoes the take tally count (of kind p) names if its slot is gone. */
 static void
 sweep_one(const struct seg *s, _Atomic uint32_t *count, int p)
 {
 	_Atomic uint64_t *t = tally(count);
 	uint64_t w = atomic_load(t);
-	uint32_t ib = s->tag_ib, tag = (uint32_t)(w >> 32), i = tag & ((1u << ib) - 1);
+	uint32_t tag = (uint32_t)(w >> 32), i = tag & s->tag_imask;
 
-	if (i == 0 || i > s->h->nslots || tag_give(ib, tag))
+	if (i == 0 || i > s->h->nslots || tag_give(tag))
 		return;
-	if (gone(s, ib, &s->slots[i - 1], atomic_load(&s->slots[i - 1].mark), tag, p, t))
+	if (gone(s, &s->slots[i - 1], atomic_load(&s->slots[i - 1].mark), tag, p, t))
 		undo(t, w);
 }
 

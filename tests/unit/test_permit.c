@@ -69,7 +69,9 @@ test_one_request_in_flight_refuses_the_second_until_a_reply(void **state)
 	assert_int_equal(atomic_load(&s->comp[0].rejected_by[REASON_INFLIGHT_FULL]), 1);
 	seg_inflight_end(s, (uint32_t)a);
 	assert_int_equal(atomic_load(&s->comp[0].inflight), 0);
-	assert_int_equal(atomic_load(&s->comp[0].h_reply.count), 1);
+	/* The compartment's first request is one of those timed: it stands
+	 * for REQ_SAMPLE replies. */
+	assert_int_equal(atomic_load(&s->comp[0].h_reply.count), REQ_SAMPLE);
 	assert_int_equal(seg_inflight_begin(s, (uint32_t)b, false, &why), 1);
 	/* Closing a socket in flight gives its in-flight permit back too. */
 	seg_drop(s, (uint32_t)b);
@@ -92,6 +94,46 @@ test_idle_connections_hold_no_inflight_permit(void **state)
 	assert_int_equal(seg_inflight_begin(s, (uint32_t)b, false, &why), 1);
 	seg_inflight_cancel(s, (uint32_t)b);
 	assert_int_equal(atomic_load(&s->comp[0].h_reply.count), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/* One request in REQ_SAMPLE of a compartment has its reply timed and
+ * recorded with that weight: after n replies the histogram counts
+ * REQ_SAMPLE * ceil(n / REQ_SAMPLE), its sum the sampled latencies so
+ * weighted, and a request cancelled records nothing. */
+static void
+test_reply_latency_is_sampled_with_its_weight(void **state)
+{
+	struct seg *s = attach();
+	struct seg_comp *c = &s->comp[0];
+	enum bs_reason why = REASON_MAX;
+	int a = acq(s, 0, 1, false, &why);
+	uint64_t buckets = 0;
+
+	(void)state;
+	assert_true(a >= 0);
+	for (uint32_t n = 1; n <= 2 * REQ_SAMPLE + 1; n++) {
+		assert_int_equal(seg_inflight_begin(s, (uint32_t)a, false, &why), 1);
+		if (n == 2)
+			assert_int_equal(atomic_load(&s->slots[a].sent_us), 0);
+		seg_inflight_end(s, (uint32_t)a);
+		assert_int_equal(atomic_load(&c->h_reply.count),
+		    REQ_SAMPLE * ((n + REQ_SAMPLE - 1) / REQ_SAMPLE));
+	}
+	for (int k = 0; k < BS_HIST_BUCKETS; k++)
+		buckets += atomic_load(&c->h_reply.bucket[k]);
+	assert_int_equal(buckets, 3 * REQ_SAMPLE);
+	assert_int_equal(atomic_load(&c->h_reply.sum_us) % REQ_SAMPLE, 0);
+	/* The next sampled one, cancelled: nothing recorded, nothing left. */
+	for (uint32_t n = 0; n < REQ_SAMPLE; n++) {
+		assert_int_equal(seg_inflight_begin(s, (uint32_t)a, false, &why), 1);
+		seg_inflight_cancel(s, (uint32_t)a);
+	}
+	assert_int_equal(atomic_load(&c->h_reply.count), 3 * REQ_SAMPLE);
+	assert_int_equal(atomic_load(&s->slots[a].sent_us), 0);
+	assert_int_equal(atomic_load(&c->inflight_admitted), 3 * REQ_SAMPLE + 1);
+	assert_int_equal(atomic_load(&c->inflight), 0);
 	seg_detach_all(s);
 	seg_close(s);
 }
@@ -429,7 +471,8 @@ race(void *arg)
 	uint32_t seen;
 
 	for (int i = 0; i < 20000; i++) {
-		if (tally_take_inflight(r->s, r->slot, r->gen, c, &seen) == TALLY_TAKEN &&
+		if (tally_take_inflight(r->s, r->slot, atomic_load(&r->s->slots[r->slot].mark), c,
+		    &seen) == TALLY_TAKEN &&
 		    atomic_load(&c->inflight) > 1)
 			atomic_fetch_add(r->over, 1);
 		tally_give_inflight(r->s, r->slot, r->gen, c);
@@ -576,6 +619,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_one_request_in_flight_refuses_the_second_until_a_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_idle_connections_hold_no_inflight_permit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reply_latency_is_sampled_with_its_weight, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_a_class_never_holds_more_than_its_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_refused_compartment_gives_the_class_permit_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_observe_mode_refuses_nothing_and_counts_what_it_would, setup, teardown),
