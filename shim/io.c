@@ -33,6 +33,13 @@ ssize_t __read_chk(int, void *, size_t, size_t);
  * Those sockets' reply latency (h_reply, which `bulkshim suggest` reads) is
  * sampled: one send in IO_SAMPLE of each thread goes the slow way, times
  * its reply and records it with weight IO_SAMPLE.
+ *
+ * In a compartment with max_inflight every request is counted, but its
+ * reply latency too is sampled: one request in REQ_SAMPLE of the
+ * compartment (by its inflight_admitted count, so the first is one) is
+ * timed and recorded with weight REQ_SAMPLE; the others read no clock.
+ * While the compartment's adaptive limit is on, every request is timed
+ * with weight 1 (permit.c, seg_request_begin).
  */
 #define IO_SAMPLE	64u
 

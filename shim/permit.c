@@ -601,6 +601,13 @@ request_full(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, int
 	return 1;
 }
 
+/* A timed request begins now (flag: SENT_WEIGHTED if one of REQ_SAMPLE). */
+static __attribute__((noinline)) void
+request_timed(struct seg_slot *sl, uint64_t flag)
+{
+	atomic_store_explicit(&sl->sent_us, now_mono_us() | flag, memory_order_relaxed);
+}
+
 int
 seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
     enum bs_reason *why)
@@ -634,10 +641,9 @@ seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, 
 	 * adaptive limit (which needs them all) is on. */
 	k = atomic_fetch_add_explicit(&c->inflight_admitted, 1, memory_order_relaxed);
 	if (ad_on(c, P_INFLIGHT))
-		atomic_store_explicit(&sl->sent_us, now_mono_us(), memory_order_relaxed);
-	else if (k % REQ_SAMPLE == 0)
-		atomic_store_explicit(&sl->sent_us, now_mono_us() | SENT_WEIGHTED,
-		    memory_order_relaxed);
+		request_timed(sl, 0);
+	else if (__builtin_expect(k % REQ_SAMPLE == 0, 0))
+		request_timed(sl, SENT_WEIGHTED);
 	else if (atomic_load_explicit(&sl->sent_us, memory_order_relaxed) != 0)
 		atomic_store_explicit(&sl->sent_us, 0, memory_order_relaxed);
 	return 1;

@@ -239,6 +239,18 @@ def read_segment(segment):
     return Segment(h, comps)
 
 
+# shim.h REQ_SAMPLE: one request in this many of a compartment with
+# max_inflight has its reply latency timed, recorded with this weight (all
+# of them while its adaptive limit is on).
+REQ_SAMPLE = 16
+
+
+def sampled_replies(n):
+    """h_reply's count after the first n requests of a compartment (its
+    requests 0, REQ_SAMPLE, 2 REQ_SAMPLE... timed) all got their replies."""
+    return REQ_SAMPLE * ((n + REQ_SAMPLE - 1) // REQ_SAMPLE)
+
+
 def brief(c):
     """The counters of a compartment dict that matter in a failure message."""
     keys = ["limit", "in_use", "peak", "waiting", "enforce", "inflight_limit", "inflight",

@@ -5,7 +5,7 @@ import os
 
 from harness import Agent, Server, run, tmpdir
 from harness_cli import cli_ok
-from harness_io import IoShim, brief, config_text, expect
+from harness_io import IoShim, brief, config_text, expect, sampled_replies
 
 # Two connections to the echo server and a send that reports a refusal.
 OPEN = r"""
@@ -59,8 +59,8 @@ def test_a_limit_set_live_counts_the_next_request_of_an_open_socket():
     c = expect(shim.comp("echo"), inflight=1, rejected_by_inflight_full=1)
     assert a("s1.recv(100).decode()") == "one\n"
     c = shim.wait_eq("echo", "inflight", 0)
-    assert c["h_reply"]["count"] == 1, "reply latency recorded %d times, want 1 (%s)" % (
-        c["h_reply"]["count"], brief(c))
+    assert c["h_reply"]["count"] == sampled_replies(1), "reply latency recorded %d times, want %d (%s)" % (
+        c["h_reply"]["count"], sampled_replies(1), brief(c))
     assert a("round_trip(s2, b'two\\n')") == "two\n"
     expect(shim.comp("echo"), in_use=2, inflight=0, inflight_admitted=2)
     a.call("s1.close(); s2.close()")
