@@ -1079,7 +1079,7 @@ enum ad_reason ad_step(const struct ad_params *p, struct ad_state *st, const str
 /* The adaptive limit of c now (whole permits), UINT32_MAX if c has none. */
 uint32_t ad_current(const struct seg_comp *c);
 /* The limit a take of permit kind p in c is held to now: `lim`, or the
- * adaptive limit when lower. Called by tally_add; one load when c is not
+ * adaptive limit when lower. Called by a take (tally.c); one load when c is not
  * adaptive. */
 static inline uint32_t
 ad_limit(const struct seg_comp *c, int p, uint32_t lim)
