@@ -202,7 +202,8 @@ static int
 send_begin(int fd, uint64_t e, int flags, const char *what)
 {
 	uint32_t slot = (uint32_t)e - 1;
-	struct seg_slot *sl = seg_slot(shim.seg, slot);
+	struct seg *s = shim.seg;
+	struct seg_slot *sl = seg_slot(s, slot);
 	enum bs_reason why = REASON_MAX;
 	struct seg_comp *c;
 	bool may_wait;
@@ -213,7 +214,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 		return 0;
 	/* The mark before the compartment (see seg_request_begin). */
 	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
-	c = seg_slot_comp(shim.seg, sl);
+	c = seg_slot_comp(s, sl);
 	if (c == NULL || !shim_active())
 		return 0;
 	if (io_plain(e)) {
@@ -226,7 +227,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 	may_wait = atomic_load_explicit(&c->max_wait_ms, memory_order_relaxed) != 0 &&
 	    atomic_load(&c->inflight) >= ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)) &&
 	    shim_blocking(fd, flags);
-	r = seg_request_begin(shim.seg, slot, m, c, may_wait, &why);
+	r = seg_request_begin(s, slot, m, c, may_wait, &why);
 	if (__builtin_expect(r < 0, 0))
 		return send_refused(sl, c, why, what);
 	if (r == 1)
@@ -262,12 +263,14 @@ struct io_recv {
 static inline int
 recv_begin(int fd, uint64_t e, int flags, struct io_recv *q)
 {
-	q->sl = shim_active() ? seg_slot(shim.seg, (uint32_t)e - 1) : NULL;
+	struct seg *s = shim.seg;
+
+	q->sl = shim_active() ? seg_slot(s, (uint32_t)e - 1) : NULL;
 	q->c = NULL;
 	if (q->sl == NULL)
 		return 0;
 	q->m = atomic_load_explicit(&q->sl->mark, memory_order_acquire);
-	q->c = seg_slot_comp(shim.seg, q->sl);
+	q->c = seg_slot_comp(s, q->sl);
 	return wait_ready(fd, (uint32_t)e, q->c, flags, POLLIN);
 }
 

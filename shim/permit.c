@@ -614,6 +614,7 @@ seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, 
 {
 	struct seg_slot *sl = &s->slots[slot];
 	uint32_t gen = MARK_GEN(m), seen;
+	bool adaptive;
 	uint64_t k;
 	int r;
 
@@ -624,7 +625,9 @@ seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, 
 	if (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) != 0, 0) &&
 	    tally_held_at(s, slot, gen, P_INFLIGHT_OVER, &c->inflight_over))
 		return 0;
-	ad_tick(s, c, P_INFLIGHT);	/* a stalled backend, seen without replies */
+	adaptive = ad_on(c, P_INFLIGHT);
+	if (adaptive)
+		ad_tick(s, c, P_INFLIGHT);	/* a stalled backend, seen without replies */
 	/* A socket whose admission is still under way may take one: if the
 	 * admission is refused, the slot's generation moves on and the take
 	 * is undone (admit_slot). */
@@ -640,7 +643,7 @@ seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, 
 	 * is timed, and recorded with that weight; every one while its
 	 * adaptive limit (which needs them all) is on. */
 	k = atomic_fetch_add_explicit(&c->inflight_admitted, 1, memory_order_relaxed);
-	if (ad_on(c, P_INFLIGHT))
+	if (adaptive)
 		request_timed(sl, 0);
 	else if (__builtin_expect(k % REQ_SAMPLE == 0, 0))
 		request_timed(sl, SENT_WEIGHTED);
