@@ -735,6 +735,15 @@ in_use_total(char *shown, size_t len)
 		if (used >= len)
 			used = len - 1;
 	}
+	/* c2's requests in flight (its max_inflight) go back as well. */
+	for (p = strstr(out, "\"inflight\":"); p != NULL; p = strstr(p + 1, "\"inflight\":")) {
+		long v = strtol(p + 11, NULL, 10);
+
+		total += v;
+		used += (size_t)snprintf(shown + used, used < len ? len - used : 0, " inflight %ld", v);
+		if (used >= len)
+			used = len - 1;
+	}
 	for (p = strstr(out, "lent\":"); p != NULL; p = strstr(p + 1, "lent\":")) {
 		long v = strtol(p + 6, NULL, 10);
 
@@ -881,10 +890,13 @@ write_config(const char *dir)
 			    " adaptive = { window_ms = 10; };");
 		/* c1 lets blocking callers wait a little, to have futex
 		 * waiters woken by releases and by reclaims (and, in a
-		 * pool, by the other compartments' releases). */
+		 * pool, by the other compartments' releases). c2 (unless
+		 * adaptive) limits requests in flight: its writes take and
+		 * its closes give in-flight permits under the kills too. */
 		fprintf(f, "  { name = \"c%d\"; destinations = [ \"127.0.0.1:%u\" ]; "
-		    "max_connections = %d;%s%s }%s\n", i, ports[i], limits[i],
-		    i == 1 ? " max_wait_ms = 20;" : "", pool, i + 1 < CHAOS_COMPS ? "," : "");
+		    "max_connections = %d;%s%s%s }%s\n", i, ports[i], limits[i],
+		    i == 1 ? " max_wait_ms = 20;" : "", i == 2 && !adaptive ? " max_inflight = 1;" : "",
+		    pool, i + 1 < CHAOS_COMPS ? "," : "");
 	}
 	fprintf(f, ");\n");
 	if (fclose(f) != 0)
