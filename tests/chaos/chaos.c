@@ -701,12 +701,34 @@ reap(bool refill)
 
 /* ---- the segment's view, through the CLI ---- */
 
+/* Sums the values of `key` in JSON text out and lists them in shown
+ * (len bytes, *used of them written), each after `label` ("/" between
+ * unlabelled ones). */
+static long
+sum_key(const char *out, const char *key, const char *label, char *shown, size_t len,
+    size_t *used)
+{
+	size_t kl = strlen(key);
+	long total = 0;
+
+	for (const char *p = strstr(out, key); p != NULL; p = strstr(p + 1, key)) {
+		long v = strtol(p + kl, NULL, 10);
+
+		total += v;
+		*used += (size_t)snprintf(shown + *used, *used < len ? len - *used : 0, "%s%ld",
+		    *label ? label : *used ? "/" : "", v);
+		if (*used >= len)
+			*used = len - 1;
+	}
+	return total;
+}
+
 /* Sums and lists each compartment's in_use from `bulkshim status --json`;
  * returns the total, or -1 if the command failed. */
 static long
 in_use_total(char *shown, size_t len)
 {
-	char cmd[8400], out[65536], *p;
+	char cmd[8400], out[65536];
 	size_t n = 0, used = 0;
 	long total = 0;
 	FILE *f;
@@ -725,33 +747,11 @@ in_use_total(char *shown, size_t len)
 	}
 	shown[0] = '\0';
 	/* Every count of permits: compartments', classes', pools' in_use,
-	 * the pools' lent permits and those lent to classes (class_lent). */
-	for (p = strstr(out, "\"in_use\":"); p != NULL; p = strstr(p + 1, "\"in_use\":")) {
-		long v = strtol(p + 9, NULL, 10);
-
-		total += v;
-		used += (size_t)snprintf(shown + used, used < len ? len - used : 0, "%s%ld",
-		    used ? "/" : "", v);
-		if (used >= len)
-			used = len - 1;
-	}
-	/* c2's requests in flight (its max_inflight) go back as well. */
-	for (p = strstr(out, "\"inflight\":"); p != NULL; p = strstr(p + 1, "\"inflight\":")) {
-		long v = strtol(p + 11, NULL, 10);
-
-		total += v;
-		used += (size_t)snprintf(shown + used, used < len ? len - used : 0, " inflight %ld", v);
-		if (used >= len)
-			used = len - 1;
-	}
-	for (p = strstr(out, "lent\":"); p != NULL; p = strstr(p + 1, "lent\":")) {
-		long v = strtol(p + 6, NULL, 10);
-
-		total += v;
-		used += (size_t)snprintf(shown + used, used < len ? len - used : 0, " lent %ld", v);
-		if (used >= len)
-			used = len - 1;
-	}
+	 * c2's requests in flight (its max_inflight), the pools' lent permits
+	 * and those lent to classes (class_lent). */
+	total += sum_key(out, "\"in_use\":", "", shown, len, &used);
+	total += sum_key(out, "\"inflight\":", " inflight ", shown, len, &used);
+	total += sum_key(out, "lent\":", " lent ", shown, len, &used);
 	return total;
 }
 
