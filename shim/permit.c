@@ -377,9 +377,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		tally_take(s, slot, gen, P_OVER, 0, &seen);
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
-	/* The pool's peak is noted when it lends (a sum over compartments). */
-	if (atomic_load_explicit(&sl->mark, memory_order_relaxed) & MARK_HELD(P_LENT))
-		pool_note_peak(s, c);
+	/* A pool's peak is noted when it lends (pool_take). */
 	if (k != NULL) {
 		raise_peak(&k->peak, atomic_load(&k->in_use));
 		atomic_fetch_add(&k->admitted, 1);

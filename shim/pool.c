@@ -150,15 +150,38 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 }
 
 void
-pool_note_peak(struct seg *s, const struct seg_comp *c)
+pool_attach(struct seg *s)
 {
-	struct seg_pool *pool = seg_pool_of(s, c);
-	uint32_t n, pk;
+	uint32_t n = 0, ncomp = s->h->ncomp, npools = s->h->npools;
 
-	if (pool == NULL)
+	if (ncomp > BS_MAX_COMPARTMENTS || npools > BS_MAX_POOLS)
 		return;
-	n = pool_in_use(s, atomic_load(&c->pool) - 1, NULL);
-	pk = atomic_load(&pool->peak);
+	for (uint32_t p = 0; p < npools; p++) {
+		s->pool_first[p] = (uint16_t)n;
+		for (uint32_t i = 0; i < ncomp; i++) {
+			if (atomic_load(&s->comp[i].pool) == p + 1)
+				s->pool_in_use[n++] = &s->comp[i].in_use;
+		}
+	}
+	for (uint32_t p = npools; p <= BS_MAX_POOLS; p++)
+		s->pool_first[p] = (uint16_t)n;
+}
+
+void
+pool_note_peak(struct seg *s, uint32_t p)
+{
+	struct seg_pool *pool = &s->h->pools[p];
+	_Atomic uint32_t *const *k = &s->pool_in_use[s->pool_first[p]];
+	_Atomic uint32_t *const *end = &s->pool_in_use[s->pool_first[p + 1]];
+	uint32_t n = 0, pk;
+
+	/* A sum over the pool's members only, by the list made at attach;
+	 * without one (not attached by seg_attach), over every compartment. */
+	if (k == end)
+		n = pool_in_use(s, p, NULL);
+	for (; k < end; k++)
+		n += atomic_load_explicit(*k, memory_order_relaxed);
+	pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
 	while (n > pk && !atomic_compare_exchange_weak(&pool->peak, &pk, n))
 		;
 }

@@ -656,6 +656,12 @@ struct seg {
 	 * child's record is a snapshot of a still moment (procs.c). */
 	_Atomic uint32_t busy;
 	_Atomic uint32_t forking;
+	/* The in_use counts of each pool's members: pool p's are
+	 * pool_in_use[pool_first[p]] up to pool_in_use[pool_first[p + 1]].
+	 * Built at attach (pool_attach; a segment's membership never
+	 * changes). All 0: not built, pool_note_peak scans every compartment. */
+	uint16_t pool_first[BS_MAX_POOLS + 1];
+	_Atomic uint32_t *pool_in_use[BS_MAX_COMPARTMENTS];
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -807,8 +813,10 @@ void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, boo
 /* NULL if the segment has cfg's pools and memberships (cmap: config
  * compartment -> segment compartment), else what differs. */
 const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
-/* Raises the peak of c's pool to what it has in use now. */
-void pool_note_peak(struct seg *s, const struct seg_comp *c);
+/* Builds s's list of each pool's members (struct seg), at attach. */
+void pool_attach(struct seg *s);
+/* Raises the peak of pool p (its index) to what it has in use now. */
+void pool_note_peak(struct seg *s, uint32_t p);
 /* A pool permit of sl's compartment went back: wakes the pool's waiters. */
 void pool_wake(const struct seg *s, const struct seg_slot *sl);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
@@ -971,31 +979,41 @@ share_mark(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
  * TALLY_TAKEN (also when not in a pool), TALLY_FULL with *full the word to
  * wait on, or TALLY_BUSY.
  */
-static inline int
+static inline __attribute__((always_inline)) int
 pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t v,
     uint32_t *seen, _Atomic uint32_t **full)
 {
-	struct seg_pool *pool = seg_pool_of(s, c);
-	uint32_t lent;
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed), lent;
+	struct seg_pool *pool;
 	int r;
 
-	if (pool == NULL)
+	/* seg_pool_of, with the pool's number kept for pool_note_peak. */
+	if (p == 0 || p > s->h->npools || p > BS_MAX_POOLS)
 		return TALLY_TAKEN;
-	/* Lent beyond the shared part (it shrank live, or a guarantee grew):
-	 * nothing more until it drains, guaranteed or not, so that the pool
-	 * never has more than size - reserved in use. Lending never passes
-	 * the shared part, so once this reads below it, it stays so. */
-	lent = atomic_load(&pool->lent);
-	if (lent > atomic_load(&pool->shared)) {
-		*seen = lent;
-		*full = &pool->lent;
-		return TALLY_FULL;
-	}
-	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed))
+	pool = &s->h->pools[p - 1];
+	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed)) {
+		/* Lent beyond the shared part (it shrank live, or a
+		 * guarantee grew): nothing more until it drains, guaranteed
+		 * or not, so that the pool never has more than size -
+		 * reserved in use. Lending never passes the shared part, so
+		 * once this reads below it, it stays so. (A borrower's take
+		 * below refuses by the same comparison.) */
+		lent = atomic_load(&pool->lent);
+		if (lent > atomic_load(&pool->shared)) {
+			*seen = lent;
+			*full = &pool->lent;
+			return TALLY_FULL;
+		}
 		return share_mark(s, slot, gen, SHARE_POOL);
-	r = share_take(s, slot, gen, SHARE_POOL, v, &c->guaranteed, seen);
-	if (r == TALLY_FULL)
+	}
+	r = tally_take(s, slot, gen, P_LENT, 0, seen);
+	if (r == TALLY_TAKEN) {
+		/* Where a hand-over looks first (share.c's pass_on). */
+		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
+		pool_note_peak(s, p - 1);
+	} else if (r == TALLY_FULL) {
 		*full = &pool->lent;
+	}
 	return r;
 }
 
