@@ -351,8 +351,20 @@ seg_reconcile(struct seg *s, int comp)
 	return n;
 }
 
+/* True if class cls of c is capped and at its cap. */
+static bool
+class_at_cap(const struct seg_comp *c, uint32_t cls)
+{
+	uint32_t lim;
+
+	if (cls >= BS_MAX_CLASSES ||
+	    (lim = atomic_load_explicit(&c->cls[cls].limit, memory_order_relaxed)) == 0)
+		return false;
+	return atomic_load_explicit(&c->cls[cls].in_use, memory_order_relaxed) >= lim;
+}
+
 void
-reconcile_if_full(struct seg *s, uint32_t comp)
+reconcile_if_full(struct seg *s, uint32_t comp, uint32_t cls)
 {
 	struct seg_comp *c = seg_comp(s, comp);
 	uint64_t now, last;
@@ -368,7 +380,12 @@ reconcile_if_full(struct seg *s, uint32_t comp)
 		;
 	else if (share_pool_full(s, c))
 		all = true;	/* the stale permit may be another compartment's */
-	else if (!share_classes_full(c))
+	else if (share_classes_full(c) || class_at_cap(c, cls))
+		/* A class refusal neither waits nor reclaims (take_wait
+		 * does, for the compartment and the pool): dead holders of
+		 * the class go back here. */
+		seg_reclaim(s, true);
+	else
 		return;
 	now = now_mono_ms();
 	last = atomic_load(&last_run_ms);
