@@ -28,7 +28,7 @@ futex_wake_all(_Atomic uint32_t *word)
 _Atomic uint32_t *
 pool_tally_of(const struct seg *s, struct seg_comp *c, int p, _Atomic uint32_t **limit)
 {
-	struct seg_pool *pool = seg_pool_of(s, c);
+	struct seg_pool *pool = seg_pool_at(s, c);
 
 	if (pool == NULL)
 		return NULL;
@@ -96,6 +96,15 @@ pool_update_shared(struct seg *s, uint32_t p)
 		futex_wake_all(&pool->lent);
 }
 
+/* The pool word of config compartment cc: its pool's number from 1, 0 for
+ * none (also for an index past cfg's pools, as a zeroed test config has). */
+static uint32_t
+pool_word(const struct bs_config *cfg, const struct cfg_compartment *cc)
+{
+	return cc->pool == BS_NO_POOL || cc->pool < 0 || (size_t)cc->pool >= cfg->npools ? 0 :
+	    (uint32_t)cc->pool + 1;
+}
+
 void
 pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool membership)
 {
@@ -111,18 +120,18 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 	}
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		const struct cfg_compartment *cc = &cfg->comp[i];
-		uint32_t old, now = cc->pool == BS_NO_POOL ? 0 : cc->guaranteed;
+		uint32_t old, now = pool_word(cfg, cc) == 0 ? 0 : cc->guaranteed;
 		struct seg_comp *c;
 
 		if (cmap[i] < 0 || (uint32_t)cmap[i] >= s->h->ncomp)
 			continue;
 		c = &s->comp[cmap[i]];
 		if (membership)
-			atomic_store(&c->pool, cc->pool == BS_NO_POOL ? 0 : (uint32_t)cc->pool + 1);
+			atomic_store(&c->pool, pool_word(cfg, cc));
 		old = atomic_exchange(&c->guaranteed, now);
 		/* The shared part shrinks before lent permits move onto a
 		 * raised guarantee. */
-		if (cc->pool != BS_NO_POOL)
+		if (pool_word(cfg, cc) != 0)
 			pool_update_shared(s, (uint32_t)cc->pool);
 		share_guarantee_changed(s, (uint32_t)cmap[i], 0, SHARE_POOL, old, now);
 	}
@@ -140,7 +149,7 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 			return "other pools";
 	}
 	for (size_t i = 0; i < cfg->ncomp; i++) {
-		uint32_t want = cfg->comp[i].pool == BS_NO_POOL ? 0 : (uint32_t)cfg->comp[i].pool + 1;
+		uint32_t want = pool_word(cfg, &cfg->comp[i]);
 
 		if (cmap[i] >= 0 && (uint32_t)cmap[i] < s->h->ncomp &&
 		    atomic_load(&s->comp[cmap[i]].pool) != want)
@@ -187,13 +196,9 @@ pool_note_peak(struct seg *s, uint32_t p)
 }
 
 void
-pool_wake(const struct seg *s, const struct seg_slot *sl)
+pool_wake_all(struct seg_pool *pool)
 {
-	struct seg_comp *c = seg_slot_comp(s, sl);
-	struct seg_pool *pool = c != NULL ? seg_pool_of(s, c) : NULL;
-
-	if (pool != NULL && atomic_load(&pool->sleepers) > 0)
-		futex_wake_all(&pool->lent);
+	futex_wake_all(&pool->lent);
 }
 
 void

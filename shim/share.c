@@ -74,7 +74,7 @@ shared_tally(const struct seg *s, struct seg_comp *c, enum share_level l)
 
 	if (l == SHARE_CLASS)
 		return &c->cls_lent;
-	pool = seg_pool_of(s, c);
+	pool = seg_pool_at(s, c);
 	return pool != NULL ? &pool->lent : NULL;
 }
 
@@ -212,7 +212,7 @@ share_pool_full(const struct seg *s, const struct seg_comp *c)
 	 * pool too: its guarantee is then 0 and the pool word 0). */
 	if (atomic_load_explicit(&c->in_use, memory_order_relaxed) <
 	    atomic_load_explicit(&c->guaranteed, memory_order_relaxed) ||
-	    (pool = seg_pool_of(s, c)) == NULL)
+	    (pool = seg_pool_at(s, c)) == NULL)
 		return false;
 	return atomic_load(&pool->lent) >= atomic_load(&pool->shared);
 }

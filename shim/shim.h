@@ -794,6 +794,16 @@ seg_pool_of(const struct seg *s, const struct seg_comp *c)
 		return NULL;
 	return &s->h->pools[p - 1];
 }
+/* seg_pool_of for admission and release: only the bound memory safety
+ * needs. A pool word past npools (a damaged segment) names a pool of
+ * zeros, which lends nothing. */
+static inline struct seg_pool *
+seg_pool_at(const struct seg *s, const struct seg_comp *c)
+{
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1;
+
+	return p < BS_MAX_POOLS ? &s->h->pools[p] : NULL;
+}
 /* tally_of for P_LENT: NULL if c is in no pool. */
 _Atomic uint32_t *pool_tally_of(const struct seg *s, struct seg_comp *c, int p,
     _Atomic uint32_t **limit);
@@ -817,8 +827,8 @@ const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, cons
 void pool_attach(struct seg *s);
 /* Raises the peak of pool p (its index) to what it has in use now. */
 void pool_note_peak(struct seg *s, uint32_t p);
-/* A pool permit of sl's compartment went back: wakes the pool's waiters. */
-void pool_wake(const struct seg *s, const struct seg_slot *sl);
+/* Wakes every waiter asleep on pool's lent word (pool_wake). */
+void pool_wake_all(struct seg_pool *pool);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
 void pool_sleepers(struct seg *s, const struct seg_comp *c, int delta);
 
@@ -983,14 +993,14 @@ static inline __attribute__((always_inline)) int
 pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t v,
     uint32_t *seen, _Atomic uint32_t **full)
 {
-	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed), lent;
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1, lent;
 	struct seg_pool *pool;
 	int r;
 
-	/* seg_pool_of, with the pool's number kept for pool_note_peak. */
-	if (p == 0 || p > s->h->npools || p > BS_MAX_POOLS)
+	/* seg_pool_at, with the pool's number kept for pool_note_peak. */
+	if (p >= BS_MAX_POOLS)
 		return TALLY_TAKEN;
-	pool = &s->h->pools[p - 1];
+	pool = &s->h->pools[p];
 	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed)) {
 		/* Lent beyond the shared part (it shrank live, or a
 		 * guarantee grew): nothing more until it drains, guaranteed
@@ -1010,11 +1020,23 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 	if (r == TALLY_TAKEN) {
 		/* Where a hand-over looks first (share.c's pass_on). */
 		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
-		pool_note_peak(s, p - 1);
+		pool_note_peak(s, p);
 	} else if (r == TALLY_FULL) {
 		*full = &pool->lent;
 	}
 	return r;
+}
+
+/* A pool permit of sl's compartment went back: wakes the pool's waiters,
+ * if any. Inline: every borrowed permit's release asks it. */
+static inline void
+pool_wake(const struct seg *s, const struct seg_slot *sl)
+{
+	struct seg_comp *c = seg_slot_comp(s, sl);
+	struct seg_pool *pool = c != NULL ? seg_pool_at(s, c) : NULL;
+
+	if (pool != NULL && atomic_load_explicit(&pool->sleepers, memory_order_relaxed) > 0)
+		pool_wake_all(pool);
 }
 
 /* Slot, whose mark before its release was m (with a MARK_GUARANTEED
@@ -1031,7 +1053,7 @@ share_released(struct seg *s, uint32_t slot, uint64_t m)
 	/* Nobody borrows: nothing to hand over. The flag may stay, the slot
 	 * is being freed (its next generation starts with a clean mark) and
 	 * this release is the only one. */
-	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_of(s, c)) != NULL &&
+	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_at(s, c)) != NULL &&
 	    atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0)
 		share_hand_over(s, slot, MARK_GEN(m), SHARE_POOL);
 	if ((m & MARK_GUARANTEED(SHARE_CLASS)) &&
