@@ -1039,9 +1039,8 @@ pool_wake(const struct seg *s, const struct seg_slot *sl)
 		pool_wake_all(pool);
 }
 
-/* Slot, whose mark before its release was m (with a MARK_GUARANTEED
- * flag), has given back its permits: see share_hand_over. Two loads when
- * nobody borrows. */
+/* Slot, whose mark is m (with a MARK_GUARANTEED flag), is about to give
+ * back its permits: see share_hand_over. Two loads when nobody borrows. */
 static inline void
 share_released(struct seg *s, uint32_t slot, uint64_t m)
 {
@@ -1052,7 +1051,8 @@ share_released(struct seg *s, uint32_t slot, uint64_t m)
 		return;
 	/* Nobody borrows: nothing to hand over. The flag may stay, the slot
 	 * is being freed (its next generation starts with a clean mark) and
-	 * this release is the only one. */
+	 * this release is the only one; share_hand_over hands over only
+	 * while the slot still holds its own permit. */
 	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_at(s, c)) != NULL &&
 	    atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0)
 		share_hand_over(s, slot, MARK_GEN(m), SHARE_POOL);
