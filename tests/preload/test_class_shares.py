@@ -205,6 +205,24 @@ def test_a_full_unguaranteed_part_reconciles_permits_whose_sockets_are_gone():
         w.close()
 
 
+def test_burst_in_turn_classes_capped_at_23_refuse_classes_sharing_70_do_not():
+    """make demo's stranded capacity one level down: the classes of one compartment."""
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "classes-%d.json" % os.getpid())
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo", "pools.py"), "--test",
+                        "--level", "class", "--build", os.path.join(ROOT, "build"), "--json", out],
+                       capture_output=True, text=True, timeout=150)
+    try:
+        with open(out) as f:
+            res = {x["mode"]: x for x in json.load(f)}
+    finally:
+        if os.path.exists(out):
+            os.unlink(out)
+    assert r.returncode == 0, "pools.py --test --level class failed:\n%s\n%s" % (r.stdout, r.stderr)
+    assert res["static"]["refused_total"] == 51, res["static"]
+    assert res["pool"]["refused_total"] == 0, res["pool"]
+    assert res["pool"]["worst_total"] <= 70 and max(res["pool"]["worst"].values()) == 40, res["pool"]
+
+
 def capped_class_config(segment, port):
     """Compartment "pg" of 10 whose class batch is capped at 2, without class guarantees:
     a batch connect at the cap is refused class_full while the compartment is far from full."""
