@@ -337,7 +337,11 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	if (cls < BS_MAX_CLASSES && atomic_load(&c->cls[cls].limit) != 0) {
 		k = &c->cls[cls];
 		atomic_store(&sl->cls, cls);
-		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN)
+		/* At its cap: dead holders and sockets gone unseen may hold
+		 * it (reconcile.c), once. */
+		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN &&
+		    (reconcile_class_full(s, comp) == 0 ||
+		    tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN))
 			reason = REASON_CLASS_FULL;
 		else if (atomic_load_explicit(&c->cls_shares, memory_order_relaxed) &&
 		    class_share(s, slot, gen, c, cls, seen + 1) != TALLY_TAKEN)

@@ -1147,13 +1147,16 @@ const char *ad_mode_name(unsigned mode);
  * or all if comp < 0) through /proc/PID/fd. Never drops a hold on doubt.
  * Returns the permits given back (each counted in `reconciled`). */
 int seg_reconcile(struct seg *s, int comp);
-/* Before admitting class cls (BS_MAX_CLASSES or more: none) into
- * compartment comp: if it is full, or its pool or its classes'
- * unguaranteed part has nothing left to lend, or the class is at its cap,
- * reconcile (at most every 100 ms per process); for the class limits, also
- * reclaim dead holders (throttled), which only the compartment's and the
- * pool's refusals otherwise do (take_wait). Five loads when none is full. */
-void reconcile_if_full(struct seg *s, uint32_t comp, uint32_t cls);
+/* Before admitting into compartment comp: if it is full, or its pool or
+ * its classes' unguaranteed part has nothing left to lend, reconcile (at
+ * most every 100 ms per process); for the classes' part, also reclaim dead
+ * holders (throttled), which only the compartment's and the pool's
+ * refusals otherwise do (take_wait). Four loads when none is full. */
+void reconcile_if_full(struct seg *s, uint32_t comp);
+/* A class of compartment comp is at its cap: reclaims dead holders and
+ * reconciles comp (each throttled). Returns the permits given back, after
+ * which admission tries the class permit once more. */
+int reconcile_class_full(struct seg *s, uint32_t comp);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
 
