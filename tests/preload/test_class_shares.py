@@ -15,7 +15,7 @@ from harness import (CLI, Agent, Server, clean_env, new_segment, run, shim_env, 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
 import pools  # noqa: E402  (its witness: a server counting open connections)
-from test_pools import FLOOD, leak_then_connect  # noqa: E402
+from test_pools import FLOOD, leak_then_connect, run_pools_demo  # noqa: E402
 
 
 def class_config(segment, port, limit=20, guaranteed="web = 12;", limits="batch = 15;"):
@@ -207,17 +207,7 @@ def test_a_full_unguaranteed_part_reconciles_permits_whose_sockets_are_gone():
 
 def test_burst_in_turn_classes_capped_at_23_refuse_classes_sharing_70_do_not():
     """make demo's stranded capacity one level down: the classes of one compartment."""
-    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "classes-%d.json" % os.getpid())
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo", "pools.py"), "--test",
-                        "--level", "class", "--build", os.path.join(ROOT, "build"), "--json", out],
-                       capture_output=True, text=True, timeout=150)
-    try:
-        with open(out) as f:
-            res = {x["mode"]: x for x in json.load(f)}
-    finally:
-        if os.path.exists(out):
-            os.unlink(out)
-    assert r.returncode == 0, "pools.py --test --level class failed:\n%s\n%s" % (r.stdout, r.stderr)
+    res = run_pools_demo("--level", "class")
     assert res["static"]["refused_total"] == 51, res["static"]
     assert res["pool"]["refused_total"] == 0, res["pool"]
     assert res["pool"]["worst_total"] <= 70 and max(res["pool"]["worst"].values()) == 40, res["pool"]
