@@ -127,12 +127,6 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 }
 
 /*
- * If the member may have a borrower, clears slot's flag of level l; if it
- * was set (and the slot holds its own permit), one permit lent to the same
- * compartment (and class) moves onto that guarantee, and the shared part
- * has it back at once. Async-signal-safe.
- */
-/*
  * True if the member (compartment comp, class cls of it for SHARE_CLASS)
  * may have a borrower: its own count, which still counts the slot leaving
  * its guarantee, is above the guarantee. Else pass_on would scan every
@@ -156,6 +150,12 @@ may_borrow(const struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 	    atomic_load_explicit(&c->cls_guaranteed[cls], memory_order_relaxed);
 }
 
+/*
+ * If the member may have a borrower, clears slot's flag of level l; if it
+ * was set (and the slot holds its own permit), one permit lent to the same
+ * compartment (and class) moves onto that guarantee, and the shared part
+ * has it back at once. Async-signal-safe.
+ */
 void
 share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 {
