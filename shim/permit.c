@@ -57,22 +57,20 @@ raise_peak(_Atomic uint32_t *peak, uint32_t v)
 /* ---- waiting ---- */
 
 /*
- * One attempt at permit kind p for slot; for a connection in a pool, the
- * pool's permit after the compartment's (pool.c), and the compartment's
- * given back, here and only here, when the pool has none. On TALLY_FULL,
- * *word is the word to sleep on and *why the reason.
+ * One attempt at permit kind p for slot, of compartment c; for a
+ * connection in a pool, the pool's permit after the compartment's
+ * (pool.c), and the compartment's given back, here and only here, when the
+ * pool has none. On TALLY_FULL, *word is the word to sleep on and *why the
+ * reason.
  */
 static inline __attribute__((always_inline)) int
-take_step(struct seg *s, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
+take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
     _Atomic uint32_t **word, enum bs_reason *why)
 {
 	int r = tally_take(s, slot, gen, p, 0, seen);
-	struct seg_comp *c;
 
-	if (r != TALLY_TAKEN || p != P_CONN)
-		return r;
-	c = seg_slot_comp(s, &s->slots[slot]);
-	if (c == NULL || atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)
+	if (r != TALLY_TAKEN || p != P_CONN ||
+	    atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)
 		return r;
 	/* The take made in_use *seen + 1: within the guarantee or not. */
 	r = pool_take(s, c, slot, gen, *seen + 1, seen, word);
@@ -104,12 +102,12 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 
 	if (c == NULL || count == NULL)
 		return TALLY_BUSY;
-	if ((r = take_step(s, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
+	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
 		return r;
 	if (seg_reclaim(s, true) > 0) {
 		word = count;
 		reason = full;
-		if ((r = take_step(s, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
+		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
 			return r;
 	}
 	*why = reason;
@@ -137,7 +135,7 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 	pool_sleepers(s, c, 1);
 	for (;;) {
 		word = count;
-		r = take_step(s, slot, gen, p, &seen, &word, &reason);
+		r = take_step(s, c, slot, gen, p, &seen, &word, &reason);
 		if (r != TALLY_FULL)
 			break;
 		now = now_mono_us();
@@ -345,7 +343,11 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	if (cls < BS_MAX_CLASSES && atomic_load(&c->cls[cls].limit) != 0) {
 		k = &c->cls[cls];
 		atomic_store(&sl->cls, cls);
-		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN)
+		/* At its cap: dead holders and sockets gone unseen may hold
+		 * it (reconcile.c), once. */
+		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN &&
+		    (reconcile_class_full(s, comp) == 0 ||
+		    tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN))
 			reason = REASON_CLASS_FULL;
 		else if (atomic_load_explicit(&c->cls_shares, memory_order_relaxed) &&
 		    class_share(s, slot, gen, c, cls, seen + 1) != TALLY_TAKEN)
@@ -359,7 +361,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		_Atomic uint32_t *word;
 
 		ad_tick(s, c, P_CONN);	/* a stalled backend, seen without replies */
-		r = take_step(s, slot, gen, P_CONN, &seen, &word, &reason);
+		r = take_step(s, c, slot, gen, P_CONN, &seen, &word, &reason);
 		if (r == TALLY_FULL)
 			r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
 		if (r == TALLY_TAKEN)
@@ -389,10 +391,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		tally_take(s, slot, gen, P_OVER, 0, &seen);
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
-	/* The pool's peak is noted when it lends (a sum over compartments). */
-	if (atomic_load_explicit(&c->pool, memory_order_relaxed) != 0 &&
-	    tally_held(s, slot, gen, P_LENT))
-		pool_note_peak(s, c);
+	/* A pool's peak is noted when it lends (pool_take). */
 	if (k != NULL) {
 		raise_peak(&k->peak, atomic_load(&k->in_use));
 		atomic_fetch_add(&k->admitted, 1);

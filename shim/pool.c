@@ -28,7 +28,7 @@ futex_wake_all(_Atomic uint32_t *word)
 _Atomic uint32_t *
 pool_tally_of(const struct seg *s, struct seg_comp *c, int p, _Atomic uint32_t **limit)
 {
-	struct seg_pool *pool = seg_pool_of(s, c);
+	struct seg_pool *pool = seg_pool_at(s, c);
 
 	if (pool == NULL)
 		return NULL;
@@ -96,6 +96,15 @@ pool_update_shared(struct seg *s, uint32_t p)
 		futex_wake_all(&pool->lent);
 }
 
+/* The pool word of config compartment cc: its pool's number from 1, 0 for
+ * none (also for an index past cfg's pools, as a zeroed test config has). */
+static uint32_t
+pool_word(const struct bs_config *cfg, const struct cfg_compartment *cc)
+{
+	return cc->pool == BS_NO_POOL || cc->pool < 0 || (size_t)cc->pool >= cfg->npools ? 0 :
+	    (uint32_t)cc->pool + 1;
+}
+
 void
 pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool membership)
 {
@@ -111,18 +120,18 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 	}
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		const struct cfg_compartment *cc = &cfg->comp[i];
-		uint32_t old, now = cc->pool == BS_NO_POOL ? 0 : cc->guaranteed;
+		uint32_t old, now = pool_word(cfg, cc) == 0 ? 0 : cc->guaranteed;
 		struct seg_comp *c;
 
 		if (cmap[i] < 0 || (uint32_t)cmap[i] >= s->h->ncomp)
 			continue;
 		c = &s->comp[cmap[i]];
 		if (membership)
-			atomic_store(&c->pool, cc->pool == BS_NO_POOL ? 0 : (uint32_t)cc->pool + 1);
+			atomic_store(&c->pool, pool_word(cfg, cc));
 		old = atomic_exchange(&c->guaranteed, now);
 		/* The shared part shrinks before lent permits move onto a
 		 * raised guarantee. */
-		if (cc->pool != BS_NO_POOL)
+		if (pool_word(cfg, cc) != 0)
 			pool_update_shared(s, (uint32_t)cc->pool);
 		share_guarantee_changed(s, (uint32_t)cmap[i], 0, SHARE_POOL, old, now);
 	}
@@ -140,7 +149,7 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 			return "other pools";
 	}
 	for (size_t i = 0; i < cfg->ncomp; i++) {
-		uint32_t want = cfg->comp[i].pool == BS_NO_POOL ? 0 : (uint32_t)cfg->comp[i].pool + 1;
+		uint32_t want = pool_word(cfg, &cfg->comp[i]);
 
 		if (cmap[i] >= 0 && (uint32_t)cmap[i] < s->h->ncomp &&
 		    atomic_load(&s->comp[cmap[i]].pool) != want)
@@ -150,27 +159,46 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 }
 
 void
-pool_note_peak(struct seg *s, const struct seg_comp *c)
+pool_attach(struct seg *s)
 {
-	struct seg_pool *pool = seg_pool_of(s, c);
-	uint32_t n, pk;
+	uint32_t n = 0, ncomp = s->h->ncomp, npools = s->h->npools;
 
-	if (pool == NULL)
+	if (ncomp > BS_MAX_COMPARTMENTS || npools > BS_MAX_POOLS)
 		return;
-	n = pool_in_use(s, atomic_load(&c->pool) - 1, NULL);
-	pk = atomic_load(&pool->peak);
+	for (uint32_t p = 0; p < npools; p++) {
+		s->pool_first[p] = (uint16_t)n;
+		for (uint32_t i = 0; i < ncomp; i++) {
+			if (atomic_load(&s->comp[i].pool) == p + 1)
+				s->pool_in_use[n++] = &s->comp[i].in_use;
+		}
+	}
+	for (uint32_t p = npools; p <= BS_MAX_POOLS; p++)
+		s->pool_first[p] = (uint16_t)n;
+}
+
+void
+pool_note_peak(struct seg *s, uint32_t p)
+{
+	struct seg_pool *pool = &s->h->pools[p];
+	_Atomic uint32_t *const *k = &s->pool_in_use[s->pool_first[p]];
+	_Atomic uint32_t *const *end = &s->pool_in_use[s->pool_first[p + 1]];
+	uint32_t n = 0, pk;
+
+	/* A sum over the pool's members only, by the list made at attach;
+	 * without one (not attached by seg_attach), over every compartment. */
+	if (k == end)
+		n = pool_in_use(s, p, NULL);
+	for (; k < end; k++)
+		n += atomic_load_explicit(*k, memory_order_relaxed);
+	pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
 	while (n > pk && !atomic_compare_exchange_weak(&pool->peak, &pk, n))
 		;
 }
 
 void
-pool_wake(const struct seg *s, const struct seg_slot *sl)
+pool_wake_all(struct seg_pool *pool)
 {
-	struct seg_comp *c = seg_slot_comp(s, sl);
-	struct seg_pool *pool = c != NULL ? seg_pool_of(s, c) : NULL;
-
-	if (pool != NULL && atomic_load(&pool->sleepers) > 0)
-		futex_wake_all(&pool->lent);
+	futex_wake_all(&pool->lent);
 }
 
 void

@@ -351,30 +351,47 @@ seg_reconcile(struct seg *s, int comp)
 	return n;
 }
 
+/* A reconcile of compartment comp (all if comp < 0), at most every
+ * RECONCILE_EVERY_MS per process. Returns the permits given back. */
+static int
+reconcile_throttled(struct seg *s, int comp)
+{
+	uint64_t now = now_mono_ms(), last = atomic_load(&last_run_ms);
+
+	if (now - last < RECONCILE_EVERY_MS && now >= last)
+		return 0;
+	if (!atomic_compare_exchange_strong(&last_run_ms, &last, now))
+		return 0;
+	return seg_reconcile(s, comp);
+}
+
 void
 reconcile_if_full(struct seg *s, uint32_t comp)
 {
 	struct seg_comp *c = seg_comp(s, comp);
-	uint64_t now, last;
 	uint32_t limit;
-	bool all = false;
 
 	if (c == NULL)
 		return;
 	/* The limit admission holds it to now: a fleet share or an adaptive
 	 * limit may be below max_connections. */
 	limit = ad_limit(c, P_CONN, seg_conn_limit(c));
-	if (limit != UINT32_MAX && atomic_load_explicit(&c->in_use, memory_order_relaxed) >= limit)
-		;
-	else if (share_pool_full(s, c))
-		all = true;	/* the stale permit may be another compartment's */
-	else if (!share_classes_full(c))
-		return;
-	now = now_mono_ms();
-	last = atomic_load(&last_run_ms);
-	if (now - last < RECONCILE_EVERY_MS && now >= last)
-		return;
-	if (!atomic_compare_exchange_strong(&last_run_ms, &last, now))
-		return;
-	seg_reconcile(s, all ? -1 : (int)comp);
+	if (limit != UINT32_MAX && atomic_load_explicit(&c->in_use, memory_order_relaxed) >= limit) {
+		reconcile_throttled(s, (int)comp);
+	} else if (share_pool_full(s, c)) {
+		/* The stale permit may be another compartment's. */
+		reconcile_throttled(s, -1);
+	} else if (share_classes_full(c)) {
+		/* A class refusal neither waits nor reclaims (take_wait does,
+		 * for the compartment and the pool): dead holders go back
+		 * here. */
+		seg_reclaim(s, true);
+		reconcile_throttled(s, (int)comp);
+	}
+}
+
+int
+reconcile_class_full(struct seg *s, uint32_t comp)
+{
+	return seg_reclaim(s, true) + reconcile_throttled(s, (int)comp);
 }

@@ -74,7 +74,7 @@ shared_tally(const struct seg *s, struct seg_comp *c, enum share_level l)
 
 	if (l == SHARE_CLASS)
 		return &c->cls_lent;
-	pool = seg_pool_of(s, c);
+	pool = seg_pool_at(s, c);
 	return pool != NULL ? &pool->lent : NULL;
 }
 
@@ -129,17 +129,51 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 }
 
 /*
- * Clears slot's flag of level l; if it was set, one permit lent to the
- * same compartment (and class) moves onto that guarantee, and the shared
- * part has it back at once. Async-signal-safe.
+ * True if the member (compartment comp, class cls of it for SHARE_CLASS)
+ * may have a borrower: its own count, which still counts the slot leaving
+ * its guarantee, is above the guarantee. Else pass_on would scan every
+ * slot for nothing, on each release of a guaranteed permit while another
+ * member borrows. A borrower left behind with the count at or below the
+ * guarantee (a hand-over skipped by a race, or after a kill) stays lent
+ * until it closes: the guarantee is used less, never more.
+ */
+static bool
+may_borrow(const struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
+{
+	struct seg_comp *c = seg_comp(s, comp);
+
+	if (c == NULL)
+		return false;
+	if (l == SHARE_POOL)
+		return atomic_load_explicit(&c->in_use, memory_order_relaxed) >
+		    atomic_load_explicit(&c->guaranteed, memory_order_relaxed);
+	return cls < BS_MAX_CLASSES &&
+	    atomic_load_explicit(&c->cls[cls].in_use, memory_order_relaxed) >
+	    atomic_load_explicit(&c->cls_guaranteed[cls], memory_order_relaxed);
+}
+
+/*
+ * If the member may have a borrower, clears slot's flag of level l; if it
+ * was set (and the slot holds its own permit), one permit lent to the same
+ * compartment (and class) moves onto that guarantee, and the shared part
+ * has it back at once. Async-signal-safe.
  */
 void
 share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 {
 	struct seg_slot *sl = &s->slots[slot];
+	uint32_t comp = atomic_load(&sl->comp), cls = atomic_load(&sl->cls);
 
-	if (slot_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
-		pass_on(s, atomic_load(&sl->comp), atomic_load(&sl->cls), l);
+	/* Nothing to hand over: the flag may stay, as it only counts on a
+	 * slot that still holds its own permit. */
+	if (!may_borrow(s, comp, cls, l))
+		return;
+	/* Only while the slot still holds its own permit: a release
+	 * finished by a reclaimer after the owner died past its gives must
+	 * not hand over a place a new take may have filled meanwhile. */
+	if (tally_held(s, slot, gen, own_kind[l]) &&
+	    slot_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
+		pass_on(s, comp, cls, l);
 }
 
 void
@@ -201,7 +235,7 @@ share_pool_full(const struct seg *s, const struct seg_comp *c)
 	 * pool too: its guarantee is then 0 and the pool word 0). */
 	if (atomic_load_explicit(&c->in_use, memory_order_relaxed) <
 	    atomic_load_explicit(&c->guaranteed, memory_order_relaxed) ||
-	    (pool = seg_pool_of(s, c)) == NULL)
+	    (pool = seg_pool_at(s, c)) == NULL)
 		return false;
 	return atomic_load(&pool->lent) >= atomic_load(&pool->shared);
 }

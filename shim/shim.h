@@ -666,6 +666,12 @@ struct seg {
 	 * child's record is a snapshot of a still moment (procs.c). */
 	_Atomic uint32_t busy;
 	_Atomic uint32_t forking;
+	/* The in_use counts of each pool's members: pool p's are
+	 * pool_in_use[pool_first[p]] up to pool_in_use[pool_first[p + 1]].
+	 * Built at attach (pool_attach; a segment's membership never
+	 * changes). All 0: not built, pool_note_peak scans every compartment. */
+	uint16_t pool_first[BS_MAX_POOLS + 1];
+	_Atomic uint32_t *pool_in_use[BS_MAX_COMPARTMENTS];
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -798,6 +804,16 @@ seg_pool_of(const struct seg *s, const struct seg_comp *c)
 		return NULL;
 	return &s->h->pools[p - 1];
 }
+/* seg_pool_of for admission and release: only the bound memory safety
+ * needs. A pool word past npools (a damaged segment) names a pool of
+ * zeros, which lends nothing. */
+static inline struct seg_pool *
+seg_pool_at(const struct seg *s, const struct seg_comp *c)
+{
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1;
+
+	return p < BS_MAX_POOLS ? &s->h->pools[p] : NULL;
+}
 /* tally_of for P_LENT: NULL if c is in no pool. */
 _Atomic uint32_t *pool_tally_of(const struct seg *s, struct seg_comp *c, int p,
     _Atomic uint32_t **limit);
@@ -817,10 +833,12 @@ void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, boo
 /* NULL if the segment has cfg's pools and memberships (cmap: config
  * compartment -> segment compartment), else what differs. */
 const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
-/* Raises the peak of c's pool to what it has in use now. */
-void pool_note_peak(struct seg *s, const struct seg_comp *c);
-/* A pool permit of sl's compartment went back: wakes the pool's waiters. */
-void pool_wake(const struct seg *s, const struct seg_slot *sl);
+/* Builds s's list of each pool's members (struct seg), at attach. */
+void pool_attach(struct seg *s);
+/* Raises the peak of pool p (its index) to what it has in use now. */
+void pool_note_peak(struct seg *s, uint32_t p);
+/* Wakes every waiter asleep on pool's lent word (pool_wake). */
+void pool_wake_all(struct seg_pool *pool);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
 void pool_sleepers(struct seg *s, const struct seg_comp *c, int delta);
 
@@ -999,37 +1017,58 @@ share_mark(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
  * TALLY_TAKEN (also when not in a pool), TALLY_FULL with *full the word to
  * wait on, or TALLY_BUSY.
  */
-static inline int
+static inline __attribute__((always_inline)) int
 pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t v,
     uint32_t *seen, _Atomic uint32_t **full)
 {
-	struct seg_pool *pool = seg_pool_of(s, c);
-	uint32_t lent;
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1, lent;
+	struct seg_pool *pool;
 	int r;
 
-	if (pool == NULL)
+	/* seg_pool_at, with the pool's number kept for pool_note_peak. */
+	if (p >= BS_MAX_POOLS)
 		return TALLY_TAKEN;
-	/* Lent beyond the shared part (it shrank live, or a guarantee grew):
-	 * nothing more until it drains, guaranteed or not, so that the pool
-	 * never has more than size - reserved in use. Lending never passes
-	 * the shared part, so once this reads below it, it stays so. */
-	lent = atomic_load(&pool->lent);
-	if (lent > atomic_load(&pool->shared)) {
-		*seen = lent;
-		*full = &pool->lent;
-		return TALLY_FULL;
-	}
-	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed))
+	pool = &s->h->pools[p];
+	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed)) {
+		/* Lent beyond the shared part (it shrank live, or a
+		 * guarantee grew): nothing more until it drains, guaranteed
+		 * or not, so that the pool never has more than size -
+		 * reserved in use. Lending never passes the shared part, so
+		 * once this reads below it, it stays so. (A borrower's take
+		 * below refuses by the same comparison.) */
+		lent = atomic_load(&pool->lent);
+		if (lent > atomic_load(&pool->shared)) {
+			*seen = lent;
+			*full = &pool->lent;
+			return TALLY_FULL;
+		}
 		return share_mark(s, slot, gen, SHARE_POOL);
-	r = share_take(s, slot, gen, SHARE_POOL, v, &c->guaranteed, seen);
-	if (r == TALLY_FULL)
+	}
+	r = tally_take(s, slot, gen, P_LENT, 0, seen);
+	if (r == TALLY_TAKEN) {
+		/* Where a hand-over looks first (share.c's pass_on). */
+		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
+		pool_note_peak(s, p);
+	} else if (r == TALLY_FULL) {
 		*full = &pool->lent;
+	}
 	return r;
 }
 
-/* Slot, whose mark before its release was m (with a MARK_GUARANTEED
- * flag), has given back its permits: see share_hand_over. Two loads when
- * nobody borrows. */
+/* A pool permit of sl's compartment went back: wakes the pool's waiters,
+ * if any. Inline: every borrowed permit's release asks it. */
+static inline void
+pool_wake(const struct seg *s, const struct seg_slot *sl)
+{
+	struct seg_comp *c = seg_slot_comp(s, sl);
+	struct seg_pool *pool = c != NULL ? seg_pool_at(s, c) : NULL;
+
+	if (pool != NULL && atomic_load_explicit(&pool->sleepers, memory_order_relaxed) > 0)
+		pool_wake_all(pool);
+}
+
+/* Slot, whose mark is m (with a MARK_GUARANTEED flag), is about to give
+ * back its permits: see share_hand_over. Two loads when nobody borrows. */
 static inline void
 share_released(struct seg *s, uint32_t slot, uint64_t m)
 {
@@ -1040,8 +1079,9 @@ share_released(struct seg *s, uint32_t slot, uint64_t m)
 		return;
 	/* Nobody borrows: nothing to hand over. The flag may stay, the slot
 	 * is being freed (its next generation starts with a clean mark) and
-	 * this release is the only one. */
-	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_of(s, c)) != NULL &&
+	 * this release is the only one; share_hand_over hands over only
+	 * while the slot still holds its own permit. */
+	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_at(s, c)) != NULL &&
 	    atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0)
 		share_hand_over(s, slot, MARK_GEN(m), SHARE_POOL);
 	if ((m & MARK_GUARANTEED(SHARE_CLASS)) &&
@@ -1144,8 +1184,14 @@ const char *ad_mode_name(unsigned mode);
 int seg_reconcile(struct seg *s, int comp);
 /* Before admitting into compartment comp: if it is full, or its pool or
  * its classes' unguaranteed part has nothing left to lend, reconcile (at
- * most every 100 ms per process). Four loads when none is full. */
+ * most every 100 ms per process); for the classes' part, also reclaim dead
+ * holders (throttled), which only the compartment's and the pool's
+ * refusals otherwise do (take_wait). Four loads when none is full. */
 void reconcile_if_full(struct seg *s, uint32_t comp);
+/* A class of compartment comp is at its cap: reclaims dead holders and
+ * reconciles comp (each throttled). Returns the permits given back, after
+ * which admission tries the class permit once more. */
+int reconcile_class_full(struct seg *s, uint32_t comp);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */
 

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from harness import (CLI, Agent, Server, clean_env, new_segment, run, shim_env, 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
 import pools  # noqa: E402  (its witness: a server counting open connections)
-from test_pools import FLOOD, leak_then_connect  # noqa: E402
+from test_pools import FLOOD, leak_then_connect, run_pools_demo  # noqa: E402
 
 
 def class_config(segment, port, limit=20, guaranteed="web = 12;", limits="batch = 15;"):
@@ -202,6 +203,69 @@ def test_a_full_unguaranteed_part_reconciles_permits_whose_sockets_are_gone():
         p.finish(10)
     finally:
         w.close()
+
+
+def test_burst_in_turn_classes_capped_at_23_refuse_classes_sharing_70_do_not():
+    """make demo's stranded capacity one level down: the classes of one compartment."""
+    res = run_pools_demo("--level", "class")
+    assert res["static"]["refused_total"] == 51, res["static"]
+    assert res["pool"]["refused_total"] == 0, res["pool"]
+    assert res["pool"]["worst_total"] <= 70 and max(res["pool"]["worst"].values()) == 40, res["pool"]
+
+
+def capped_class_config(segment, port):
+    """Compartment "pg" of 10 whose class batch is capped at 2, without class guarantees:
+    a batch connect at the cap is refused class_full while the compartment is far from full."""
+    return ('segment = "%s";\nclasses = { web = [ "web-*" ]; batch = [ "nightly" ]; };\n'
+            'compartments = ( { name = "pg"; destinations = [ "127.0.0.1:%d" ];\n'
+            '  max_connections = 10;\n  class_limits = { batch = 2; }; } );\n' % (segment, port))
+
+
+def test_a_full_class_cap_reconciles_permits_whose_sockets_are_gone():
+    """rawclose, of class batch, closes its two sockets unseen: the class stays at its cap of
+    2 though nothing is open. The next batch connect reconciles and is admitted."""
+    w = pools.Witness(1)
+    seg = new_segment()
+    cfg = write_file(capped_class_config(seg, w.ports[0]))
+    try:
+        p = leak_then_connect(w, w.ports[0], w.ports[0],
+                              shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"}))
+        c = next(c for c in status_json(seg)["compartments"] if c["name"] == "pg")
+        assert c["reconciled"] == 2, c
+        b = next(k for k in c["classes"] if k["name"] == "batch")
+        assert b["rejected"] == 0, b
+        p.send("quit\n")
+        p.finish(10)
+    finally:
+        w.close()
+
+
+def test_a_full_class_cap_takes_back_a_sigkilled_holders_permits():
+    """A batch process holding its class's 2 permits is SIGKILLed: the next batch connect,
+    in another process, finds the class at its cap, takes the dead holder's permits back and
+    is admitted at once (no `status` ran in between to reclaim them)."""
+    srv = Server()
+    seg = new_segment()
+    cfg = write_file(capped_class_config(seg, srv.port))
+    env = shim_env(cfg, log="off", extra={"BULKSHIM_CLASS": "batch"})
+    holder = Agent(env)
+    for _ in range(2):
+        holder("tcp(%d)" % srv.port)
+    other = Agent(env)
+    full = other("attempt(('127.0.0.1', %d))" % srv.port)
+    assert not full["ok"], "class batch not at its cap with 2 held: %r" % full
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait_exit(5)
+    # The reclaim is throttled to once in 100 ms per segment: the refusal
+    # above may just have run one.
+    time.sleep(0.15)
+    got = [other("attempt(('127.0.0.1', %d))" % srv.port) for _ in range(3)]
+    assert [g["ok"] for g in got] == [True, True, False], got
+    c = next(c for c in status_json(seg)["compartments"] if c["name"] == "pg")
+    assert c["reclaimed"] == 2, c
+    b = next(k for k in c["classes"] if k["name"] == "batch")
+    assert b["in_use"] == 2 and b["rejected"] == 2, b
+    assert other.finish() == 0
 
 
 def test_reload_changes_class_guarantees_as_set_does():

@@ -67,10 +67,11 @@ def cli(*args, timeout=20):
                           env=clean_env())
 
 
-def test_burst_in_turn_static_23_refuses_pool_70_does_not():
+def run_pools_demo(*extra):
+    """make demo's stranded capacity, short (pools.py --test and extra): its figures per mode."""
     out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "pools-%d.json" % os.getpid())
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo", "pools.py"), "--test",
-                        "--build", os.path.join(ROOT, "build"), "--json", out],
+                        "--build", os.path.join(ROOT, "build"), "--json", out] + list(extra),
                        capture_output=True, text=True, timeout=150)
     try:
         with open(out) as f:
@@ -78,7 +79,12 @@ def test_burst_in_turn_static_23_refuses_pool_70_does_not():
     finally:
         if os.path.exists(out):
             os.unlink(out)
-    assert r.returncode == 0, "pools.py --test failed:\n%s\n%s" % (r.stdout, r.stderr)
+    assert r.returncode == 0, "pools.py --test %s failed:\n%s\n%s" % (extra, r.stdout, r.stderr)
+    return res
+
+
+def test_burst_in_turn_static_23_refuses_pool_70_does_not():
+    res = run_pools_demo()
     # The figures the closing note quotes, checked here as well.
     assert res["static"]["refused_total"] == 51, res["static"]
     assert res["pool"]["refused_total"] == 0, res["pool"]

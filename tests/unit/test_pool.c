@@ -109,6 +109,38 @@ test_the_pool_lends_its_shared_part_and_no_more(void **state)
 	seg_close(s);
 }
 
+/* The pool's peak, noted when it lends, is the sum of its members' in
+ * use (by the member list made at attach, or by a scan without one), not
+ * counting a compartment outside the pool. */
+static void
+test_the_pool_peak_sums_its_members_only(void **state)
+{
+	struct seg *s;
+	enum bs_reason why = REASON_MAX;
+
+	(void)state;
+	comps[2].pool = BS_NO_POOL;
+	comps[2].guaranteed = 0;
+	s = attach();
+	assert_int_equal(s->pool_first[1] - s->pool_first[0], 2);
+	for (int i = 0; i < 4; i++)
+		assert_true(take(s, 2, false, &why) >= 0);
+	/* Within guarantees: nothing lent, no peak noted. */
+	for (int i = 0; i < 3; i++)
+		assert_true(take(s, 0, false, &why) >= 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(take(s, 1, false, &why) >= 0);
+	assert_int_equal(lent(s), 1);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
+	/* Without the list (a process not attached by seg_attach), a scan. */
+	memset(s->pool_first, 0, sizeof(s->pool_first));
+	assert_true(take(s, 0, false, &why) >= 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 7);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
 static void
 test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool(void **state)
 {
@@ -696,6 +728,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_compartment_refusal_gives_the_class_share_back, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_classes_exact, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_the_pool_peak_sums_its_members_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_compartment_exceeds_its_ceiling, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_freed_guarantee_takes_back_a_lent_permit_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_waiter_is_woken_when_another_compartment_frees_the_pool, setup, teardown),

@@ -1,4 +1,4 @@
-# demo.mk - `make demo` (the incident, replayed with and without bulkshim, then stranded capacity: static compartments against a pool) and `make demo-test`.
+# demo.mk - `make demo` (the incident, replayed with and without bulkshim, then stranded capacity: static compartments against a pool, static classes against shared ones) and `make demo-test`.
 #
 # Included by the main Makefile after $(B), $(CC) and $(CFLAGS) are set. The
 # programs are tools/demo/DEMO.md's shop, backend and load generator.
@@ -37,6 +37,7 @@ demo: demo-deps
 	$(MAKE) --no-print-directory all demo-bin
 	BULKSHIM_BUILD=$(B) bash tools/demo/demo.sh
 	python3 tools/demo/pools.py --build $(B)
+	python3 tools/demo/pools.py --build $(B) --level class
 
 # The same scenario, a few seconds each way; fails unless it proves its point.
 demo-test: all demo-bin

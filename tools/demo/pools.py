@@ -2,7 +2,7 @@
 """pools.py - stranded capacity: three dependencies bursting in turn, as static compartments of 23 and as one pool of 70.
 
 usage: pools.py [--test] [--build DIR] [--out DIR] [--png FILE] [--json FILE]
-                [--hold S] [--mode static|pool|both]
+                [--hold S] [--mode static|pool|both] [--level pool|class]
 
 Three compartments a, b and c reach one resource of 70 connections. Each of
 them bursts to 40 connections in turn while the other two stay at 10, so the
@@ -21,6 +21,13 @@ with gnuplot, draws it against guarantee and ceiling into PNG. --test runs
 a short version and exits 1 unless: the pool refused nothing, the static
 split refused, the witness never saw more than 70 in all or a compartment
 above its ceiling, and every count of the segment went back to 0.
+
+--level class plays the same one level down: a, b and c are the classes of
+one compartment of 70 (each client's BULKSHIM_CLASS names its class), capped
+at 23 each (class_limits), then sharing it with class_guaranteed 10 and a
+ceiling of 40 each. The compartment lists the three witness ports, one per
+class, so the witness still counts each class apart. Refusals are then
+class_full (static) and class_shared_full (shared).
 """
 
 import argparse
@@ -183,8 +190,27 @@ class Witness:
         self.t.join(2)
 
 
-def write_config(path, mode, segment, ports):
+def write_class_config(path, mode, segment, ports):
+    """One compartment of POOL_SIZE whose classes a, b and c are capped at
+    STATIC each, or share it (guarantee and ceiling), one witness port each."""
+    each = lambda v: "{ %s }" % " ".join("%s = %d;" % (n, v) for n in NAMES)
+    limits = ("class_limits = %s;" % each(STATIC) if mode == "static" else
+              "class_limits = %s;\n    class_guaranteed = %s;" % (each(CEILING), each(GUARANTEE)))
+    with open(path, "w") as f:
+        f.write('segment = "%s";\n' % segment)
+        # Patterns no program has: each client names its class (BULKSHIM_CLASS).
+        f.write("classes = { %s };\n" % " ".join('%s = [ "pools-demo-%s" ];' % (n, n)
+                                                  for n in NAMES))
+        f.write('compartments = (\n  { name = "db"; destinations = [ %s ];\n'
+                '    max_connections = %d;\n    %s }\n);\n'
+                % (", ".join('"127.0.0.1:%d"' % port for port in ports), POOL_SIZE, limits))
+
+
+def write_config(path, mode, segment, ports, level="pool"):
     """The static split (three compartments of STATIC) or the pool."""
+    if level == "class":
+        write_class_config(path, mode, segment, ports)
+        return
     lines, items = ['segment = "%s";' % segment], []
     if mode == "pool":
         lines.append('pools = ( { name = "db"; size = %d; reserved = 0; } );' % POOL_SIZE)
@@ -244,14 +270,15 @@ def status(cli, segment):
 
 def run(mode, args, workdir):
     """One run: returns its figures and timeline."""
-    segment = "pooldemo%d%s" % (os.getpid(), mode)
+    segment = "pooldemo%d%s%s" % (os.getpid(), args.level, mode)
     w = Witness()
     cfg = os.path.join(workdir, mode + ".cfg")
-    write_config(cfg, mode, segment, w.ports)
+    write_config(cfg, mode, segment, w.ports, args.level)
     env = dict(os.environ, LD_PRELOAD=os.path.join(args.build, "libbulkshim.so"),
                BULKSHIM_CONFIG=cfg, BULKSHIM_LOG="off")
-    clients = [Client(env, "procs" if i == 1 else "threads", port, workdir)
-               for i, port in enumerate(w.ports)]
+    clients = [Client(dict(env, BULKSHIM_CLASS=n) if args.level == "class" else env,
+                      "procs" if i == 1 else "threads", port, workdir)
+               for i, (n, port) in enumerate(zip(NAMES, w.ports))]
     timeline, t0, done = [], time.monotonic(), threading.Event()
 
     def sampler():
@@ -288,7 +315,8 @@ def run(mode, args, workdir):
         pass
     leftover = None
     if after is not None:
-        leftover = sum(c["in_use"] for c in after["compartments"])
+        leftover = sum(c["in_use"] + c.get("class_lent", 0) for c in after["compartments"])
+        leftover += sum(k["in_use"] for c in after["compartments"] for k in c.get("classes", []))
         leftover += sum(p["in_use"] + p["lent"] for p in after.get("pools", []))
     return {
         "mode": mode,
@@ -297,20 +325,34 @@ def run(mode, args, workdir):
         "worst_total": w.worst_total,
         "worst": dict(zip(NAMES, w.worst)),
         "leftover": leftover,
-        "pool_full": sum(c["rejected_by"].get("pool_full", 0)
+        "pool_full": sum(c["rejected_by"].get(shared_full(args.level), 0)
                          for c in (peak_status or {}).get("compartments", [])),
         "timeline": timeline,
     }
 
 
-def plot(results, out, png):
+def shared_full(level):
+    """The reason a refusal for lack of shared capacity has at this level."""
+    return "class_shared_full" if level == "class" else "pool_full"
+
+
+def titles(level, mode):
+    """What a run is called in the table and in the picture."""
+    if level == "class":
+        return ("classes capped at %d" % STATIC if mode == "static" else
+                "classes sharing %d" % POOL_SIZE)
+    return "static 3 x %d" % STATIC if mode == "static" else "pool %d" % POOL_SIZE
+
+
+def plot(results, out, png, level="pool"):
     if shutil.which("gnuplot") is None:
         print("pools: gnuplot is not installed, so no %s (apt-get install gnuplot-nox)" % png)
         return
     gp = os.path.join(out, "pools.gp")
     plots = []
     for r in results:
-        csv = os.path.join(out, "pools-%s.csv" % r["mode"])
+        csv = os.path.join(out, "%s-%s.csv" % ("classes" if level == "class" else "pools",
+                                               r["mode"]))
         with open(csv, "w") as f:
             f.write("t,a,b,c,total\n")
             for t, live in r["timeline"]:
@@ -322,10 +364,11 @@ def plot(results, out, png):
         f.write('set key outside right\nset yrange [0:75]\nset xlabel "seconds"\n'
                 'set ylabel "connections open (witness)"\n')
         for r, csv in plots:
-            title = ("static: 3 compartments of %d, %d refused" % (STATIC, r["refused_total"])
+            what = "classes of one compartment" if level == "class" else "compartments"
+            title = ("static: 3 %s capped at %d, %d refused" % (what, STATIC, r["refused_total"])
                      if r["mode"] == "static" else
-                     "pool of %d: guarantee %d, ceiling %d each, %d refused"
-                     % (POOL_SIZE, GUARANTEE, CEILING, r["refused_total"]))
+                     "%s sharing %d: guarantee %d, ceiling %d each, %d refused"
+                     % (what, POOL_SIZE, GUARANTEE, CEILING, r["refused_total"]))
             f.write('set title "%s"\n' % title)
             lines = ['"%s" using 1:%d with steps lw 2 title "%s"' % (csv, i + 2, n)
                      for i, n in enumerate(NAMES)]
@@ -355,12 +398,14 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--hold", type=float)
     ap.add_argument("--mode", choices=("static", "pool", "both"), default="both")
+    ap.add_argument("--level", choices=("pool", "class"), default="pool")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     if args.hold is None:
         args.hold = 0.2 if args.test else 1.0
     args.out = args.out or os.path.join(args.build, "demo", "out")
-    args.png = args.png or os.path.join(args.build, "demo-pools.png")
+    args.png = args.png or os.path.join(args.build, "demo-%s.png" % (
+        "classes" if args.level == "class" else "pools"))
     os.makedirs(args.out, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="bulkshim-pools-")
     try:
@@ -368,24 +413,24 @@ def main():
         results = [run(m, args, workdir) for m in modes]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print("\nstranded capacity: a, b and c burst to %d in turn, the others at %d; "
-          "the resource holds %d" % (BURST, BASE, POOL_SIZE))
-    print("%-34s %14s %14s" % ("", *[("static 3 x %d" % STATIC) if r["mode"] == "static"
-                                       else "pool %d" % POOL_SIZE for r in results])
+    print("\nstranded capacity%s: a, b and c burst to %d in turn, the others at %d; "
+          "the resource holds %d" % (" (classes of one compartment)" if args.level == "class"
+                                     else "", BURST, BASE, POOL_SIZE))
+    print("%-34s %22s %22s" % ("", *[titles(args.level, r["mode"]) for r in results])
           if len(results) == 2 else "")
     for label, key in (("connects refused", "refused_total"),
                        ("worst total open (witness)", "worst_total"),
                        ("worst compartment (witness)", None),
-                       ("refused as pool_full", "pool_full"),
+                       ("refused as " + shared_full(args.level), "pool_full"),
                        ("in use after the clients exit", "leftover")):
         vals = [max(r["worst"].values()) if key is None else r[key] for r in results]
-        print("%-34s %14s %14s" % (label, *[str(v) for v in vals]) if len(vals) == 2
-              else "%-34s %14s" % (label, vals[0]))
+        print("%-34s %22s %22s" % (label, *[str(v) for v in vals]) if len(vals) == 2
+              else "%-34s %22s" % (label, vals[0]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{k: v for k, v in r.items() if k != "timeline"} for r in results], f)
     if not args.test:
-        plot(results, args.out, args.png)
+        plot(results, args.out, args.png, args.level)
         return 0
     bad = []
     for r in results:
