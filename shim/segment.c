@@ -94,6 +94,8 @@ validate(const struct seg_header *h, size_t size)
 	 * smaller than ours. */
 	if (size < offsetof(struct seg_header, version) + sizeof(h->version))
 		return "truncated (smaller than its header)";
+	if (h->magic == 0)
+		return "unfinished (magic 0: its creator died setting it up; the next program to attach sets it up)";
 	if (h->magic != SEG_MAGIC)
 		return "bad magic (not a bulkshim segment)";
 	if (h->version != SEG_VERSION)
@@ -586,6 +588,22 @@ fix_settings(struct seg *s, const struct bs_config *cfg, const char *name)
 	}
 }
 
+/* Whether the segment behind fd was sized but never finished: the magic,
+ * which init_segment writes last, is still 0 (its creator died between
+ * ftruncate and the end of init_segment, and the lock it held went with
+ * it). Checked by the lock holder only, so a live creator is never
+ * overtaken. */
+static bool
+unfinished(int fd, const struct stat *st)
+{
+	uint64_t magic = 1;
+
+	if (st->st_size < (off_t)sizeof(struct seg_header))
+		return false;
+	return pread(fd, &magic, sizeof(magic), offsetof(struct seg_header, magic)) ==
+	    (ssize_t)sizeof(magic) && magic == 0;
+}
+
 int
 seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen)
 {
@@ -617,7 +635,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	 * start at once and the lock stays busy: then the upkeep is left to
 	 * the processes that get the lock. */
 	locked = lock_bounded(fd, LOCK_FAST_MS) == 0;
-	if (!locked && (fstat(fd, &st) < 0 || st.st_size == 0)) {
+	if (!locked && (fstat(fd, &st) < 0 || st.st_size == 0 || unfinished(fd, &st))) {
 		r = lock_bounded(fd, LOCK_WAIT_MS);
 		if (r < 0) {
 			bs_format(err, errlen, "segment /dev/shm%s stays locked: %s", name,
@@ -658,9 +676,13 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "out of memory");
 		goto fail;
 	}
-	if (st.st_size == 0) {
-		/* New, or left empty by a creator that died before sizing it:
-		 * whoever holds the lock initialises it. */
+	if (st.st_size == 0 || unfinished(fd, &st)) {
+		/* New, or left empty by a creator that died before sizing it
+		 * or before finishing it: whoever holds the lock initialises
+		 * it. Nobody can have attached to an unfinished one. */
+		if (st.st_size != 0)
+			bs_log(LOG_WARN, "segment /dev/shm%s was left unfinished by a creator that "
+			    "died; set up anew", name);
 		memset(&want, 0, sizeof(want));
 		layout(&want, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
 		if (ftruncate(fd, (off_t)want.total_size) < 0) {

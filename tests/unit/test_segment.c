@@ -646,6 +646,37 @@ test_a_damaged_segment_is_never_trusted(void **state)
 	free(img);
 }
 
+/* A creator killed between sizing the segment and writing its magic (the
+ * last thing it writes) leaves it sized but unfinished; the next process
+ * sets it up instead of refusing it, and its limits hold. */
+static void
+test_a_segment_left_unfinished_by_its_creator_is_set_up_anew(void **state)
+{
+	struct seg *s = attach();
+	size_t len = s->size;
+	char *img = malloc(len);
+
+	(void)state;
+	memcpy(img, s->base, len);
+	seg_close(s);
+	for (int round = 0; round < 2; round++) {
+		if (round == 0)
+			memset(img, 0, len);	/* died right after ftruncate */
+		else
+			((struct seg_header *)img)->magic = 0;	/* died before the magic */
+		plant(img, len);
+		s = attach();
+		assert_int_equal(s->h->magic, SEG_MAGIC);
+		for (uint64_t i = 1; i <= 3; i++)
+			assert_true(acq(s, 0, i) >= 0);
+		assert_int_equal(acq(s, 0, 4), -EBUSY);
+		seg_detach_all(s);
+		memcpy(img, s->base, len);	/* a whole image for the next round */
+		seg_close(s);
+	}
+	free(img);
+}
+
 int
 main(void)
 {
@@ -675,6 +706,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_damaged_segment_is_never_trusted, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_segment_left_unfinished_by_its_creator_is_set_up_anew, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("segment", tests, NULL, NULL);
