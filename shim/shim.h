@@ -612,13 +612,17 @@ struct seg_slot {
 };
 
 /* The tag of a slot's holders count (procs.c): record index + 1, whether
- * the change dropped a hold, 13 bits of the record's generation, and
- * HTAG_LOCK while the change is under way. */
+ * the change dropped a hold, 12 bits of the record's generation, HTAG_LOCK
+ * while the change is under way, and HTAG_SOLE when the count is 1 and the
+ * record the tag names holds the slot alone without a bit in its row (the
+ * slot's first hold). */
 #define HTAG_DROP	(1u << 17)
+#define HTAG_SOLE	(1u << 30)
 #define HTAG_LOCK	(1u << 31)
+#define HTAG_GEN_MASK	0xfffu
 #define HTAG_REC(t)	((t) & 0x1ffffu)
-#define HTAG_GEN(t)	(((t) >> 18) & 0x1fffu)
-#define HTAG(gen, drop, rec)	(((gen) & 0x1fffu) << 18 | ((drop) ? HTAG_DROP : 0) | ((rec) + 1))
+#define HTAG_GEN(t)	(((t) >> 18) & HTAG_GEN_MASK)
+#define HTAG(gen, drop, rec)	(((gen) & HTAG_GEN_MASK) << 18 | ((drop) ? HTAG_DROP : 0) | ((rec) + 1))
 
 /* One process that holds or held permits; its bitmap row says which slots. */
 struct seg_proc {
@@ -892,8 +896,13 @@ bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* Internal to segment.c, procs.c and permit.c. */
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
 int seg_my_record(struct seg *s);
-/* The first hold of a slot being claimed: record rec, holders 1. */
+/* The first hold of a slot being claimed: record rec, holders 1, held
+ * through the holders word alone (HTAG_SOLE), no bit in rec's row. */
 void seg_hold_first(struct seg *s, int rec, uint32_t slot);
+/* Word w of record rec's holds: its row's word w and the slots w * 64 ..
+ * w * 64 + 63 it holds alone through their holders word (HTAG_SOLE). For
+ * readers that list a record's holds (reconcile, the CLI). */
+uint64_t seg_held_bits(const struct seg *s, uint32_t rec, uint32_t w);
 /* Drops record rec's hold of slot, if it has one; the last hold releases
  * the slot's permits (seg_release_slot). True if this drop released it. */
 bool seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);

@@ -526,7 +526,11 @@ test_a_hold_added_for_a_record_gone_meanwhile_does_not_count(void **state)
 	assert_true(slot >= 0);
 	/* A fork's parent added a hold for its child's record (count 2)
 	 * and stalled before writing the bit; meanwhile that record was
-	 * reclaimed and claimed again (another generation). */
+	 * reclaimed and claimed again (another generation). Before adding
+	 * it, the parent's own first hold (the holders word alone) was
+	 * turned into its bit, as hold_add does. */
+	atomic_fetch_or(&seg_row(s, (uint32_t)atomic_load(&s->rec))[slot / 64],
+	    1ULL << (slot % 64));
 	other = (uint32_t)atomic_load(&s->rec) + 1;
 	tag = HTAG_LOCK | HTAG(atomic_load(&s->procs[other].gen) + 1, false, other);
 	w = (_Atomic uint64_t *)(uintptr_t)&s->slots[slot].holders;
