@@ -226,11 +226,14 @@ seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why)
 static int
 alloc_slot(struct seg *s, int rec, uint64_t ino)
 {
-	uint32_t n = s->h->nslots;
-	uint32_t start = atomic_fetch_add(&s->hint, 1) % n;
+	uint32_t n = s->h->nslots, i = atomic_load_explicit(&s->hint, memory_order_relaxed);
 
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = (start + k) % n, expected = SLOT_FREE;
+	/* The hint is where the last claim ended: a start, not a promise;
+	 * threads racing from the same place are told apart by the CAS. */
+	if (i >= n)
+		i = 0;
+	for (uint32_t k = 0; k < n; k++, i = i + 1 < n ? i + 1 : 0) {
+		uint32_t expected = SLOT_FREE;
 		struct seg_slot *sl = &s->slots[i];
 		uint64_t m;
 
@@ -256,7 +259,7 @@ alloc_slot(struct seg *s, int rec, uint64_t ino)
 		atomic_store(&sl->inode, ino);
 		seg_hold_first(s, rec, i);
 		atomic_store_explicit(&sl->state, SLOT_USED, memory_order_release);
-		atomic_store(&s->hint, i + 1);
+		atomic_store_explicit(&s->hint, i + 1, memory_order_relaxed);
 		return (int)i;
 	}
 	return -ENOSPC;

@@ -175,6 +175,26 @@ sole_word(const struct seg *s, uint32_t rec)
 	return (uint64_t)(HTAG_SOLE | HTAG(REC_GEN(s, rec), false, rec)) << 32 | 1;
 }
 
+/* Record rec's sole word, from this process's cache (s->sole) when it is
+ * rec's: a connect and a close of ours need not build it. The cache is set
+ * whenever this process's record is published and cleared when it goes,
+ * so it never names an earlier generation of the record. */
+static inline uint64_t
+sole_of(struct seg *s, uint32_t rec)
+{
+	uint64_t w = atomic_load_explicit(&s->sole, memory_order_relaxed);
+
+	return HTAG_REC((uint32_t)(w >> 32)) == rec + 1 ? w : sole_word(s, rec);
+}
+
+/* Publishes rec (or -1) as this process's record, with its sole word. */
+static void
+set_rec(struct seg *s, int rec)
+{
+	atomic_store(&s->sole, rec >= 0 ? sole_word(s, (uint32_t)rec) : 0);
+	atomic_store(&s->rec, rec);
+}
+
 /* The holders word once rec's sole hold is dropped. */
 static inline uint64_t
 sole_dropped(uint64_t sole)
@@ -321,7 +341,7 @@ seg_hold_first(struct seg *s, int rec, uint32_t slot)
 	 * slot was free): it must not stand beside the sole hold. */
 	if (__builtin_expect((atomic_load_explicit(row, memory_order_relaxed) & m) != 0, 0))
 		atomic_fetch_and(row, ~m);
-	atomic_store(holders_word(&s->slots[slot]), sole_word(s, (uint32_t)rec));
+	atomic_store(holders_word(&s->slots[slot]), sole_of(s, (uint32_t)rec));
 }
 
 /* The sole hold that word w (HTAG_SOLE) names becomes a bit in its record's
@@ -407,7 +427,7 @@ seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 	/* The common case, a socket held by this record alone since its
 	 * first hold: one compare-and-swap and the slot is released. */
 	t = holders_word(&s->slots[slot]);
-	sole = sole_word(s, (uint32_t)rec);
+	sole = sole_of(s, (uint32_t)rec);
 	w = sole;
 	if (!atomic_compare_exchange_strong(t, &w, sole_dropped(sole)) &&
 	    drop_bit(s, (uint32_t)rec, slot) != 1)
@@ -601,6 +621,7 @@ claim_record(struct seg *s)
 		empty_record(s, (uint32_t)mine, false, false);
 		return expected;
 	}
+	atomic_store(&s->sole, sole_word(s, (uint32_t)mine));
 	return mine;
 }
 
@@ -895,7 +916,7 @@ seg_fork_child(struct seg *s, const struct seg_fork *f)
 	s->my_pid = me;
 	s->my_start = seg_pid_start(me);
 	if (f->rec < 0) {
-		atomic_store(&s->rec, -1);
+		set_rec(s, -1);
 		return true;
 	}
 	/* Once our pid is in the record nobody reclaims it while we live,
@@ -908,12 +929,12 @@ seg_fork_child(struct seg *s, const struct seg_fork *f)
 	}
 	fork_unlock(s, f->lockfd);
 	if (claimed) {
-		atomic_store(&s->rec, f->rec);
+		set_rec(s, f->rec);
 		return true;
 	}
 	/* Reclaimed meanwhile: what this process inherited is adopted again
 	 * by the caller. */
-	atomic_store(&s->rec, -1);
+	set_rec(s, -1);
 	for (uint32_t i = 0; i < s->h->nslots; i++)
 		atomic_store(&s->lcount[i], 0);
 	return false;
@@ -980,7 +1001,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 		}
 		release_orphans(s, me);
 		settle_holds(s, (uint32_t)rec);
-		atomic_store(&s->rec, rec);
+		set_rec(s, rec);
 	} else if (!any_slot_used(s))
 		return;		/* nothing anyone holds can have been inherited */
 	d = opendir("/proc/self/fd");
@@ -1032,6 +1053,7 @@ seg_detach_all(struct seg *s)
 	int rec = atomic_exchange(&s->rec, -1);
 	uint32_t expected = PROC_LIVE;
 
+	atomic_store(&s->sole, 0);
 	if (rec < 0)
 		return;
 	for (uint32_t i = 0; i < s->h->nslots; i++)

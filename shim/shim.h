@@ -660,6 +660,10 @@ struct seg {
 	 * child's record is a snapshot of a still moment (procs.c). */
 	_Atomic uint32_t busy;
 	_Atomic uint32_t forking;
+	/* The holders word of a slot that record `rec` holds alone (procs.c),
+	 * kept so that a connect and a close need not build it; 0 when not
+	 * known (then it is built). */
+	_Atomic uint64_t sole;
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -1175,19 +1179,47 @@ void fdt_verdict(int fd, uint64_t was, uint32_t verdict);
 /* Records slot for fd (with no verdict) and returns what was recorded
  * before (slot + 1 or 0). */
 uint32_t fdt_set(int fd, uint32_t slot);
-/* Forgets fd and returns what was recorded (slot + 1 or 0). */
-uint32_t fdt_take(int fd);
+/* Forgets fd and returns what was recorded (slot + 1 or 0). Inline: every
+ * close of a counted socket takes its entry. */
+static inline uint32_t
+fdt_take(int fd)
+{
+	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire) ||
+	    atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == 0)
+		return 0;
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
+}
 /* One past the highest fd ever recorded, to bound range scans. */
 int fdt_high(void);
 /* True if fd fits in the table. */
-bool fdt_valid(int fd);
+static inline bool
+fdt_valid(int fd)
+{
+	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
+}
 /* The "fresh" marks: stream sockets from socket() not yet connected, which
- * a fork may share before their connect (see fork in interpose.c). */
+ * a fork may share before their connect (see fork in interpose.c). One bit
+ * per descriptor the table has room for; mapped before the table's size is
+ * published. Inline: every counted connect reads and clears one. */
+extern _Atomic uint64_t *fdt_fresh BS_HIDDEN;
 void fdt_mark_fresh(int fd);
-void fdt_clear_fresh(int fd);
+static inline void
+fdt_clear_fresh(int fd)
+{
+	uint64_t m = 1ULL << (fd % 64);
+
+	if (fdt_valid(fd) && fdt_fresh != NULL &&
+	    (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) & m))
+		atomic_fetch_and(&fdt_fresh[fd / 64], ~m);
+}
 /* True if fd is marked fresh: a stream socket from socket(), as far as
  * this process knows. */
-bool fdt_is_fresh(int fd);
+static inline bool
+fdt_is_fresh(int fd)
+{
+	return fdt_valid(fd) && fdt_fresh != NULL &&
+	    (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) >> (fd % 64) & 1) != 0;
+}
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
 /* Forgets fd if its entry is still e (slot + 1); true if it did. */
@@ -1273,12 +1305,23 @@ extern struct shim_state shim BS_HIDDEN;
 
 /* True once start-up finished with a usable segment. */
 bool shim_active(void);
-/* procid.c: true in a process that shares our memory but is not the one
- * the tables describe (a vfork child, a clone), or a copy of it the fork
- * wrapper did not prepare: its descriptors are not ours. A system call only
- * while such a process may exist. */
-bool shim_foreign(void);
 extern _Atomic int shim_unseen BS_HIDDEN;
+/* procid.c: the pid asked of the kernel and compared with the cached one. */
+bool shim_foreign_ask(void);
+/* True in a process that shares our memory but is not the one the tables
+ * describe (a vfork child, a clone), or a copy of it the fork wrapper did
+ * not prepare: its descriptors are not ours. A system call only while such
+ * a process may exist (procid.c); one load otherwise, inline. */
+static inline bool
+shim_foreign(void)
+{
+#if defined(__x86_64__)
+	if (__builtin_expect(atomic_load_explicit(&shim_unseen, memory_order_relaxed) == 0, 1))
+		return false;
+#endif
+	/* Elsewhere vfork is not wrapped (procid.c): always ask. */
+	return shim_foreign_ask();
+}
 /* Registers the fork handler that marks children of unseen forks. */
 void shim_watch_forks(void);
 /* In the child of the fork wrapper: it is seen; shim.pid becomes its pid. */
