@@ -568,32 +568,46 @@ void
 seg_drop(struct seg *s, uint32_t slot)
 {
 	int rec = atomic_load(&s->rec);
+	_Atomic uint32_t *lc;
+	uint32_t n;
 
 	if (slot >= s->h->nslots || rec < 0)
 		return;
-	if (seg_dec_floor(&s->lcount[slot]) != 0)
+	/* The last local descriptor (the common case: 1 -> 0) drops the
+	 * process's hold; the floor at 0 guards against a count gone wrong. */
+	lc = &s->lcount[slot];
+	n = atomic_load_explicit(lc, memory_order_relaxed);
+	do {
+		if (n == 0)
+			break;
+	} while (!atomic_compare_exchange_weak(lc, &n, n - 1));
+	if (n > 1)
 		return;
 	seg_drop_hold(s, rec, slot, false);
 }
 
 void
-seg_connect_done(struct seg *s, uint32_t slot)
+seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
 {
-	struct seg_slot *sl;
-	struct seg_comp *c;
+	struct seg_slot *sl = &s->slots[slot];
 	uint64_t t, now;
 
-	if (slot >= s->h->nslots)
-		return;
-	sl = &s->slots[slot];
-	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0)
-		return;
-	t = atomic_exchange(&sl->connect_us, 0);
-	c = seg_slot_comp(s, sl);
-	if (t == 0 || c == NULL)
+	/* Once: the exchange decides who times it. */
+	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0 ||
+	    (t = atomic_exchange(&sl->connect_us, 0)) == 0)
 		return;
 	now = now_mono_us();
 	seg_hist_add(&c->h_connect, now > t ? now - t : 0);
+}
+
+void
+seg_connect_done(struct seg *s, uint32_t slot)
+{
+	struct seg_comp *c;
+
+	if (slot >= s->h->nslots || (c = seg_slot_comp(s, &s->slots[slot])) == NULL)
+		return;
+	seg_connect_done_in(s, slot, c);
 }
 
 /* ---- requests in flight ---- */

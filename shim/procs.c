@@ -809,7 +809,11 @@ seg_gate_enter(struct seg *s)
 void
 seg_gate_leave(struct seg *s)
 {
-	seg_dec_floor(&s->busy);
+	/* One subtraction; from 0 (a child whose gate the fork wrapper reset
+	 * while a signal handler's thread was in it) it is put back, so the
+	 * count never wraps around for good. */
+	if (__builtin_expect(atomic_fetch_sub(&s->busy, 1) == 0, 0))
+		atomic_fetch_add(&s->busy, 1);
 }
 
 void

@@ -739,6 +739,8 @@ void seg_inflight_end(struct seg *s, uint32_t slot);
  * which is when an event loop's non-blocking connect is known to have
  * completed): records the time since admission in h_connect, once. */
 void seg_connect_done(struct seg *s, uint32_t slot);
+/* The same for slot of compartment c, known to the caller (connect). */
+void seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c);
 /* The send that began a request failed, or the request was abandoned (an
  * I/O timeout, a hard error): end it without recording a reply latency. */
 void seg_inflight_cancel(struct seg *s, uint32_t slot);
