@@ -18,11 +18,13 @@
 /*
  * Each process that holds a counted socket has a record in the segment:
  * pid, start time, state, and a bitmap row with one bit per socket slot it
- * holds. A slot's permits go back when its last holder drops it: closes its
- * last descriptor of the socket, or is found dead (/proc/PID/stat says Z or
- * X, or shows another start time). fork copies the parent's row into a
- * record made for the child before fork() runs; exec finds the record of
- * its PID and start time again.
+ * holds alongside other processes (a slot it holds alone is named by the
+ * slot's holders word instead: see the sole holds below). A slot's permits
+ * go back when its last holder drops it: closes its last descriptor of the
+ * socket, or is found dead (/proc/PID/stat says Z or X, or shows another
+ * start time). fork gives a record made for the child before fork() runs
+ * every hold of the parent; exec finds the record of its PID and start
+ * time again.
  */
 
 #define RECLAIM_EVERY_MS 100
