@@ -204,13 +204,6 @@ sole_dropped(uint64_t sole)
 	return (sole & ~((uint64_t)HTAG_SOLE << 32 | 1)) | (uint64_t)HTAG_DROP << 32;
 }
 
-/* True if record rec holds slot, by bit or alone. */
-static bool
-holds(const struct seg *s, uint32_t rec, uint32_t slot)
-{
-	return has_bit(s, rec, slot) ||
-	    atomic_load(holders_word(&s->slots[slot])) == sole_word(s, rec);
-}
 
 uint64_t
 seg_held_bits(const struct seg *s, uint32_t rec, uint32_t w)
@@ -330,6 +323,18 @@ hold_wait(struct seg *s, uint32_t slot)
 	uint64_t w = atomic_load(holders_word(&s->slots[slot]));
 
 	return __builtin_expect((w >> 32) & HTAG_LOCK, 0) ? hold_wait_locked(s, slot, w) : w;
+}
+
+/* True if record rec holds slot, by bit or alone. A change naming rec
+ * under way (its sole hold being turned into a bit) is waited for first. */
+static bool
+holds(struct seg *s, uint32_t rec, uint32_t slot)
+{
+	uint64_t w = atomic_load(holders_word(&s->slots[slot]));
+
+	if (((w >> 32) & HTAG_LOCK) && HTAG_REC((uint32_t)(w >> 32)) == rec + 1)
+		w = hold_wait(s, slot);
+	return w == sole_word(s, rec) || has_bit(s, rec, slot);
 }
 
 void
@@ -846,7 +851,6 @@ void
 seg_fork_prepare(struct seg *s, struct seg_fork *f)
 {
 	int rec = atomic_load(&s->rec), child;
-	uint64_t sole;
 
 	f->rec = -1;
 	f->lockfd = -1;
@@ -870,13 +874,8 @@ seg_fork_prepare(struct seg *s, struct seg_fork *f)
 	 * meanwhile (holders at 0) is not held again. Each slot is looked at
 	 * once, so a sole hold turned into a bit by hold_add is not added
 	 * twice; one being turned by another process is waited for. */
-	sole = sole_word(s, (uint32_t)rec);
 	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
-		uint64_t w = atomic_load(holders_word(&s->slots[slot]));
-
-		if (((w >> 32) & HTAG_LOCK) && HTAG_REC((uint32_t)(w >> 32)) == (uint32_t)rec + 1)
-			w = hold_wait(s, slot);
-		if (w == sole || has_bit(s, (uint32_t)rec, slot))
+		if (holds(s, (uint32_t)rec, slot))
 			hold_add(s, (uint32_t)child, slot);
 	}
 }
@@ -1048,7 +1047,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 	/* Sockets the old image held whose descriptors did not survive exec
 	 * (close-on-exec) are no longer held by this process. */
 	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
-		if (atomic_load(&s->lcount[slot]) == 0)
+		if (atomic_load(&s->lcount[slot]) == 0 && holds(s, (uint32_t)rec, slot))
 			seg_drop_hold(s, rec, slot, false);
 	}
 }
