@@ -650,6 +650,22 @@ sole_child(int *slot, int *rec)
 	return pid;
 }
 
+/* The sole holder child of sole_child is killed with slot's holders word
+ * left as w (a state it was killed in); its reclaim must free the slot. */
+static void
+kill_leaving_and_reclaim(struct seg *s, pid_t pid, int slot, uint64_t w)
+{
+	atomic_store(word_of(s, slot), w);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
+	assert_int_equal(seg_reclaim(s, false), 1);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
+	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->reclaimed), 1);
+}
+
 static void
 test_a_sole_hold_left_half_turned_into_a_bit_is_finished_at_reclaim(void **state)
 {
@@ -664,15 +680,8 @@ test_a_sole_hold_left_half_turned_into_a_bit_is_finished_at_reclaim(void **state
 	 * was killed before writing the holder's bit; then the holder is
 	 * killed too. */
 	tag = HTAG_LOCK | HTAG(atomic_load(&s->procs[rec].gen), false, (uint32_t)rec);
-	atomic_store(word_of(s, slot), (uint64_t)tag << 32 | 1);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
 	/* The reclaim finishes the change (the bit), then drops the hold. */
-	assert_int_equal(seg_reclaim(s, false), 1);
-	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
-	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
-	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
-	assert_int_equal(atomic_load(&seg_comp(s, 0)->reclaimed), 1);
+	kill_leaving_and_reclaim(s, pid, slot, (uint64_t)tag << 32 | 1);
 	seg_close(s);
 }
 
@@ -688,13 +697,7 @@ test_a_sole_hold_dropped_by_a_process_killed_before_the_release_is_released(void
 	/* Killed right after its close's one compare-and-swap (count 0, the
 	 * tag naming it as the dropper), before releasing the slot. */
 	tag = HTAG(atomic_load(&s->procs[rec].gen), true, (uint32_t)rec);
-	atomic_store(word_of(s, slot), (uint64_t)tag << 32);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
-	assert_int_equal(seg_reclaim(s, false), 1);
-	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
-	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	kill_leaving_and_reclaim(s, pid, slot, (uint64_t)tag << 32);
 	seg_close(s);
 }
 
