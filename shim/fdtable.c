@@ -30,7 +30,7 @@ static _Atomic int fdt_high_water;
 /* One bit per descriptor: a stream socket made by socket() that a fork may
  * share before it is connected (interpose.c). Stale bits are harmless:
  * fork checks each descriptor before acting on it. */
-static _Atomic uint64_t *fresh;
+_Atomic uint64_t *fdt_fresh;
 static _Atomic int fresh_high;
 
 /* Reads /proc/sys/fs/nr_open with raw system calls (init runs before
@@ -57,6 +57,7 @@ fdt_init(void)
 {
 	uint32_t n = read_nr_open();
 	struct rlimit rl;
+	_Atomic uint64_t *fresh;
 	void *p;
 
 	if (fdt_tab.t != NULL)
@@ -78,9 +79,9 @@ fdt_init(void)
 		int e = errno;
 
 		munmap(p, (size_t)n * sizeof(*fdt_tab.t));
-		fresh = NULL;
 		return -e;
 	}
+	fdt_fresh = fresh;
 	/* The table goes first: a reader that sees a size sees the table. */
 	fdt_tab.t = p;
 	atomic_store_explicit(&fdt_tab.size, n, memory_order_release);
@@ -91,12 +92,6 @@ void
 fdt_set_seq(_Atomic uint32_t *seq)
 {
 	fdt_tab.seq = seq != NULL ? seq : &no_seq;
-}
-
-bool
-fdt_valid(int fd)
-{
-	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
 }
 
 uint32_t
@@ -110,14 +105,6 @@ fdt_set(int fd, uint32_t slot)
 	while (fd >= high && !atomic_compare_exchange_weak(&fdt_high_water, &high, fd + 1))
 		;
 	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
-}
-
-uint32_t
-fdt_take(int fd)
-{
-	if (!fdt_valid(fd) || atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == 0)
-		return 0;
-	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
 }
 
 void
@@ -142,28 +129,12 @@ fdt_mark_fresh(int fd)
 {
 	int high;
 
-	if (!fdt_valid(fd) || fresh == NULL)
+	if (!fdt_valid(fd) || fdt_fresh == NULL)
 		return;
-	high = atomic_load(&fresh_high);
+	high = atomic_load_explicit(&fresh_high, memory_order_relaxed);
 	while (fd >= high && !atomic_compare_exchange_weak(&fresh_high, &high, fd + 1))
 		;
-	atomic_fetch_or(&fresh[fd / 64], 1ULL << (fd % 64));
-}
-
-void
-fdt_clear_fresh(int fd)
-{
-	uint64_t m = 1ULL << (fd % 64);
-
-	if (fdt_valid(fd) && fresh != NULL && (atomic_load(&fresh[fd / 64]) & m))
-		atomic_fetch_and(&fresh[fd / 64], ~m);
-}
-
-bool
-fdt_is_fresh(int fd)
-{
-	return fdt_valid(fd) && fresh != NULL &&
-	    (atomic_load_explicit(&fresh[fd / 64], memory_order_relaxed) >> (fd % 64) & 1) != 0;
+	atomic_fetch_or(&fdt_fresh[fd / 64], 1ULL << (fd % 64));
 }
 
 int
@@ -171,10 +142,10 @@ fdt_next_fresh(int fd)
 {
 	int high = atomic_load(&fresh_high);
 
-	if (fresh == NULL || fd < 0)
+	if (fdt_fresh == NULL || fd < 0)
 		return -1;
 	for (; fd < high; fd++) {
-		uint64_t w = atomic_load(&fresh[fd / 64]) >> (fd % 64);
+		uint64_t w = atomic_load(&fdt_fresh[fd / 64]) >> (fd % 64);
 
 		if (w == 0) {
 			fd |= 63;

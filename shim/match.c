@@ -89,6 +89,14 @@ struct learned {
 	struct learned_entry e[BS_LEARNED_MAX];
 };
 
+/* An exact IPv4 site (/128 of an IPv4-mapped address) in the open-addressing
+ * table of exact IPv4 sites: the address in network order, its slice of
+ * matcher.ranges; count 0 marks an empty entry. */
+struct v4site {
+	uint32_t addr;
+	uint32_t first, count;
+};
+
 /* Per prefix length: a bit per (hashed) network in use, so that a connect
  * that matches nothing skips most tables after a hash and one load. */
 #define FILTER_BITS	4096u
@@ -106,10 +114,15 @@ struct matcher {
 	 * An IPv4 connect then tries only those lengths, and the lengths
 	 * below 96 (IPv6 rules wide enough to hold IPv4-mapped addresses). */
 	uint32_t *v4lens;
-	/* With v4lens: per IPv4 /16, whether some exact IPv4 rule (/128)
-	 * lies in it, so an IPv4 connect skips the /128 table otherwise. */
-	uint64_t *v4exact;
 	int nwide;		/* prefixes[nwide..] are the lengths below 96 */
+	/* Every exact IPv4 site, also in ip[128], by address: at most half
+	 * full, 2^v4bits entries (NULL: none). The common connect, to one
+	 * IPv4 address and port, is a multiply and a load or two here. */
+	struct v4site *v4tab;
+	unsigned v4bits;
+	/* With many exact IPv4 sites: per IPv4 /16, whether one lies in it,
+	 * so that an address of another /16 skips v4tab's probe. */
+	uint64_t *v4exact;
 	struct name_site *unix_sites;
 	struct name_site *host_sites;
 	struct mrange *ranges;
@@ -310,6 +323,71 @@ oom:
 
 static const uint8_t v4_mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
+#define V4EXACT_MIN	64	/* exact IPv4 sites from which v4exact pays */
+
+static uint32_t v4_slot(uint32_t addr, unsigned bits)
+{
+	return (addr * 0x9e3779b1u) >> (32 - bits);
+}
+
+/* Fills m->v4tab with the exact IPv4 sites of ip[128]. Returns 0 or -ENOMEM. */
+static int build_v4tab(struct matcher *m)
+{
+	const struct ip_site *site, *tmp;
+	size_t n = 0;
+
+	HASH_ITER(hh, m->ip[128], site, tmp) {
+		if (memcmp(site->addr, v4_mapped, 12) == 0)
+			n++;
+	}
+	if (n == 0)
+		return 0;
+	for (m->v4bits = 1; ((size_t)1 << m->v4bits) < 2 * n; m->v4bits++)
+		;
+	m->v4tab = calloc((size_t)1 << m->v4bits, sizeof(*m->v4tab));
+	if (m->v4tab == NULL)
+		return -ENOMEM;
+	if (n >= V4EXACT_MIN && (m->v4exact = calloc(65536 / 64, sizeof(*m->v4exact))) == NULL)
+		return -ENOMEM;
+	HASH_ITER(hh, m->ip[128], site, tmp) {
+		uint32_t a, i;
+
+		if (memcmp(site->addr, v4_mapped, 12) != 0)
+			continue;
+		memcpy(&a, site->addr + 12, 4);
+		for (i = v4_slot(a, m->v4bits); m->v4tab[i].count != 0;
+		     i = (i + 1) & ((1u << m->v4bits) - 1))
+			;
+		m->v4tab[i] = (struct v4site){ a, site->first, site->count };
+		if (m->v4exact != NULL) {
+			uint32_t k = (uint32_t)site->addr[12] << 8 | site->addr[13];
+
+			m->v4exact[k / 64] |= 1ULL << (k % 64);
+		}
+	}
+	return 0;
+}
+
+/* The exact IPv4 site of addr (network order), or NULL. */
+static inline const struct v4site *v4_find(const struct matcher *m, uint32_t addr)
+{
+	uint32_t mask, k = ntohl(addr) >> 16;
+
+	if (m->v4tab == NULL)
+		return NULL;
+	if (m->v4exact != NULL && !(m->v4exact[k / 64] >> (k % 64) & 1))
+		return NULL;
+	mask = (1u << m->v4bits) - 1;
+	for (uint32_t i = v4_slot(addr, m->v4bits);; i = (i + 1) & mask) {
+		const struct v4site *e = &m->v4tab[i];
+
+		if (e->count == 0)
+			return NULL;
+		if (e->addr == addr)
+			return e;
+	}
+}
+
 /* Fills m->v4lens from the IPv4 sites of prefix 96 to 127 (sites, not
  * rules: a rule repeated in one compartment is one site). A site wider than
  * a /16 marks every /16 it covers; there are at most 2^q sites of IPv4
@@ -319,15 +397,8 @@ static int build_v4lens(struct matcher *m)
 	const struct ip_site *site, *tmp;
 
 	m->v4lens = calloc(65536, sizeof(*m->v4lens));
-	m->v4exact = calloc(65536 / 64, sizeof(*m->v4exact));
-	if (m->v4lens == NULL || m->v4exact == NULL)
+	if (m->v4lens == NULL)
 		return -ENOMEM;
-	HASH_ITER(hh, m->ip[128], site, tmp) {
-		uint32_t k = (uint32_t)site->addr[12] << 8 | site->addr[13];
-
-		if (memcmp(site->addr, v4_mapped, 12) == 0)
-			m->v4exact[k / 64] |= 1ULL << (k % 64);
-	}
 	for (uint32_t q = 0; q < 32; q++) {
 		HASH_ITER(hh, m->ip[96 + q], site, tmp) {
 			uint32_t first, count;
@@ -408,6 +479,8 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 		;
 	if (m->nprefixes > 4 && build_v4lens(m) < 0)
 		goto oom;
+	if (build_v4tab(m) < 0)
+		goto oom;
 	free(order);
 	return m;
 oom:
@@ -433,6 +506,7 @@ void match_free(struct matcher *m)
 	free(m->names);
 	free(m->learned);
 	free(m->v4lens);
+	free(m->v4tab);
 	free(m->v4exact);
 	free(m);
 }
@@ -509,23 +583,38 @@ static inline int find_len(const struct matcher *m, const uint64_t a[2], int p, 
 	return s != NULL ? site_range(m, s->first, s->count, port, &width) : -1;
 }
 
-static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t port)
+/* The compartment for addr and port, or -1. For an IPv4-mapped address,
+ * `exact` is its exact site (NULL: none) if `looked`, that is if the
+ * caller looked it up already. */
+static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t port,
+		   const struct v4site *exact, bool looked)
 {
 	unsigned width = 0, lwidth = 0;
-	const struct ip_site *s = NULL;
-	bool v4 = m->v4lens != NULL && memcmp(addr, v4_mapped, 12) == 0;
+	bool mapped = looked || memcmp(addr, v4_mapped, 12) == 0;
+	bool v4 = m->v4lens != NULL && mapped;
 	uint32_t k = (uint32_t)addr[12] << 8 | addr[13];
 	uint64_t a[2];
 	int best = -1, c;
 
 	/* Learned addresses rank as /128 rules: compare them with the static
 	 * /128 table first, where the narrower range wins and a static rule
-	 * wins a tie. An IPv4 address whose /16 holds no exact rule skips
-	 * the table. */
-	if (!v4 || (m->v4exact[k / 64] >> (k % 64) & 1))
+	 * wins a tie. Every exact IPv4 rule is in v4tab as well. */
+	if (mapped) {
+		if (!looked) {
+			uint32_t a4;
+
+			memcpy(&a4, addr + 12, 4);
+			exact = v4_find(m, a4);
+		}
+		if (exact != NULL)
+			best = site_range(m, exact->first, exact->count, port, &width);
+	} else {
+		const struct ip_site *s = NULL;
+
 		HASH_FIND(hh, m->ip[128], addr, 16, s);
-	if (s != NULL)
-		best = site_range(m, s->first, s->count, port, &width);
+		if (s != NULL)
+			best = site_range(m, s->first, s->count, port, &width);
+	}
 	/* Nothing learned (no host-name rule resolved yet): no probe. */
 	c = atomic_load_explicit(&m->learned->count, memory_order_acquire) == 0 ? -1 :
 	    learned_find(m->learned, addr, port, &lwidth);
@@ -618,6 +707,8 @@ size_t match_unix_key(const struct sockaddr *sa, socklen_t len, char key[BS_UNIX
  * Lock-free, allocation-free and async-signal-safe. */
 int match_find(const struct matcher *m, const struct sockaddr *sa, socklen_t len)
 {
+	const struct v4site *exact = NULL;
+	bool looked = false;
 	uint8_t addr[16];
 	uint16_t port;
 
@@ -633,9 +724,26 @@ int match_find(const struct matcher *m, const struct sockaddr *sa, socklen_t len
 		HASH_FIND(hh, m->unix_sites, key, n, s);
 		return s != NULL ? m->ranges[s->first].comp : -1;
 	}
+	/* IPv4: an exact rule for the address and port, with nothing
+	 * learned (which could be narrower), decides before the 16-byte key
+	 * is made. */
+	if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+
+		exact = v4_find(m, in->sin_addr.s_addr);
+		looked = true;
+		if (exact != NULL &&
+		    atomic_load_explicit(&m->learned->count, memory_order_acquire) == 0) {
+			unsigned width;
+			int c = site_range(m, exact->first, exact->count, ntohs(in->sin_port), &width);
+
+			if (c >= 0)
+				return c;
+		}
+	}
 	if (match_inet_key(sa, len, addr, &port) < 0)
 		return -1;
-	return find_ip(m, addr, port);
+	return find_ip(m, addr, port, exact, looked);
 }
 
 /* Copies host in lower case without one trailing dot; returns its length,

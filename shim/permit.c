@@ -227,11 +227,14 @@ seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why)
 static int
 alloc_slot(struct seg *s, int rec, uint64_t ino)
 {
-	uint32_t n = s->h->nslots;
-	uint32_t start = atomic_fetch_add(&s->hint, 1) % n;
+	uint32_t n = s->h->nslots, i = atomic_load_explicit(&s->hint, memory_order_relaxed);
 
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = (start + k) % n, expected = SLOT_FREE;
+	/* The hint is where the last claim ended: a start, not a promise;
+	 * threads racing from the same place are told apart by the CAS. */
+	if (i >= n)
+		i = 0;
+	for (uint32_t k = 0; k < n; k++, i = i + 1 < n ? i + 1 : 0) {
+		uint32_t expected = SLOT_FREE;
 		struct seg_slot *sl = &s->slots[i];
 		uint64_t m;
 
@@ -258,7 +261,7 @@ alloc_slot(struct seg *s, int rec, uint64_t ino)
 		atomic_store(&sl->inode, ino);
 		seg_hold_first(s, rec, i);
 		atomic_store_explicit(&sl->state, SLOT_USED, memory_order_release);
-		atomic_store(&s->hint, i + 1);
+		atomic_store_explicit(&s->hint, i + 1, memory_order_relaxed);
 		return (int)i;
 	}
 	return -ENOSPC;
@@ -541,32 +544,46 @@ void
 seg_drop(struct seg *s, uint32_t slot)
 {
 	int rec = atomic_load(&s->rec);
+	_Atomic uint32_t *lc;
+	uint32_t n;
 
 	if (slot >= s->h->nslots || rec < 0)
 		return;
-	if (seg_dec_floor(&s->lcount[slot]) != 0)
+	/* The last local descriptor (the common case: 1 -> 0) drops the
+	 * process's hold; the floor at 0 guards against a count gone wrong. */
+	lc = &s->lcount[slot];
+	n = atomic_load_explicit(lc, memory_order_relaxed);
+	do {
+		if (n == 0)
+			break;
+	} while (!atomic_compare_exchange_weak(lc, &n, n - 1));
+	if (n > 1)
 		return;
 	seg_drop_hold(s, rec, slot, false);
 }
 
 void
-seg_connect_done(struct seg *s, uint32_t slot)
+seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
 {
-	struct seg_slot *sl;
-	struct seg_comp *c;
+	struct seg_slot *sl = &s->slots[slot];
 	uint64_t t, now;
 
-	if (slot >= s->h->nslots)
-		return;
-	sl = &s->slots[slot];
-	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0)
-		return;
-	t = atomic_exchange(&sl->connect_us, 0);
-	c = seg_slot_comp(s, sl);
-	if (t == 0 || c == NULL)
+	/* Once: the exchange decides who times it. */
+	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0 ||
+	    (t = atomic_exchange(&sl->connect_us, 0)) == 0)
 		return;
 	now = now_mono_us();
 	seg_hist_add(&c->h_connect, now > t ? now - t : 0);
+}
+
+void
+seg_connect_done(struct seg *s, uint32_t slot)
+{
+	struct seg_comp *c;
+
+	if (slot >= s->h->nslots || (c = seg_slot_comp(s, &s->slots[slot])) == NULL)
+		return;
+	seg_connect_done_in(s, slot, c);
 }
 
 /* ---- requests in flight ---- */

@@ -31,14 +31,10 @@
  */
 _Atomic int shim_unseen __attribute__((used));
 
+/* shim_foreign (shim.h) while `unseen` is raised: ask the kernel. */
 bool
-shim_foreign(void)
+shim_foreign_ask(void)
 {
-#if defined(__x86_64__)
-	if (__builtin_expect(atomic_load_explicit(&shim_unseen, memory_order_relaxed) == 0, 1))
-		return false;
-#endif
-	/* Elsewhere vfork is not wrapped (below): always ask. */
 	return (pid_t)syscall(SYS_getpid) != shim.pid;
 }
 

@@ -18,11 +18,13 @@
 /*
  * Each process that holds a counted socket has a record in the segment:
  * pid, start time, state, and a bitmap row with one bit per socket slot it
- * holds. A slot's permits go back when its last holder drops it: closes its
- * last descriptor of the socket, or is found dead (/proc/PID/stat says Z or
- * X, or shows another start time). fork copies the parent's row into a
- * record made for the child before fork() runs; exec finds the record of
- * its PID and start time again.
+ * holds alongside other processes (a slot it holds alone is named by the
+ * slot's holders word instead: see the sole holds below). A slot's permits
+ * go back when its last holder drops it: closes its last descriptor of the
+ * socket, or is found dead (/proc/PID/stat says Z or X, or shows another
+ * start time). fork gives a record made for the child before fork() runs
+ * every hold of the parent; exec finds the record of its PID and start
+ * time again.
  */
 
 #define RECLAIM_EVERY_MS 100
@@ -127,15 +129,28 @@ seg_pid_alive(pid_t pid, uint64_t start)
  * locked (they wait the few instructions it lasts), so a changer that dies
  * in between leaves exactly one change half done, which the tag names, and
  * whoever finds it dead finishes it.
+ *
+ * Most sockets are only ever held by the process that connected them. So
+ * the first hold is the holders word alone: count 1 and a tag naming the
+ * record with HTAG_SOLE, no bit in its row (sole_word). Closing such a
+ * socket is one compare-and-swap of that word to 0, with nothing after it:
+ * there is no bit that could be cleared late, after the slot was released
+ * and taken by a new socket (the reason the lock exists). Whoever lists a
+ * record's holds reads its row and the holders words that name it so
+ * (seg_held_bits, fork, exec, reclaim). A second holder (a fork's child, a
+ * process that inherited the socket) first turns the sole hold into a bit by
+ * a locked change of the usual kind, count unchanged (sole_to_bit); from then
+ * on the slot goes the locked way. Either compare-and-swap of the sole word
+ * wins, never both.
  */
-#define REC_GEN(s, rec)	(atomic_load(&(s)->procs[rec].gen) & 0x1fffu)
+#define REC_GEN(s, rec)	(atomic_load(&(s)->procs[rec].gen) & HTAG_GEN_MASK)
 #define HOLD_WAIT_MS	1000	/* the longest a change waits for a stalled one */
 
 _Static_assert(offsetof(struct seg_slot, holders) % 8 == 0, "holders alignment");
 _Static_assert(BS_MAX_PROCESSES < HTAG_DROP, "record index fits a tag");
 
 static _Atomic uint64_t *
-holders_word(struct seg_slot *sl)
+holders_word(const struct seg_slot *sl)
 {
 	return (_Atomic uint64_t *)(uintptr_t)&sl->holders;
 }
@@ -153,6 +168,57 @@ static bool
 has_bit(const struct seg *s, uint32_t rec, uint32_t slot)
 {
 	return (atomic_load(&seg_row(s, rec)[slot / 64]) >> (slot % 64)) & 1;
+}
+
+/* The holders word of a slot that record rec holds alone, by its first hold. */
+static inline uint64_t
+sole_word(const struct seg *s, uint32_t rec)
+{
+	return (uint64_t)(HTAG_SOLE | HTAG(REC_GEN(s, rec), false, rec)) << 32 | 1;
+}
+
+/* Record rec's sole word, from this process's cache (s->sole) when it is
+ * rec's: a connect and a close of ours need not build it. The cache is set
+ * whenever this process's record is published and cleared when it goes,
+ * so it never names an earlier generation of the record. */
+static inline uint64_t
+sole_of(struct seg *s, uint32_t rec)
+{
+	uint64_t w = atomic_load_explicit(&s->sole, memory_order_relaxed);
+
+	return HTAG_REC((uint32_t)(w >> 32)) == rec + 1 ? w : sole_word(s, rec);
+}
+
+/* Publishes rec (or -1) as this process's record, with its sole word. */
+static void
+set_rec(struct seg *s, int rec)
+{
+	atomic_store(&s->sole, rec >= 0 ? sole_word(s, (uint32_t)rec) : 0);
+	atomic_store(&s->rec, rec);
+}
+
+/* The holders word once rec's sole hold is dropped. */
+static inline uint64_t
+sole_dropped(uint64_t sole)
+{
+	return (sole & ~((uint64_t)HTAG_SOLE << 32 | 1)) | (uint64_t)HTAG_DROP << 32;
+}
+
+
+uint64_t
+seg_held_bits(const struct seg *s, uint32_t rec, uint32_t w)
+{
+	uint64_t bits, sole;
+
+	if (rec >= s->h->nprocs || w >= s->h->bitmap_words)
+		return 0;
+	bits = atomic_load(&seg_row(s, rec)[w]);
+	sole = sole_word(s, rec);
+	for (uint32_t k = 0; k < 64 && w * 64 + k < s->h->nslots; k++) {
+		if (atomic_load(holders_word(&s->slots[w * 64 + k])) == sole)
+			bits |= 1ULL << k;
+	}
+	return bits;
 }
 
 /* Writes the bit of the change that tag names into its record's row.
@@ -259,13 +325,45 @@ hold_wait(struct seg *s, uint32_t slot)
 	return __builtin_expect((w >> 32) & HTAG_LOCK, 0) ? hold_wait_locked(s, slot, w) : w;
 }
 
+/* True if record rec holds slot, by bit or alone. A change naming rec
+ * under way (its sole hold being turned into a bit) is waited for first. */
+static bool
+holds(struct seg *s, uint32_t rec, uint32_t slot)
+{
+	uint64_t w = atomic_load(holders_word(&s->slots[slot]));
+
+	if (((w >> 32) & HTAG_LOCK) && HTAG_REC((uint32_t)(w >> 32)) == rec + 1)
+		w = hold_wait(s, slot);
+	return w == sole_word(s, rec) || has_bit(s, rec, slot);
+}
+
 void
 seg_hold_first(struct seg *s, int rec, uint32_t slot)
 {
-	/* The slot is still SLOT_INIT, ours alone: no lock needed. */
-	atomic_store(holders_word(&s->slots[slot]),
-	    holders_locked(s, (uint32_t)rec, false, 1) & ~((uint64_t)HTAG_LOCK << 32));
-	atomic_fetch_or(&seg_row(s, (uint32_t)rec)[slot / 64], 1ULL << (slot % 64));
+	_Atomic uint64_t *row = &seg_row(s, (uint32_t)rec)[slot / 64];
+	uint64_t m = 1ULL << (slot % 64);
+
+	/* The slot is still SLOT_INIT, ours alone: no lock needed. A bit of
+	 * ours for it is of an older hold finished for us after a stall (the
+	 * slot was free): it must not stand beside the sole hold. */
+	if (__builtin_expect((atomic_load_explicit(row, memory_order_relaxed) & m) != 0, 0))
+		atomic_fetch_and(row, ~m);
+	atomic_store(holders_word(&s->slots[slot]), sole_of(s, (uint32_t)rec));
+}
+
+/* The sole hold that word w (HTAG_SOLE) names becomes a bit in its record's
+ * row, by a locked change that adds it with the count unchanged: a changer
+ * dying half-way is finished like any other, and if the record is gone the
+ * count loses the hold (hold_end). Whoever loses the race for w (the
+ * holder's own close, another second holder) reads the word again. */
+static void
+sole_to_bit(struct seg *s, uint32_t slot, uint64_t w)
+{
+	uint32_t tag = ((uint32_t)(w >> 32) & ~HTAG_SOLE) | HTAG_LOCK;
+	uint64_t nw = (uint64_t)tag << 32 | (uint32_t)w;
+
+	if (atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w, nw))
+		hold_done(s, slot, nw);
 }
 
 /* Adds a hold of record rec on slot if somebody still holds the slot (a
@@ -276,40 +374,72 @@ hold_add(struct seg *s, uint32_t rec, uint32_t slot)
 	_Atomic uint64_t *t = holders_word(&s->slots[slot]);
 	uint64_t w, nw;
 
-	do {
+	for (;;) {
 		w = hold_wait(s, slot);
 		if ((uint32_t)w == 0)
 			return false;
+		if ((w >> 32) & HTAG_SOLE) {
+			sole_to_bit(s, slot, w);
+			continue;
+		}
 		nw = holders_locked(s, rec, false, (uint32_t)w + 1);
-	} while (!atomic_compare_exchange_weak(t, &w, nw));
+		if (atomic_compare_exchange_weak(t, &w, nw))
+			break;
+	}
 	hold_done(s, slot, nw);
 	return true;
+}
+
+/* The locked drop of rec's bit hold of slot; the count it found, or 0 if
+ * rec holds no bit. */
+static __attribute__((noinline)) uint32_t
+drop_bit(struct seg *s, uint32_t rec, uint32_t slot)
+{
+	_Atomic uint64_t *t = holders_word(&s->slots[slot]);
+	uint64_t sole = sole_word(s, rec), w, nw;
+	uint32_t cur;
+
+	for (;;) {
+		w = hold_wait(s, slot);
+		/* Held alone after all (the caller's compare-and-swap met
+		 * a word changing under it): dropped the sole way. */
+		if (w == sole) {
+			if (atomic_compare_exchange_weak(t, &w, sole_dropped(sole)))
+				return 1;
+			continue;
+		}
+		/* No bit: not held, or a drop that died half-way was just
+		 * finished by hold_wait. */
+		if (!has_bit(s, rec, slot))
+			return 0;
+		cur = (uint32_t)w;
+		nw = holders_locked(s, rec, true, cur > 0 ? cur - 1 : 0);
+		if (atomic_compare_exchange_weak(t, &w, nw))
+			break;
+	}
+	hold_done(s, slot, nw);
+	/* A stray bit meeting a count already at 0 must not release twice:
+	 * 0 is returned as "not the last". */
+	return cur;
 }
 
 bool
 seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 {
 	_Atomic uint64_t *t;
-	uint64_t w, nw;
-	uint32_t cur;
+	uint64_t sole, w;
 
 	if (rec < 0 || (uint32_t)rec >= s->h->nprocs || slot >= s->h->nslots)
 		return false;
+	/* The common case, a socket held by this record alone since its
+	 * first hold: one compare-and-swap and the slot is released. */
 	t = holders_word(&s->slots[slot]);
-	do {
-		w = hold_wait(s, slot);
-		/* No bit: not held, or a drop that died half-way was just
-		 * finished by hold_wait. */
-		if (!has_bit(s, (uint32_t)rec, slot))
-			return false;
-		cur = (uint32_t)w;
-		nw = holders_locked(s, (uint32_t)rec, true, cur > 0 ? cur - 1 : 0);
-	} while (!atomic_compare_exchange_weak(t, &w, nw));
-	hold_done(s, slot, nw);
-	/* Only the drop that takes the count from 1 to 0 releases: a stray
-	 * bit meeting a count already at 0 must not release twice. */
-	if (cur != 1)
+	sole = sole_of(s, (uint32_t)rec);
+	w = sole;
+	if (!atomic_compare_exchange_strong(t, &w, sole_dropped(sole)) &&
+	    drop_bit(s, (uint32_t)rec, slot) != 1)
 		return false;
+	/* Only the drop that takes the count from 1 to 0 releases. */
 	seg_release_slot(s, slot, reclaimed);
 	return true;
 }
@@ -325,6 +455,31 @@ settle_holds(struct seg *s, uint32_t rec)
 
 		if ((tag & HTAG_LOCK) && HTAG_REC(tag) == rec + 1 && HTAG_GEN(tag) == REC_GEN(s, rec))
 			hold_finish(s, i, w);
+	}
+}
+
+/* Record rec's sole holds (no bit) are dropped. A change naming rec that is
+ * under way (another process turning its sole hold into a bit) is waited
+ * for first, so that its bit is in the row before the caller reads the row;
+ * no new sole hold of rec can appear, as its process is gone or is the
+ * caller. */
+static void
+drop_sole_holds(struct seg *s, uint32_t rec, pid_t dead, bool reclaimed)
+{
+	uint64_t sole = sole_word(s, rec);
+
+	for (uint32_t i = 0; i < s->h->nslots; i++) {
+		uint64_t w = atomic_load(holders_word(&s->slots[i]));
+
+		if (HTAG_REC((uint32_t)(w >> 32)) != rec + 1)
+			continue;
+		if ((w >> 32) & HTAG_LOCK)
+			w = hold_wait(s, i);
+		if (w != sole)
+			continue;
+		if (dead > 0)
+			seg_resolve(s, i, dead);
+		seg_drop_hold(s, (int)rec, i, reclaimed);
 	}
 }
 
@@ -395,6 +550,9 @@ empty_record(struct seg *s, uint32_t rec, bool dead_proc, bool reclaimed)
 
 	if (dead_proc)
 		settle_holds(s, rec);
+	/* The sole holds first: one turned into a bit meanwhile is in the
+	 * row read below. */
+	drop_sole_holds(s, rec, dead, reclaimed);
 	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
 		uint64_t bits = atomic_load(&r[w]);
 
@@ -473,6 +631,7 @@ claim_record(struct seg *s)
 		empty_record(s, (uint32_t)mine, false, false);
 		return expected;
 	}
+	atomic_store(&s->sole, sole_word(s, (uint32_t)mine));
 	return mine;
 }
 
@@ -660,7 +819,11 @@ seg_gate_enter(struct seg *s)
 void
 seg_gate_leave(struct seg *s)
 {
-	seg_dec_floor(&s->busy);
+	/* One subtraction; from 0 (a child whose gate the fork wrapper reset
+	 * while a signal handler's thread was in it) it is put back, so the
+	 * count never wraps around for good. */
+	if (__builtin_expect(atomic_fetch_sub(&s->busy, 1) == 0, 0))
+		atomic_fetch_add(&s->busy, 1);
 }
 
 void
@@ -707,20 +870,16 @@ seg_fork_prepare(struct seg *s, struct seg_fork *f)
 	f->lockfd = fork_lock(s, (uint32_t)child);
 	if (f->lockfd >= 0)
 		atomic_store(&s->procs[child].fork_locked, 1);
-	/* The child holds every socket the parent holds now; the holds are
-	 * taken before fork so the parent closing first cannot free them.
-	 * The gate is closed, so no thread is between taking a slot and
-	 * recording it; a slot released meanwhile (holders at 0) is not
-	 * held again. */
-	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
-		uint64_t b = atomic_load(&seg_row(s, (uint32_t)rec)[w]);
-
-		while (b != 0) {
-			uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(b);
-
-			b &= b - 1;
+	/* The child holds every socket the parent holds now, by bit or
+	 * alone (sole); the holds are taken before fork so the parent
+	 * closing first cannot free them. The gate is closed, so no thread
+	 * is between taking a slot and recording it; a slot released
+	 * meanwhile (holders at 0) is not held again. Each slot is looked at
+	 * once, so a sole hold turned into a bit by hold_add is not added
+	 * twice; one being turned by another process is waited for. */
+	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
+		if (holds(s, (uint32_t)rec, slot))
 			hold_add(s, (uint32_t)child, slot);
-		}
 	}
 }
 
@@ -765,7 +924,7 @@ seg_fork_child(struct seg *s, const struct seg_fork *f)
 	s->my_pid = me;
 	s->my_start = seg_pid_start(me);
 	if (f->rec < 0) {
-		atomic_store(&s->rec, -1);
+		set_rec(s, -1);
 		return true;
 	}
 	/* Once our pid is in the record nobody reclaims it while we live,
@@ -778,12 +937,12 @@ seg_fork_child(struct seg *s, const struct seg_fork *f)
 	}
 	fork_unlock(s, f->lockfd);
 	if (claimed) {
-		atomic_store(&s->rec, f->rec);
+		set_rec(s, f->rec);
 		return true;
 	}
 	/* Reclaimed meanwhile: what this process inherited is adopted again
 	 * by the caller. */
-	atomic_store(&s->rec, -1);
+	set_rec(s, -1);
 	for (uint32_t i = 0; i < s->h->nslots; i++)
 		atomic_store(&s->lcount[i], 0);
 	return false;
@@ -851,7 +1010,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 		release_orphans(s, me);
 		tally_sweep(s);
 		settle_holds(s, (uint32_t)rec);
-		atomic_store(&s->rec, rec);
+		set_rec(s, rec);
 	} else if (!any_slot_used(s))
 		return;		/* nothing anyone holds can have been inherited */
 	d = opendir("/proc/self/fd");
@@ -867,8 +1026,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 			slot = seg_find_inode(s, (uint64_t)st.st_ino);
 			if (slot < 0)
 				continue;
-			if (rec < 0 || !(atomic_load(&seg_row(s, (uint32_t)rec)[slot / 64]) &
-			    (1ULL << (slot % 64)))) {
+			if (rec < 0 || !holds(s, (uint32_t)rec, (uint32_t)slot)) {
 				/* Inherited from another process (posix_spawn,
 				 * or a fork the shim did not see): hold it too,
 				 * unless its permit was freed meanwhile. */
@@ -893,7 +1051,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 	/* Sockets the old image held whose descriptors did not survive exec
 	 * (close-on-exec) are no longer held by this process. */
 	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
-		if (atomic_load(&s->lcount[slot]) == 0)
+		if (atomic_load(&s->lcount[slot]) == 0 && holds(s, (uint32_t)rec, slot))
 			seg_drop_hold(s, rec, slot, false);
 	}
 }
@@ -904,6 +1062,7 @@ seg_detach_all(struct seg *s)
 	int rec = atomic_exchange(&s->rec, -1);
 	uint32_t expected = PROC_LIVE;
 
+	atomic_store(&s->sole, 0);
 	if (rec < 0)
 		return;
 	for (uint32_t i = 0; i < s->h->nslots; i++)

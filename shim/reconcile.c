@@ -310,14 +310,14 @@ reconcile_others(struct seg *s, int comp)
 		struct seg_proc *p = seg_proc(s, rec);
 		pid_t pid = atomic_load(&p->pid);
 		uint64_t start = atomic_load(&p->start);
-		_Atomic uint64_t *row = seg_row(s, rec);
 		size_t k = 0;
 
 		if ((int)rec == mine || pid == s->my_pid || atomic_load(&p->state) != PROC_LIVE ||
 		    pid <= 0)
 			continue;
 		for (uint32_t w = 0; w < h->bitmap_words; w++) {
-			uint64_t bits = atomic_load(&row[w]);
+			/* Its row and its sole holds (procs.c). */
+			uint64_t bits = seg_held_bits(s, rec, w);
 
 			while (bits != 0) {
 				uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);

@@ -862,6 +862,6 @@ seg_proc_held(const struct seg *s, uint32_t i)
 	if (i >= s->h->nprocs)
 		return 0;
 	for (uint32_t w = 0; w < s->h->bitmap_words; w++)
-		n += (uint32_t)__builtin_popcountll(atomic_load(&seg_row(s, i)[w]));
+		n += (uint32_t)__builtin_popcountll(seg_held_bits(s, i, w));
 	return n;
 }

@@ -619,13 +619,17 @@ struct seg_slot {
 };
 
 /* The tag of a slot's holders count (procs.c): record index + 1, whether
- * the change dropped a hold, 13 bits of the record's generation, and
- * HTAG_LOCK while the change is under way. */
+ * the change dropped a hold, 12 bits of the record's generation, HTAG_LOCK
+ * while the change is under way, and HTAG_SOLE when the count is 1 and the
+ * record the tag names holds the slot alone without a bit in its row (the
+ * slot's first hold). */
 #define HTAG_DROP	(1u << 17)
+#define HTAG_SOLE	(1u << 30)
 #define HTAG_LOCK	(1u << 31)
+#define HTAG_GEN_MASK	0xfffu
 #define HTAG_REC(t)	((t) & 0x1ffffu)
-#define HTAG_GEN(t)	(((t) >> 18) & 0x1fffu)
-#define HTAG(gen, drop, rec)	(((gen) & 0x1fffu) << 18 | ((drop) ? HTAG_DROP : 0) | ((rec) + 1))
+#define HTAG_GEN(t)	(((t) >> 18) & HTAG_GEN_MASK)
+#define HTAG(gen, drop, rec)	(((gen) & HTAG_GEN_MASK) << 18 | ((drop) ? HTAG_DROP : 0) | ((rec) + 1))
 
 /* One process that holds or held permits; its bitmap row says which slots. */
 struct seg_proc {
@@ -672,6 +676,10 @@ struct seg {
 	 * changes). All 0: not built, pool_note_peak scans every compartment. */
 	uint16_t pool_first[BS_MAX_POOLS + 1];
 	_Atomic uint32_t *pool_in_use[BS_MAX_COMPARTMENTS];
+	/* The holders word of a slot that record `rec` holds alone (procs.c),
+	 * kept so that a connect and a close need not build it; 0 when not
+	 * known (then it is built). */
+	_Atomic uint64_t sole;
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -747,6 +755,8 @@ void seg_inflight_end(struct seg *s, uint32_t slot);
  * which is when an event loop's non-blocking connect is known to have
  * completed): records the time since admission in h_connect, once. */
 void seg_connect_done(struct seg *s, uint32_t slot);
+/* The same for slot of compartment c, known to the caller (connect). */
+void seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c);
 /* The send that began a request failed, or the request was abandoned (an
  * I/O timeout, a hard error): end it without recording a reply latency. */
 void seg_inflight_cancel(struct seg *s, uint32_t slot);
@@ -937,8 +947,13 @@ void tally_sweep(struct seg *s);
 /* Internal to segment.c, procs.c and permit.c. */
 uint32_t seg_dec_floor(_Atomic uint32_t *v);
 int seg_my_record(struct seg *s);
-/* The first hold of a slot being claimed: record rec, holders 1. */
+/* The first hold of a slot being claimed: record rec, holders 1, held
+ * through the holders word alone (HTAG_SOLE), no bit in rec's row. */
 void seg_hold_first(struct seg *s, int rec, uint32_t slot);
+/* Word w of record rec's holds: its row's word w and the slots w * 64 ..
+ * w * 64 + 63 it holds alone through their holders word (HTAG_SOLE). For
+ * readers that list a record's holds (reconcile, the CLI). */
+uint64_t seg_held_bits(const struct seg *s, uint32_t rec, uint32_t w);
 /* Drops record rec's hold of slot, if it has one; the last hold releases
  * the slot's permits (seg_release_slot). True if this drop released it. */
 bool seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
@@ -1247,19 +1262,47 @@ void fdt_verdict(int fd, uint64_t was, uint32_t verdict);
 /* Records slot for fd (with no verdict) and returns what was recorded
  * before (slot + 1 or 0). */
 uint32_t fdt_set(int fd, uint32_t slot);
-/* Forgets fd and returns what was recorded (slot + 1 or 0). */
-uint32_t fdt_take(int fd);
+/* Forgets fd and returns what was recorded (slot + 1 or 0). Inline: every
+ * close of a counted socket takes its entry. */
+static inline uint32_t
+fdt_take(int fd)
+{
+	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire) ||
+	    atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == 0)
+		return 0;
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
+}
 /* One past the highest fd ever recorded, to bound range scans. */
 int fdt_high(void);
 /* True if fd fits in the table. */
-bool fdt_valid(int fd);
+static inline bool
+fdt_valid(int fd)
+{
+	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
+}
 /* The "fresh" marks: stream sockets from socket() not yet connected, which
- * a fork may share before their connect (see fork in interpose.c). */
+ * a fork may share before their connect (see fork in interpose.c). One bit
+ * per descriptor the table has room for; mapped before the table's size is
+ * published. Inline: every counted connect reads and clears one. */
+extern _Atomic uint64_t *fdt_fresh BS_HIDDEN;
 void fdt_mark_fresh(int fd);
-void fdt_clear_fresh(int fd);
+static inline void
+fdt_clear_fresh(int fd)
+{
+	uint64_t m = 1ULL << (fd % 64);
+
+	if (fdt_valid(fd) && fdt_fresh != NULL &&
+	    (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) & m))
+		atomic_fetch_and(&fdt_fresh[fd / 64], ~m);
+}
 /* True if fd is marked fresh: a stream socket from socket(), as far as
  * this process knows. */
-bool fdt_is_fresh(int fd);
+static inline bool
+fdt_is_fresh(int fd)
+{
+	return fdt_valid(fd) && fdt_fresh != NULL &&
+	    (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) >> (fd % 64) & 1) != 0;
+}
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
 /* Forgets fd if its entry is still e (slot + 1); true if it did. */
@@ -1345,12 +1388,23 @@ extern struct shim_state shim BS_HIDDEN;
 
 /* True once start-up finished with a usable segment. */
 bool shim_active(void);
-/* procid.c: true in a process that shares our memory but is not the one
- * the tables describe (a vfork child, a clone), or a copy of it the fork
- * wrapper did not prepare: its descriptors are not ours. A system call only
- * while such a process may exist. */
-bool shim_foreign(void);
 extern _Atomic int shim_unseen BS_HIDDEN;
+/* procid.c: the pid asked of the kernel and compared with the cached one. */
+bool shim_foreign_ask(void);
+/* True in a process that shares our memory but is not the one the tables
+ * describe (a vfork child, a clone), or a copy of it the fork wrapper did
+ * not prepare: its descriptors are not ours. A system call only while such
+ * a process may exist (procid.c); one load otherwise, inline. */
+static inline bool
+shim_foreign(void)
+{
+#if defined(__x86_64__)
+	if (__builtin_expect(atomic_load_explicit(&shim_unseen, memory_order_relaxed) == 0, 1))
+		return false;
+#endif
+	/* Elsewhere vfork is not wrapped (procid.c): always ask. */
+	return shim_foreign_ask();
+}
 /* Registers the fork handler that marks children of unseen forks. */
 void shim_watch_forks(void);
 /* In the child of the fork wrapper: it is seen; shim.pid becomes its pid. */

@@ -510,6 +510,38 @@ static void find_exact_ipv4_with_many_prefix_lengths(void **state)
 	match_free(m);
 }
 
+/* Exact IPv4 rules live in a table of their own (v4tab, with a /16 filter
+ * from 64 of them on): each is found, from AF_INET and from an
+ * IPv4-mapped AF_INET6 address alike; another port or address of the same
+ * /16 falls to the wider rule, another /16 to nothing. */
+static void find_many_exact_ipv4_from_both_families(void **state)
+{
+	enum { N = 200 };
+	struct rule rules[N + 1];
+	struct matcher *m;
+	char text[64];
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		snprintf(text, sizeof(text), "10.1.%d.%d:80", i / 16, i % 16 * 3);
+		rules[i] = rule_ok(text, i % 5);
+	}
+	rules[N] = rule_ok("10.1.0.0/16", 9);
+	m = match_build(rules, N + 1, err, sizeof(err));
+	assert_non_null(m);
+	for (int i = 0; i < N; i++) {
+		snprintf(text, sizeof(text), "10.1.%d.%d", i / 16, i % 16 * 3);
+		assert_int_equal(find4(m, text, 80), i % 5);
+		assert_int_equal(find4(m, text, 81), 9);
+		snprintf(text, sizeof(text), "::ffff:10.1.%d.%d", i / 16, i % 16 * 3);
+		assert_int_equal(find6(m, text, 80), i % 5);
+		snprintf(text, sizeof(text), "10.1.%d.%d", i / 16, i % 16 * 3 + 1);
+		assert_int_equal(find4(m, text, 80), 9);
+	}
+	assert_int_equal(find4(m, "10.2.0.0", 80), -1);
+	match_free(m);
+}
+
 static void find_port_range_includes_both_ends(void **state)
 {
 	static const char *const t[] = { "10.0.0.5:1000-2000" };
@@ -1101,6 +1133,7 @@ int main(void)
 		cmocka_unit_test(find_ipv4_with_many_prefix_lengths),
 		cmocka_unit_test(find_ipv4_with_many_prefix_lengths_misses),
 		cmocka_unit_test(find_exact_ipv4_with_many_prefix_lengths),
+		cmocka_unit_test(find_many_exact_ipv4_from_both_families),
 		cmocka_unit_test(find_port_range_includes_both_ends),
 		cmocka_unit_test(find_ipv6),
 		cmocka_unit_test(find_ipv4_mapped_ipv6_matches_ipv4_rule),

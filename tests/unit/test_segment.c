@@ -526,7 +526,11 @@ test_a_hold_added_for_a_record_gone_meanwhile_does_not_count(void **state)
 	assert_true(slot >= 0);
 	/* A fork's parent added a hold for its child's record (count 2)
 	 * and stalled before writing the bit; meanwhile that record was
-	 * reclaimed and claimed again (another generation). */
+	 * reclaimed and claimed again (another generation). Before adding
+	 * it, the parent's own first hold (the holders word alone) was
+	 * turned into its bit, as hold_add does. */
+	atomic_fetch_or(&seg_row(s, (uint32_t)atomic_load(&s->rec))[slot / 64],
+	    1ULL << (slot % 64));
 	other = (uint32_t)atomic_load(&s->rec) + 1;
 	tag = HTAG_LOCK | HTAG(atomic_load(&s->procs[other].gen) + 1, false, other);
 	w = (_Atomic uint64_t *)(uintptr_t)&s->slots[slot].holders;
@@ -536,6 +540,197 @@ test_a_hold_added_for_a_record_gone_meanwhile_does_not_count(void **state)
 	seg_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
+	seg_close(s);
+}
+
+/* The holders word of a slot that record rec holds alone (procs.c). */
+static uint64_t
+sole_of(struct seg *s, uint32_t rec)
+{
+	uint32_t tag = HTAG_SOLE | HTAG(atomic_load(&s->procs[rec].gen), false, rec);
+
+	return (uint64_t)tag << 32 | 1;
+}
+
+static _Atomic uint64_t *
+word_of(struct seg *s, int slot)
+{
+	return (_Atomic uint64_t *)(uintptr_t)&s->slots[slot].holders;
+}
+
+static bool
+bit_of(struct seg *s, uint32_t rec, int slot)
+{
+	return (atomic_load(&seg_row(s, rec)[slot / 64]) >> (slot % 64)) & 1;
+}
+
+static void
+test_a_socket_held_alone_is_its_holders_word_and_one_drop_frees_it(void **state)
+{
+	struct seg *s = attach();
+	int slot = acq(s, 0, 91);
+	uint32_t rec;
+
+	(void)state;
+	assert_true(slot >= 0);
+	rec = (uint32_t)atomic_load(&s->rec);
+	/* Count 1, a tag naming our record as the sole holder, no bit. */
+	assert_true(atomic_load(word_of(s, slot)) == sole_of(s, rec));
+	assert_false(bit_of(s, rec, slot));
+	/* Those who list our holds see it all the same. */
+	assert_true(seg_held_bits(s, rec, (uint32_t)slot / 64) & (1ULL << (slot % 64)));
+	assert_int_equal(seg_proc_held(s, rec), 1);
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
+	assert_int_equal(atomic_load(&s->slots[slot].holders_tag) & (HTAG_SOLE | HTAG_LOCK), 0);
+	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	assert_false(bit_of(s, rec, slot));
+	seg_close(s);
+}
+
+static void
+test_a_second_holder_turns_the_sole_hold_into_a_bit(void **state)
+{
+	struct seg *s = attach();
+	int slot = acq(s, 0, 92);
+	struct seg_fork f;
+	uint32_t rec;
+
+	(void)state;
+	assert_true(slot >= 0);
+	rec = (uint32_t)atomic_load(&s->rec);
+	seg_fork_prepare(s, &f);
+	assert_true(f.rec >= 0);
+	/* Both hold it by bit now, counted once each. */
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
+	assert_int_equal(atomic_load(&s->slots[slot].holders_tag) & (HTAG_SOLE | HTAG_LOCK), 0);
+	assert_true(bit_of(s, rec, slot));
+	assert_true(bit_of(s, (uint32_t)f.rec, slot));
+	/* The fork failed: the child's hold goes, ours stays, by bit. */
+	seg_fork_parent(s, &f, -1);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
+	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
+	assert_false(bit_of(s, rec, slot));
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	seg_close(s);
+}
+
+/* A child of this test process that takes one permit alone, reports its
+ * slot and record, and waits to be killed. */
+static pid_t
+sole_child(int *slot, int *rec)
+{
+	int p[2], got[2];
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct seg *c = NULL;
+
+		if (seg_attach(&cfg, &c, err, sizeof(err)) != 0)
+			_exit(2);
+		got[0] = acq(c, 0, 93);
+		got[1] = seg_my_record(c);
+		if (write(p[1], got, sizeof(got)) != sizeof(got))
+			_exit(3);
+		pause();
+		_exit(0);
+	}
+	assert_int_equal(read(p[0], got, sizeof(got)), sizeof(got));
+	close(p[0]);
+	close(p[1]);
+	*slot = got[0];
+	*rec = got[1];
+	assert_true(*slot >= 0 && *rec >= 0);
+	return pid;
+}
+
+/* The sole holder child of sole_child is killed with slot's holders word
+ * left as w (a state it was killed in); its reclaim must free the slot. */
+static void
+kill_leaving_and_reclaim(struct seg *s, pid_t pid, int slot, uint64_t w)
+{
+	atomic_store(word_of(s, slot), w);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
+	assert_int_equal(seg_reclaim(s, false), 1);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
+	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->reclaimed), 1);
+}
+
+static void
+test_a_sole_hold_left_half_turned_into_a_bit_is_finished_at_reclaim(void **state)
+{
+	struct seg *s = attach();
+	int slot, rec;
+	pid_t pid = sole_child(&slot, &rec);
+	uint32_t tag;
+
+	(void)state;
+	assert_true(atomic_load(word_of(s, slot)) == sole_of(s, (uint32_t)rec));
+	/* A second holder took the sole word (locked, count unchanged) and
+	 * was killed before writing the holder's bit; then the holder is
+	 * killed too. */
+	tag = HTAG_LOCK | HTAG(atomic_load(&s->procs[rec].gen), false, (uint32_t)rec);
+	/* The reclaim finishes the change (the bit), then drops the hold. */
+	kill_leaving_and_reclaim(s, pid, slot, (uint64_t)tag << 32 | 1);
+	seg_close(s);
+}
+
+static void
+test_a_sole_hold_dropped_by_a_process_killed_before_the_release_is_released(void **state)
+{
+	struct seg *s = attach();
+	int slot, rec;
+	pid_t pid = sole_child(&slot, &rec);
+	uint32_t tag;
+
+	(void)state;
+	/* Killed right after its close's one compare-and-swap (count 0, the
+	 * tag naming it as the dropper), before releasing the slot. */
+	tag = HTAG(atomic_load(&s->procs[rec].gen), true, (uint32_t)rec);
+	kill_leaving_and_reclaim(s, pid, slot, (uint64_t)tag << 32);
+	seg_close(s);
+}
+
+static void
+test_a_second_holder_of_a_live_sole_holder_leaves_it_a_bit_that_reclaim_drops(void **state)
+{
+	struct seg *s = attach();
+	int slot, rec;
+	pid_t pid = sole_child(&slot, &rec);
+	struct seg_fork f;
+	int mine = seg_my_record(s);
+
+	(void)state;
+	assert_true(mine >= 0);
+	/* Another process (this one) adds a hold for a record of its own
+	 * while the child, alive, holds the socket alone: what a fork of the
+	 * child does, run here by speaking for the child's record. */
+	atomic_store(&s->rec, rec);
+	seg_fork_prepare(s, &f);
+	atomic_store(&s->rec, mine);
+	assert_true(f.rec >= 0);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
+	assert_true(bit_of(s, (uint32_t)rec, slot));
+	assert_true(bit_of(s, (uint32_t)f.rec, slot));
+	seg_fork_parent(s, &f, -1);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
+	/* The holder dies: its hold, a bit now, goes back at reclaim. */
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	assert_int_equal(seg_reclaim(s, false), 1);
+	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	seg_detach_all(s);
 	seg_close(s);
 }
 
@@ -702,6 +897,18 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_forks_of_one_process_take_turns, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_a_hold_added_for_a_record_gone_meanwhile_does_not_count, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_socket_held_alone_is_its_holders_word_and_one_drop_frees_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_second_holder_turns_the_sole_hold_into_a_bit,
+		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_sole_hold_left_half_turned_into_a_bit_is_finished_at_reclaim, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_sole_hold_dropped_by_a_process_killed_before_the_release_is_released, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_second_holder_of_a_live_sole_holder_leaves_it_a_bit_that_reclaim_drops, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_a_leftover_segment_takes_the_new_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_live_segment_keeps_its_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_config_mode_is_applied, setup, teardown),
