@@ -125,6 +125,7 @@ deb-test: deb
 -include tools/demo/demo.mk
 -include tools/demo/fleet.mk
 -include tests/hardening.mk
+-include tests/model/model.mk
 -include bench/bench.mk
 -include bench/adaptive.mk
 # The kernel engine adds to the CLI's link: after the fragments above.
