@@ -803,16 +803,27 @@ expect_untrusted(const char *what)
 	assert_true(seg_open(cfg.segment, false, &s, err, sizeof(err)) < 0);
 }
 
+/* A copy of a freshly made segment (malloc'd; *len its size). */
+static char *
+snapshot(size_t *len)
+{
+	struct seg *s = attach();
+	char *img = malloc(s->size);
+
+	assert_non_null(img);
+	*len = s->size;
+	memcpy(img, s->base, s->size);
+	seg_close(s);
+	return img;
+}
+
 static void
 test_a_damaged_segment_is_never_trusted(void **state)
 {
-	struct seg *s = attach();
-	size_t len = s->size;
-	char *img = malloc(len);
+	size_t len;
+	char *img = snapshot(&len);
 
 	(void)state;
-	memcpy(img, s->base, len);
-	seg_close(s);
 
 	((struct seg_header *)img)->magic ^= 1;
 	plant(img, len);
@@ -847,13 +858,11 @@ test_a_damaged_segment_is_never_trusted(void **state)
 static void
 test_a_segment_left_unfinished_by_its_creator_is_set_up_anew(void **state)
 {
-	struct seg *s = attach();
-	size_t len = s->size;
-	char *img = malloc(len);
+	size_t len;
+	char *img = snapshot(&len);
+	struct seg *s;
 
 	(void)state;
-	memcpy(img, s->base, len);
-	seg_close(s);
 	for (int round = 0; round < 2; round++) {
 		if (round == 0)
 			memset(img, 0, len);	/* died right after ftruncate */
