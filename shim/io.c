@@ -221,6 +221,17 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 		plain_sample(fd, e, sl);
 		return 0;
 	}
+	/* The common case first: a limited compartment without I/O timeout,
+	 * the connect already timed (see seg_request_quick). */
+	if (__builtin_expect(atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0 &&
+	    atomic_load_explicit(&c->io_timeout_ms, memory_order_relaxed) == 0 &&
+	    atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) != UINT32_MAX, 1)) {
+		r = seg_request_quick(s, slot, m, c);
+		if (r == 1)
+			drop_plain(fd, e);
+		if (r >= 0)
+			return r;
+	}
 	connect_done(sl, slot);
 	if (cache_plain(fd, e, sl, c))
 		return 0;
