@@ -715,10 +715,24 @@ reply_timed(struct seg_slot *sl, struct seg_comp *c, uint64_t t, bool record)
 	ad_sample(c, P_INFLIGHT, us, now);
 }
 
+/* seg_request_end's whole way (t: sent_us, read before the give). */
+static __attribute__((noinline)) void
+request_end(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint64_t t,
+    bool record)
+{
+	if (!tally_give_inflight(s, slot, gen, c) &&
+	    (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0, 1) ||
+	    !tally_give(s, slot, gen, P_INFLIGHT_OVER)))
+		return;
+	if (__builtin_expect(t != 0, 0))
+		reply_timed(&s->slots[slot], c, t, record);
+}
+
+/* The common case (an untimed request, the give on the slot's own take)
+ * without a frame; the rest in request_end. */
 void
 seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record)
 {
-	struct seg_slot *sl = &s->slots[slot];
 	uint32_t gen = MARK_GEN(m);
 	uint64_t t;
 
@@ -726,13 +740,10 @@ seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bo
 		return;
 	/* Read before the give: a request that begins after it (another
 	 * thread's) must not have its start taken for ours. */
-	t = atomic_load_explicit(&sl->sent_us, memory_order_relaxed);
-	if (!tally_give_inflight(s, slot, gen, c) &&
-	    (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0, 1) ||
-	    !tally_give(s, slot, gen, P_INFLIGHT_OVER)))
+	t = atomic_load_explicit(&s->slots[slot].sent_us, memory_order_relaxed);
+	if (__builtin_expect(t == 0, 1) && tally_give_inflight_own(s, slot, gen, c))
 		return;
-	if (__builtin_expect(t != 0, 0))
-		reply_timed(sl, c, t, record);
+	request_end(s, slot, gen, c, t, record);
 }
 
 static void

@@ -897,6 +897,9 @@ bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_
  * TALLY_MISS (not that case, nothing done). */
 int tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
     uint32_t *seen);
+/* tally_give_inflight's fast path alone (the tally's tag is the slot's own
+ * take): true if it gave, false if not that case (nothing done). */
+bool tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* Whether slot (of generation gen) holds permit kind p: its tally's tag

@@ -572,29 +572,39 @@ give_slow(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	return give_loop(s, slot, gen, p, c, count);
 }
 
+/* give_loop's fast path: the tally's tag is the slot's own take (nobody to
+ * reflect). True if it gave; false if not that case (nothing done). */
 static inline __attribute__((always_inline)) bool
-give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+give_own(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	_Atomic uint64_t *t = tally(count);
 	uint32_t who = tag_who(slot, gen), tag, cur;
 	uint64_t w;
 
-	if (count != NULL) {
-		w = atomic_load(t);
-		tag = (uint32_t)(w >> 32);
-		cur = (uint32_t)w;
-		if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
-		    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
-		    stamp_own(s, tag)) << 32 | (cur - 1))) {
-			if ((p == P_CONN || p == P_INFLIGHT) && c != NULL &&
-			    atomic_load(&c->waiting) > 0)
-				futex_wake(count);
-			if (p == P_LENT)
-				pool_wake(s, &s->slots[slot]);
-			return true;
-		}
+	w = atomic_load(t);
+	tag = (uint32_t)(w >> 32);
+	cur = (uint32_t)w;
+	if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
+	    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
+	    stamp_own(s, tag)) << 32 | (cur - 1))) {
+		if ((p == P_CONN || p == P_INFLIGHT) && c != NULL &&
+		    atomic_load(&c->waiting) > 0)
+			futex_wake(count);
+		if (p == P_LENT)
+			pool_wake(s, &s->slots[slot]);
+		return true;
 	}
+	return false;
+}
+
+/* give_own inline, the rest out of line. */
+static inline __attribute__((always_inline)) bool
+give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	if (count != NULL && give_own(s, slot, gen, p, c, count))
+		return true;
 	if (p == P_INFLIGHT)
 		return give_slow_inflight(s, slot, gen, c, count);
 	if (p == P_CONN)
@@ -623,6 +633,12 @@ bool
 tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
 {
 	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight);
+}
+
+bool
+tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+{
+	return give_own(s, slot, gen, P_INFLIGHT, c, &c->inflight);
 }
 
 /* tally_release's give of a kind other than P_CONN. */
