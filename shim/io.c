@@ -99,12 +99,13 @@ cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 
 /* After a request began on fd (entry e): a plain verdict cached meanwhile
  * by another thread is dropped (see cache_plain). */
-static void
+static inline __attribute__((always_inline)) void
 drop_plain(int fd, uint64_t e)
 {
 	uint64_t now = atomic_load(&fdt_tab.t[fd]);
 
-	if ((uint32_t)now == (uint32_t)e && fdt_plain(now))
+	if (__builtin_expect((now >> 32 & FDT_PLAIN) != 0, 0) && (uint32_t)now == (uint32_t)e &&
+	    fdt_plain(now))
 		fdt_verdict(fd, now, 0);
 }
 /* The program's own SO_RCVTIMEO/SO_SNDTIMEO in ms, 0 if none. */
