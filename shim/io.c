@@ -99,12 +99,13 @@ cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 
 /* After a request began on fd (entry e): a plain verdict cached meanwhile
  * by another thread is dropped (see cache_plain). */
-static void
+static inline __attribute__((always_inline)) void
 drop_plain(int fd, uint64_t e)
 {
 	uint64_t now = atomic_load(&fdt_tab.t[fd]);
 
-	if ((uint32_t)now == (uint32_t)e && fdt_plain(now))
+	if (__builtin_expect((now >> 32 & FDT_PLAIN) != 0, 0) && (uint32_t)now == (uint32_t)e &&
+	    fdt_plain(now))
 		fdt_verdict(fd, now, 0);
 }
 /* The program's own SO_RCVTIMEO/SO_SNDTIMEO in ms, 0 if none. */
@@ -198,7 +199,7 @@ plain_sample(int fd, uint64_t e, struct seg_slot *sl)
 /* Before a send on a counted socket (entry e): 1 if this call made a
  * request in flight, 0 if not, -1 with errno set if it was refused (or
  * timed out waiting to be writable, which ended the request it began). */
-static int
+static __attribute__((noinline)) int
 send_begin(int fd, uint64_t e, int flags, const char *what)
 {
 	uint32_t slot = (uint32_t)e - 1;
@@ -234,6 +235,36 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 		drop_plain(fd, e);
 	/* A timeout here has already ended the request it began. */
 	return wait_ready(fd, slot + 1, c, flags, POLLOUT) < 0 ? -1 : r;
+}
+
+#define SEND_WHOLE	2
+
+/* send_begin's common case inline, without a frame of its own: a limited
+ * compartment without I/O timeout, no plain verdict, the connect already
+ * timed (then seg_request_quick). SEND_WHOLE: not that case, nothing
+ * done (send_begin goes the whole way). */
+static inline __attribute__((always_inline)) int
+send_quick(int fd, uint64_t e)
+{
+	uint32_t slot = (uint32_t)e - 1;
+	struct seg *s = shim.seg;
+	struct seg_slot *sl;
+	struct seg_comp *c;
+	uint64_t m;
+	int r;
+
+	if ((e >> 32 & FDT_PLAIN) != 0 || !shim_active() || (sl = seg_slot(s, slot)) == NULL)
+		return SEND_WHOLE;
+	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
+	c = seg_slot_comp(s, sl);
+	if (c == NULL || atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0 ||
+	    atomic_load_explicit(&c->io_timeout_ms, memory_order_relaxed) != 0 ||
+	    atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) == UINT32_MAX)
+		return SEND_WHOLE;
+	r = seg_request_quick(s, slot, m, c);
+	if (r == 1)
+		drop_plain(fd, e);
+	return r < 0 ? SEND_WHOLE : r;
 }
 
 /* After a send: one that sent nothing does not leave a request in flight. */
@@ -304,6 +335,9 @@ recv_end(int fd, uint64_t e, const struct io_recv *q, long r, bool asked)
 	if (cache_plain(fd, e, q->sl, q->c)) {
 		recv_plain_sample(q->sl, q->c, done);
 	} else if (done) {
+		if (__builtin_expect(atomic_load_explicit(&q->sl->sent_us, memory_order_relaxed) == 0, 1) &&
+		    tally_give_inflight_own(shim.seg, slot, MARK_GEN(q->m), q->c))
+			return;
 		seg_request_end(shim.seg, slot, q->m, q->c, true);
 	} else if (r < 0) {
 		saved = errno;
@@ -326,9 +360,11 @@ iov_asks(const struct iovec *iov, int cnt)
 /* The slow half of a send-family wrapper, for a counted socket (entry e)
  * whose verdict is not plain or whose request is sampled. */
 #define SEND_SLOW(e, fd, flags, what, call) do {				\
-	int began_ = send_begin(fd, e, flags, what);			\
+	int began_ = send_quick(fd, e);					\
 	long r_;							\
 									\
+	if (began_ == SEND_WHOLE)					\
+		began_ = send_begin(fd, e, flags, what);		\
 	if (began_ < 0)							\
 		return -1;						\
 	r_ = call;							\

@@ -624,6 +624,22 @@ request_timed(struct seg_slot *sl, uint64_t flag)
 	atomic_store_explicit(&sl->sent_us, now_mono_us() | flag, memory_order_relaxed);
 }
 
+/* A request of c on slot sl is counted: the reply latency of one in
+ * REQ_SAMPLE of the compartment is timed, and recorded with that weight;
+ * every one while its adaptive limit (which needs them all) is on. */
+static inline __attribute__((always_inline)) void
+request_counted(struct seg_slot *sl, struct seg_comp *c, bool adaptive)
+{
+	uint64_t k = atomic_fetch_add_explicit(&c->inflight_admitted, 1, memory_order_relaxed);
+
+	if (adaptive)
+		request_timed(sl, 0);
+	else if (__builtin_expect(k % REQ_SAMPLE == 0, 0))
+		request_timed(sl, SENT_WEIGHTED);
+	else if (atomic_load_explicit(&sl->sent_us, memory_order_relaxed) != 0)
+		atomic_store_explicit(&sl->sent_us, 0, memory_order_relaxed);
+}
+
 int
 seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
     enum bs_reason *why)
@@ -631,7 +647,6 @@ seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, 
 	struct seg_slot *sl = &s->slots[slot];
 	uint32_t gen = MARK_GEN(m), seen;
 	bool adaptive;
-	uint64_t k;
 	int r;
 
 	if (c == NULL)
@@ -655,16 +670,35 @@ seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, 
 		if (r <= 0)
 			return r;
 	}
-	/* The reply latency of one request in REQ_SAMPLE of the compartment
-	 * is timed, and recorded with that weight; every one while its
-	 * adaptive limit (which needs them all) is on. */
-	k = atomic_fetch_add_explicit(&c->inflight_admitted, 1, memory_order_relaxed);
-	if (adaptive)
-		request_timed(sl, 0);
-	else if (__builtin_expect(k % REQ_SAMPLE == 0, 0))
-		request_timed(sl, SENT_WEIGHTED);
-	else if (atomic_load_explicit(&sl->sent_us, memory_order_relaxed) != 0)
-		atomic_store_explicit(&sl->sent_us, 0, memory_order_relaxed);
+	request_counted(sl, c, adaptive);
+	return 1;
+}
+
+/*
+ * seg_request_begin's common case alone: no request let through by observe
+ * mode, no adaptive limit, the take on the slot's own give with room and
+ * no new peak. 1 if the request is counted, 0 if not (the slot was
+ * released meanwhile), -1 if it is not that case (nothing done: the
+ * caller goes seg_request_begin's whole way).
+ */
+int
+seg_request_quick(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c)
+{
+	uint32_t seen;
+	int r;
+
+	if (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) != 0 ||
+	    atomic_load_explicit(&c->ad.mode, memory_order_relaxed) == AD_ON, 0))
+		return -1;
+	r = tally_take_inflight_own(s, slot, m, c, &seen);
+	if (__builtin_expect(r == TALLY_MISS, 0))
+		return -1;
+	if (__builtin_expect(r != TALLY_TAKEN, 0))
+		return 0;
+	if (__builtin_expect(seen + 1 > atomic_load_explicit(&c->inflight_peak,
+	    memory_order_relaxed), 0))
+		raise_peak(&c->inflight_peak, atomic_load(&c->inflight));
+	request_counted(&s->slots[slot], c, false);
 	return 1;
 }
 
@@ -697,10 +731,24 @@ reply_timed(struct seg_slot *sl, struct seg_comp *c, uint64_t t, bool record)
 	ad_sample(c, P_INFLIGHT, us, now);
 }
 
+/* seg_request_end's whole way (t: sent_us, read before the give). */
+static __attribute__((noinline)) void
+request_end(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint64_t t,
+    bool record)
+{
+	if (!tally_give_inflight(s, slot, gen, c) &&
+	    (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0, 1) ||
+	    !tally_give(s, slot, gen, P_INFLIGHT_OVER)))
+		return;
+	if (__builtin_expect(t != 0, 0))
+		reply_timed(&s->slots[slot], c, t, record);
+}
+
+/* The common case (an untimed request, the give on the slot's own take)
+ * without a frame; the rest in request_end. */
 void
 seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record)
 {
-	struct seg_slot *sl = &s->slots[slot];
 	uint32_t gen = MARK_GEN(m);
 	uint64_t t;
 
@@ -708,13 +756,10 @@ seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bo
 		return;
 	/* Read before the give: a request that begins after it (another
 	 * thread's) must not have its start taken for ours. */
-	t = atomic_load_explicit(&sl->sent_us, memory_order_relaxed);
-	if (!tally_give_inflight(s, slot, gen, c) &&
-	    (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0, 1) ||
-	    !tally_give(s, slot, gen, P_INFLIGHT_OVER)))
+	t = atomic_load_explicit(&s->slots[slot].sent_us, memory_order_relaxed);
+	if (__builtin_expect(t == 0, 1) && tally_give_inflight_own(s, slot, gen, c))
 		return;
-	if (__builtin_expect(t != 0, 0))
-		reply_timed(sl, c, t, record);
+	request_end(s, slot, gen, c, t, record);
 }
 
 static void

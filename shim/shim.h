@@ -747,6 +747,7 @@ int seg_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reas
  * compartment c (so that a slot reused meanwhile fails on its generation). */
 int seg_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool may_wait,
     enum bs_reason *why);
+int seg_request_quick(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c);
 void seg_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c, bool record);
 /* The reply (a byte, end of file or a hard error) arrived: the request in
  * flight ends and its latency is recorded. */
@@ -890,7 +891,7 @@ void share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_leve
 
 /* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
 
-enum { TALLY_TAKEN, TALLY_FULL, TALLY_BUSY };
+enum { TALLY_TAKEN, TALLY_FULL, TALLY_BUSY, TALLY_MISS };
 /* The compartment of a slot, or NULL (a pending slot, or garbage). */
 static inline struct seg_comp *
 seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
@@ -919,6 +920,14 @@ int tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p);
 int tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
     uint32_t *seen);
 bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
+/* tally_take_inflight's fast path alone (the tally's tag is the slot's own
+ * give, there is room): TALLY_TAKEN, TALLY_BUSY (released meanwhile), or
+ * TALLY_MISS (not that case, nothing done). */
+int tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
+    uint32_t *seen);
+/* tally_give_inflight's fast path alone (the tally's tag is the slot's own
+ * take): true if it gave, false if not that case (nothing done). */
+bool tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* Whether slot (of generation gen) holds permit kind p: its tally's tag

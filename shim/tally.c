@@ -408,34 +408,48 @@ take_slow(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 	return take_loop(s, slot, gen, m0, p, count, limit, seen);
 }
 
-/* take_loop's fast path inline: the tally's tag is the slot's own give
- * (nobody to reflect), the caller's mark m0 says it is not released, and
- * there is room. The rest out of line. */
+/* take_loop's fast path: the tally's tag is the slot's own give (nobody
+ * to reflect), the caller's mark m0 says it is not released, and there is
+ * room. TALLY_TAKEN, TALLY_BUSY (released meanwhile: undone), or
+ * TALLY_MISS: not that case, nothing done. */
 static inline __attribute__((always_inline)) int
-take_at(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
+take_own(struct seg *s, uint32_t slot, uint32_t gen, uint64_t m0, int p,
     _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
 	uint32_t who = tag_who(slot, gen), tag, cur;
 	_Atomic uint64_t *t = tally(count);
 	uint64_t w, m, nw;
 
-	if (m0 != NULL && count != NULL && limit != NULL) {
-		w = atomic_load(t);
-		tag = (uint32_t)(w >> 32);
-		cur = (uint32_t)w;
-		if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) &&
-		    MARK_GEN(*m0) == gen && !(*m0 & MARK_RELEASED) && cur < limit_now(limit, p), 1)) {
-			nw = (uint64_t)(who | stamp_own(s, tag)) << 32 | (cur + 1);
-			if (atomic_compare_exchange_strong(t, &w, nw)) {
-				*seen = cur;
-				m = atomic_load(&s->slots[slot].mark);
-				if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
-					undo(t, nw);
-					return TALLY_BUSY;
-				}
-				return TALLY_TAKEN;
+	w = atomic_load(t);
+	tag = (uint32_t)(w >> 32);
+	cur = (uint32_t)w;
+	if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) &&
+	    MARK_GEN(m0) == gen && !(m0 & MARK_RELEASED) && cur < limit_now(limit, p), 1)) {
+		nw = (uint64_t)(who | stamp_own(s, tag)) << 32 | (cur + 1);
+		if (atomic_compare_exchange_strong(t, &w, nw)) {
+			*seen = cur;
+			m = atomic_load(&s->slots[slot].mark);
+			if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
+				undo(t, nw);
+				return TALLY_BUSY;
 			}
+			return TALLY_TAKEN;
 		}
+	}
+	return TALLY_MISS;
+}
+
+/* take_own inline, the rest out of line. */
+static inline __attribute__((always_inline)) int
+take_at(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
+{
+	int r;
+
+	if (m0 != NULL && count != NULL && limit != NULL) {
+		r = take_own(s, slot, gen, *m0, p, count, limit, seen);
+		if (__builtin_expect(r != TALLY_MISS, 1))
+			return r;
 	}
 	/* Without the caller's mark (connects: the tag is another slot's
 	 * almost always), the whole of it inline. */
@@ -481,6 +495,14 @@ tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c
     uint32_t *seen)
 {
 	return take_at(s, slot, MARK_GEN(m), &m, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
+}
+
+int
+tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
+    uint32_t *seen)
+{
+	return take_own(s, slot, MARK_GEN(m), m, P_INFLIGHT, &c->inflight, &c->inflight_limit,
+	    seen);
 }
 
 /* Gives back permit kind p of slot, counted in count of compartment c, if
@@ -550,29 +572,39 @@ give_slow(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	return give_loop(s, slot, gen, p, c, count);
 }
 
+/* give_loop's fast path: the tally's tag is the slot's own take (nobody to
+ * reflect). True if it gave; false if not that case (nothing done). */
 static inline __attribute__((always_inline)) bool
-give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+give_own(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	_Atomic uint64_t *t = tally(count);
 	uint32_t who = tag_who(slot, gen), tag, cur;
 	uint64_t w;
 
-	if (count != NULL) {
-		w = atomic_load(t);
-		tag = (uint32_t)(w >> 32);
-		cur = (uint32_t)w;
-		if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
-		    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
-		    stamp_own(s, tag)) << 32 | (cur - 1))) {
-			if ((p == P_CONN || p == P_INFLIGHT) && c != NULL &&
-			    atomic_load(&c->waiting) > 0)
-				futex_wake(count);
-			if (p == P_LENT)
-				pool_wake(s, &s->slots[slot]);
-			return true;
-		}
+	w = atomic_load(t);
+	tag = (uint32_t)(w >> 32);
+	cur = (uint32_t)w;
+	if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
+	    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
+	    stamp_own(s, tag)) << 32 | (cur - 1))) {
+		if ((p == P_CONN || p == P_INFLIGHT) && c != NULL &&
+		    atomic_load(&c->waiting) > 0)
+			futex_wake(count);
+		if (p == P_LENT)
+			pool_wake(s, &s->slots[slot]);
+		return true;
 	}
+	return false;
+}
+
+/* give_own inline, the rest out of line. */
+static inline __attribute__((always_inline)) bool
+give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
+    _Atomic uint32_t *count)
+{
+	if (count != NULL && give_own(s, slot, gen, p, c, count))
+		return true;
 	if (p == P_INFLIGHT)
 		return give_slow_inflight(s, slot, gen, c, count);
 	if (p == P_CONN)
@@ -601,6 +633,12 @@ bool
 tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
 {
 	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight);
+}
+
+bool
+tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+{
+	return give_own(s, slot, gen, P_INFLIGHT, c, &c->inflight);
 }
 
 /* tally_release's give of a kind other than P_CONN. */
