@@ -332,12 +332,16 @@ recv_end(int fd, uint64_t e, const struct io_recv *q, long r, bool asked)
 	if (q->c == NULL)
 		return;
 	connect_done(q->sl, slot);
+	/* The common reply first: an untimed request of this socket's own
+	 * ends by the give on its own take (a socket with no request in
+	 * flight finds no such take and goes on). */
+	if (done && __builtin_expect(atomic_load_explicit(&q->sl->sent_us,
+	    memory_order_relaxed) == 0, 1) &&
+	    tally_give_inflight_own(shim.seg, slot, MARK_GEN(q->m), q->c))
+		return;
 	if (cache_plain(fd, e, q->sl, q->c)) {
 		recv_plain_sample(q->sl, q->c, done);
 	} else if (done) {
-		if (__builtin_expect(atomic_load_explicit(&q->sl->sent_us, memory_order_relaxed) == 0, 1) &&
-		    tally_give_inflight_own(shim.seg, slot, MARK_GEN(q->m), q->c))
-			return;
 		seg_request_end(shim.seg, slot, q->m, q->c, true);
 	} else if (r < 0) {
 		saved = errno;

@@ -920,14 +920,95 @@ int tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p);
 int tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
     uint32_t *seen);
 bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
-/* tally_take_inflight's fast path alone (the tally's tag is the slot's own
- * give, there is room): TALLY_TAKEN, TALLY_BUSY (released meanwhile), or
- * TALLY_MISS (not that case, nothing done). */
-int tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
-    uint32_t *seen);
+/* Takes back an in-flight take that tally value w of c stands for
+ * (tally_take_inflight_own's, landed after its slot's release). */
+void tally_undo_inflight(struct seg_comp *c, uint64_t w);
 /* tally_give_inflight's fast path alone (the tally's tag is the slot's own
  * take): true if it gave, false if not that case (nothing done). */
-bool tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
+/* A waiter of c's in-flight count wakes (tally_give_inflight_own's). */
+void tally_wake_inflight(struct seg_comp *c);
+
+#define TAG_GIVE	(1u << 31)
+#define TAG_GEN_SHIFT	27
+#define TAG_GEN_MASK	0xfu
+
+/* The tag bits that name slot (of generation gen): index and generation. */
+static inline __attribute__((always_inline)) uint32_t
+tag_who(uint32_t slot, uint32_t gen)
+{
+	return (slot + 1) | (gen & TAG_GEN_MASK) << TAG_GEN_SHIFT;
+}
+
+static inline __attribute__((always_inline)) bool
+tag_names(const struct seg *s, uint32_t tag, uint32_t who)
+{
+	return (tag & s->tag_wmask) == who;
+}
+
+static inline __attribute__((always_inline)) bool
+tag_give(uint32_t tag)
+{
+	return (tag & TAG_GIVE) != 0;
+}
+
+/* The stamp of an operation on a tally whose tag names the slot already
+ * (own: the last stamp counted up) or another slot (from the slot's mark
+ * sequence, in the upper half of the stamp). */
+static inline __attribute__((always_inline)) uint32_t
+stamp_own(const struct seg *s, uint32_t tag)
+{
+	return ((tag & s->tag_smask) + s->tag_one) & s->tag_smask;
+}
+
+/* tally_take_inflight's fast path alone, inline: the tally's tag is the
+ * slot's own give and there is room under the static limit, for a caller
+ * that found c's adaptive limit off (seg_request_quick). TALLY_TAKEN,
+ * TALLY_BUSY (the slot was released meanwhile: undone), or TALLY_MISS (not
+ * that case, nothing done). The protocol is tally.c's take_own. */
+static inline __attribute__((always_inline)) int
+tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m0, struct seg_comp *c,
+    uint32_t *seen)
+{
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)&c->inflight;
+	uint32_t gen = MARK_GEN(m0), who = tag_who(slot, gen), tag, cur;
+	uint64_t w = atomic_load(t), m, nw;
+
+	tag = (uint32_t)(w >> 32);
+	cur = (uint32_t)w;
+	if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) && !(m0 & MARK_RELEASED) &&
+	    cur < atomic_load(&c->inflight_limit), 1)) {
+		nw = (uint64_t)(who | stamp_own(s, tag)) << 32 | (cur + 1);
+		if (atomic_compare_exchange_strong(t, &w, nw)) {
+			*seen = cur;
+			m = atomic_load(&s->slots[slot].mark);
+			if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
+				tally_undo_inflight(c, nw);
+				return TALLY_BUSY;
+			}
+			return TALLY_TAKEN;
+		}
+	}
+	return TALLY_MISS;
+}
+
+static inline __attribute__((always_inline)) bool
+tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+{
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)&c->inflight;
+	uint32_t who = tag_who(slot, gen), tag, cur;
+	uint64_t w = atomic_load(t);
+
+	tag = (uint32_t)(w >> 32);
+	cur = (uint32_t)w;
+	if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
+	    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
+	    stamp_own(s, tag)) << 32 | (cur - 1))) {
+		if (atomic_load(&c->waiting) > 0)
+			tally_wake_inflight(c);
+		return true;
+	}
+	return false;
+}
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* Whether slot (of generation gen) holds permit kind p: its tally's tag

@@ -56,9 +56,6 @@
  * generation, then the stamp down to bit ib, and slot index + 1 (0: none)
  * in bits 0..ib-1, where ib is as many bits as the segment's slot count
  * needs (tally_format): 6 bits of stamp at the most slots, more below. */
-#define TAG_GIVE	(1u << 31)
-#define TAG_GEN_SHIFT	27
-#define TAG_GEN_MASK	0xfu
 
 _Static_assert(offsetof(struct seg_comp, in_use) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight) % 8 == 0, "tally alignment");
@@ -193,34 +190,6 @@ limit_now(_Atomic uint32_t *limit, int p)
 		return ad_limit(c, p, seg_conn_limit(c));
 	}
 	return v;
-}
-
-/* The tag bits that name slot (of generation gen): index and generation. */
-static inline __attribute__((always_inline)) uint32_t
-tag_who(uint32_t slot, uint32_t gen)
-{
-	return (slot + 1) | (gen & TAG_GEN_MASK) << TAG_GEN_SHIFT;
-}
-
-static inline __attribute__((always_inline)) bool
-tag_names(const struct seg *s, uint32_t tag, uint32_t who)
-{
-	return (tag & s->tag_wmask) == who;
-}
-
-static inline __attribute__((always_inline)) bool
-tag_give(uint32_t tag)
-{
-	return (tag & TAG_GIVE) != 0;
-}
-
-/* The stamp of an operation on a tally whose tag names the slot already
- * (own: the last stamp counted up) or another slot (from the slot's mark
- * sequence, in the upper half of the stamp). */
-static inline __attribute__((always_inline)) uint32_t
-stamp_own(const struct seg *s, uint32_t tag)
-{
-	return ((tag & s->tag_smask) + s->tag_one) & s->tag_smask;
 }
 
 static inline __attribute__((always_inline)) uint32_t
@@ -497,12 +466,10 @@ tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c
 	return take_at(s, slot, MARK_GEN(m), &m, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
 }
 
-int
-tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
-    uint32_t *seen)
+void
+tally_undo_inflight(struct seg_comp *c, uint64_t w)
 {
-	return take_own(s, slot, MARK_GEN(m), m, P_INFLIGHT, &c->inflight, &c->inflight_limit,
-	    seen);
+	undo(tally(&c->inflight), w);
 }
 
 /* Gives back permit kind p of slot, counted in count of compartment c, if
@@ -635,10 +602,10 @@ tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp 
 	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight);
 }
 
-bool
-tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+void
+tally_wake_inflight(struct seg_comp *c)
 {
-	return give_own(s, slot, gen, P_INFLIGHT, c, &c->inflight);
+	futex_wake(&c->inflight);
 }
 
 /* tally_release's give of a kind other than P_CONN. */
