@@ -920,9 +920,9 @@ int tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p);
 int tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
     uint32_t *seen);
 bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
-/* Takes back an in-flight take that tally value w of c stands for
- * (tally_take_inflight_own's, landed after its slot's release). */
-void tally_undo_inflight(struct seg_comp *c, uint64_t w);
+/* Takes back the take that tally value w of count stands for, if the
+ * tally still reads w (tally_take_own's, landed after its slot's release). */
+void tally_undo(_Atomic uint32_t *count, uint64_t w);
 /* tally_give_inflight's fast path alone (the tally's tag is the slot's own
  * take): true if it gave, false if not that case (nothing done). */
 /* A waiter of c's in-flight count wakes (tally_give_inflight_own's). */
@@ -960,29 +960,28 @@ stamp_own(const struct seg *s, uint32_t tag)
 	return ((tag & s->tag_smask) + s->tag_one) & s->tag_smask;
 }
 
-/* tally_take_inflight's fast path alone, inline: the tally's tag is the
- * slot's own give and there is room under the static limit, for a caller
- * that found c's adaptive limit off (seg_request_quick). TALLY_TAKEN,
- * TALLY_BUSY (the slot was released meanwhile: undone), or TALLY_MISS (not
- * that case, nothing done). The protocol is tally.c's take_own. */
+/* A take's fast path (tally.c's take_loop starts with it): the tally's tag
+ * is the slot's own give (nobody to reflect), its mark m0 says it is not
+ * released, and the count is below lim. TALLY_TAKEN, TALLY_BUSY (released
+ * meanwhile: undone), or TALLY_MISS (not that case, nothing done). */
 static inline __attribute__((always_inline)) int
-tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m0, struct seg_comp *c,
+tally_take_own(struct seg *s, uint32_t slot, uint64_t m0, _Atomic uint32_t *count, uint32_t lim,
     uint32_t *seen)
 {
-	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)&c->inflight;
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
 	uint32_t gen = MARK_GEN(m0), who = tag_who(slot, gen), tag, cur;
 	uint64_t w = atomic_load(t), m, nw;
 
 	tag = (uint32_t)(w >> 32);
 	cur = (uint32_t)w;
 	if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) && !(m0 & MARK_RELEASED) &&
-	    cur < atomic_load(&c->inflight_limit), 1)) {
+	    cur < lim, 1)) {
 		nw = (uint64_t)(who | stamp_own(s, tag)) << 32 | (cur + 1);
 		if (atomic_compare_exchange_strong(t, &w, nw)) {
 			*seen = cur;
 			m = atomic_load(&s->slots[slot].mark);
 			if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
-				tally_undo_inflight(c, nw);
+				tally_undo(count, nw);
 				return TALLY_BUSY;
 			}
 			return TALLY_TAKEN;
@@ -991,24 +990,43 @@ tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m0, struct seg_co
 	return TALLY_MISS;
 }
 
-static inline __attribute__((always_inline)) bool
-tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+/* The in-flight take's fast path, for a caller that found c's adaptive
+ * limit off (seg_request_quick): the static limit is the limit. */
+static inline __attribute__((always_inline)) int
+tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m0, struct seg_comp *c,
+    uint32_t *seen)
 {
-	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)&c->inflight;
+	return tally_take_own(s, slot, m0, &c->inflight, atomic_load(&c->inflight_limit), seen);
+}
+
+/* A give's fast path (tally.c's give_loop starts with it): the tally's tag
+ * is the slot's own take, so the slot holds the permit and nobody needs a
+ * reflection. True if it gave (the caller wakes waiters), false if not
+ * that case (nothing done). */
+static inline __attribute__((always_inline)) bool
+tally_give_own(struct seg *s, uint32_t slot, uint32_t gen, _Atomic uint32_t *count)
+{
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
 	uint32_t who = tag_who(slot, gen), tag, cur;
 	uint64_t w = atomic_load(t);
 
 	tag = (uint32_t)(w >> 32);
 	cur = (uint32_t)w;
-	if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
+	return __builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
 	    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
-	    stamp_own(s, tag)) << 32 | (cur - 1))) {
-		if (atomic_load(&c->waiting) > 0)
-			tally_wake_inflight(c);
-		return true;
-	}
-	return false;
+	    stamp_own(s, tag)) << 32 | (cur - 1));
 }
+
+static inline __attribute__((always_inline)) bool
+tally_give_inflight_own(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+{
+	if (!tally_give_own(s, slot, gen, &c->inflight))
+		return false;
+	if (atomic_load(&c->waiting) > 0)
+		tally_wake_inflight(c);
+	return true;
+}
+
 /* Gives back permit kind p of slot if it holds it; true if it did. */
 bool tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* Whether slot (of generation gen) holds permit kind p: its tally's tag

@@ -377,35 +377,15 @@ take_slow(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 	return take_loop(s, slot, gen, m0, p, count, limit, seen);
 }
 
-/* take_loop's fast path: the tally's tag is the slot's own give (nobody
- * to reflect), the caller's mark m0 says it is not released, and there is
- * room. TALLY_TAKEN, TALLY_BUSY (released meanwhile: undone), or
- * TALLY_MISS: not that case, nothing done. */
+/* take_loop's fast path (tally_take_own in shim.h) under the limit of
+ * kind p. */
 static inline __attribute__((always_inline)) int
 take_own(struct seg *s, uint32_t slot, uint32_t gen, uint64_t m0, int p,
     _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
-	uint32_t who = tag_who(slot, gen), tag, cur;
-	_Atomic uint64_t *t = tally(count);
-	uint64_t w, m, nw;
-
-	w = atomic_load(t);
-	tag = (uint32_t)(w >> 32);
-	cur = (uint32_t)w;
-	if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) &&
-	    MARK_GEN(m0) == gen && !(m0 & MARK_RELEASED) && cur < limit_now(limit, p), 1)) {
-		nw = (uint64_t)(who | stamp_own(s, tag)) << 32 | (cur + 1);
-		if (atomic_compare_exchange_strong(t, &w, nw)) {
-			*seen = cur;
-			m = atomic_load(&s->slots[slot].mark);
-			if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
-				undo(t, nw);
-				return TALLY_BUSY;
-			}
-			return TALLY_TAKEN;
-		}
-	}
-	return TALLY_MISS;
+	if (MARK_GEN(m0) != gen)
+		return TALLY_MISS;
+	return tally_take_own(s, slot, m0, count, limit_now(limit, p), seen);
 }
 
 /* take_own inline, the rest out of line. */
@@ -467,9 +447,9 @@ tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c
 }
 
 void
-tally_undo_inflight(struct seg_comp *c, uint64_t w)
+tally_undo(_Atomic uint32_t *count, uint64_t w)
 {
-	undo(tally(&c->inflight), w);
+	undo(tally(count), w);
 }
 
 /* Gives back permit kind p of slot, counted in count of compartment c, if
@@ -545,24 +525,13 @@ static inline __attribute__((always_inline)) bool
 give_own(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
-	_Atomic uint64_t *t = tally(count);
-	uint32_t who = tag_who(slot, gen), tag, cur;
-	uint64_t w;
-
-	w = atomic_load(t);
-	tag = (uint32_t)(w >> 32);
-	cur = (uint32_t)w;
-	if (__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
-	    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
-	    stamp_own(s, tag)) << 32 | (cur - 1))) {
-		if ((p == P_CONN || p == P_INFLIGHT) && c != NULL &&
-		    atomic_load(&c->waiting) > 0)
-			futex_wake(count);
-		if (p == P_LENT)
-			pool_wake(s, &s->slots[slot]);
-		return true;
-	}
-	return false;
+	if (!tally_give_own(s, slot, gen, count))
+		return false;
+	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
+		futex_wake(count);
+	if (p == P_LENT)
+		pool_wake(s, &s->slots[slot]);
+	return true;
 }
 
 /* give_own inline, the rest out of line. */
