@@ -1035,8 +1035,6 @@ bool tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* tally_held for the tally count, which the caller knows is p's of slot. */
 bool tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p,
     _Atomic uint32_t *count);
-/* The MARK_HELD flags of every kind slot holds (gen: its generation). */
-uint64_t tally_held_all(const struct seg *s, uint32_t slot, uint32_t gen);
 /* The release of slot (claimed SLOT_RELEASING by the caller): gives back
  * every permit it holds and marks it MARK_RELEASED. Returns what it held
  * (MARK_HELD flags). */

@@ -289,18 +289,6 @@ tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic u
 	return held_at(s, slot, gen, p, count);
 }
 
-uint64_t
-tally_held_all(const struct seg *s, uint32_t slot, uint32_t gen)
-{
-	uint64_t held = 0;
-
-	for (int p = 0; p < P_KINDS; p++) {
-		if (tally_held(s, slot, gen, p))
-			held |= MARK_HELD(p);
-	}
-	return held;
-}
-
 /*
  * take_loop: one attempt to take permit kind p for slot (of generation gen), counted in
  * count under *limit (NULL: none, or `past`: ignored; NULL count: nothing to
