@@ -156,8 +156,8 @@ class Host:
             self.agent = subprocess.Popen([harness.CLI, "fleet", "-c", self.config, "-v"],
                                           env=harness.clean_env(), stdout=f, stderr=f)
         harness._track(self.agent)
-        harness.wait_until(lambda: os.path.exists(harness.SHM_PREFIX + self.segment), 10, 0.02,
-                           "host %s's segment" % self.name)
+        harness.wait_until(lambda: harness_io.segment_ready(self.segment), 10, 0.02,
+                           "host %s's segment, set up" % self.name)
 
     def kill_agent(self):
         self.agent.kill()

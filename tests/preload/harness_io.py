@@ -185,6 +185,18 @@ class Segment:
             self.header["name"], name, [c["name"] for c in self.comps]))
 
 
+def segment_ready(segment):
+    """True once /dev/shm/bulkshim.SEGMENT exists and its creator has
+    finished it: the magic is written last, after ftruncate and the layout,
+    so a file that merely exists may still read as zeros."""
+    try:
+        with open(harness.SHM_PREFIX + segment, "rb") as f:
+            raw = f.read(HEADER.size)
+    except FileNotFoundError:
+        return False
+    return len(raw) == HEADER.size and HEADER.decode(raw)["magic"] == SEG_MAGIC
+
+
 def read_segment(segment):
     """Maps /dev/shm/bulkshim.SEGMENT read-only and decodes its header and
     compartments. Fails the test on a segment that is missing or whose
