@@ -275,7 +275,7 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 		return ADMIT_PASS;
 	/* A full compartment is first checked for permits whose sockets
 	 * are gone unseen (reconcile.c); two loads when it is not full. */
-	reconcile_if_full(shim.seg, (uint32_t)comp);
+	reconcile_if_full(shim.seg, c, (uint32_t)comp);
 	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
 	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
 	if (slot < 0) {

@@ -67,7 +67,8 @@ static inline __attribute__((always_inline)) int
 take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
     _Atomic uint32_t **word, enum bs_reason *why)
 {
-	int r = tally_take(s, slot, gen, p, 0, seen);
+	int r = p == P_CONN ? tally_take_conn(s, slot, gen, c, seen) :
+	    tally_take(s, slot, gen, p, 0, seen);
 
 	if (r != TALLY_TAKEN || p != P_CONN ||
 	    atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)

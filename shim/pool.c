@@ -25,21 +25,6 @@ futex_wake_all(_Atomic uint32_t *word)
 	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-_Atomic uint32_t *
-pool_tally_of(const struct seg *s, struct seg_comp *c, int p, _Atomic uint32_t **limit)
-{
-	struct seg_pool *pool = seg_pool_at(s, c);
-
-	if (pool == NULL)
-		return NULL;
-	if (p == P_LENT) {
-		if (limit != NULL)
-			*limit = &pool->shared;
-		return &pool->lent;
-	}
-	return NULL;
-}
-
 _Atomic uint64_t *
 seg_reason_count(struct seg_comp *c, enum bs_reason why, bool would)
 {
@@ -174,25 +159,6 @@ pool_attach(struct seg *s)
 	}
 	for (uint32_t p = npools; p <= BS_MAX_POOLS; p++)
 		s->pool_first[p] = (uint16_t)n;
-}
-
-void
-pool_note_peak(struct seg *s, uint32_t p)
-{
-	struct seg_pool *pool = &s->h->pools[p];
-	_Atomic uint32_t *const *k = &s->pool_in_use[s->pool_first[p]];
-	_Atomic uint32_t *const *end = &s->pool_in_use[s->pool_first[p + 1]];
-	uint32_t n = 0, pk;
-
-	/* A sum over the pool's members only, by the list made at attach;
-	 * without one (not attached by seg_attach), over every compartment. */
-	if (k == end)
-		n = pool_in_use(s, p, NULL);
-	for (; k < end; k++)
-		n += atomic_load_explicit(*k, memory_order_relaxed);
-	pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
-	while (n > pk && !atomic_compare_exchange_weak(&pool->peak, &pk, n))
-		;
 }
 
 void

@@ -366,13 +366,10 @@ reconcile_throttled(struct seg *s, int comp)
 }
 
 void
-reconcile_if_full(struct seg *s, uint32_t comp)
+reconcile_if_full(struct seg *s, struct seg_comp *c, uint32_t comp)
 {
-	struct seg_comp *c = seg_comp(s, comp);
 	uint32_t limit;
 
-	if (c == NULL)
-		return;
 	/* The limit admission holds it to now: a fleet share or an adaptive
 	 * limit may be below max_connections. */
 	limit = ad_limit(c, P_CONN, seg_conn_limit(c));

@@ -825,9 +825,20 @@ seg_pool_at(const struct seg *s, const struct seg_comp *c)
 
 	return p < BS_MAX_POOLS ? &s->h->pools[p] : NULL;
 }
-/* tally_of for P_LENT: NULL if c is in no pool. */
-_Atomic uint32_t *pool_tally_of(const struct seg *s, struct seg_comp *c, int p,
-    _Atomic uint32_t **limit);
+/* tally_of for P_LENT: the pool's lent count, its limit the shared part;
+ * NULL if c is in no pool. Inline: a borrowed permit's take asks it for its
+ * own tally and for the slot its tally's tag names. */
+static inline _Atomic uint32_t *
+pool_tally_of(const struct seg *s, struct seg_comp *c, _Atomic uint32_t **limit)
+{
+	struct seg_pool *pool = seg_pool_at(s, c);
+
+	if (pool == NULL)
+		return NULL;
+	if (limit != NULL)
+		*limit = &pool->shared;
+	return &pool->lent;
+}
 /* The counter of refusals (would: of observe-mode would-rejects) of c for
  * reason why, or NULL for no such reason. */
 _Atomic uint64_t *seg_reason_count(struct seg_comp *c, enum bs_reason why, bool would);
@@ -846,8 +857,26 @@ void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, boo
 const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
 /* Builds s's list of each pool's members (struct seg), at attach. */
 void pool_attach(struct seg *s);
-/* Raises the peak of pool p (its index) to what it has in use now. */
-void pool_note_peak(struct seg *s, uint32_t p);
+/* Raises the peak of pool p (its index) to what it has in use now: a sum
+ * over the pool's members by the list made at attach; without one (not
+ * attached by seg_attach), over every compartment. Inline: every borrowed
+ * permit's take asks it. */
+static inline void
+pool_note_peak(struct seg *s, uint32_t p)
+{
+	struct seg_pool *pool = &s->h->pools[p];
+	_Atomic uint32_t *const *k = &s->pool_in_use[s->pool_first[p]];
+	_Atomic uint32_t *const *end = &s->pool_in_use[s->pool_first[p + 1]];
+	uint32_t n = 0, pk;
+
+	if (k == end)
+		n = pool_in_use(s, p, NULL);
+	for (; k < end; k++)
+		n += atomic_load_explicit(*k, memory_order_relaxed);
+	pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
+	while (n > pk && !atomic_compare_exchange_weak(&pool->peak, &pk, n))
+		;
+}
 /* Wakes every waiter asleep on pool's lent word (pool_wake). */
 void pool_wake_all(struct seg_pool *pool);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
@@ -920,6 +949,13 @@ int tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p);
 int tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
     uint32_t *seen);
 bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
+/* tally_take of P_CONN for a slot of compartment c (the caller read the
+ * slot's compartment: c is the one it names). */
+int tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    uint32_t *seen);
+/* tally_take of P_LENT for a slot of a compartment in pool. */
+int tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen, struct seg_pool *pool,
+    uint32_t *seen);
 /* Takes back the take that tally value w of count stands for, if the
  * tally still reads w (tally_take_own's, landed after its slot's release). */
 void tally_undo(_Atomic uint32_t *count, uint64_t w);
@@ -1165,7 +1201,7 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 		}
 		return share_mark(s, slot, gen, SHARE_POOL);
 	}
-	r = tally_take(s, slot, gen, P_LENT, 0, seen);
+	r = tally_take_lent(s, slot, gen, pool, seen);
 	if (r == TALLY_TAKEN) {
 		/* Where a hand-over looks first (share.c's pass_on). */
 		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
@@ -1176,12 +1212,11 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 	return r;
 }
 
-/* A pool permit of sl's compartment went back: wakes the pool's waiters,
- * if any. Inline: every borrowed permit's release asks it. */
+/* A pool permit of compartment c (NULL: none) went back: wakes the pool's
+ * waiters, if any. Inline: every borrowed permit's release asks it. */
 static inline void
-pool_wake(const struct seg *s, const struct seg_slot *sl)
+pool_wake(const struct seg *s, const struct seg_comp *c)
 {
-	struct seg_comp *c = seg_slot_comp(s, sl);
 	struct seg_pool *pool = c != NULL ? seg_pool_at(s, c) : NULL;
 
 	if (pool != NULL && atomic_load_explicit(&pool->sleepers, memory_order_relaxed) > 0)
@@ -1308,7 +1343,7 @@ int seg_reconcile(struct seg *s, int comp);
  * most every 100 ms per process); for the classes' part, also reclaim dead
  * holders (throttled), which only the compartment's and the pool's
  * refusals otherwise do (take_wait). Four loads when none is full. */
-void reconcile_if_full(struct seg *s, uint32_t comp);
+void reconcile_if_full(struct seg *s, struct seg_comp *c, uint32_t comp);
 /* A class of compartment comp is at its cap: reclaims dead holders and
  * reconciles comp (each throttled). Returns the permits given back, after
  * which admission tries the class permit once more. */

@@ -138,7 +138,7 @@ count_in(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int
 			*limit = &c->cls_shared;
 		return &c->cls_lent;
 	case P_LENT:
-		return pool_tally_of(s, c, p, limit);
+		return pool_tally_of(s, c, limit);
 	}
 	return NULL;
 }
@@ -434,6 +434,18 @@ tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c
 	return take_at(s, slot, MARK_GEN(m), &m, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
 }
 
+int
+tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint32_t *seen)
+{
+	return take_at(s, slot, gen, NULL, P_CONN, &c->in_use, &c->limit, seen);
+}
+
+int
+tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen, struct seg_pool *pool, uint32_t *seen)
+{
+	return take_at(s, slot, gen, NULL, P_LENT, &pool->lent, &pool->shared, seen);
+}
+
 void
 tally_undo(_Atomic uint32_t *count, uint64_t w)
 {
@@ -482,7 +494,7 @@ give_loop(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
 		futex_wake(count);
 	if (p == P_LENT)
-		pool_wake(s, sl);
+		pool_wake(s, c);
 	return true;
 }
 
@@ -518,7 +530,7 @@ give_own(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
 		futex_wake(count);
 	if (p == P_LENT)
-		pool_wake(s, &s->slots[slot]);
+		pool_wake(s, c);
 	return true;
 }
 
@@ -573,13 +585,17 @@ give_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	return give_loop(s, slot, gen, p, c, count) ? MARK_HELD(p) : 0;
 }
 
-/* The same, one load when nobody holds the kind. */
+/* The same, one load when nobody holds the kind. A borrowed permit (P_LENT)
+ * is given back by the slot whose take its tally's tag names, unless
+ * another borrower came since: give_at's fast path, inline. */
 static inline __attribute__((always_inline)) uint64_t
 release_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	if (count == NULL || atomic_load_explicit(count, memory_order_relaxed) == 0)
 		return 0;
+	if (p == P_LENT)
+		return give_at(s, slot, gen, p, c, count) ? MARK_HELD(p) : 0;
 	return give_kind(s, slot, gen, p, c, count);
 }
 
