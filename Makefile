@@ -41,7 +41,7 @@ all: $(B)/libbulkshim.so $(B)/bulkshim
 # them what a per-file build calls (issue 13). `make SHIM_LTO=` turns it off.
 SHIM_LTO ?= -flto=auto
 $(B)/shim/%.o: shim/%.c shim/shim.h | $(B)/shim
-	$(CC) $(CFLAGS) $(SHIM_LTO) -fvisibility=hidden $(PC_CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(SHIM_LTO) $(if $(SHIM_LTO),-DBS_LTO) -fvisibility=hidden $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: shim/%.c shim/shim.h | $(B)/cli
 	$(CC) $(CFLAGS) $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli

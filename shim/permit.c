@@ -465,6 +465,7 @@ static void
 release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 {
 	struct seg_slot *sl = &s->slots[slot];
+	struct seg_comp *c = seg_slot_comp(s, sl);
 	uint64_t m = atomic_load(&sl->mark), had;
 	uint32_t gen = MARK_GEN(m);
 
@@ -477,10 +478,8 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 	/* Every kind held goes back (last kind first), then the slot is
 	 * marked released, so that a take landing after this undoes itself
 	 * (tally.c). */
-	had = tally_release(s, slot, gen);
+	had = tally_release(s, slot, gen, c);
 	if (had & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) {
-		struct seg_comp *c = seg_slot_comp(s, sl);
-
 		if (c != NULL && reclaimed)
 			atomic_fetch_add(&c->reclaimed, 1);
 		else if (c != NULL)

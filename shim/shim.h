@@ -14,6 +14,14 @@
 /* On the shim's globals read by every wrapper: addressed directly, not
  * through the global offset table. */
 #define BS_HIDDEN __attribute__((visibility("hidden")))
+/* A function of one file that the library's build (link-time optimised,
+ * -DBS_LTO) inlines into its callers in other files: the permit takes of a
+ * connect. Elsewhere (the CLI, the tests, `make SHIM_LTO=`) a plain call. */
+#ifdef BS_LTO
+#define BS_LTO_INLINE __attribute__((always_inline))
+#else
+#define BS_LTO_INLINE
+#endif
 
 #define BS_VERSION		"0.1.0"
 #define BS_NAME_MAX		64	/* compartment and segment names, with NUL */
@@ -950,12 +958,17 @@ int tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_com
     uint32_t *seen);
 bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
 /* tally_take of P_CONN for a slot of compartment c (the caller read the
- * slot's compartment: c is the one it names). */
-int tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+ * slot's compartment: c is the one it names), and of P_LENT for a slot of
+ * a compartment in pool: inlined into admission (BS_LTO_INLINE; GCC warns
+ * that a body it cannot see in this file might not be inlinable, and LTO
+ * inlines it). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE int tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
     uint32_t *seen);
-/* tally_take of P_LENT for a slot of a compartment in pool. */
-int tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen, struct seg_pool *pool,
-    uint32_t *seen);
+BS_LTO_INLINE int tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen,
+    struct seg_pool *pool, uint32_t *seen);
+#pragma GCC diagnostic pop
 /* Takes back the take that tally value w of count stands for, if the
  * tally still reads w (tally_take_own's, landed after its slot's release). */
 void tally_undo(_Atomic uint32_t *count, uint64_t w);
@@ -1071,10 +1084,11 @@ bool tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p);
 /* tally_held for the tally count, which the caller knows is p's of slot. */
 bool tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p,
     _Atomic uint32_t *count);
-/* The release of slot (claimed SLOT_RELEASING by the caller): gives back
+/* The release of slot (claimed SLOT_RELEASING by the caller), of
+ * compartment c (the caller's read of the slot's; NULL: none): gives back
  * every permit it holds and marks it MARK_RELEASED. Returns what it held
  * (MARK_HELD flags). */
-uint64_t tally_release(struct seg *s, uint32_t slot, uint32_t gen);
+uint64_t tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
 /* The slot (of generation gen, holding nothing) moves to the next
  * generation: a take of the old one still counted is undone as if the
  * slot were released. For a pending slot whose admission was refused. */

@@ -434,17 +434,21 @@ tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c
 	return take_at(s, slot, MARK_GEN(m), &m, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
 }
 
-int
+/* Inlined into admission under LTO (shim.h). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE int
 tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint32_t *seen)
 {
 	return take_at(s, slot, gen, NULL, P_CONN, &c->in_use, &c->limit, seen);
 }
 
-int
+BS_LTO_INLINE int
 tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen, struct seg_pool *pool, uint32_t *seen)
 {
 	return take_at(s, slot, gen, NULL, P_LENT, &pool->lent, &pool->shared, seen);
 }
+#pragma GCC diagnostic pop
 
 void
 tally_undo(_Atomic uint32_t *count, uint64_t w)
@@ -600,10 +604,9 @@ release_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp 
 }
 
 uint64_t
-tally_release(struct seg *s, uint32_t slot, uint32_t gen)
+tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	struct seg_comp *c = seg_slot_comp(s, sl);
 	_Atomic uint32_t *cls = c != NULL ? count_in(s, c, sl, P_CLASS, NULL) : NULL;
 	_Atomic uint32_t *lent = c != NULL && atomic_load_explicit(&c->pool, memory_order_relaxed) ?
 	    count_in(s, c, sl, P_LENT, NULL) : NULL;
