@@ -7,8 +7,12 @@
 BENCH_BASE  ?= 43d7058
 TODAY_DIR   := $(B)/bench/today-$(BENCH_BASE)
 TODAY_LIB   := $(TODAY_DIR)/libbulkshim.so
+# The library built without link-time optimisation, so that each function
+# of a connect is one of its own in callgrind: the per-step profile of
+# bench/results.md ("Where a connect + close goes").
+NOLTO_LIB   := $(B)/bench/nolto/libbulkshim.so
 BENCH_PROGS := $(B)/bench/client $(B)/bench/backend $(B)/bench/permits \
-               $(B)/bench/libstubconnect.so $(TODAY_LIB)
+               $(B)/bench/libstubconnect.so $(TODAY_LIB) $(NOLTO_LIB)
 # The makefile that was run (the main one, which includes this file), so
 # that the second make below sees these rules too.
 BENCH_MAKE  := $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST))
@@ -20,7 +24,7 @@ bench: bench-deps
 	$(BENCH_MAKE) all
 	$(BENCH_MAKE) bench-build
 	python3 bench/run.py --build $(B) --out bench/results.md \
-		--today $(TODAY_LIB) --today-rev $(BENCH_BASE)
+		--today $(TODAY_LIB) --today-rev $(BENCH_BASE) --nolto $(NOLTO_LIB)
 bench-deps:
 	@sh tests/deps.sh gcc make pkg-config libconfig-dev python3 haproxy wrk valgrind
 bench-build: $(BENCH_PROGS)
@@ -38,5 +42,7 @@ $(TODAY_LIB): | $(B)/bench
 	git archive $(BENCH_BASE) | tar -x -C $(TODAY_DIR)/src
 	$(MAKE) --no-print-directory -C $(TODAY_DIR)/src B=build build/libbulkshim.so
 	cp $(TODAY_DIR)/src/build/libbulkshim.so $@
+$(NOLTO_LIB): FORCE | $(B)/bench
+	$(MAKE) --no-print-directory B=$(B)/bench/nolto SHIM_LTO= $@
 $(B)/bench:
 	mkdir -p $@

@@ -85,8 +85,9 @@ def pin(cpu):
 
 
 class Bench:
-    def __init__(self, build, quick, today=None, today_rev=None):
+    def __init__(self, build, quick, today=None, today_rev=None, nolto=None):
         self.today = os.path.abspath(today) if today else None
+        self.nolto = os.path.abspath(nolto) if nolto else None
         self.today_rev = today_rev or "?"
         self.build = os.path.abspath(build)
         self.bin = os.path.join(self.build, "bench")
@@ -265,16 +266,24 @@ class Bench:
             10000, None, seed=99), LIMIT, None)])
         for path in self.cfg.values():
             self.check_config(path)
-        # The library of the "today" column has an older segment layout:
-        # its runs use segments of their own.
-        self.cfg_today = {}
-        for key in ("connect", "pp_conn", "pp_inflight", "pp_unmatched", "d10000_miss"):
+        # The library without LTO measures the same stubbed connects, and
+        # the library of the "today" column (an older segment layout) the
+        # issue-13 loops, each on segments of its own.
+        self.cfg_nolto = self.renamed(("d1", "pool_lent"), "nolto")
+        self.cfg_today = self.renamed(("connect", "pp_conn", "pp_inflight", "pp_unmatched",
+                                       "d10000_miss"), "today")
+
+    def renamed(self, keys, suffix):
+        """Copies of the configs of keys whose segment names end in -suffix."""
+        out = {}
+        for key in keys:
             with open(self.cfg[key]) as f:
                 text = f.read()
-            path = self.cfg[key][:-4] + "-today.cfg"
+            path = self.cfg[key][:-4] + "-%s.cfg" % suffix
             with open(path, "w") as f:
-                f.write(text.replace('";', '-today";', 1))
-            self.cfg_today[key] = path
+                f.write(text.replace('";', '-%s";' % suffix, 1))
+            out[key] = path
+        return out
 
     # ---- 1. per call ----
 
@@ -407,6 +416,11 @@ class Bench:
             jobs["stub/d10000_miss/today"] = (["connect", 1, 1, CG_STUB],
                                               self.shim_env(t["d10000_miss"], self.stub,
                                                             lib=self.today))
+        if self.nolto:
+            for k in ("d1", "pool_lent"):
+                jobs["stub/%s/nolto" % k] = (["connect", 1, 1, CG_STUB],
+                                             self.shim_env(self.cfg_nolto[k], self.stub,
+                                                           lib=self.nolto))
         with ThreadPoolExecutor(max_workers=max(1, self.ncpu)) as ex:
             futs = {k: ex.submit(self.callgrind, k.replace("/", "-"), a, e)
                     for k, (a, e) in jobs.items()}
@@ -755,6 +769,51 @@ class Bench:
         md += ["", "Extra system calls of the stubbed connect + close:", ""]
         md += self.syscall_table([("stubbed connect + close", "stub/none", "stub/d1", CG_STUB)])
         self.md.append("\n".join(md))
+        if self.nolto:
+            self.md.append("\n".join(self.connect_steps()))
+
+    def connect_steps(self):
+        """The stubbed connect + close step by step, from the library built
+        without link-time optimisation (each function its own in callgrind;
+        code a function inlined counts with it)."""
+        base = find_fn(self.cg["stub/none"]["incl"], "bench_connect_close")[0] / CG_STUB
+        cols = [("stub/d1/nolto", "1 destination"),
+                ("stub/pool_lent/nolto", "in a pool, every permit borrowed")]
+        per = {}
+        for key, _ in cols:
+            steps = {}
+            for nums, fn in self.cg[key]["excl"]["rows"]:
+                label = connect_step(fn)
+                steps[label] = steps.get(label, 0.0) + nums[0] / CG_STUB
+            per[key] = steps
+        lto = {"stub/d1/nolto": find_fn(self.cg["stub/d1"]["incl"], "bench_connect_close"),
+               "stub/pool_lent/nolto": find_fn(self.cg["stub/pool_lent"]["incl"],
+                                               "bench_connect_close")}
+        self.steps = per
+        md = ["### Where a connect + close goes, step by step", "",
+              "The stubbed connect + close of table 2 under callgrind, with this tree's "
+              "library built without link-time optimisation (`make SHIM_LTO=`, "
+              "`%s`), so that each function of the path is one of its own; code that a "
+              "function inlined counts with it. Ir per iteration. The library `make` "
+              "builds (with LTO) runs the same steps in fewer instructions: the totals of "
+              "both are in the last rows." % os.path.relpath(self.nolto, self.build), "",
+              "| step | %s | %s | borrowed − 1 destination |" % (cols[0][1], cols[1][1]),
+              "| --- | ---: | ---: | ---: |"]
+        a, b = per[cols[0][0]], per[cols[1][0]]
+        for label, _ in CONNECT_STEPS + [(STEP_OTHER, None), (STEP_LOOP, None)]:
+            if label not in a and label not in b:
+                continue
+            md.append("| %s | %.0f | %.0f | %+.0f |" % (label, a.get(label, 0),
+                                                      b.get(label, 0),
+                                                      b.get(label, 0) - a.get(label, 0)))
+        ta, tb = sum(a.values()), sum(b.values())
+        md.append("| **all, without LTO** (over no shim: %+.0f / %+.0f) | %.0f | %.0f | %+.0f |"
+                  % (ta - base, tb - base, ta, tb, tb - ta))
+        la = lto["stub/d1/nolto"][0] / CG_STUB if lto["stub/d1/nolto"] else 0
+        lb = lto["stub/pool_lent/nolto"][0] / CG_STUB if lto["stub/pool_lent/nolto"] else 0
+        md.append("| **all, the library make builds** (over no shim: %+.0f / %+.0f) | %.0f | "
+                  "%.0f | %+.0f |" % (la - base, lb - base, la, lb, lb - la))
+        return md
 
     def syscall_costs(self):
         r = self.client(["syscalls", 10, 20000], cpu=1 if self.ncpu > 1 else 0)
@@ -845,21 +904,22 @@ class Bench:
              "the descriptor's table entry, checked against the segment's settings sequence, "
              "and one send in 64 per thread is sampled for the reply-time histogram. With "
              "`max_inflight` they pay %+.0f / %+.0f: every request takes and gives back an "
-             "in-flight permit, three compare-and-swaps each (announce in the slot's mark, "
-             "change the tagged count after checking the slot its tag names, record the "
-             "result: tally.c, safe against a thread killed at any instruction), reads the "
-             "clock %.0f times and adds to the shared admitted count and the histogram's "
-             "bucket, count and sum (exact: the in-flight tests count every reply). "
-             "Natively, the one-CPU ping-pong loses %.0f ns per round trip with "
+             "in-flight permit, one tagged compare-and-swap of the count each (the tag "
+             "names the slot and is the announcement: tally.c, safe against a thread "
+             "killed at any instruction), adds to the shared admitted count, and one "
+             "request in 16 reads the clock for the reply-time histogram, weighted by 16 "
+             "(%.2f clock reads per round trip here). "
+             "Natively, the one-CPU ping-pong %s %.0f ns per round trip with "
              "`max_connections` only." % (
-                 cs, cr, es, er, clk_pp, pp_added * 1000),
+                 cs, cr, es, er, clk_pp, "loses" if pp_added >= 0 else "gains",
+                 abs(pp_added * 1000)),
              "- **connect** costs %+.0f ns and %+.0f Ir per connect + close over a stubbed "
              "connect, against a target of 150 ns. System calls alone make most of "
              "it: %.1f `getpid`, %.1f `fstat` and %.1f `getsockopt` per iteration, at "
              "%.0f, %.0f and %.0f ns each here, about %.0f ns before any instruction of "
-             "the shim runs. `match_find` takes %.0f Ir of the rest." % (
+             "the shim runs.%s" % (
                  a1, i1, getpid, fstat, gso, sc["getpid_ns"], sc["fstat_ns"],
-                 sc["getsockopt_ns"], sys_cost, mf),
+                 sc["getsockopt_ns"], sys_cost, self.steps_sentence()),
              "- **The number of rules** does not change a matched connect (hash tables), "
              "but a connect that matches no rule looks up every prefix length in use: "
              "with 10,000 rules over 23 prefix lengths that is %+.0f Ir (%+.0f ns), "
@@ -924,7 +984,35 @@ class Bench:
                 "admission rate in `note_rate` and the connect-time histogram): one read "
                 "can serve them all." % clk_conn)
         L += ["%d. %s" % (k + 1, f) for k, f in enumerate(fixes)]
+        if not fixes:
+            L.append("None of the causes the earlier suggestions named (a getpid per call, "
+                     "a getsockopt per connect, uthash on every connect, calls across files "
+                     "on every send, three compare-and-swaps per permit) shows in this "
+                     "profile any more. What is left of a connect + close is spread over "
+                     "the steps of the table \"Where a connect + close goes\"%s." % (
+                         self.largest_step()))
         return "\n".join(L)
+
+    def largest_step(self):
+        """', the largest of them N % of the shim's part', from the table."""
+        steps = getattr(self, "steps", {}).get("stub/d1/nolto")
+        if not steps:
+            return ""
+        mine = {k: v for k, v in steps.items() if k != STEP_LOOP}
+        k = max(mine, key=mine.get)
+        return ", the largest of them (%s) %.0f %% of the shim's part" % (
+            k, 100.0 * mine[k] / sum(mine.values()))
+
+    def steps_sentence(self):
+        """The three largest steps of the connect + close (without LTO)."""
+        steps = getattr(self, "steps", {}).get("stub/d1/nolto")
+        if not steps:
+            return ""
+        mine = sorted(((v, k) for k, v in steps.items() if k != STEP_LOOP), reverse=True)
+        total = sum(v for v, _ in mine)
+        return (" Of the shim's %.0f Ir in a build without LTO (table \"Where a connect + "
+                "close goes\"), the largest steps are %s." % (
+                    total, "; ".join("%s, %.0f" % (k, v) for v, k in mine[:3])))
 
 
 HAPROXY_CFG = """global
@@ -1110,6 +1198,60 @@ def syscalls_by_fn(ann):
     return out
 
 
+# The steps of a connect + close (bench/results.md), by the functions that
+# make them up (a function's name without GCC's .isra/.part suffixes).
+CONNECT_STEPS = [
+    ("the wrappers: socket, connect and close (errno kept, the real call made)",
+     {"socket", "connect", "close", "fresh_fd", "drop_entry", "shim_maybe_reload",
+      "connected", "shim_settle", "shim_active", "__errno_location"}),
+    ("the rule lookup (match.c)", {"match_find"}),
+    ("the socket's identity: fstat, the descriptor table (fdtable.c)",
+     {"fstat", "fstatat", "fstat64", "fstatat64", "fdt_get", "fdt_set", "fdt_take",
+      "fdt_valid", "fdt_mark_fresh", "fdt_clear_fresh", "fdt_is_fresh"}),
+    ("the fork gate (socket and slot claim)", {"seg_gate_enter", "seg_gate_leave"}),
+    ("the slot's claim: a free slot, a new generation, the sole hold",
+     {"alloc_slot", "seg_pending_slot", "seg_hold_first", "seg_my_record", "claim_slot"}),
+    ("the permits' takes (tally.c): the compartment's, and the pool's when borrowed",
+     {"tally_take_conn", "tally_take_lent", "tally_take", "take_loop", "reflect", "take_at"}),
+    ("admission: the own code of shim_admit and admit_slot and what they inline (the "
+     "class, pool, adaptive, fleet and observe checks; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending", "reconcile_if_full",
+                        "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
+                        "pool_note_peak", "pool_take", "ad_tick"}),
+    ("the clock and the connect-time histogram",
+     {"now_mono_us", "clock_gettime", "seg_connect_done_in", "seg_hist_add",
+      "seg_hist_add_n"}),
+    ("the hold's drop at close (procs.c)", {"seg_drop", "seg_drop_hold"}),
+    ("the release: every permit given back, the slot freed",
+     {"seg_release_slot", "release_claimed", "tally_release", "give_at", "give_own",
+      "give_kind", "give_loop", "release_kind", "adaptive_conn_done", "pool_wake"}),
+]
+STEP_OTHER = "other functions of the shim"
+STEP_LOOP = "the loop itself and libc's socket, setsockopt, close (as without the shim)"
+STEP_FILES = {"match.c": "the rule lookup (match.c)",
+              "fdtable.c": "the socket's identity: fstat, the descriptor table (fdtable.c)"}
+
+
+def connect_step(fn):
+    """The step of CONNECT_STEPS that callgrind's function `fn` ('file:func
+    [object]', the object left out for inlined code) is part of."""
+    f, _, func = fn.split(" [")[0].rpartition(":")
+    func = func.split("@@")[0].split(".")[0]
+    base = os.path.basename(f)
+    if "shim/" not in f:
+        # The program's loop and libc, but for the calls only the shim makes.
+        for label, funcs in CONNECT_STEPS:
+            if func in funcs and func in ("fstat", "fstatat", "fstat64", "fstatat64",
+                                          "clock_gettime", "__errno_location"):
+                return label
+        return STEP_LOOP
+    if base in STEP_FILES:
+        return STEP_FILES[base]
+    for label, funcs in CONNECT_STEPS:
+        if func in funcs:
+            return label
+    return STEP_OTHER
+
+
 def top_exclusive(ann, n):
     rows = sorted(ann["rows"], key=lambda r: -r[0][0])[:n]
     return [(nums[0], fn_name(fn)) for nums, fn in rows]
@@ -1123,6 +1265,8 @@ def main():
     ap.add_argument("--command", default="make bench")
     ap.add_argument("--today", help="the library to measure as \"today\" (issue 13 table)")
     ap.add_argument("--today-rev", help="the commit that library was built from")
+    ap.add_argument("--nolto", help="this tree's library built without link-time "
+                    "optimisation, for the per-step profile of a connect")
     opts = ap.parse_args()
     global ROUNDS, SCALE_ROUNDS, WRK_SECONDS, WRK_ROUNDS
     if opts.quick:
@@ -1130,7 +1274,7 @@ def main():
     for tool in ("valgrind", "callgrind_annotate", "haproxy", "wrk"):
         if shutil.which(tool) is None:
             sys.exit("bench: %s is missing (make bench installs it: see bench/bench.mk)" % tool)
-    b = Bench(opts.build, opts.quick, opts.today, opts.today_rev)
+    b = Bench(opts.build, opts.quick, opts.today, opts.today_rev, opts.nolto)
     try:
         run_all(b, opts)
     except (BenchError, subprocess.TimeoutExpired) as e:

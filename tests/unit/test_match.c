@@ -599,9 +599,11 @@ static void find_ipv4_matches_mapped_ipv6_rule(void **state)
 static struct sockaddr_un sun_of(const char *path, socklen_t *len)
 {
 	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	size_t n = strlen(path);
 
-	strncpy(un.sun_path, path, sizeof(un.sun_path));
-	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1);
+	/* The rest of sun_path is zero already: a path of 108 bytes has no NUL. */
+	memcpy(un.sun_path, path, n < sizeof(un.sun_path) ? n : sizeof(un.sun_path));
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
 	return un;
 }
 
