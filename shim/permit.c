@@ -334,6 +334,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	struct seg_slot *sl = &s->slots[slot];
 	struct seg_comp *c = &s->comp[comp];
 	struct seg_class *k = NULL;
+	struct seg_pool *pool;
 	enum bs_reason reason = REASON_MAX;
 	uint32_t gen = MARK_GEN(atomic_load(&sl->mark)), none = SLOT_NO_COMP, seen;
 	uint64_t now;
@@ -393,9 +394,12 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		 * have done, and keep it apart from the permits proper. */
 		atomic_fetch_add(seg_reason_count(c, reason, true), 1);
 		tally_take(s, slot, gen, P_OVER, 0, &seen);
+		/* Let past the pool as well: in its use and its peak. */
+		if ((pool = seg_pool_at(s, c)) != NULL)
+			pool_note_use(pool);
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
-	/* A pool's peak is noted when it lends (pool_take). */
+	/* A pool's peak is noted by pool_take (pool_note_use). */
 	if (k != NULL) {
 		raise_peak(&k->peak, atomic_load(&k->in_use));
 		atomic_fetch_add(&k->admitted, 1);
@@ -469,6 +473,13 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 	uint64_t m = atomic_load(&sl->mark), had;
 	uint32_t gen = MARK_GEN(m);
 
+	/* The pool's use statistic goes down first, before the hand-over
+	 * below frees a place for a borrower and before the permit goes, as
+	 * a take counts it after its permits: it never reads more than the
+	 * pool has in use. Every admitted slot was counted (observe mode's
+	 * too); one refused has no compartment. */
+	if (c != NULL && atomic_load_explicit(&c->pool, memory_order_relaxed) != 0)
+		pool_note_release(s, c);
 	/* A permit within a guarantee goes: one lent to the same
 	 * compartment (class) moves onto it, and the shared part has it
 	 * back at once. Before this slot's own permit goes, so that a

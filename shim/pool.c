@@ -144,21 +144,24 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 }
 
 void
-pool_attach(struct seg *s)
+pool_note_release(const struct seg *s, const struct seg_comp *c)
 {
-	uint32_t n = 0, ncomp = s->h->ncomp, npools = s->h->npools;
+	struct seg_pool *pool = seg_pool_at(s, c);
 
-	if (ncomp > BS_MAX_COMPARTMENTS || npools > BS_MAX_POOLS)
-		return;
-	for (uint32_t p = 0; p < npools; p++) {
-		s->pool_first[p] = (uint16_t)n;
-		for (uint32_t i = 0; i < ncomp; i++) {
-			if (atomic_load(&s->comp[i].pool) == p + 1)
-				s->pool_in_use[n++] = &s->comp[i].in_use;
-		}
+	if (pool != NULL)
+		atomic_fetch_sub_explicit(&pool->in_use_stat, 1, memory_order_relaxed);
+}
+
+void
+pool_resync_use(struct seg *s)
+{
+	/* Only an empty pool is set: a take or a give under way elsewhere
+	 * would make a count taken now one high for good. Stored after the
+	 * sum read 0, it is at worst one low (a take landed in between). */
+	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++) {
+		if (pool_in_use(s, p, NULL) == 0)
+			atomic_store(&s->h->pools[p].in_use_stat, 0);
 	}
-	for (uint32_t p = npools; p <= BS_MAX_POOLS; p++)
-		s->pool_first[p] = (uint16_t)n;
 }
 
 void

@@ -767,6 +767,9 @@ seg_reclaim(struct seg *s, bool throttle)
 	/* Unthrottled (the CLI, a start-up, a full table) or after a death. */
 	if (!throttle || n > 0)
 		release_recordless(s);
+	/* A death may have left a pool's use statistic one off. */
+	if (n > 0)
+		pool_resync_use(s);
 	return n;
 }
 

@@ -757,7 +757,6 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		goto fail;
 	}
 	s->my_start = seg_pid_start(getpid());
-	pool_attach(s);
 	/* Start-up may have rewritten settings (a fresh start, a repair). */
 	seg_settings_changed(s);
 	/* The mapping keeps the open file description alive, and the flock

@@ -333,7 +333,7 @@ int cfg_parse_adaptive(struct cfg_ctx *c, const struct config_setting_t *s,
 /* ---- segment.c, procs.c: the shared-memory layout, process records, holds ---- */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	5
+#define SEG_VERSION	6	/* 6: struct seg_pool's in_use_stat */
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
 /* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
@@ -359,8 +359,13 @@ struct seg_pool {
 	_Atomic uint32_t sleepers;	/* waiters asleep on `lent`, roughly */
 	_Atomic uint32_t lent;		/* a tally: permits lent above guarantees */
 	_Atomic uint32_t lent_tag;
-	_Atomic uint32_t peak;		/* most permits in use at once while it lent */
-	uint32_t pad;
+	_Atomic uint32_t peak;		/* most permits its members had in use at once */
+	/* Its members' permits in use, a statistic the peak is raised from at
+	 * every take (pool_note_use): counted after a permit's take and before
+	 * its give, so it never reads more than the pool has in use. Not a
+	 * tally: a thread killed between the two leaves it one low, until a
+	 * reclaim finds the pool empty and sets it to 0 (pool_resync_use). */
+	_Atomic uint32_t in_use_stat;
 	_Atomic uint64_t rejected;	/* refusals for pool_full */
 };
 
@@ -678,12 +683,6 @@ struct seg {
 	 * child's record is a snapshot of a still moment (procs.c). */
 	_Atomic uint32_t busy;
 	_Atomic uint32_t forking;
-	/* The in_use counts of each pool's members: pool p's are
-	 * pool_in_use[pool_first[p]] up to pool_in_use[pool_first[p + 1]].
-	 * Built at attach (pool_attach; a segment's membership never
-	 * changes). All 0: not built, pool_note_peak scans every compartment. */
-	uint16_t pool_first[BS_MAX_POOLS + 1];
-	_Atomic uint32_t *pool_in_use[BS_MAX_COMPARTMENTS];
 	/* The holders word of a slot that record `rec` holds alone (procs.c),
 	 * kept so that a connect and a close need not build it; 0 when not
 	 * known (then it is built). */
@@ -863,28 +862,26 @@ void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, boo
 /* NULL if the segment has cfg's pools and memberships (cmap: config
  * compartment -> segment compartment), else what differs. */
 const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
-/* Builds s's list of each pool's members (struct seg), at attach. */
-void pool_attach(struct seg *s);
-/* Raises the peak of pool p (its index) to what it has in use now: a sum
- * over the pool's members by the list made at attach; without one (not
- * attached by seg_attach), over every compartment. Inline: every borrowed
- * permit's take asks it. */
+/* A member of pool took a connection permit: the use statistic goes up
+ * and the peak with it. A count that went below 0 after a kill (it
+ * wraps) raises no peak. Inline: every take in a pool asks it. */
 static inline void
-pool_note_peak(struct seg *s, uint32_t p)
+pool_note_use(struct seg_pool *pool)
 {
-	struct seg_pool *pool = &s->h->pools[p];
-	_Atomic uint32_t *const *k = &s->pool_in_use[s->pool_first[p]];
-	_Atomic uint32_t *const *end = &s->pool_in_use[s->pool_first[p + 1]];
-	uint32_t n = 0, pk;
+	uint32_t n = atomic_fetch_add_explicit(&pool->in_use_stat, 1, memory_order_relaxed) + 1;
+	uint32_t pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
 
-	if (k == end)
-		n = pool_in_use(s, p, NULL);
-	for (; k < end; k++)
-		n += atomic_load_explicit(*k, memory_order_relaxed);
-	pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
-	while (n > pk && !atomic_compare_exchange_weak(&pool->peak, &pk, n))
+	while (n > pk && n <= BS_MAX_SOCKETS &&
+	    !atomic_compare_exchange_weak(&pool->peak, &pk, n))
 		;
 }
+/* A slot of compartment c, in a pool, is being released: its pool's use
+ * statistic goes down (before the slot's permits do). Out of line: a
+ * compartment outside a pool pays one load for it. */
+void pool_note_release(const struct seg *s, const struct seg_comp *c);
+/* Sets the use statistic of every pool whose members hold nothing to 0
+ * (after a reclaim: what a killed thread left one low is right again). */
+void pool_resync_use(struct seg *s);
 /* Wakes every waiter asleep on pool's lent word (pool_wake). */
 void pool_wake_all(struct seg_pool *pool);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */
@@ -1196,7 +1193,7 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 	struct seg_pool *pool;
 	int r;
 
-	/* seg_pool_at, with the pool's number kept for pool_note_peak. */
+	/* seg_pool_at. */
 	if (p >= BS_MAX_POOLS)
 		return TALLY_TAKEN;
 	pool = &s->h->pools[p];
@@ -1213,16 +1210,16 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 			*full = &pool->lent;
 			return TALLY_FULL;
 		}
-		return share_mark(s, slot, gen, SHARE_POOL);
+		r = share_mark(s, slot, gen, SHARE_POOL);
+	} else {
+		r = tally_take_lent(s, slot, gen, pool, seen);
+		if (r == TALLY_TAKEN)	/* where a hand-over looks first (share.c's pass_on) */
+			atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
+		else if (r == TALLY_FULL)
+			*full = &pool->lent;
 	}
-	r = tally_take_lent(s, slot, gen, pool, seen);
-	if (r == TALLY_TAKEN) {
-		/* Where a hand-over looks first (share.c's pass_on). */
-		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
-		pool_note_peak(s, p);
-	} else if (r == TALLY_FULL) {
-		*full = &pool->lent;
-	}
+	if (r == TALLY_TAKEN)
+		pool_note_use(pool);
 	return r;
 }
 

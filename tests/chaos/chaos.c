@@ -723,25 +723,35 @@ sum_key(const char *out, const char *key, const char *label, char *shown, size_t
 	return total;
 }
 
+/* `bulkshim status --json` of the run's segment into out (len bytes, NUL
+ * ended); -1 if the command could not run or failed (out then says why). */
+static int
+status_json(char *out, size_t len)
+{
+	char cmd[8400];
+	size_t n;
+	FILE *f;
+
+	out[0] = '\0';
+	snprintf(cmd, sizeof(cmd), "'%s' status -s '%s' --json 2>&1", cli_path, segment);
+	f = popen(cmd, "r");
+	if (f == NULL)
+		return -1;
+	n = fread(out, 1, len - 1, f);
+	out[n] = '\0';
+	return pclose(f) == 0 ? 0 : -1;
+}
+
 /* Sums and lists each compartment's in_use from `bulkshim status --json`;
  * returns the total, or -1 if the command failed. */
 static long
 in_use_total(char *shown, size_t len)
 {
-	char cmd[8400], out[65536];
-	size_t n = 0, used = 0;
+	char out[65536];
+	size_t used = 0;
 	long total = 0;
-	FILE *f;
-	int st;
 
-	snprintf(cmd, sizeof(cmd), "'%s' status -s '%s' --json 2>&1", cli_path, segment);
-	f = popen(cmd, "r");
-	if (f == NULL)
-		return -1;
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	st = pclose(f);
-	if (st != 0) {
+	if (status_json(out, sizeof(out)) < 0) {
 		snprintf(shown, len, "%.200s", out);
 		return -1;
 	}
@@ -755,24 +765,31 @@ in_use_total(char *shown, size_t len)
 	return total;
 }
 
+/* -P: the pool's peak as `status --json` shows it (the first "peak" after
+ * "pools"), or -1. Kills leave the statistic it is raised from one low at
+ * worst, never high: it must stay within the pool's room. */
+static long
+pool_peak(void)
+{
+	char out[65536];
+	const char *p;
+
+	if (status_json(out, sizeof(out)) < 0 || (p = strstr(out, "\"pools\"")) == NULL ||
+	    (p = strstr(p, "\"peak\":")) == NULL)
+		return -1;
+	return strtol(p + strlen("\"peak\":"), NULL, 10);
+}
+
 /* -A: every adaptive limit `status --json` shows is within its bounds,
  * and the bounds are the configured ones (min 1, or the guarantee in a
  * pool; max the compartment's limit). Counts the objects checked. */
 static void
 adaptive_check(const char *when)
 {
-	char cmd[8400], out[65536], *p;
-	size_t n;
-	FILE *f;
+	char out[65536], *p;
 	int k = 0;
 
-	snprintf(cmd, sizeof(cmd), "'%s' status -s '%s' --json 2>&1", cli_path, segment);
-	f = popen(cmd, "r");
-	if (f == NULL)
-		return;
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	if (pclose(f) != 0)
+	if (status_json(out, sizeof(out)) < 0)
 		return;		/* the segment not there yet */
 	for (p = strstr(out, "\"adaptive\": {"); p != NULL; p = strstr(p + 1, "\"adaptive\": {")) {
 		const char *l = strstr(p, "\"limit\": "), *mn = strstr(p, "\"min\": ");
@@ -1177,6 +1194,14 @@ main(int argc, char **argv)
 		    "(confirmed open %d), worst pool overshoot %d\n", POOL_SIZE, POOL_RESERVED,
 		    guarantees[0], guarantees[1], guarantees[2], max_pool_live, max_pool_confirmed,
 		    atomic_load(&worst_pool_overshoot));
+	if (pooled) {
+		long pk = pool_peak();
+
+		printf("chaos: the pool's peak in status: %ld (its room %d)\n", pk,
+		    POOL_SIZE - POOL_RESERVED);
+		if (pk < 1 || pk > POOL_SIZE - POOL_RESERVED)
+			status = 1;
+	}
 	if (pooled)
 		printf("chaos: classes of c0 (ceilings %d/%d, guarantees %d/%d): peak live crit %d "
 		    "bulk %d (confirmed open %d/%d), worst class overshoot %d\n", cls_ceiling[0],

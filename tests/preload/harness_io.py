@@ -22,7 +22,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 5
+SEG_VERSION = 6
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -93,7 +93,7 @@ class Layout:
 
 POOL = Layout("seg_pool", [
     ("name", "s", NAME_MAX), ("size", "I"), ("reserved", "I"), ("shared", "I"), ("sleepers", "I"),
-    ("lent", "I"), ("lent_tag", "I"), ("peak", "I"), ("pad", "I"), ("rejected", "Q"),
+    ("lent", "I"), ("lent_tag", "I"), ("peak", "I"), ("in_use_stat", "I"), ("rejected", "Q"),
 ])
 
 HEADER = Layout("seg_header", [

@@ -288,6 +288,37 @@ def test_borrowed_goes_back_to_zero_after_holders_are_killed():
     assert st["pools"][0]["lent"] == 0 and st["pools"][0]["borrowed"] == 0, st
 
 
+def test_the_pool_peak_counts_connections_within_guarantees_and_after_kills():
+    # The pool's peak is the most its compartments had in use at once: a
+    # pool that has not lent has one too (before, it was noted only when
+    # lending, and read 0 here), and a kill and its reclaim do not move it.
+    a_srv, b_srv = Server(), Server()
+    seg = new_segment()
+    cfg = write_file(pool_config(seg, [("a", a_srv.port, 2, 8), ("b", b_srv.port, 2, 8)], 10))
+    env = shim_env(cfg, log="off")
+    one, two = Agent(env), Agent(env)
+    for agent, port in ((one, a_srv.port), (two, b_srv.port)):
+        fds, refused = hold(agent, port, 2)
+        assert len(fds) == 2 and refused == 0
+    st = status_json(seg)
+    assert st["pools"][0]["lent"] == 0 and st["pools"][0]["in_use"] == 4, st
+    assert st["pools"][0]["peak"] == 4, "peak %d with 4 in use within the guarantees" % (
+        st["pools"][0]["peak"])
+    os.kill(one.pid, 9)
+    one.wait_exit()
+    wait_until(lambda: status_json(seg)["pools"][0]["in_use"] == 2, 5, what="reclaim")
+    assert status_json(seg)["pools"][0]["peak"] == 4
+    # b borrows 4 of the shared 6: 6 in use at once.
+    fds, refused = hold(two, b_srv.port, 4)
+    assert len(fds) == 4 and refused == 0
+    st = status_json(seg)
+    assert st["pools"][0]["lent"] == 4 and st["pools"][0]["in_use"] == 6, st
+    assert st["pools"][0]["peak"] == 6, st["pools"][0]
+    assert two.finish() == 0
+    wait_until(lambda: status_json(seg)["pools"][0]["in_use"] == 0, 5, what="the last exit")
+    assert status_json(seg)["pools"][0]["peak"] == 6
+
+
 def test_curl_through_a_pool():
     curl = shutil.which("curl")
     assert curl, "curl is not installed (tests/deps.sh installs it)"

@@ -109,34 +109,52 @@ test_the_pool_lends_its_shared_part_and_no_more(void **state)
 	seg_close(s);
 }
 
-/* The pool's peak, noted when it lends, is the sum of its members' in
- * use (by the member list made at attach, or by a scan without one), not
- * counting a compartment outside the pool. */
+/* The pool's peak is the most permits its members had in use at once,
+ * raised at every take (within a guarantee too), a compartment outside the
+ * pool not counted. The use statistic it is raised from goes down with
+ * every release, and a reclaim sets it to 0 when the pool is empty. */
 static void
-test_the_pool_peak_sums_its_members_only(void **state)
+test_the_pool_peak_counts_its_members_only(void **state)
 {
 	struct seg *s;
 	enum bs_reason why = REASON_MAX;
+	int held[6];
 
 	(void)state;
 	comps[2].pool = BS_NO_POOL;
 	comps[2].guaranteed = 0;
 	s = attach();
-	assert_int_equal(s->pool_first[1] - s->pool_first[0], 2);
 	for (int i = 0; i < 4; i++)
 		assert_true(take(s, 2, false, &why) >= 0);
-	/* Within guarantees: nothing lent, no peak noted. */
-	for (int i = 0; i < 3; i++)
-		assert_true(take(s, 0, false, &why) >= 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 0);
+	/* Within guarantees: nothing lent, the peak noted all the same. */
 	for (int i = 0; i < 3; i++)
-		assert_true(take(s, 1, false, &why) >= 0);
+		assert_true((held[i] = take(s, 0, false, &why)) >= 0);
+	assert_int_equal(lent(s), 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 3);
+	for (int i = 3; i < 6; i++)
+		assert_true((held[i] = take(s, 1, false, &why)) >= 0);
 	assert_int_equal(lent(s), 1);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
-	/* Without the list (a process not attached by seg_attach), a scan. */
-	memset(s->pool_first, 0, sizeof(s->pool_first));
-	assert_true(take(s, 0, false, &why) >= 0);
-	assert_int_equal(atomic_load(&s->h->pools[0].peak), 7);
+	/* Released: the statistic goes back to 0, the peak stays. */
+	for (int i = 0; i < 6; i++)
+		seg_drop(s, (uint32_t)held[i]);
+	assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), 0);
+	assert_true((held[0] = take(s, 0, false, &why)) >= 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
+	/* Below 0 (it wraps), as threads killed between a permit's give
+	 * and the statistic leave it, it raises no peak... */
+	atomic_store(&s->h->pools[0].in_use_stat, UINT32_MAX - 1);
+	assert_true((held[1] = take(s, 1, false, &why)) >= 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
+	/* ... and a reclaim leaves it so while the pool holds permits, and
+	 * sets it to 0 once it holds none. */
+	pool_resync_use(s);
+	assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), UINT32_MAX);
+	seg_drop(s, (uint32_t)held[0]);
+	seg_drop(s, (uint32_t)held[1]);
+	pool_resync_use(s);
+	assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), 0);
 	seg_detach_all(s);
 	seg_close(s);
 }
@@ -428,6 +446,10 @@ test_kills_at_random_instants_leave_the_pool_exact(void **state)
 		assert_true(total <= 10);
 		seg_reclaim(s, false);
 		assert_pool_back(s, round);
+		/* The pool is empty: the reclaim set the use statistic to 0;
+		 * the peak never passed the room. */
+		assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), 0);
+		assert_true(atomic_load(&s->h->pools[0].peak) <= 10);
 	}
 	seg_close(s);
 }
@@ -553,6 +575,8 @@ test_threads_of_two_processes_keep_the_pool_exact(void **state)
 	hammer_two_processes(s, 10, watch_pool);
 	seg_reclaim(s, false);
 	assert_pool_back(s, 0);
+	/* The peak from the use statistic never passed the room. */
+	assert_true(atomic_load(&s->h->pools[0].peak) <= 10);
 	seg_close(s);
 }
 
@@ -731,7 +755,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_compartment_refusal_gives_the_class_share_back, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_classes_exact, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_the_pool_peak_sums_its_members_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_the_pool_peak_counts_its_members_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_compartment_exceeds_its_ceiling, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_freed_guarantee_takes_back_a_lent_permit_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_waiter_is_woken_when_another_compartment_frees_the_pool, setup, teardown),
