@@ -1216,14 +1216,15 @@ CONNECT_STEPS = [
     ("admission: the own code of shim_admit and admit_slot and what they inline (the "
      "class, pool, adaptive, fleet and observe checks; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending", "reconcile_if_full",
                         "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
-                        "pool_note_peak", "pool_take", "ad_tick"}),
+                        "pool_note_peak", "pool_note_use", "pool_take", "ad_tick"}),
     ("the clock and the connect-time histogram",
      {"now_mono_us", "clock_gettime", "seg_connect_done_in", "seg_hist_add",
       "seg_hist_add_n"}),
     ("the hold's drop at close (procs.c)", {"seg_drop", "seg_drop_hold"}),
     ("the release: every permit given back, the slot freed",
      {"seg_release_slot", "release_claimed", "tally_release", "give_at", "give_own",
-      "give_kind", "give_loop", "release_kind", "adaptive_conn_done", "pool_wake"}),
+      "give_kind", "give_loop", "release_kind", "adaptive_conn_done", "pool_wake",
+      "pool_note_release"}),
 ]
 STEP_OTHER = "other functions of the shim"
 STEP_LOOP = "the loop itself and libc's socket, setsockopt, close (as without the shim)"
