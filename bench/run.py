@@ -786,9 +786,6 @@ class Bench:
                 label = connect_step(fn)
                 steps[label] = steps.get(label, 0.0) + nums[0] / CG_STUB
             per[key] = steps
-        lto = {"stub/d1/nolto": find_fn(self.cg["stub/d1"]["incl"], "bench_connect_close"),
-               "stub/pool_lent/nolto": find_fn(self.cg["stub/pool_lent"]["incl"],
-                                               "bench_connect_close")}
         self.steps = per
         md = ["### Where a connect + close goes, step by step", "",
               "The stubbed connect + close of table 2 under callgrind, with this tree's "
@@ -809,8 +806,8 @@ class Bench:
         ta, tb = sum(a.values()), sum(b.values())
         md.append("| **all, without LTO** (over no shim: %+.0f / %+.0f) | %.0f | %.0f | %+.0f |"
                   % (ta - base, tb - base, ta, tb, tb - ta))
-        la = lto["stub/d1/nolto"][0] / CG_STUB if lto["stub/d1/nolto"] else 0
-        lb = lto["stub/pool_lent/nolto"][0] / CG_STUB if lto["stub/pool_lent/nolto"] else 0
+        la, lb = (find_fn(self.cg[k]["incl"], "bench_connect_close")[0] / CG_STUB
+                  for k in ("stub/d1", "stub/pool_lent"))
         md.append("| **all, the library make builds** (over no shim: %+.0f / %+.0f) | %.0f | "
                   "%.0f | %+.0f |" % (la - base, lb - base, la, lb, lb - la))
         return md
@@ -993,26 +990,28 @@ class Bench:
                          self.largest_step()))
         return "\n".join(L)
 
+    def shim_steps(self):
+        """The shim's steps of one destination's connect + close (without
+        LTO), largest first: [(Ir, step)]; [] without the table."""
+        steps = getattr(self, "steps", {}).get("stub/d1/nolto", {})
+        return sorted(((v, k) for k, v in steps.items() if k != STEP_LOOP), reverse=True)
+
     def largest_step(self):
         """', the largest of them N % of the shim's part', from the table."""
-        steps = getattr(self, "steps", {}).get("stub/d1/nolto")
-        if not steps:
+        mine = self.shim_steps()
+        if not mine:
             return ""
-        mine = {k: v for k, v in steps.items() if k != STEP_LOOP}
-        k = max(mine, key=mine.get)
         return ", the largest of them (%s) %.0f %% of the shim's part" % (
-            k, 100.0 * mine[k] / sum(mine.values()))
+            mine[0][1], 100.0 * mine[0][0] / sum(v for v, _ in mine))
 
     def steps_sentence(self):
         """The three largest steps of the connect + close (without LTO)."""
-        steps = getattr(self, "steps", {}).get("stub/d1/nolto")
-        if not steps:
+        mine = self.shim_steps()
+        if not mine:
             return ""
-        mine = sorted(((v, k) for k, v in steps.items() if k != STEP_LOOP), reverse=True)
-        total = sum(v for v, _ in mine)
         return (" Of the shim's %.0f Ir in a build without LTO (table \"Where a connect + "
                 "close goes\"), the largest steps are %s." % (
-                    total, "; ".join("%s, %.0f" % (k, v) for v, k in mine[:3])))
+                    sum(v for v, _ in mine), "; ".join("%s, %.0f" % (k, v) for v, k in mine[:3])))
 
 
 HAPROXY_CFG = """global
@@ -1216,7 +1215,7 @@ CONNECT_STEPS = [
     ("admission: the own code of shim_admit and admit_slot and what they inline (the "
      "class, pool, adaptive, fleet and observe checks; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending", "reconcile_if_full",
                         "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
-                        "pool_note_peak", "pool_note_use", "pool_take", "ad_tick"}),
+                        "pool_note_use", "pool_take", "ad_tick"}),
     ("the clock and the connect-time histogram",
      {"now_mono_us", "clock_gettime", "seg_connect_done_in", "seg_hist_add",
       "seg_hist_add_n"}),
@@ -1228,6 +1227,8 @@ CONNECT_STEPS = [
 ]
 STEP_OTHER = "other functions of the shim"
 STEP_LOOP = "the loop itself and libc's socket, setsockopt, close (as without the shim)"
+# libc functions only the shim calls on this path.
+SHIM_LIBC = {"fstat", "fstatat", "fstat64", "fstatat64", "clock_gettime", "__errno_location"}
 STEP_FILES = {"match.c": "the rule lookup (match.c)",
               "fdtable.c": "the socket's identity: fstat, the descriptor table (fdtable.c)"}
 
@@ -1238,12 +1239,7 @@ def connect_step(fn):
     f, _, func = fn.split(" [")[0].rpartition(":")
     func = func.split("@@")[0].split(".")[0]
     base = os.path.basename(f)
-    if "shim/" not in f:
-        # The program's loop and libc, but for the calls only the shim makes.
-        for label, funcs in CONNECT_STEPS:
-            if func in funcs and func in ("fstat", "fstatat", "fstat64", "fstatat64",
-                                          "clock_gettime", "__errno_location"):
-                return label
+    if "shim/" not in f and func not in SHIM_LIBC:
         return STEP_LOOP
     if base in STEP_FILES:
         return STEP_FILES[base]
