@@ -176,8 +176,8 @@ seg_hist_add(struct seg_hist *h, uint64_t us)
 }
 
 /* Counts one admission at now_us (CLOCK_MONOTONIC) in the per-second ring
- * and the peak rate. */
-static void
+ * and the peak rate. Returns the admissions of that second, this one in. */
+static uint32_t
 note_rate(struct seg_comp *c, uint64_t now_us)
 {
 	uint64_t sec = now_us / 1000000, e, next;
@@ -192,6 +192,7 @@ note_rate(struct seg_comp *c, uint64_t now_us)
 	while ((next & 0xffffffff) > peak &&
 	    !atomic_compare_exchange_weak(&c->peak_rate, &peak, next & 0xffffffff))
 		;
+	return (uint32_t)next;
 }
 
 const char *
@@ -336,7 +337,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	struct seg_class *k = NULL;
 	struct seg_pool *pool;
 	enum bs_reason reason = REASON_MAX;
-	uint32_t gen = MARK_GEN(atomic_load(&sl->mark)), none = SLOT_NO_COMP, seen;
+	uint32_t gen = MARK_GEN(atomic_load(&sl->mark)), none = SLOT_NO_COMP, seen, n;
 	uint64_t now;
 	int r;
 
@@ -404,12 +405,18 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		raise_peak(&k->peak, atomic_load(&k->in_use));
 		atomic_fetch_add(&k->admitted, 1);
 	}
-	/* One clock read: the connect is timed from it, and the rate. */
+	/* One clock read: the rate counts from it, and the connect is timed
+	 * from it. A busy compartment has its connects sampled (CONNECT_EXACT),
+	 * as its replies are: the second clock read and the histogram's adds
+	 * at the end of the connect are most of what timing costs. */
 	now = now_mono_us();
-	atomic_store(&sl->connect_us, now);
 	atomic_store(&sl->admit_us, now);
 	atomic_fetch_add(&c->admitted, 1);
-	note_rate(c, now);
+	n = note_rate(c, now);
+	if (__builtin_expect(n <= CONNECT_EXACT, 0))
+		atomic_store_explicit(&sl->connect_us, now, memory_order_relaxed);
+	else if (n % REQ_SAMPLE == 0)
+		atomic_store_explicit(&sl->connect_us, now | SENT_WEIGHTED, memory_order_relaxed);
 	return 0;
 }
 
@@ -577,14 +584,15 @@ void
 seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint64_t t, now;
+	uint64_t t, now, us;
 
 	/* Once: the exchange decides who times it. */
 	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0 ||
 	    (t = atomic_exchange(&sl->connect_us, 0)) == 0)
 		return;
 	now = now_mono_us();
-	seg_hist_add(&c->h_connect, now > t ? now - t : 0);
+	us = now > (t & ~SENT_WEIGHTED) ? now - (t & ~SENT_WEIGHTED) : 0;
+	seg_hist_add_n(&c->h_connect, us, (t & SENT_WEIGHTED) ? REQ_SAMPLE : 1);
 }
 
 void

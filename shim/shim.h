@@ -611,6 +611,10 @@ enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_CLENT
  * the compartment's adaptive limit is on). */
 #define REQ_SAMPLE	16u
 #define SENT_WEIGHTED	(1ULL << 63)
+/* Connects: every one is timed while its compartment admits up to
+ * CONNECT_EXACT in a second; beyond that in the same second, one in
+ * REQ_SAMPLE, recorded with weight REQ_SAMPLE (connect_us | SENT_WEIGHTED). */
+#define CONNECT_EXACT	64u
 
 /* One counted socket object, shared by every process holding it. */
 struct seg_slot {
@@ -627,7 +631,9 @@ struct seg_slot {
 	/* CLOCK_MONOTONIC of a timed request's first send, 0 if it is not
 	 * timed; SENT_WEIGHTED: timed as one of REQ_SAMPLE (permit.c). */
 	_Atomic uint64_t sent_us;
-	_Atomic uint64_t connect_us;	/* admission time until the connect is timed */
+	/* Admission time until the connect is timed, 0 if it is not timed;
+	 * SENT_WEIGHTED: timed as one of REQ_SAMPLE (CONNECT_EXACT). */
+	_Atomic uint64_t connect_us;
 	_Atomic uint64_t admit_us;	/* layout 3: admission time, for adaptive connections */
 };
 
@@ -765,6 +771,14 @@ void seg_inflight_end(struct seg *s, uint32_t slot);
 void seg_connect_done(struct seg *s, uint32_t slot);
 /* The same for slot of compartment c, known to the caller (connect). */
 void seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c);
+
+/* seg_connect_done_in, with its call only for a connect being timed. */
+static inline __attribute__((always_inline)) void
+seg_connect_timed(struct seg *s, uint32_t slot, struct seg_comp *c)
+{
+	if (atomic_load_explicit(&s->slots[slot].connect_us, memory_order_relaxed) != 0)
+		seg_connect_done_in(s, slot, c);
+}
 /* The send that began a request failed, or the request was abandoned (an
  * I/O timeout, a hard error): end it without recording a reply latency. */
 void seg_inflight_cancel(struct seg *s, uint32_t slot);

@@ -4,7 +4,7 @@ import errno
 import shutil
 import time
 
-from harness import Agent, Server, run
+from harness import Agent, Server, free_port, run, run_py
 from harness_io import IoShim, SlowHttp, brief, expect, sampled_replies
 
 # One persistent http.client connection per thread, in an agent under the shim.
@@ -173,3 +173,63 @@ def test_curl_nonblocking_connect_time_recorded():
         "curl's non-blocking connect was not recorded: h_connect count %d after one blocking " \
         "connect and one curl request, want 2" % c["h_connect"]["count"]
     assert a.finish() == 0
+
+
+# A connect loop under the shim, against a listener of its own (accepted at
+# once, so that the backlog never fills).
+CONNECT_LOOP = r"""
+import socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(('127.0.0.1', port))
+l.listen(64)
+for i in range(n):
+    s = socket.create_connection(('127.0.0.1', port))
+    c, _ = l.accept()
+    c.close()
+    s.close()
+"""
+
+CONNECT_EXACT = 16 * 4	# shim.h: every connect is timed up to 64 a second
+CONNECT_LOOPS = 2008	# not a multiple of 16: a second of them all is told from exact
+
+
+def test_busy_compartment_samples_connect_times():
+    # Beyond CONNECT_EXACT admissions of a compartment in one second, one
+    # connect in 16 is timed and counts for 16 (as replies are), so each
+    # second adds its admissions to h_connect exactly up to 64 and rounded
+    # down to a multiple of 16 above. The seconds are read back from the
+    # compartment's per-second rate ring, so the count is known exactly.
+    port = free_port()
+    shim = IoShim([{"name": "busy", "destinations": ["127.0.0.1:%d" % port],
+                    "max_connections": 4}])
+    r = run_py(CONNECT_LOOP, shim.env(log="off"), timeout=120,
+               args=(str(port), str(CONNECT_LOOPS)))
+    assert r.returncode == 0, "connect loop: exit %d, err %r" % (r.returncode, r.stderr[-2000:])
+    c = expect(shim.comp("busy"), admitted=CONNECT_LOOPS, in_use=0, rejected=0)
+    per_second = [e & 0xffffffff for e in c["rate"] if e & 0xffffffff]
+    assert sum(per_second) == CONNECT_LOOPS, "rate ring %r, want %d admissions" % (
+        per_second, CONNECT_LOOPS)
+    assert max(per_second) > CONNECT_EXACT, \
+        "no second had more than %d connects (%r): nothing was sampled" % (CONNECT_EXACT, per_second)
+    want = sum(n if n <= CONNECT_EXACT else n // 16 * 16 for n in per_second)
+    assert want < CONNECT_LOOPS, "seconds of %r admissions: sampled or not, all would count" % (
+        per_second,)
+    h = c["h_connect"]
+    assert h["count"] == want and sum(h["bucket"]) == want, \
+        "h_connect counted %d (buckets %d) for seconds of %r admissions, want %d" % (
+            h["count"], sum(h["bucket"]), per_second, want)
+    assert h["sum_us"] > 0, "sampled connects recorded no time: %r" % h
+
+
+def test_quiet_compartment_times_every_connect():
+    # Up to CONNECT_EXACT a second, every connect counts once.
+    port = free_port()
+    shim = IoShim([{"name": "quiet", "destinations": ["127.0.0.1:%d" % port],
+                    "max_connections": 4}])
+    r = run_py(CONNECT_LOOP, shim.env(log="off"), timeout=60, args=(str(port), "40"))
+    assert r.returncode == 0, "connect loop: exit %d, err %r" % (r.returncode, r.stderr[-2000:])
+    c = expect(shim.comp("quiet"), admitted=40, in_use=0)
+    assert c["h_connect"]["count"] == 40, "h_connect counted %d of 40 connects (%s)" % (
+        c["h_connect"]["count"], brief(c))
