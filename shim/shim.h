@@ -896,6 +896,10 @@ void pool_note_release(const struct seg *s, const struct seg_comp *c);
 /* Sets the use statistic of every pool whose members hold nothing to 0
  * (after a reclaim: what a killed thread left one low is right again). */
 void pool_resync_use(struct seg *s);
+/* Zeroes pool p's refusals and restarts its peak from what its members
+ * have in use now (`bulkshim reset`); never a permit, a count in use or a
+ * size. Does nothing for p past the segment's pools. */
+void pool_reset_counters(struct seg *s, uint32_t p);
 /* Wakes every waiter asleep on pool's lent word (pool_wake). */
 void pool_wake_all(struct seg_pool *pool);
 /* A waiter of c goes to sleep on the pool (delta 1) or wakes (-1). */

@@ -175,6 +175,8 @@ void cli_suggest_classes(FILE *f, const struct cli_comp *c, bool json);
 /* `set COMP guaranteed.CLASS N`: 0, or 1 with a message. */
 int cli_set_class_guaranteed(struct seg *s, uint32_t i, uint32_t k, uint32_t v);
 
+/* The index of the pool called name in s, or -1 if it has none. */
+int cli_find_pool(const struct seg *s, const char *name);
 /* True for the keys of `set` that name a pool's setting (size, reserved). */
 bool cli_pool_key(const char *key);
 /* `bulkshim set POOL size|reserved N`: refused (1, said on stderr) when

@@ -72,8 +72,10 @@ static const struct {
 	  "running process's next connect. New compartments or classes need a restart.\n"
 	  "Prints every setting it changes, marking those that undo a live `bulkshim set`.\n"
 	  "  --dry-run   print what would change; change nothing\n" },
-	{ "reset", "reset [-c FILE | -s SEGMENT] [COMPARTMENT]",
-	  "Zeroes the counters (admitted, rejected, histograms, rates, peaks), not the permits.\n" },
+	{ "reset", "reset [-c FILE | -s SEGMENT] [COMPARTMENT | POOL]",
+	  "Zeroes the counters (admitted, rejected, histograms, rates, peaks), not the permits.\n"
+	  "Without an argument, every compartment and every pool (its peak and pool_full\n"
+	  "refusals); POOL, a pool's name no compartment has, resets that pool alone.\n" },
 	{ "size", "size --rps R --latency L [--headroom H] [--retries K] [--json]",
 	  "Little's law: permits = ceil(R x L x H x (1 + K)).\n"
 	  "  --rps R        requests per second\n"

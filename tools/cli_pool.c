@@ -225,8 +225,8 @@ cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint
 
 /* ---- set and reload ---- */
 
-static int
-find_pool(const struct seg *s, const char *name)
+int
+cli_find_pool(const struct seg *s, const char *name)
 {
 	const struct seg_header *h = seg_header(s);
 
@@ -262,7 +262,7 @@ cli_pool_key(const char *key)
 int
 cli_set_pool(struct seg *s, const char *name, const char *key, uint32_t v)
 {
-	int p = find_pool(s, name);
+	int p = cli_find_pool(s, name);
 	struct seg_pool *pool;
 	uint32_t size, reserved, old;
 	uint64_t g;

@@ -560,8 +560,9 @@ done:
 
 /* ---- reset ---- */
 
-/* Zeroes the statistics of one compartment or all (seg_reset_counters);
- * never a permit, a count in use or a limit. */
+/* Zeroes the statistics of one compartment or pool, or of all of them
+ * (seg_reset_counters, pool_reset_counters); never a permit, a count in use
+ * or a limit. */
 int
 cmd_reset(int argc, char **argv)
 {
@@ -571,8 +572,8 @@ cmd_reset(int argc, char **argv)
 	};
 	struct cli_target t = { NULL, NULL };
 	struct seg *s;
-	uint32_t n;
-	int c, i = -1;
+	uint32_t n, np;
+	int c, i = -1, p = -1;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
@@ -587,22 +588,41 @@ cmd_reset(int argc, char **argv)
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
 	n = seg_header(s)->ncomp;
+	np = seg_header(s)->npools < BS_MAX_POOLS ? seg_header(s)->npools : BS_MAX_POOLS;
 	if (optind < argc) {
+		/* A compartment's name wins, as before a pool could be named
+		 * here: a pool called like a compartment is reset with all. */
 		i = find_comp(s, argv[optind]);
-		if (i < 0) {
+		if (i < 0)
+			p = cli_find_pool(s, argv[optind]);
+		if (i < 0 && p < 0) {
 			no_such_comp(s, argv[optind]);
 			seg_close(s);
 			return 1;
 		}
-		seg_reset_counters(s, (uint32_t)i);
-		printf("%s: reset the counters of %s\n", seg_header(s)->name, argv[optind]);
+		if (i >= 0) {
+			seg_reset_counters(s, (uint32_t)i);
+			printf("%s: reset the counters of %s\n", seg_header(s)->name, argv[optind]);
+		} else {
+			pool_reset_counters(s, (uint32_t)p);
+			printf("%s: reset the counters of pool %s\n", seg_header(s)->name,
+			    argv[optind]);
+		}
 	} else {
 		for (uint32_t k = 0; k < n; k++)
 			seg_reset_counters(s, k);
-		printf("%s: reset the counters of %u compartment%s\n", seg_header(s)->name, n,
+		for (uint32_t k = 0; k < np; k++)
+			pool_reset_counters(s, k);
+		/* Without pools the line is the one scripts already read. */
+		printf("%s: reset the counters of %u compartment%s", seg_header(s)->name, n,
 		    n == 1 ? "" : "s");
+		if (np > 0)
+			printf(" and %u pool%s", np, np == 1 ? "" : "s");
+		putchar('\n');
 	}
-	cli_kernel_reset(s, optind < argc ? argv[optind] : NULL);
+	/* The kernel engine has compartments only. */
+	if (p < 0)
+		cli_kernel_reset(s, optind < argc ? argv[optind] : NULL);
 	seg_close(s);
 	return 0;
 }

@@ -319,6 +319,60 @@ def test_the_pool_peak_counts_connections_within_guarantees_and_after_kills():
     assert status_json(seg)["pools"][0]["peak"] == 6
 
 
+
+def test_reset_restarts_each_pool_peak_from_what_is_held_and_zeroes_its_refusals():
+    # The pool's peak and pool_full count are statistics like a
+    # compartment's: `reset` restarts them too, else status shows the peak
+    # and refusals of before the reset. The connections still held when it
+    # runs are the new peak, not 0.
+    srv = Server()
+    seg = new_segment()
+    cfg = write_file(pool_config(seg, [("x", srv.port, 1, 6)], 4))
+    a = Agent(shim_env(cfg, log="off"))
+    fds, refused = hold(a, srv.port, 5)
+    assert len(fds) == 4 and refused == 1, "got %d, refused %d, want 4 and 1" % (len(fds), refused)
+    p = status_json(seg)["pools"][0]
+    assert (p["peak"], p["rejected"]) == (4, 1), p
+    a.call("close(%d, %d)" % (fds[0], fds[1]))
+    r = cli("reset", "-s", seg)
+    assert r.returncode == 0, r.stderr
+    p = status_json(seg)["pools"][0]
+    assert p["in_use"] == 2 and p["peak"] == 2 and p["rejected"] == 0, p
+    assert r.stdout == "%s: reset the counters of 1 compartment and 1 pool\n" % seg, r.stdout
+    # The restarted peak rises again from there.
+    more, _ = hold(a, srv.port, 1)
+    assert len(more) == 1 and status_json(seg)["pools"][0]["peak"] == 3
+    assert a.finish() == 0
+
+
+def test_reset_of_a_pool_name_resets_that_pool_alone():
+    db_srv, cache_srv = Server(), Server()
+    seg = new_segment()
+    cfg = write_file(
+        'segment = "%s";\npools = ( { name = "db"; size = 2; reserved = 0; },\n'
+        '  { name = "cache"; size = 2; reserved = 0; } );\ncompartments = (\n'
+        '  { name = "x"; destinations = [ "127.0.0.1:%d" ]; pool = "db"; guaranteed = 0; '
+        'max_connections = 4; },\n'
+        '  { name = "y"; destinations = [ "127.0.0.1:%d" ]; pool = "cache"; guaranteed = 0; '
+        'max_connections = 4; }\n);\n' % (seg, db_srv.port, cache_srv.port))
+    a = Agent(shim_env(cfg, log="off"))
+    for port in (db_srv.port, cache_srv.port):
+        fds, refused = hold(a, port, 3)
+        assert len(fds) == 2 and refused == 1, (port, len(fds), refused)
+        a.call("close(%d)" % fds[0])
+    r = cli("reset", "-s", seg, "db")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "%s: reset the counters of pool db\n" % seg, r.stdout
+    st = status_json(seg)
+    db, cache = (next(p for p in st["pools"] if p["name"] == n) for n in ("db", "cache"))
+    assert db["in_use"] == 1 and db["peak"] == 1 and db["rejected"] == 0, db
+    assert cache["peak"] == 2 and cache["rejected"] == 1, "reset db changed cache: %r" % cache
+    # A pool's reset is not its compartments'.
+    assert comp(st, "x")["rejected_by"]["pool_full"] == 1, comp(st, "x")
+    r = cli("reset", "-s", seg, "nope")
+    assert r.returncode == 1 and 'no compartment "nope"' in r.stderr, r.stderr
+    assert a.finish() == 0
+
 def test_curl_through_a_pool():
     curl = shutil.which("curl")
     assert curl, "curl is not installed (tests/deps.sh installs it)"

@@ -159,6 +159,40 @@ test_the_pool_peak_counts_its_members_only(void **state)
 	seg_close(s);
 }
 
+/* `bulkshim reset`: the refusals go to 0 and the peak restarts from what
+ * is in use now; a statistic below 0 restarts it from 0, and a pool past
+ * the segment's is left alone. */
+static void
+test_a_reset_restarts_the_pool_peak_from_what_is_in_use(void **state)
+{
+	struct seg *s = attach();
+	enum bs_reason why = REASON_MAX;
+	int held[5];
+
+	(void)state;
+	for (int i = 0; i < 5; i++)
+		assert_true((held[i] = take(s, 2, false, &why)) >= 0);
+	assert_int_equal(take(s, 2, false, &why), -EBUSY);
+	assert_int_equal(why, REASON_POOL_FULL);
+	for (int i = 0; i < 3; i++)
+		seg_drop(s, (uint32_t)held[i]);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 5);
+	pool_reset_counters(s, 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 2);
+	assert_int_equal(atomic_load(&s->h->pools[0].rejected), 0);
+	atomic_store(&s->h->pools[0].in_use_stat, UINT32_MAX);
+	pool_reset_counters(s, 0);
+	assert_int_equal(atomic_load(&s->h->pools[0].peak), 0);
+	atomic_store(&s->h->pools[0].rejected, 7);
+	pool_reset_counters(s, 1);
+	pool_reset_counters(s, BS_MAX_POOLS);
+	assert_int_equal(atomic_load(&s->h->pools[0].rejected), 7);
+	seg_drop(s, (uint32_t)held[3]);
+	seg_drop(s, (uint32_t)held[4]);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
 static void
 test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool(void **state)
 {
@@ -756,6 +790,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_threads_of_two_processes_keep_the_classes_exact, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_pool_peak_counts_its_members_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_reset_restarts_the_pool_peak_from_what_is_in_use, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_compartment_exceeds_its_ceiling, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_freed_guarantee_takes_back_a_lent_permit_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_waiter_is_woken_when_another_compartment_frees_the_pool, setup, teardown),
