@@ -36,6 +36,18 @@ seg_dec_floor(_Atomic uint32_t *v)
 }
 
 
+__attribute__((noinline)) uint32_t
+seg_fleet_limit(const struct seg_comp *c, uint32_t lim)
+{
+	uint32_t share;
+
+	if (now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire))
+		share = atomic_load_explicit(&c->fleet_share, memory_order_relaxed);
+	else
+		share = atomic_load_explicit(&c->fleet_floor, memory_order_relaxed);
+	return share < lim ? share : lim;
+}
+
 /* Sleeps while *word == val, at most `us` microseconds. */
 static void
 futex_wait(_Atomic uint32_t *word, uint32_t val, uint64_t us)

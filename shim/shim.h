@@ -553,18 +553,18 @@ struct seg_comp {
  * away (the agent's lease ends before Redis's does). One load unless the
  * compartment is in a fleet; lock-free and async-signal-safe.
  */
+/* seg_conn_limit's fleet part, out of line (permit.c): its clock read would
+ * otherwise cost every take registers it does not need without a fleet. */
+uint32_t seg_fleet_limit(const struct seg_comp *c, uint32_t lim);
+
 static inline uint32_t
 seg_conn_limit(const struct seg_comp *c)
 {
-	uint32_t lim = atomic_load_explicit(&c->limit, memory_order_relaxed), share;
+	uint32_t lim = atomic_load_explicit(&c->limit, memory_order_relaxed);
 
-	if (atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) == 0)
+	if (__builtin_expect(atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) == 0, 1))
 		return lim;
-	if (now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire))
-		share = atomic_load_explicit(&c->fleet_share, memory_order_relaxed);
-	else
-		share = atomic_load_explicit(&c->fleet_floor, memory_order_relaxed);
-	return share < lim ? share : lim;
+	return seg_fleet_limit(c, lim);
 }
 
 #define SLOT_NO_CLASS	0xffu
