@@ -379,7 +379,7 @@ ad_tick_scan(struct seg *s, struct seg_comp *c, int p)
 	_Atomic uint32_t *held = p == P_CONN ? &c->in_use : &c->inflight;
 	_Atomic uint32_t *over = p == P_CONN ? &c->over : &c->inflight_over;
 	int hp = p == P_CONN ? P_CONN : P_INFLIGHT, op = p == P_CONN ? P_OVER : P_INFLIGHT_OVER;
-	uint32_t ci = (uint32_t)(c - s->comp), nslots = s->h->nslots;
+	uint32_t ci = (uint32_t)(c - s->comp), nslots = s->nslots;
 
 	if (ci >= BS_MAX_COMPARTMENTS)
 		return;

@@ -22,7 +22,6 @@ static struct matcher *
 build_matcher(const struct bs_config *cfg, char *err, size_t errlen)
 {
 	struct rule *rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof(*rules));
-	struct seg_header *h = seg_header(shim.seg);
 	struct matcher *m;
 	size_t n = 0;
 
@@ -33,7 +32,7 @@ build_matcher(const struct bs_config *cfg, char *err, size_t errlen)
 	for (size_t i = 0; i < cfg->nrules; i++) {
 		const char *name = cfg->comp[cfg->rules[i].comp].name;
 
-		for (uint32_t j = 0; j < h->ncomp; j++) {
+		for (uint32_t j = 0; j < shim.seg->ncomp; j++) {
 			if (strncmp(seg_comp(shim.seg, j)->name, name, BS_NAME_MAX) == 0) {
 				rules[n] = cfg->rules[i];
 				rules[n++].comp = (int)j;

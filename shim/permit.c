@@ -241,7 +241,7 @@ seg_count_rejection(struct seg *s, uint32_t comp, enum bs_reason why)
 static int
 alloc_slot(struct seg *s, int rec, uint64_t ino)
 {
-	uint32_t n = s->h->nslots, i = atomic_load_explicit(&s->hint, memory_order_relaxed);
+	uint32_t n = s->nslots, i = atomic_load_explicit(&s->hint, memory_order_relaxed);
 
 	/* The hint is where the last claim ended: a start, not a promise;
 	 * threads racing from the same place are told apart by the CAS. */
@@ -299,7 +299,7 @@ seg_slot_admitted(const struct seg *s, uint32_t slot)
 {
 	uint32_t gen;
 
-	if (slot >= s->h->nslots)
+	if (slot >= s->nslots)
 		return false;
 	gen = MARK_GEN(atomic_load(&s->slots[slot].mark));
 	return tally_held(s, slot, gen, P_CONN) || tally_held(s, slot, gen, P_OVER);
@@ -308,7 +308,7 @@ seg_slot_admitted(const struct seg *s, uint32_t slot)
 bool
 seg_slot_pending(const struct seg *s, uint32_t slot)
 {
-	return slot < s->h->nslots && atomic_load(&s->slots[slot].comp) == SLOT_NO_COMP &&
+	return slot < s->nslots && atomic_load(&s->slots[slot].comp) == SLOT_NO_COMP &&
 	    atomic_load(&s->slots[slot].state) == SLOT_USED;
 }
 
@@ -438,7 +438,7 @@ seg_acquire(struct seg *s, uint32_t comp, uint32_t cls, uint64_t ino, bool may_w
 {
 	int rec, slot, r;
 
-	if (comp >= s->h->ncomp)
+	if (comp >= s->ncomp)
 		return -EINVAL;
 	rec = seg_my_record(s);
 	/* The slot is taken, and this process recorded as its holder,
@@ -464,7 +464,7 @@ int
 seg_acquire_pending(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_wait,
     enum bs_reason *why)
 {
-	if (comp >= s->h->ncomp || slot >= s->h->nslots)
+	if (comp >= s->ncomp || slot >= s->nslots)
 		return -EINVAL;
 	return admit_slot(s, slot, comp, cls, may_wait, why);
 }
@@ -537,7 +537,7 @@ seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead)
 	struct seg_slot *sl;
 	uint32_t st, busy;
 
-	if (slot >= s->h->nslots)
+	if (slot >= s->nslots)
 		return;
 	sl = &s->slots[slot];
 	st = atomic_load(&sl->state);
@@ -565,7 +565,7 @@ seg_release_orphan(struct seg *s, uint32_t slot, pid_t dead)
 void
 seg_hold(struct seg *s, uint32_t slot)
 {
-	if (slot >= s->h->nslots || atomic_load(&s->rec) < 0)
+	if (slot >= s->nslots || atomic_load(&s->rec) < 0)
 		return;
 	atomic_fetch_add(&s->lcount[slot], 1);
 }
@@ -577,7 +577,7 @@ seg_drop(struct seg *s, uint32_t slot)
 	_Atomic uint32_t *lc;
 	uint32_t n;
 
-	if (slot >= s->h->nslots || rec < 0)
+	if (slot >= s->nslots || rec < 0)
 		return;
 	/* The last local descriptor (the common case: 1 -> 0) drops the
 	 * process's hold; the floor at 0 guards against a count gone wrong. */
@@ -612,7 +612,7 @@ seg_connect_done(struct seg *s, uint32_t slot)
 {
 	struct seg_comp *c;
 
-	if (slot >= s->h->nslots || (c = seg_slot_comp(s, &s->slots[slot])) == NULL)
+	if (slot >= s->nslots || (c = seg_slot_comp(s, &s->slots[slot])) == NULL)
 		return;
 	seg_connect_done_in(s, slot, c);
 }

@@ -43,7 +43,7 @@ pool_in_use(const struct seg *s, uint32_t p, uint32_t *lent_derived)
 {
 	uint32_t sum = 0, lent = 0;
 
-	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		struct seg_comp *c = &s->comp[i];
 		uint32_t n, g;
 
@@ -68,7 +68,7 @@ pool_update_shared(struct seg *s, uint32_t p)
 	if (p >= s->h->npools || p >= BS_MAX_POOLS)
 		return;
 	pool = &s->h->pools[p];
-	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		if (atomic_load(&s->comp[i].pool) == p + 1)
 			guar += atomic_load(&s->comp[i].guaranteed);
 	}
@@ -108,7 +108,7 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 		uint32_t old, now = pool_word(cfg, cc) == 0 ? 0 : cc->guaranteed;
 		struct seg_comp *c;
 
-		if (cmap[i] < 0 || (uint32_t)cmap[i] >= s->h->ncomp)
+		if (cmap[i] < 0 || (uint32_t)cmap[i] >= s->ncomp)
 			continue;
 		c = &s->comp[cmap[i]];
 		if (membership)
@@ -136,7 +136,7 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		uint32_t want = pool_word(cfg, &cfg->comp[i]);
 
-		if (cmap[i] >= 0 && (uint32_t)cmap[i] < s->h->ncomp &&
+		if (cmap[i] >= 0 && (uint32_t)cmap[i] < s->ncomp &&
 		    atomic_load(&s->comp[cmap[i]].pool) != want)
 			return "compartments in other pools";
 	}

@@ -210,11 +210,11 @@ seg_held_bits(const struct seg *s, uint32_t rec, uint32_t w)
 {
 	uint64_t bits, sole;
 
-	if (rec >= s->h->nprocs || w >= s->h->bitmap_words)
+	if (rec >= s->nprocs || w >= s->bitmap_words)
 		return 0;
 	bits = atomic_load(&seg_row(s, rec)[w]);
 	sole = sole_word(s, rec);
-	for (uint32_t k = 0; k < 64 && w * 64 + k < s->h->nslots; k++) {
+	for (uint32_t k = 0; k < 64 && w * 64 + k < s->nslots; k++) {
 		if (atomic_load(holders_word(&s->slots[w * 64 + k])) == sole)
 			bits |= 1ULL << k;
 	}
@@ -230,7 +230,7 @@ hold_bit(struct seg *s, uint32_t slot, uint32_t tag)
 	uint32_t rec = HTAG_REC(tag);
 	uint64_t m = 1ULL << (slot % 64);
 
-	if (rec == 0 || rec > s->h->nprocs || HTAG_GEN(tag) != REC_GEN(s, rec - 1))
+	if (rec == 0 || rec > s->nprocs || HTAG_GEN(tag) != REC_GEN(s, rec - 1))
 		return false;
 	if (tag & HTAG_DROP)
 		atomic_fetch_and(&seg_row(s, rec - 1)[slot / 64], ~m);
@@ -269,7 +269,7 @@ static void
 hold_finish(struct seg *s, uint32_t slot, uint64_t w)
 {
 	uint32_t tag = (uint32_t)(w >> 32), rec = HTAG_REC(tag);
-	bool alive = rec != 0 && rec <= s->h->nprocs && HTAG_GEN(tag) == REC_GEN(s, rec - 1);
+	bool alive = rec != 0 && rec <= s->nprocs && HTAG_GEN(tag) == REC_GEN(s, rec - 1);
 
 	if (atomic_compare_exchange_strong(holders_word(&s->slots[slot]), &w, hold_end(w, alive)))
 		hold_bit(s, slot, tag);
@@ -282,7 +282,7 @@ changer_of(const struct seg *s, uint32_t tag)
 {
 	uint32_t rec = HTAG_REC(tag), st;
 
-	if (rec == 0 || rec > s->h->nprocs || HTAG_GEN(tag) != REC_GEN(s, rec - 1))
+	if (rec == 0 || rec > s->nprocs || HTAG_GEN(tag) != REC_GEN(s, rec - 1))
 		return 0;
 	st = atomic_load(&s->procs[rec - 1].state);
 	if (st == PROC_FORKING || st == PROC_RECLAIMING)
@@ -429,7 +429,7 @@ seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 	_Atomic uint64_t *t;
 	uint64_t sole, w;
 
-	if (rec < 0 || (uint32_t)rec >= s->h->nprocs || slot >= s->h->nslots)
+	if (rec < 0 || (uint32_t)rec >= s->nprocs || slot >= s->nslots)
 		return false;
 	/* The common case, a socket held by this record alone since its
 	 * first hold: one compare-and-swap and the slot is released. */
@@ -449,7 +449,7 @@ seg_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed)
 static void
 settle_holds(struct seg *s, uint32_t rec)
 {
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
+	for (uint32_t i = 0; i < s->nslots; i++) {
 		uint64_t w = atomic_load(holders_word(&s->slots[i]));
 		uint32_t tag = (uint32_t)(w >> 32);
 
@@ -468,7 +468,7 @@ drop_sole_holds(struct seg *s, uint32_t rec, pid_t dead, bool reclaimed)
 {
 	uint64_t sole = sole_word(s, rec);
 
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
+	for (uint32_t i = 0; i < s->nslots; i++) {
 		uint64_t w = atomic_load(holders_word(&s->slots[i]));
 
 		if (HTAG_REC((uint32_t)(w >> 32)) != rec + 1)
@@ -489,7 +489,7 @@ drop_sole_holds(struct seg *s, uint32_t rec, pid_t dead, bool reclaimed)
 static void
 release_orphans(struct seg *s, pid_t pid)
 {
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
+	for (uint32_t i = 0; i < s->nslots; i++) {
 		uint32_t st = atomic_load_explicit(&s->slots[i].state, memory_order_relaxed);
 
 		if (st == SLOT_FREE || (SLOT_BY(st) != pid && atomic_load(&s->slots[i].holders) != 0))
@@ -507,7 +507,7 @@ release_orphans(struct seg *s, pid_t pid)
 static bool
 has_record(const struct seg *s, pid_t pid)
 {
-	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+	for (uint32_t i = 0; i < s->nprocs; i++) {
 		if (atomic_load(&s->procs[i].state) != PROC_FREE &&
 		    atomic_load(&s->procs[i].pid) == pid)
 			return true;
@@ -525,7 +525,7 @@ has_record(const struct seg *s, pid_t pid)
 static void
 release_recordless(struct seg *s)
 {
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
+	for (uint32_t i = 0; i < s->nslots; i++) {
 		uint32_t st = atomic_load_explicit(&s->slots[i].state, memory_order_relaxed);
 		pid_t by = SLOT_BY(st);
 
@@ -553,7 +553,7 @@ empty_record(struct seg *s, uint32_t rec, bool dead_proc, bool reclaimed)
 	/* The sole holds first: one turned into a bit meanwhile is in the
 	 * row read below. */
 	drop_sole_holds(s, rec, dead, reclaimed);
-	for (uint32_t w = 0; w < s->h->bitmap_words; w++) {
+	for (uint32_t w = 0; w < s->bitmap_words; w++) {
 		uint64_t bits = atomic_load(&r[w]);
 
 		while (bits != 0) {
@@ -583,7 +583,7 @@ static int
 alloc_record(struct seg *s, uint32_t state, pid_t owner)
 {
 	for (int pass = 0; pass < 2; pass++) {
-		for (uint32_t i = 0; i < s->h->nprocs; i++) {
+		for (uint32_t i = 0; i < s->nprocs; i++) {
 			uint32_t expected = PROC_FREE;
 
 			if (atomic_load(&s->procs[i].state) != PROC_FREE)
@@ -599,7 +599,7 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 				atomic_store(&s->procs[i].since_ms, now_mono_ms());
 				atomic_store(&s->procs[i].fork_locked, 0);
 				s->procs[i].uid = (uint32_t)geteuid();
-				for (uint32_t w = 0; w < s->h->bitmap_words; w++)
+				for (uint32_t w = 0; w < s->bitmap_words; w++)
 					atomic_store(&seg_row(s, i)[w], 0);
 				if (state != PROC_FORKING)
 					atomic_store(&s->procs[i].state, state);
@@ -719,7 +719,7 @@ seg_reclaim(struct seg *s, bool throttle)
 		if (!atomic_compare_exchange_strong(&s->h->last_reclaim_ms, &last, now))
 			return 0;
 	}
-	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+	for (uint32_t i = 0; i < s->nprocs; i++) {
 		struct seg_proc *p = &s->procs[i];
 		uint32_t st = atomic_load(&p->state), expected = st;
 		pid_t pid = atomic_load(&p->pid), owner = atomic_load(&p->owner);
@@ -776,7 +776,7 @@ seg_reclaim(struct seg *s, bool throttle)
 int
 seg_find_inode(const struct seg *s, uint64_t ino)
 {
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
+	for (uint32_t i = 0; i < s->nslots; i++) {
 		if (atomic_load(&s->slots[i].state) == SLOT_USED &&
 		    atomic_load(&s->slots[i].inode) == ino)
 			return (int)i;
@@ -880,7 +880,7 @@ seg_fork_prepare(struct seg *s, struct seg_fork *f)
 	 * meanwhile (holders at 0) is not held again. Each slot is looked at
 	 * once, so a sole hold turned into a bit by hold_add is not added
 	 * twice; one being turned by another process is waited for. */
-	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
+	for (uint32_t slot = 0; slot < s->nslots; slot++) {
 		if (holds(s, (uint32_t)rec, slot))
 			hold_add(s, (uint32_t)child, slot);
 	}
@@ -946,7 +946,7 @@ seg_fork_child(struct seg *s, const struct seg_fork *f)
 	/* Reclaimed meanwhile: what this process inherited is adopted again
 	 * by the caller. */
 	set_rec(s, -1);
-	for (uint32_t i = 0; i < s->h->nslots; i++)
+	for (uint32_t i = 0; i < s->nslots; i++)
 		atomic_store(&s->lcount[i], 0);
 	return false;
 }
@@ -968,7 +968,7 @@ seg_fork_parent(struct seg *s, const struct seg_fork *f, pid_t pid)
 static bool
 any_slot_used(const struct seg *s)
 {
-	for (uint32_t i = 0; i < s->h->nslots; i++) {
+	for (uint32_t i = 0; i < s->nslots; i++) {
 		if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) != SLOT_FREE)
 			return true;
 	}
@@ -984,7 +984,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 	struct dirent *e;
 
 	/* The record of the image this process was before exec. */
-	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+	for (uint32_t i = 0; i < s->nprocs; i++) {
 		struct seg_proc *p = &s->procs[i];
 
 		if (atomic_load(&p->state) != PROC_LIVE || atomic_load(&p->pid) != me)
@@ -1004,7 +1004,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 		 * done on any slot or hold is finished now. (A process new
 		 * under a reused pid has nothing of its own to finish: its
 		 * dead predecessor's record was emptied just above.) */
-		for (uint32_t i = 0; i < s->h->nslots; i++) {
+		for (uint32_t i = 0; i < s->nslots; i++) {
 			if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) !=
 			    SLOT_FREE &&
 			    atomic_load_explicit(&s->slots[i].op_pid, memory_order_relaxed) == me)
@@ -1053,7 +1053,7 @@ seg_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 		return;
 	/* Sockets the old image held whose descriptors did not survive exec
 	 * (close-on-exec) are no longer held by this process. */
-	for (uint32_t slot = 0; slot < s->h->nslots; slot++) {
+	for (uint32_t slot = 0; slot < s->nslots; slot++) {
 		if (atomic_load(&s->lcount[slot]) == 0 && holds(s, (uint32_t)rec, slot))
 			seg_drop_hold(s, rec, slot, false);
 	}
@@ -1068,7 +1068,7 @@ seg_detach_all(struct seg *s)
 	atomic_store(&s->sole, 0);
 	if (rec < 0)
 		return;
-	for (uint32_t i = 0; i < s->h->nslots; i++)
+	for (uint32_t i = 0; i < s->nslots; i++)
 		atomic_store(&s->lcount[i], 0);
 	if (atomic_compare_exchange_strong(&s->procs[rec].state, &expected, PROC_RECLAIMING))
 		empty_record(s, (uint32_t)rec, false, false);

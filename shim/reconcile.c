@@ -301,12 +301,11 @@ check_batch(struct seg *s, uint32_t rec, pid_t pid, uint64_t start, const uint32
 static int
 reconcile_others(struct seg *s, int comp)
 {
-	const struct seg_header *h = seg_header(s);
 	int mine = atomic_load(&s->rec), n = 0;
 	uint32_t slot[BATCH];
 	uint64_t ino[BATCH];
 
-	for (uint32_t rec = 0; rec < h->nprocs; rec++) {
+	for (uint32_t rec = 0; rec < s->nprocs; rec++) {
 		struct seg_proc *p = seg_proc(s, rec);
 		pid_t pid = atomic_load(&p->pid);
 		uint64_t start = atomic_load(&p->start);
@@ -315,7 +314,7 @@ reconcile_others(struct seg *s, int comp)
 		if ((int)rec == mine || pid == s->my_pid || atomic_load(&p->state) != PROC_LIVE ||
 		    pid <= 0)
 			continue;
-		for (uint32_t w = 0; w < h->bitmap_words; w++) {
+		for (uint32_t w = 0; w < s->bitmap_words; w++) {
 			/* Its row and its sole holds (procs.c). */
 			uint64_t bits = seg_held_bits(s, rec, w);
 

@@ -129,6 +129,10 @@ set_pointers(struct seg *s)
 	s->slots = (struct seg_slot *)(b + s->h->off_slots);
 	s->procs = (struct seg_proc *)(b + s->h->off_procs);
 	s->bits = (_Atomic uint64_t *)(b + s->h->off_bitmaps);
+	s->ncomp = s->h->ncomp;
+	s->nslots = s->h->nslots;
+	s->nprocs = s->h->nprocs;
+	s->bitmap_words = s->h->bitmap_words;
 	tally_format(s);
 }
 
@@ -280,7 +284,7 @@ forget_live_sets(struct seg *s, const struct bs_config *cfg, const char *name)
 static bool
 any_live(struct seg *s)
 {
-	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+	for (uint32_t i = 0; i < s->nprocs; i++) {
 		if (atomic_load(&s->procs[i].state) != PROC_FREE)
 			return true;
 	}
@@ -296,7 +300,7 @@ map_compartments(struct seg *s, const struct bs_config *cfg)
 
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		s->cmap[i] = -1;
-		for (uint32_t j = 0; j < s->h->ncomp; j++) {
+		for (uint32_t j = 0; j < s->ncomp; j++) {
 			if (strncmp(s->comp[j].name, cfg->comp[i].name, BS_NAME_MAX) == 0) {
 				s->cmap[i] = (int)j;
 				break;
@@ -329,7 +333,7 @@ seg_new(size_t ncmap)
 static int
 alloc_local(struct seg *s)
 {
-	s->lcount = calloc(s->h->nslots, sizeof(*s->lcount));
+	s->lcount = calloc(s->nslots, sizeof(*s->lcount));
 	return s->lcount == NULL ? -ENOMEM : 0;
 }
 
@@ -385,13 +389,13 @@ clear_bad_records(struct seg *s)
 {
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < s->h->nprocs; i++) {
+	for (uint32_t i = 0; i < s->nprocs; i++) {
 		struct seg_proc *p = &s->procs[i];
 		uint32_t st = atomic_load(&p->state);
 
 		if (st <= PROC_EXITED)
 			continue;
-		for (uint32_t w = 0; w < s->h->bitmap_words; w++)
+		for (uint32_t w = 0; w < s->bitmap_words; w++)
 			atomic_store(&seg_row(s, i)[w], 0);
 		atomic_store(&p->pid, 0);
 		atomic_store(&p->owner, 0);
@@ -439,19 +443,19 @@ reset_unheld(struct seg *s, const char *name)
 {
 	uint32_t nslots = 0, lent[BS_MAX_POOLS] = { 0 };
 	bool done = false;
-	uint32_t *seen = calloc((size_t)s->h->ncomp * NCOUNTS, sizeof(*seen));
-	uint32_t *slot_st = calloc(s->h->nslots, sizeof(*slot_st));
+	uint32_t *seen = calloc((size_t)s->ncomp * NCOUNTS, sizeof(*seen));
+	uint32_t *slot_st = calloc(s->nslots, sizeof(*slot_st));
 
 	if (seen == NULL || slot_st == NULL)
 		goto done;
-	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		_Atomic uint32_t *v[NCOUNTS];
 
 		counts_of(&s->comp[i], v);
 		for (int k = 0; k < NCOUNTS; k++)
 			seen[i * NCOUNTS + k] = atomic_load(v[k]);
 	}
-	for (uint32_t j = 0; j < s->h->nslots; j++)
+	for (uint32_t j = 0; j < s->nslots; j++)
 		slot_st[j] = atomic_load(&s->slots[j].state);
 	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++)
 		lent[p] = atomic_load(&s->h->pools[p].lent);
@@ -464,7 +468,7 @@ reset_unheld(struct seg *s, const char *name)
 		bs_log(LOG_WARN, "segment /dev/shm%s: pool %s: lent was %u with no process holding "
 		    "anything; reset to 0", name, s->h->pools[p].name, lent[p]);
 	}
-	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		_Atomic uint32_t *v[NCOUNTS];
 
 		counts_of(&s->comp[i], v);
@@ -479,7 +483,7 @@ reset_unheld(struct seg *s, const char *name)
 			    count_names[k], was);
 		}
 	}
-	for (uint32_t j = 0; j < s->h->nslots; j++) {
+	for (uint32_t j = 0; j < s->nslots; j++) {
 		struct seg_slot *sl = &s->slots[j];
 		uint32_t st = slot_st[j];
 
@@ -507,7 +511,7 @@ done:
 static const char *
 impossible_counts(struct seg *s, char *buf, size_t len)
 {
-	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		_Atomic uint32_t *v[NCOUNTS];
 
 		counts_of(&s->comp[i], v);
@@ -844,7 +848,7 @@ seg_header(const struct seg *s)
 struct seg_proc *
 seg_proc(const struct seg *s, uint32_t i)
 {
-	return i < s->h->nprocs ? &s->procs[i] : NULL;
+	return i < s->nprocs ? &s->procs[i] : NULL;
 }
 
 int
@@ -858,9 +862,9 @@ seg_proc_held(const struct seg *s, uint32_t i)
 {
 	uint32_t n = 0;
 
-	if (i >= s->h->nprocs)
+	if (i >= s->nprocs)
 		return 0;
-	for (uint32_t w = 0; w < s->h->bitmap_words; w++)
+	for (uint32_t w = 0; w < s->bitmap_words; w++)
 		n += (uint32_t)__builtin_popcountll(seg_held_bits(s, i, w));
 	return n;
 }

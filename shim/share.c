@@ -102,7 +102,7 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 {
 	struct seg_comp *c = seg_comp(s, comp);
 	_Atomic uint32_t *lent;
-	uint32_t n = s->h->nslots, start;
+	uint32_t n = s->nslots, start;
 
 	if (c == NULL || (lent = shared_tally(s, c, l)) == NULL)
 		return false;
@@ -204,7 +204,7 @@ unmove(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
 static void
 unmove_some(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
 {
-	for (uint32_t i = 0; i < s->h->nslots && n > 0; i++) {
+	for (uint32_t i = 0; i < s->nslots && n > 0; i++) {
 		struct seg_slot *sl = &s->slots[i];
 		uint64_t m = atomic_load(&sl->mark);
 

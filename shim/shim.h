@@ -673,6 +673,11 @@ struct seg {
 	struct seg_slot *slots;
 	struct seg_proc *procs;
 	_Atomic uint64_t *bits;
+	/* The header's counts, copied when the segment is mapped and checked
+	 * against its size: every bounds check uses these, so that a process
+	 * writing other counts into the shared header later cannot move a
+	 * check past the mapping. */
+	uint32_t ncomp, nslots, nprocs, bitmap_words;
 	_Atomic uint32_t *lcount;	/* per slot: descriptors in this process */
 	int *cmap;			/* config compartment -> segment compartment */
 	size_t ncmap;
@@ -709,13 +714,13 @@ struct seg_header *seg_header(const struct seg *s);
 static inline struct seg_comp *
 seg_comp(const struct seg *s, uint32_t i)
 {
-	return i < s->h->ncomp ? &s->comp[i] : NULL;
+	return i < s->ncomp ? &s->comp[i] : NULL;
 }
 
 static inline struct seg_slot *
 seg_slot(const struct seg *s, uint32_t i)
 {
-	return i < s->h->nslots ? &s->slots[i] : NULL;
+	return i < s->nslots ? &s->slots[i] : NULL;
 }
 struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
 /* Writes a compartment's configured limits and settings into the segment
@@ -738,7 +743,7 @@ void seg_shm_name(const char *segment, char *out, size_t len);
 static inline _Atomic uint64_t *
 seg_row(const struct seg *s, uint32_t rec)
 {
-	return s->bits + (size_t)rec * s->h->bitmap_words;
+	return s->bits + (size_t)rec * s->bitmap_words;
 }
 
 /* ---- permit.c: admission, waiting, requests in flight, statistics ---- */

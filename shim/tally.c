@@ -67,7 +67,7 @@ _Static_assert(BS_MAX_SOCKETS <= (1u << 20), "a tag has room for a stamp of 6 bi
 void
 tally_format(struct seg *s)
 {
-	uint32_t ib = 32 - (uint32_t)__builtin_clz(s->h->nslots | 1);
+	uint32_t ib = 32 - (uint32_t)__builtin_clz(s->nslots | 1);
 
 	s->tag_imask = (1u << ib) - 1;
 	s->tag_wmask = s->tag_imask | TAG_GEN_MASK << TAG_GEN_SHIFT;
@@ -240,7 +240,7 @@ reflect(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 	uint64_t held = tag_give(tag) ? 0 : MARK_HELD(p), m;
 	struct seg_slot *sl;
 
-	if (i == 0 || i > s->h->nslots)
+	if (i == 0 || i > s->nslots)
 		return;
 	sl = &s->slots[i - 1];
 	m = atomic_load(&sl->mark);
@@ -278,7 +278,7 @@ held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_
 bool
 tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p)
 {
-	if (slot >= s->h->nslots)
+	if (slot >= s->nslots)
 		return false;
 	return held_at(s, slot, gen, p, count_of(s, &s->slots[slot], p, NULL));
 }
@@ -662,7 +662,7 @@ sweep_one(const struct seg *s, _Atomic uint32_t *count, int p)
 	uint64_t w = atomic_load(t);
 	uint32_t tag = (uint32_t)(w >> 32), i = tag & s->tag_imask;
 
-	if (i == 0 || i > s->h->nslots || tag_give(tag))
+	if (i == 0 || i > s->nslots || tag_give(tag))
 		return;
 	if (gone(s, &s->slots[i - 1], atomic_load(&s->slots[i - 1].mark), tag, p, t))
 		undo(t, w);
@@ -671,7 +671,7 @@ sweep_one(const struct seg *s, _Atomic uint32_t *count, int p)
 void
 tally_sweep(struct seg *s)
 {
-	for (uint32_t i = 0; i < s->h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		struct seg_comp *c = &s->comp[i];
 
 		sweep_one(s, &c->in_use, P_CONN);
@@ -697,7 +697,7 @@ seg_resolve(struct seg *s, uint32_t slot, pid_t dead)
 	struct seg_slot *sl;
 	uint64_t m;
 
-	if (slot >= s->h->nslots)
+	if (slot >= s->nslots)
 		return;
 	sl = &s->slots[slot];
 	m = atomic_load(&sl->mark);

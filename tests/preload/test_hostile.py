@@ -15,7 +15,7 @@ import random
 import re
 import time
 
-from harness import Server, Shim, shim_lines, status_json
+from harness import Agent, AgentError, Server, Shim, shim_lines, status_json
 from harness_hard import Segment, crashed, curl, env_for, layout, probe
 
 LIMIT = 2
@@ -121,6 +121,40 @@ def test_wrong_size_fields_leave_the_shim_inert():
             _expect_inert(srv, shim, why)
         except AssertionError as e:
             raise AssertionError("%s = %d: %s" % (field, value, e))
+
+
+def test_counts_rewritten_under_a_running_program_are_not_believed():
+    # The header's counts are checked when a program maps the segment;
+    # written over later by someone else, they must not move a bounds check
+    # past the mapping: the shim keeps the counts it checked. A refused
+    # connect scans every slot for dead holders (and a fork copies the
+    # process's row), so huge counts would read far beyond the segment.
+    srv, shim = _setup()
+    a = Agent(env_for(shim.config))
+    held = [a("tcp(%d)" % srv.port)]
+    seg = Segment(shim.segment)
+    was = {f: seg.hget(f) for f in ("nslots", "ncomp", "nprocs", "bitmap_words")}
+    try:
+        for f in was:
+            seg.hset(f, 0xffffffff)
+        held.append(a("tcp(%d)" % srv.port))
+        try:
+            a("tcp(%d)" % srv.port)
+            third = "connected"
+        except AgentError as e:
+            third = e.errno
+        child = a("fork()")
+        a.call("close(%s)" % ", ".join(str(fd) for fd in held))
+    finally:
+        for f, v in was.items():
+            seg.hset(f, v)
+        seg.close()
+    assert third == 111, "the limit of %d must hold with the header rewritten: the third " \
+        "connect gave %r" % (LIMIT, third)
+    assert child > 0, "fork under the rewritten header gave %r" % child
+    assert a.finish() == 0, "the program under the shim did not end well: %r" % a.stderr()[-2000:]
+    web = [x for x in status_json(shim.segment)["compartments"] if x["name"] == "web"][0]
+    assert web["in_use"] == 0, "status after the run: %r" % web
 
 
 def test_segment_smaller_than_its_header_leaves_the_shim_inert():

@@ -449,7 +449,7 @@ static struct seg_slot slots[8];
 static void
 test_a_stall_is_seen_without_completions(void **state)
 {
-	struct seg sg = { .h = &hdr, .comp = &comp, .slots = slots };
+	struct seg sg = { .h = &hdr, .comp = &comp, .slots = slots, .ncomp = 1, .nslots = 8 };
 	uint64_t now = now_mono_us(), t = now - 2000000;
 
 	(void)state;
