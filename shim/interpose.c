@@ -217,7 +217,7 @@ admit_slot(uint32_t slot, int comp, bool may_wait, enum bs_reason *why)
 		if (deadline == 0) {
 			struct seg_comp *c = seg_comp(shim.seg, (uint32_t)comp);
 
-			deadline = now_mono_ms() + 1000 + (c != NULL ? atomic_load(&c->max_wait_ms) : 0);
+			deadline = now_mono_ms() + 1000 + (c != NULL ? seg_max_wait_ms(c) : 0);
 		} else if (now_mono_ms() >= deadline) {
 			*why = REASON_WAIT_TIMEOUT;
 			seg_count_rejection(shim.seg, (uint32_t)comp, *why);

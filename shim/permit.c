@@ -124,7 +124,7 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 			return r;
 	}
 	*why = reason;
-	wait_ms = atomic_load(&c->max_wait_ms);
+	wait_ms = seg_max_wait_ms(c);
 	if (!may_wait || wait_ms == 0 || !atomic_load(&c->enforce))
 		return TALLY_FULL;
 	/* op_pid names the waiter, for seg_resolve if it dies waiting. */

@@ -146,6 +146,9 @@ seg_pid_alive(pid_t pid, uint64_t start)
 #define REC_GEN(s, rec)	(atomic_load(&(s)->procs[rec].gen) & HTAG_GEN_MASK)
 #define HOLD_WAIT_MS	1000	/* the longest a change waits for a stalled one */
 
+/* When a wait for a live changer last ran out (hold_wait_locked). */
+static _Atomic uint64_t hold_forced_ms;
+
 _Static_assert(offsetof(struct seg_slot, holders) % 8 == 0, "holders alignment");
 _Static_assert(BS_MAX_PROCESSES < HTAG_DROP, "record index fits a tag");
 
@@ -302,14 +305,28 @@ hold_wait_locked(struct seg *s, uint32_t slot, uint64_t w)
 	while ((w >> 32) & HTAG_LOCK) {
 		if (++spins > 64) {
 			pid_t who = changer_of(s, (uint32_t)(w >> 32));
+			uint64_t now = now_mono_ms();
 
+			/* A change locks one word per thread, so many words
+			 * locked by live changers at once are damage (written
+			 * by another process), not changes under way: after a
+			 * wait that ran out, the next ones are finished at
+			 * once, or a scan of every slot (fork) would wait a
+			 * second per slot. Such a finish is what a wait that
+			 * runs out does anyway: the changer's own unlock then
+			 * fails harmlessly. Only damage, or a changer stopped
+			 * for all of HOLD_WAIT_MS, makes a wait run out. */
 			if (deadline == 0)
-				deadline = now_mono_ms() + HOLD_WAIT_MS;
-			if (who <= 0 || (who != s->my_pid && !seg_pid_alive(who, 0)) ||
-			    now_mono_ms() >= deadline)
+				deadline = now - atomic_load(&hold_forced_ms) < HOLD_WAIT_MS ? now :
+				    now + HOLD_WAIT_MS;
+			if (who <= 0 || (who != s->my_pid && !seg_pid_alive(who, 0))) {
 				hold_finish(s, slot, w);
-			else
+			} else if (now >= deadline) {
+				atomic_store(&hold_forced_ms, now);
+				hold_finish(s, slot, w);
+			} else {
 				sched_yield();
+			}
 		}
 		w = atomic_load(t);
 	}

@@ -567,6 +567,17 @@ seg_conn_limit(const struct seg_comp *c)
 	return seg_fleet_limit(c, lim);
 }
 
+/* The compartment's max_wait_ms for a wait about to begin: attach checks
+ * the word, but it is shared and may be written over later; a value no
+ * config gives (above BS_MAX_WAIT_MS) is damage and waits not at all. */
+static inline uint32_t
+seg_max_wait_ms(const struct seg_comp *c)
+{
+	uint32_t ms = atomic_load_explicit(&c->max_wait_ms, memory_order_relaxed);
+
+	return ms <= BS_MAX_WAIT_MS ? ms : 0;
+}
+
 #define SLOT_NO_CLASS	0xffu
 #define SLOT_NO_COMP	0xffffffffu	/* a pending slot: no permit yet */
 

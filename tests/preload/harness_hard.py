@@ -58,9 +58,9 @@ int main(void) {
 	F(seg_comp, over); F(seg_comp, inflight_over); F(seg_comp, cls);
 	F(seg_class, limit); F(seg_class, in_use);
 	F(seg_slot, state); F(seg_slot, holders); F(seg_slot, comp); F(seg_slot, cls);
-	F(seg_slot, inode); F(seg_slot, mark); F(seg_slot, op_pid);
+	F(seg_slot, inode); F(seg_slot, mark); F(seg_slot, op_pid); F(seg_slot, holders_tag);
 	F(seg_proc, state); F(seg_proc, pid); F(seg_proc, owner); F(seg_proc, uid);
-	F(seg_proc, start); F(seg_proc, since_ms);
+	F(seg_proc, start); F(seg_proc, since_ms); F(seg_proc, gen);
 	printf("\"sizeof.seg_header\": %zu, \"sizeof.seg_comp\": %zu, \"sizeof.seg_class\": %zu,\n",
 	    sizeof(struct seg_header), sizeof(struct seg_comp), sizeof(struct seg_class));
 	printf("\"sizeof.seg_slot\": %zu, \"sizeof.seg_proc\": %zu,\n",

@@ -157,6 +157,106 @@ def test_counts_rewritten_under_a_running_program_are_not_believed():
     assert web["in_use"] == 0, "status after the run: %r" % web
 
 
+def _running(shim, srv, held=1):
+    """An agent under the shim holding `held` connections, and the segment."""
+    a = Agent(env_for(shim.config))
+    fds = [a("tcp(%d)" % srv.port) for _ in range(held)]
+    return a, fds, Segment(shim.segment)
+
+
+def _third(a, srv, timeout):
+    """A connect of the agent: its errno, or "connected"."""
+    try:
+        fd = a("tcp(%d)" % srv.port, timeout=timeout)
+        a.call("close(%d)" % fd)
+        return "connected"
+    except AgentError as e:
+        return e.errno
+
+
+def _ended_well(a, shim):
+    rc = a.finish()
+    assert rc == 0, "the program under the shim ended with %r: %r" % (rc, a.stderr()[-2000:])
+    web = [x for x in status_json(shim.segment)["compartments"] if x["name"] == "web"][0]
+    assert web["in_use"] == 0, "status after the run: %r" % web
+
+
+def test_max_wait_ms_rewritten_under_a_running_program_does_not_hang_a_connect():
+    # max_wait_ms is checked (at most BS_MAX_WAIT_MS) when a program
+    # attaches; written to 49 days later, a blocking connect to the full
+    # compartment must not wait that long.
+    srv, shim = _setup()
+    a, held, seg = _running(shim, srv, LIMIT)
+    try:
+        seg.cset(0, "max_wait_ms", 0xffffffff)
+        t0 = time.monotonic()
+        third = _third(a, srv, 5)
+        took = time.monotonic() - t0
+        a.call("close(%s)" % ", ".join(str(fd) for fd in held))
+    finally:
+        seg.close()
+    assert third == 111, "the full compartment should refuse: %r" % third
+    assert took < 5, "the refusal took %.1fs" % took
+    _ended_well(a, shim)
+
+
+def test_config_path_rewritten_to_a_fifo_does_not_hang_a_connect():
+    # A reload (the generation moved) reads the file the header's
+    # config_path names, inside the program's connect: a FIFO nobody
+    # writes, or a device, must be refused, not read.
+    srv, shim = _setup()
+    a, held, seg = _running(shim, srv)
+    fifo = os.path.join(os.path.dirname(shim.config), "bs-fifo-%d" % os.getpid())
+    os.mkfifo(fifo)
+    try:
+        seg.fill(0, "seg_header.config_path", 0)
+        off, _ = seg.L["seg_header.config_path"]
+        seg.m[off:off + len(fifo)] = fifo.encode()
+        seg.hset("generation", seg.hget("generation") + 1)
+        got = _third(a, srv, 5)
+        a.call("close(%d)" % held[0])
+    finally:
+        seg.close()
+        os.unlink(fifo)
+    assert got == "connected", "the connect gave %r" % got
+    assert any("reload" in l and fifo in l for l in shim_lines(a.stderr())), \
+        "no line saying the reload was refused: %r" % a.stderr()[-2000:]
+    _ended_well(a, shim)
+
+
+def test_holders_words_locked_in_a_running_programs_name_do_not_stall_its_fork():
+    # A change of a slot's holders is locked for the few instructions it
+    # lasts; one locked by a live process is waited for, up to a second.
+    # Every slot's word locked in the name of the program's own record
+    # must not make its fork wait a second per slot.
+    srv, shim = _setup()
+    a, held, seg = _running(shim, srv)
+    L = seg.L
+    try:
+        base = seg.hget("off_procs")
+        size = L["sizeof.seg_proc"]
+        rec = [i for i in range(seg.hget("nprocs"))
+               if seg.get(base + i * size + L["seg_proc.pid"][0], 4) == a.pid and
+               seg.get(base + i * size + L["seg_proc.state"][0], 4) == L["PROC_LIVE"]]
+        assert len(rec) == 1, "no single record of the agent: %r" % rec
+        gen = seg.get(base + rec[0] * size + L["seg_proc.gen"][0], 4)
+        tag = 1 << 31 | (gen & 0xfff) << 18 | (rec[0] + 1)
+        sbase = seg.hget("off_slots")
+        for j in range(seg.hget("nslots")):
+            if seg.get(sbase + j * L["sizeof.seg_slot"] + L["seg_slot.state"][0], 4) == 0:
+                seg.sset(j, "holders", 0)
+                seg.sset(j, "holders_tag", tag)
+        t0 = time.monotonic()
+        child = a("fork()", timeout=20)
+        took = time.monotonic() - t0
+        a.call("close(%d)" % held[0])
+    finally:
+        seg.close()
+    assert child > 0, "fork gave %r" % child
+    assert took < 5, "the fork took %.1fs" % took
+    _ended_well(a, shim)
+
+
 def test_segment_smaller_than_its_header_leaves_the_shim_inert():
     srv, shim = _setup()
     _resize(shim, 100)
