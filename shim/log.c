@@ -103,12 +103,15 @@ put_char(char *buf, size_t len, size_t *pos, char c)
 	(*pos)++;
 }
 
+/* Reads no further than fits (and one more, so that *pos tells the caller
+ * the text was cut): a name in the shared segment whose NUL another process
+ * wrote over must not be read beyond the mapping. */
 static void
 put_str(char *buf, size_t len, size_t *pos, const char *s)
 {
 	if (s == NULL)
 		s = "(null)";
-	while (*s)
+	while (*s && *pos < len)
 		put_char(buf, len, pos, *s++);
 }
 

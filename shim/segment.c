@@ -59,9 +59,9 @@ layout(struct seg_header *h, uint32_t ncomp, uint32_t nslots, uint32_t nprocs)
  * that the compartments lie inside the mapping. Returns NULL or what is
  * wrong. */
 static const char *
-damaged_names(const struct seg_header *h)
+damaged_names(const struct seg_header *h, const struct seg_header *want)
 {
-	const struct seg_comp *c = (const struct seg_comp *)((const char *)h + h->off_comp);
+	const struct seg_comp *c = (const struct seg_comp *)((const char *)h + want->off_comp);
 
 	if (memchr(h->name, '\0', sizeof(h->name)) == NULL ||
 	    memchr(h->config_path, '\0', sizeof(h->config_path)) == NULL)
@@ -70,7 +70,7 @@ damaged_names(const struct seg_header *h)
 		if (memchr(h->class_name[k], '\0', sizeof(h->class_name[k])) == NULL)
 			return "damaged (a class name is not terminated)";
 	}
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < want->ncomp; i++) {
 		if (memchr(c[i].name, '\0', sizeof(c[i].name)) == NULL)
 			return "damaged (a compartment name is not terminated)";
 	}
@@ -81,13 +81,27 @@ damaged_names(const struct seg_header *h)
 	return NULL;
 }
 
-/* Checks that a mapped header describes exactly the layout its counts give
- * and fits in `size` bytes, and that its names are terminated. Returns NULL
- * or what is wrong. */
-static const char *
-validate(const struct seg_header *h, size_t size)
+/* A 32-bit field of the mapped header, read once (another process may be
+ * writing it). */
+static uint32_t
+read_once(const uint32_t *v)
 {
+	return *(const volatile uint32_t *)v;
+}
+
+/* Checks that the header of s's mapping describes exactly the layout its
+ * counts give and fits in the mapping, and that its names are terminated.
+ * The counts are read once, and those copies are what s keeps (s->ncomp
+ * ...): another process may write the header between two reads, and a
+ * count checked here must be the count every later bounds check uses.
+ * Returns NULL or what is wrong. */
+static const char *
+validate(struct seg *s)
+{
+	const struct seg_header *h = s->base;
+	size_t size = s->size;
 	struct seg_header want;
+	uint32_t ncomp, nslots, nprocs;
 
 	/* Magic and version first, where every layout keeps them: a segment
 	 * of another version is named as such even when its header is
@@ -102,37 +116,44 @@ validate(const struct seg_header *h, size_t size)
 		return "unsupported layout version";
 	if (size < sizeof(*h))
 		return "truncated (smaller than its header)";
-	if (h->ncomp == 0 || h->ncomp > BS_MAX_COMPARTMENTS || h->nslots == 0 ||
-	    h->nslots > BS_MAX_SOCKETS || h->nprocs == 0 || h->nprocs > BS_MAX_PROCESSES)
+	ncomp = read_once(&h->ncomp);
+	nslots = read_once(&h->nslots);
+	nprocs = read_once(&h->nprocs);
+	if (ncomp == 0 || ncomp > BS_MAX_COMPARTMENTS || nslots == 0 ||
+	    nslots > BS_MAX_SOCKETS || nprocs == 0 || nprocs > BS_MAX_PROCESSES)
 		return "counts out of range";
 	memset(&want, 0, sizeof(want));
-	layout(&want, h->ncomp, h->nslots, h->nprocs);
+	layout(&want, ncomp, nslots, nprocs);
 	if (h->header_size != want.header_size || h->bitmap_words != want.bitmap_words ||
 	    h->off_comp != want.off_comp || h->off_slots != want.off_slots ||
 	    h->off_procs != want.off_procs || h->off_bitmaps != want.off_bitmaps ||
 	    h->total_size != want.total_size)
 		return "inconsistent layout";
-	if (h->total_size > size)
+	if (want.total_size > size)
 		return "truncated";
 	if (h->npools > BS_MAX_POOLS)
 		return "counts out of range";
-	return damaged_names(h);
+	s->ncomp = ncomp;
+	s->nslots = nslots;
+	s->nprocs = nprocs;
+	s->bitmap_words = want.bitmap_words;
+	return damaged_names(h, &want);
 }
 
+/* The pointers into the mapping, from the counts s keeps (validate, or the
+ * creator's), never from the header's offsets. */
 static void
 set_pointers(struct seg *s)
 {
+	struct seg_header want;
 	char *b = s->base;
 
+	layout(&want, s->ncomp, s->nslots, s->nprocs);
 	s->h = s->base;
-	s->comp = (struct seg_comp *)(b + s->h->off_comp);
-	s->slots = (struct seg_slot *)(b + s->h->off_slots);
-	s->procs = (struct seg_proc *)(b + s->h->off_procs);
-	s->bits = (_Atomic uint64_t *)(b + s->h->off_bitmaps);
-	s->ncomp = s->h->ncomp;
-	s->nslots = s->h->nslots;
-	s->nprocs = s->h->nprocs;
-	s->bitmap_words = s->h->bitmap_words;
+	s->comp = (struct seg_comp *)(b + want.off_comp);
+	s->slots = (struct seg_slot *)(b + want.off_slots);
+	s->procs = (struct seg_proc *)(b + want.off_procs);
+	s->bits = (_Atomic uint64_t *)(b + want.off_bitmaps);
 	tally_format(s);
 }
 
@@ -229,6 +250,10 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	bs_format(h->name, sizeof(h->name), "%s", cfg->segment);
 	bs_format(h->config_path, sizeof(h->config_path), "%s", cfg->path);
 	seg_note_config(h, cfg->path);
+	s->ncomp = h->ncomp;
+	s->nslots = h->nslots;
+	s->nprocs = h->nprocs;
+	s->bitmap_words = h->bitmap_words;
 	set_pointers(s);
 	h->nclass = (uint32_t)cfg->nclass;
 	for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++)
@@ -706,7 +731,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			bs_format(err, errlen, "cannot map segment /dev/shm%s: %s", name, strerror(-r));
 			goto fail;
 		}
-		why = validate(s->base, s->size);
+		why = validate(s);
 		if (why == NULL) {
 			set_pointers(s);
 			if (locked)
@@ -816,7 +841,7 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		free(s);
 		return r;
 	}
-	why = validate(s->base, s->size);
+	why = validate(s);
 	if (why != NULL) {
 		bs_format(err, errlen, "segment /dev/shm%s: %s", name, why);
 		seg_close(s);

@@ -228,7 +228,7 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 {
 	const struct seg_header *h = seg_header(s);
 	uint32_t procs = cli_live_processes(s);
-	struct cli_comp *all = calloc(h->ncomp, sizeof(*all));
+	struct cli_comp *all = calloc(s->ncomp, sizeof(*all));
 	char ago[32], lim[16];
 	bool extra = false;
 
@@ -236,7 +236,7 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		fprintf(stderr, "bulkshim: out of memory\n");
 		return;
 	}
-	for (uint32_t i = 0; i < h->ncomp; i++)
+	for (uint32_t i = 0; i < s->ncomp; i++)
 		cli_read_comp(s, i, &all[i]);
 	if (json) {
 		fputs("{\"segment\": ", f);
@@ -247,7 +247,7 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		if (status_hosts)
 			cli_json_hosts(f, s);
 		fputs(", \"compartments\": [", f);
-		for (uint32_t i = 0; i < h->ncomp; i++) {
+		for (uint32_t i = 0; i < s->ncomp; i++) {
 			if (i)
 				fputs(", ", f);
 			json_comp(f, &all[i]);
@@ -264,7 +264,7 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 	cli_print_unprotected(f, s);
 	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
 	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		const struct cli_comp *c = &all[i];
 
 		cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
@@ -276,13 +276,13 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
 		    c->nclass > 0;
 	}
-	text_inflight(f, all, h->ncomp);
+	text_inflight(f, all, s->ncomp);
 	cli_text_pools(f, s, "");
-	cli_adaptive_text(f, all, h->ncomp);
-	cli_text_fleet(f, all, h->ncomp);
+	cli_adaptive_text(f, all, s->ncomp);
+	cli_text_fleet(f, all, s->ncomp);
 	if (extra)
 		fputc('\n', f);
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		const struct cli_comp *c = &all[i];
 
 		text_reasons(f, c->name, "rejected:", c->rejected_by);

@@ -345,7 +345,7 @@ cli_live_processes(const struct seg *s)
 {
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < seg_header(s)->nprocs; i++) {
+	for (uint32_t i = 0; i < s->nprocs; i++) {
 		struct seg_proc *p = seg_proc(s, i);
 
 		if (atomic_load(&p->state) == PROC_LIVE &&

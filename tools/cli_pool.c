@@ -22,7 +22,7 @@ cli_read_pool(const struct seg *s, uint32_t p, struct cli_pool *out)
 	out->sleepers = atomic_load(&pool->sleepers);
 	out->rejected = atomic_load(&pool->rejected);
 	out->in_use = pool_in_use(s, p, &out->borrowed);
-	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		const struct seg_comp *c = seg_comp(s, i);
 
 		if (atomic_load(&c->pool) == p + 1)
@@ -103,7 +103,7 @@ cli_text_pools(FILE *f, const struct seg *s, const char *eol)
 		    v.in_use, v.borrowed, v.free, v.guaranteed, v.peak);
 		cli_bar(bar, 20, v.in_use, v.size > v.reserved ? v.size - v.reserved : 0, '#');
 		fprintf(f, "  [%s]%s\n", bar, eol);
-		for (uint32_t i = 0; i < h->ncomp; i++) {
+		for (uint32_t i = 0; i < s->ncomp; i++) {
 			struct cli_comp c;
 
 			if (atomic_load(&seg_comp(s, i)->pool) != p + 1)
@@ -118,10 +118,9 @@ cli_text_pools(FILE *f, const struct seg *s, const char *eol)
 void
 cli_text_class_shares(FILE *f, const struct seg *s, const char *eol)
 {
-	const struct seg_header *h = seg_header(s);
 	bool head = false;
 
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		struct cli_comp c;
 
 		if (!atomic_load(&seg_comp(s, i)->cls_shares))
@@ -244,7 +243,7 @@ guarantees(const struct seg *s, uint32_t p, int but, uint32_t instead)
 {
 	uint64_t sum = 0;
 
-	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		const struct seg_comp *c = seg_comp(s, i);
 
 		if (atomic_load(&c->pool) == p + 1)

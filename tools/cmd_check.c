@@ -232,7 +232,7 @@ inspect(const char *file, struct seg_info *si)
 	}
 	si->valid = true;
 	si->processes = cli_live_processes(s);
-	si->ncomp = seg_header(s)->ncomp;
+	si->ncomp = s->ncomp;
 	si->comps = calloc(si->ncomp, sizeof(char *));
 	for (uint32_t i = 0; si->comps != NULL && i < si->ncomp; i++)
 		si->comps[i] = strndup(seg_comp(s, i)->name, BS_NAME_MAX - 1);

@@ -409,7 +409,7 @@ cli_kernel_sync(const struct seg *s)
 
 	if (kern_view_open(h->name, true, &v) < 0)
 		return;
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		struct seg_comp *sc = seg_comp(s, i);
 		struct kern_comp *k = kern_view_find(&v, sc->name);
 

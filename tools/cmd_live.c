@@ -29,9 +29,7 @@ wake_all(_Atomic uint32_t *word)
 static int
 find_comp(const struct seg *s, const char *name)
 {
-	const struct seg_header *h = seg_header(s);
-
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		if (strncmp(seg_comp(s, i)->name, name, BS_NAME_MAX) == 0)
 			return (int)i;
 	}
@@ -56,10 +54,10 @@ static void
 no_such_comp(const struct seg *s, const char *name)
 {
 	const struct seg_header *h = seg_header(s);
-	const char **names = calloc(h->ncomp + 1, sizeof(*names));
+	const char **names = calloc(s->ncomp + 1, sizeof(*names));
 	const char *best = NULL;
 
-	for (uint32_t i = 0; names != NULL && i < h->ncomp; i++)
+	for (uint32_t i = 0; names != NULL && i < s->ncomp; i++)
 		names[i] = seg_comp(s, i)->name;
 	if (names != NULL)
 		best = cfg_closest(name, names);
@@ -67,13 +65,13 @@ no_such_comp(const struct seg *s, const char *name)
 	fprintf(stderr, "bulkshim: no compartment \"%s\" in segment %s", name, h->name);
 	if (best != NULL) {
 		fprintf(stderr, " (did you mean \"%s\"?)\n", best);
-	} else if (h->ncomp <= 8) {
+	} else if (s->ncomp <= 8) {
 		fprintf(stderr, " (it has");
-		for (uint32_t i = 0; i < h->ncomp; i++)
+		for (uint32_t i = 0; i < s->ncomp; i++)
 			fprintf(stderr, "%s %s", i ? "," : "", seg_comp(s, i)->name);
 		fprintf(stderr, ")\n");
 	} else {
-		fprintf(stderr, " (it has %u; `bulkshim list %s` names them)\n", h->ncomp, h->name);
+		fprintf(stderr, " (it has %u; `bulkshim list %s` names them)\n", s->ncomp, h->name);
 	}
 }
 
@@ -333,7 +331,7 @@ cmd_set(int argc, char **argv)
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
 	if (all) {
-		for (uint32_t k = 0; k < seg_header(s)->ncomp && r == 0; k++) {
+		for (uint32_t k = 0; k < s->ncomp && r == 0; k++) {
 			r = apply_set(s, seg_comp(s, k), key, value);
 			if (r == 0)
 				live_note_set(seg_header(s), seg_comp(s, k)->name, key);
@@ -448,9 +446,7 @@ apply_reload(struct seg *s, const struct bs_config *cfg, const int *cmap, const 
 static void
 print_unnamed(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 {
-	const struct seg_header *h = seg_header(s);
-
-	for (uint32_t j = 0; j < h->ncomp; j++) {
+	for (uint32_t j = 0; j < s->ncomp; j++) {
 		bool named = false;
 
 		for (size_t i = 0; i < cfg->ncomp; i++)
@@ -587,7 +583,7 @@ cmd_reset(int argc, char **argv)
 		return cli_help("reset", stderr, 2);
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
-	n = seg_header(s)->ncomp;
+	n = s->ncomp;
 	np = seg_header(s)->npools < BS_MAX_POOLS ? seg_header(s)->npools : BS_MAX_POOLS;
 	if (optind < argc) {
 		/* A compartment's name wins, as before a pool could be named

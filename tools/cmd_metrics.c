@@ -231,13 +231,13 @@ void
 cli_write_metrics(FILE *f, const struct seg *s)
 {
 	const struct seg_header *h = seg_header(s);
-	struct cli_comp *all = calloc(h->ncomp, sizeof(*all));
+	struct cli_comp *all = calloc(s->ncomp, sizeof(*all));
 	const char *seg = h->name;
 	uint32_t n = 0;
 
 	if (all == NULL)
 		return;
-	for (uint32_t i = 0; i < h->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		cli_read_comp(s, i, &all[n]);
 		n += wanted(all[n].name);
 	}

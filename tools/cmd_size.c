@@ -253,7 +253,7 @@ static void
 watch_window(const struct seg *s, struct window *w, double seconds)
 {
 	uint64_t end = now_mono_ms() + (uint64_t)(seconds * 1000);
-	uint32_t n = seg_header(s)->ncomp;
+	uint32_t n = s->ncomp;
 
 	for (uint32_t i = 0; i < n; i++)
 		window_start(s, i, &w[i]);
@@ -496,9 +496,9 @@ cmd_suggest(int argc, char **argv)
 		return cli_help("suggest", stderr, 2);
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
-	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++)
+	for (uint32_t i = 0; i < s->ncomp; i++)
 		any = any || atomic_load(&seg_comp(s, i)->inflight_limit) != UINT32_MAX;
-	if (any && seconds > 0 && (w = calloc(seg_header(s)->ncomp, sizeof(*w))) != NULL)
+	if (any && seconds > 0 && (w = calloc(s->ncomp, sizeof(*w))) != NULL)
 		watch_window(s, w, seconds);
 	if (json) {
 		fputs("{\"segment\": ", stdout);
@@ -509,7 +509,7 @@ cmd_suggest(int argc, char **argv)
 		    "and p99 latency, headroom 2\n(latencies are upper bounds of log2 histogram "
 		    "buckets)\n", seg_header(s)->name);
 	}
-	for (uint32_t i = 0; i < seg_header(s)->ncomp; i++) {
+	for (uint32_t i = 0; i < s->ncomp; i++) {
 		advise(s, i, w != NULL ? &w[i] : NULL, seconds, &a);
 		if (json) {
 			if (i)

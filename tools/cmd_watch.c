@@ -266,7 +266,7 @@ static void
 frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 {
 	const struct seg_header *h = seg_header(s);
-	uint32_t n = h->ncomp, procs = cli_live_processes(s);
+	uint32_t n = s->ncomp, procs = cli_live_processes(s);
 	struct cli_comp *all = calloc(n, sizeof(*all));
 	struct busy *order = calloc(n ? n : 1, sizeof(*order));
 	int namew = NAME_MIN, cols = columns(v->ansi), room = lines(v->ansi), avail;

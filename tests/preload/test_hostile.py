@@ -10,12 +10,19 @@ time without a crash, and either
     segment and the value it changed, and the limit of 2 holds exactly.
 """
 
+import fcntl
+import json
 import os
 import random
 import re
+import subprocess
+import termios
+import threading
 import time
 
+import harness
 from harness import Agent, AgentError, Server, Shim, shim_lines, status_json
+from harness_cli import Serve
 from harness_hard import Segment, crashed, curl, env_for, layout, probe
 
 LIMIT = 2
@@ -450,3 +457,140 @@ def test_everything_damaged_at_once_is_repaired():
     _damage(shim, fn)
     _expect_repaired(srv, shim, "limit out of range", "process records in no known state",
                      "socket slots were in use")
+
+
+# ---- the CLI keeps the counts it checked ----
+
+COUNTS = ("ncomp", "nslots", "nprocs", "bitmap_words")
+
+
+def _many(n):
+    """A server and a segment of n compartments c00, c01... (limit 2 each),
+    created by a run of the shim."""
+    srv = Server("http")
+    shim = Shim([{"name": "c%02d" % i, "destinations": ["127.0.%d.1:%d" % (i, srv.port)],
+                  "max_connections": LIMIT} for i in range(n)])
+    got, r = probe(env_for(shim.config), srv.port, 0)
+    assert r.returncode == 0 and not shim_lines(r.stderr), \
+        "the shim did not start cleanly on a fresh segment: %r" % r.stderr
+    return srv, shim
+
+
+def _pipe_full(rd, pid):
+    """True once the pipe read by rd is full and process pid sleeps."""
+    buf = bytearray(4)
+    fcntl.ioctl(rd, termios.FIONREAD, buf)
+    with open("/proc/%d/stat" % pid) as f:
+        state = f.read().rpartition(")")[2].split()[0]
+    return int.from_bytes(buf, "little") >= fcntl.fcntl(rd, fcntl.F_GETPIPE_SZ) and state == "S"
+
+
+def test_counts_rewritten_while_the_cli_prints_are_not_believed():
+    # `bulkshim status` checks the header's counts when it maps the segment
+    # and must loop over what it checked: here its output pipe is full
+    # (one page) while it prints the 32 compartments, the counts are
+    # rewritten, and it goes on printing.
+    srv, shim = _many(32)
+    rd, wr = os.pipe()
+    fcntl.fcntl(rd, fcntl.F_SETPIPE_SZ, 4096)
+    p = subprocess.Popen([harness.CLI, "status", "-s", shim.segment, "--json"], stdout=wr,
+                         stderr=subprocess.PIPE, env=harness.clean_env())
+    harness.defer(p.kill)
+    os.close(wr)
+    out = b""
+    seg = Segment(shim.segment)
+    was = {f: seg.hget(f) for f in COUNTS}
+    try:
+        harness.wait_until(lambda: _pipe_full(rd, p.pid), 10, 0.01, "status blocked on its pipe")
+        for f in COUNTS:
+            seg.hset(f, 0xffffffff)
+        # A status printing past its compartments would write without end:
+        # the first megabyte is enough to show it.
+        while True:
+            chunk = os.read(rd, 1 << 16)
+            if not chunk:
+                break
+            if len(out) < 1 << 20:
+                out += chunk
+        code = p.wait(10)
+    finally:
+        os.close(rd)
+        for f, v in was.items():
+            seg.hset(f, v)
+        seg.close()
+    assert code == 0, "bulkshim status exited %d with the header rewritten: %r" % (
+        code, p.stderr.read()[-2000:])
+    names = [c["name"] for c in json.loads(out)["compartments"]]
+    assert names == ["c%02d" % i for i in range(32)], "status printed %r" % names
+
+
+def test_serve_refuses_counts_rewritten_while_it_runs_and_recovers():
+    # `bulkshim serve` maps the segment again for every request: counts
+    # rewritten between two requests are checked and refused, the server
+    # stays up, and once they are back it answers as before.
+    srv, shim = _many(4)
+    s = Serve("-s", shim.segment)
+    code, _, body = s.get("/status.json")
+    assert code == 200, (code, body)
+    before = [c["name"] for c in json.loads(body)["compartments"]]
+    seg = Segment(shim.segment)
+    was = {f: seg.hget(f) for f in COUNTS}
+    try:
+        for f in COUNTS:
+            seg.hset(f, 0xffffffff)
+        refused = [s.get(path) for path in ("/status.json", "/metrics")]
+    finally:
+        for f, v in was.items():
+            seg.hset(f, v)
+        seg.close()
+    for code, _, body in refused:
+        assert code == 503 and "counts out of range" in body, (code, body)
+    assert s.p.poll() is None, "bulkshim serve died: %r" % s.p.stderr.read()[-2000:]
+    code, _, body = s.get("/status.json")
+    assert code == 200, (code, body)
+    assert [c["name"] for c in json.loads(body)["compartments"]] == before, body
+    code, _, text = s.get("/metrics")
+    assert code == 200 and text.count("bulkshim_compartment_in_use{") == len(before), text
+
+
+def test_serve_survives_counts_flipped_while_it_maps_and_answers():
+    # The counts a mapping checked are the ones it keeps: a header whose
+    # counts flip between right and 0xffffffff every millisecond, while
+    # `bulkshim serve` maps the segment for request after request, must
+    # get a 200 or a 503 each time and never the count read after the
+    # check (the old code crashed within a few flips).
+    srv, shim = _many(32)
+    s = Serve("-s", shim.segment)
+    seg = Segment(shim.segment)
+    was = {f: seg.hget(f) for f in COUNTS}
+    answers, stop = {200: 0, 503: 0, "other": 0}, threading.Event()
+
+    def client():
+        while not stop.is_set() and s.p.poll() is None:
+            try:
+                code, _, _ = s.get("/metrics" if sum(answers.values()) % 2 else "/status.json")
+            except (OSError, AssertionError):
+                code = "other"
+            answers[code if code in answers else "other"] += 1
+
+    t = threading.Thread(target=client)
+    t.start()
+    flips, t0 = 0, time.monotonic()
+    try:
+        while time.monotonic() - t0 < 2 and s.p.poll() is None:
+            for f in COUNTS:
+                seg.hset(f, 0xffffffff)
+            time.sleep(0.001)
+            for f, v in was.items():
+                seg.hset(f, v)
+            time.sleep(0.001)
+            flips += 1
+    finally:
+        stop.set()
+        t.join(10)
+        for f, v in was.items():
+            seg.hset(f, v)
+        seg.close()
+    assert s.p.poll() is None, "bulkshim serve died (%s) after %d flips: %r" % (
+        s.p.returncode, flips, answers)
+    assert answers[200] > 0 and answers["other"] == 0, "answers %r in %d flips" % (answers, flips)
