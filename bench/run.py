@@ -1219,7 +1219,7 @@ CONNECT_STEPS = [
                         "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
                         "pool_note_use", "pool_take", "ad_tick"}),
     ("the clock and the connect-time histogram",
-     {"now_mono_us", "clock_gettime", "seg_connect_done_in", "seg_hist_add",
+     {"now_mono_us", "clock_gettime", "seg_connect_done_in", "seg_connect_time", "seg_hist_add",
       "seg_hist_add_n"}),
     ("the hold's drop at close (procs.c)", {"seg_drop", "seg_drop_hold"}),
     ("the release: every permit given back, the slot freed",

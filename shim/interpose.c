@@ -427,7 +427,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	 * caller waited), is timed now; one still under way is timed at the
 	 * socket's first use instead (io.c). */
 	if (r == 0 || (saved != EINPROGRESS && saved != EINTR))
-		seg_connect_timed(shim.seg, got.slot, c);
+		seg_connect_done_in(shim.seg, got.slot, c);
 	errno = saved;
 	/* A timed-out attempt that could not be aborted may still connect:
 	 * it keeps its permit until the socket is closed. */

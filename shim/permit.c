@@ -593,14 +593,12 @@ seg_drop(struct seg *s, uint32_t slot)
 }
 
 void
-seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
+seg_connect_time(struct seg *s, uint32_t slot, struct seg_comp *c)
 {
-	struct seg_slot *sl = &s->slots[slot];
 	uint64_t t, now, us;
 
 	/* Once: the exchange decides who times it. */
-	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) == 0 ||
-	    (t = atomic_exchange(&sl->connect_us, 0)) == 0)
+	if ((t = atomic_exchange(&s->slots[slot].connect_us, 0)) == 0)
 		return;
 	now = now_mono_us();
 	us = now > (t & ~SENT_WEIGHTED) ? now - (t & ~SENT_WEIGHTED) : 0;

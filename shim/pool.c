@@ -168,24 +168,20 @@ void
 pool_reset_counters(struct seg *s, uint32_t p)
 {
 	struct seg_pool *pool;
-	uint32_t n, pk;
+	uint32_t n;
 
 	if (p >= s->h->npools || p >= BS_MAX_POOLS)
 		return;
 	pool = &s->h->pools[p];
 	atomic_store(&pool->rejected, 0);
 	/* A statistic past BS_MAX_SOCKETS went below 0 after a kill, and
-	 * raises no peak (pool_note_use): its peak restarts from 0. */
+	 * raises no peak (pool_raise_peak): its peak restarts from 0. */
 	n = atomic_load(&pool->in_use_stat);
 	atomic_store(&pool->peak, n <= BS_MAX_SOCKETS ? n : 0);
 	/* A take between the load and the store compared its count with the
 	 * old, higher peak and left it alone, so the store may have put the
 	 * peak below what is in use: raise it again as a take does. */
-	n = atomic_load(&pool->in_use_stat);
-	pk = atomic_load(&pool->peak);
-	while (n > pk && n <= BS_MAX_SOCKETS &&
-	    !atomic_compare_exchange_weak(&pool->peak, &pk, n))
-		;
+	pool_raise_peak(pool, atomic_load(&pool->in_use_stat));
 }
 
 void

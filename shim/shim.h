@@ -785,15 +785,15 @@ void seg_inflight_end(struct seg *s, uint32_t slot);
  * which is when an event loop's non-blocking connect is known to have
  * completed): records the time since admission in h_connect, once. */
 void seg_connect_done(struct seg *s, uint32_t slot);
-/* The same for slot of compartment c, known to the caller (connect). */
-void seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c);
-
-/* seg_connect_done_in, with its call only for a connect being timed. */
+/* seg_connect_done_in's end for a connect being timed (permit.c). */
+void seg_connect_time(struct seg *s, uint32_t slot, struct seg_comp *c);
+/* The same for slot of compartment c, known to the caller (connect).
+ * Inline: a connect that is not timed (CONNECT_EXACT) pays one load. */
 static inline __attribute__((always_inline)) void
-seg_connect_timed(struct seg *s, uint32_t slot, struct seg_comp *c)
+seg_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
 {
 	if (atomic_load_explicit(&s->slots[slot].connect_us, memory_order_relaxed) != 0)
-		seg_connect_done_in(s, slot, c);
+		seg_connect_time(s, slot, c);
 }
 /* The send that began a request failed, or the request was abandoned (an
  * I/O timeout, a hard error): end it without recording a reply latency. */
@@ -892,18 +892,24 @@ void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, boo
 /* NULL if the segment has cfg's pools and memberships (cmap: config
  * compartment -> segment compartment), else what differs. */
 const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
-/* A member of pool took a connection permit: the use statistic goes up
- * and the peak with it. A count that went below 0 after a kill (it
- * wraps) raises no peak. Inline: every take in a pool asks it. */
+/* Raises pool's peak to n, the use statistic just read. A count that went
+ * below 0 after a kill (it wraps) raises no peak. */
 static inline void
-pool_note_use(struct seg_pool *pool)
+pool_raise_peak(struct seg_pool *pool, uint32_t n)
 {
-	uint32_t n = atomic_fetch_add_explicit(&pool->in_use_stat, 1, memory_order_relaxed) + 1;
 	uint32_t pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
 
 	while (n > pk && n <= BS_MAX_SOCKETS &&
 	    !atomic_compare_exchange_weak(&pool->peak, &pk, n))
 		;
+}
+/* A member of pool took a connection permit: the use statistic goes up
+ * and the peak with it. Inline: every take in a pool asks it. */
+static inline void
+pool_note_use(struct seg_pool *pool)
+{
+	pool_raise_peak(pool, atomic_fetch_add_explicit(&pool->in_use_stat, 1,
+	    memory_order_relaxed) + 1);
 }
 /* A slot of compartment c, in a pool, is being released: its pool's use
  * statistic goes down (before the slot's permits do). Out of line: a
