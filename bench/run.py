@@ -1215,7 +1215,7 @@ CONNECT_STEPS = [
     ("the permits' takes (tally.c): the compartment's, and the pool's when borrowed",
      {"tally_take_conn", "tally_take_lent", "tally_take", "take_loop", "reflect", "take_at"}),
     ("admission: the own code of shim_admit and admit_slot and what they inline (the "
-     "class, pool, adaptive, fleet and observe checks; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending", "reconcile_if_full",
+     "class, pool, adaptive, fleet and observe checks; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending",
                         "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
                         "pool_note_use", "pool_take", "ad_tick"}),
     ("the clock and the connect-time histogram",

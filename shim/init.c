@@ -241,6 +241,9 @@ shim_init(void)
 		return;
 	}
 	fdt_set_seq(&seg_header(shim.seg)->settings_seq);
+	/* Every permit here is a descriptor in the table: one found missing
+	 * may be a socket closed unseen (reconcile.c). */
+	shim.seg->reconciles = true;
 	m = build_matcher(&shim.cfg, err, sizeof(err));
 	if (m == NULL) {
 		notice_unprotected(shim.cfg.segment, err);

@@ -273,9 +273,6 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 	if (!fdt_is_fresh(fd) &&
 	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return ADMIT_PASS;
-	/* A full compartment is first checked for permits whose sockets
-	 * are gone unseen (reconcile.c); two loads when it is not full. */
-	reconcile_if_full(shim.seg, c, (uint32_t)comp);
 	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
 	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
 	if (slot < 0) {

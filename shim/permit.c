@@ -97,8 +97,9 @@ take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 
 /*
  * Takes permit kind p for slot, waiting for one when full if the caller may
- * wait and the compartment allows it: reclaims dead holders once, then
- * sleeps on the tally's count word until the deadline. The slot is marked
+ * wait and the compartment allows it: reclaims dead holders once (and for
+ * a connection, if none was dead, reconciles its compartment or pool),
+ * then sleeps on the tally's count word until the deadline. The slot is marked
  * MARK_WAITING while counted in `waiting`. TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
  */
 static int
@@ -117,7 +118,10 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 		return TALLY_BUSY;
 	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
 		return r;
-	if (seg_reclaim(s, true) > 0) {
+	/* What dead holders hold goes back first; then, for a connection,
+	 * what sockets closed unseen hold (reconcile.c). */
+	if (seg_reclaim(s, true) > 0 ||
+	    (p == P_CONN && reconcile_refused(s, (uint32_t)(c - s->comp), reason) > 0)) {
 		word = count;
 		reason = full;
 		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TALLY_FULL)
@@ -335,6 +339,33 @@ class_share(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint
 }
 
 /*
+ * The permits of capped class cls of compartment comp: the class's own,
+ * then, if the classes share comp, one of its unguaranteed part. When
+ * either is missing, dead holders and sockets gone unseen may hold it
+ * (reconcile_class_full), and both are tried once more. REASON_MAX when
+ * taken, else the reason.
+ */
+static enum bs_reason
+class_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t comp, uint32_t cls)
+{
+	struct seg_comp *c = &s->comp[comp];
+	enum bs_reason why;
+	uint32_t seen;
+
+	for (bool again = false;; again = true) {
+		why = REASON_CLASS_FULL;
+		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) == TALLY_TAKEN) {
+			if (!atomic_load_explicit(&c->cls_shares, memory_order_relaxed) ||
+			    class_share(s, slot, gen, c, cls, seen + 1) == TALLY_TAKEN)
+				return REASON_MAX;
+			why = REASON_CLASS_SHARED_FULL;
+		}
+		if (again || reconcile_class_full(s, comp) == 0)
+			return why;
+	}
+}
+
+/*
  * Takes the permits of compartment comp (and class cls) for the pending
  * slot, which this process holds. Returns 0, or -EBUSY with *why, or
  * -EALREADY when another holder (a forked process sharing the socket) is
@@ -361,15 +392,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 	if (cls < BS_MAX_CLASSES && atomic_load(&c->cls[cls].limit) != 0) {
 		k = &c->cls[cls];
 		atomic_store(&sl->cls, cls);
-		/* At its cap: dead holders and sockets gone unseen may hold
-		 * it (reconcile.c), once. */
-		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN &&
-		    (reconcile_class_full(s, comp) == 0 ||
-		    tally_take(s, slot, gen, P_CLASS, 0, &seen) != TALLY_TAKEN))
-			reason = REASON_CLASS_FULL;
-		else if (atomic_load_explicit(&c->cls_shares, memory_order_relaxed) &&
-		    class_share(s, slot, gen, c, cls, seen + 1) != TALLY_TAKEN)
-			reason = REASON_CLASS_SHARED_FULL;
+		reason = class_take(s, slot, gen, comp, cls);
 		if (reason != REASON_MAX) {
 			atomic_fetch_add(&k->rejected, 1);
 			k = NULL;

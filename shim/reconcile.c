@@ -21,10 +21,10 @@
  * them: a raw system call instruction, an io_uring close, a library that
  * binds past the preload, a child that execs a program without the shim and
  * closes the socket there. A hold whose socket is gone would keep its
- * compartment full for the life of the holder. So, when a compartment is
- * full (before a connect is refused, at most every RECONCILE_EVERY_MS per
- * process) and whenever the CLI reads the segment, each hold is checked
- * against the kernel:
+ * compartment full for the life of the holder. So, when a connect finds its
+ * compartment, pool or class full (before it is refused or waits, at most
+ * every RECONCILE_EVERY_MS per process) and whenever the CLI reads the
+ * segment, each hold is checked against the kernel:
  *
  *  - this process's own holds by fstat() of the descriptors it recorded: a
  *    descriptor that is closed or now refers to something else is forgotten
@@ -359,31 +359,15 @@ reconcile_throttled(struct seg *s, int comp)
 
 	if (now - last < RECONCILE_EVERY_MS && now >= last)
 		return 0;
-	if (!atomic_compare_exchange_strong(&last_run_ms, &last, now))
+	if (!s->reconciles || !atomic_compare_exchange_strong(&last_run_ms, &last, now))
 		return 0;
 	return seg_reconcile(s, comp);
 }
 
-void
-reconcile_if_full(struct seg *s, struct seg_comp *c, uint32_t comp)
+int
+reconcile_refused(struct seg *s, uint32_t comp, enum bs_reason why)
 {
-	uint32_t limit;
-
-	/* The limit admission holds it to now: a fleet share or an adaptive
-	 * limit may be below max_connections. */
-	limit = ad_limit(c, P_CONN, seg_conn_limit(c));
-	if (limit != UINT32_MAX && atomic_load_explicit(&c->in_use, memory_order_relaxed) >= limit) {
-		reconcile_throttled(s, (int)comp);
-	} else if (share_pool_full(s, c)) {
-		/* The stale permit may be another compartment's. */
-		reconcile_throttled(s, -1);
-	} else if (share_classes_full(c)) {
-		/* A class refusal neither waits nor reclaims (take_wait does,
-		 * for the compartment and the pool): dead holders go back
-		 * here. */
-		seg_reclaim(s, true);
-		reconcile_throttled(s, (int)comp);
-	}
+	return reconcile_throttled(s, why == REASON_POOL_FULL ? -1 : (int)comp);
 }
 
 int

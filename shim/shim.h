@@ -709,6 +709,12 @@ struct seg {
 	 * kept so that a connect and a close need not build it; 0 when not
 	 * known (then it is built). */
 	_Atomic uint64_t sole;
+	/* This process records a descriptor for every permit it takes (the
+	 * preloaded library): a full compartment is then reconciled against
+	 * the kernel before a refusal (reconcile.c). The CLI, the tests and
+	 * the benchmarks that take permits standing for no descriptor leave
+	 * it false: their permits would look like sockets gone unseen. */
+	bool reconciles;
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -1389,15 +1395,18 @@ const char *ad_mode_name(unsigned mode);
  * or all if comp < 0) through /proc/PID/fd. Never drops a hold on doubt.
  * Returns the permits given back (each counted in `reconciled`). */
 int seg_reconcile(struct seg *s, int comp);
-/* Before admitting into compartment comp: if it is full, or its pool or
- * its classes' unguaranteed part has nothing left to lend, reconcile (at
- * most every 100 ms per process); for the classes' part, also reclaim dead
- * holders (throttled), which only the compartment's and the pool's
- * refusals otherwise do (take_wait). Four loads when none is full. */
-void reconcile_if_full(struct seg *s, struct seg_comp *c, uint32_t comp);
-/* A class of compartment comp is at its cap: reclaims dead holders and
- * reconciles comp (each throttled). Returns the permits given back, after
- * which admission tries the class permit once more. */
+/* A connection permit of compartment comp was found missing, for `why`
+ * (REASON_FULL, or REASON_POOL_FULL: then the stale permit may be another
+ * compartment's and every one is reconciled): reconciles, at most every
+ * 100 ms per process and only in a process whose permits are its
+ * descriptors (s->reconciles). Returns the permits given back, after which
+ * admission takes once more (take_wait, before it would wait). A connect
+ * that finds room pays nothing for this. */
+int reconcile_refused(struct seg *s, uint32_t comp, enum bs_reason why);
+/* A class of compartment comp is at its cap, or its unguaranteed part has
+ * nothing left to lend: reclaims dead holders and reconciles comp (each
+ * throttled). Returns the permits given back, after which admission tries
+ * the class's permits once more. */
 int reconcile_class_full(struct seg *s, uint32_t comp);
 
 /* ---- fdtable.c: descriptor -> tracked socket, lock-free ---- */

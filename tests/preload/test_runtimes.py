@@ -741,22 +741,30 @@ def test_wrk_is_limited_and_returns_to_zero():
 
 # ---- the kernel reconcile ----
 
+def leak_then_connect_elsewhere(w, shim):
+    """rawclose leaks its two counted sockets to the witness w (closed with the system call
+    instruction); then another preloaded process connects, which must be admitted: its
+    connect reconciles rawclose's holds via /proc. Returns rawclose's LineProc and the
+    seconds that connect took."""
+    p = LineProc([helper("rawclose"), str(w.port), "2"], shim.env(log="off"))
+    assert p.line(10) == "leaked 2"
+    wait_until(lambda: w.live == 0, 2, 0.01, "the witness to see the raw closes")
+    t0 = time.monotonic()
+    r = harness.run_py("import socket,sys; s=socket.create_connection(('127.0.0.1', %d)); "
+                       "print('ok')" % w.port, shim.env(log="off"), timeout=20)
+    took = time.monotonic() - t0
+    assert r.stdout.strip() == "ok", "another process was refused after the leak: %r %r (%s)" % (
+        r.stdout, r.stderr, comp_now(shim))
+    return p, took
+
+
 def test_reconcile_recovers_a_raw_close_leak_within_1s():
     """rawclose closes two counted sockets with the system call instruction (no hook sees
     it) and fills their numbers with files. The next connect, in the same process or in
     another, finds the compartment full, reconciles and is admitted at once."""
     w = Witness(delay=None)
     shim = shim_for(w.port, 2)
-    p = LineProc([helper("rawclose"), str(w.port), "2"], shim.env(log="off"))
-    assert p.line(10) == "leaked 2"
-    wait_until(lambda: w.live == 0, 2, 0.01, "the witness to see the raw closes")
-    # Another preloaded process: its connect reconciles rawclose's holds via /proc.
-    t0 = time.monotonic()
-    r = harness.run_py("import socket,sys; s=socket.create_connection(('127.0.0.1', %d)); "
-                       "print('ok')" % w.port, shim.env(log="off"), timeout=20)
-    other = time.monotonic() - t0
-    assert r.stdout.strip() == "ok", "another process was refused after the leak: %r %r (%s)" % (
-        r.stdout, r.stderr, comp_now(shim))
+    p, other = leak_then_connect_elsewhere(w, shim)
     c = comp_now(shim)
     assert c["reconciled"] == 2 and c["in_use"] == 0, c
     # The leaking process itself: leak again, and its own connect recovers.
@@ -777,6 +785,22 @@ def test_reconcile_recovers_a_raw_close_leak_within_1s():
         q.finish(10)
     report("reconcile raw close", leaked=4, reconciled=c["reconciled"],
            own_connect_s="%.3f" % own, other_process_connect_s="%.3f" % other)
+
+
+def test_reconcile_runs_before_a_connect_would_wait():
+    """With max_wait_ms, a connect that finds the compartment full of a raw-close leak is
+    admitted at once: the reconcile comes before the wait, not after it runs out."""
+    from harness_io import IoShim
+    w = Witness(delay=None)
+    shim = IoShim([{"name": "dep", "destinations": ["127.0.0.1:%d" % w.port],
+                    "max_connections": 2, "max_wait_ms": 4000}])
+    p, took = leak_then_connect_elsewhere(w, shim)
+    assert took < 2.0, "the connect waited %.2f s for a leak the reconcile frees" % took
+    c = comp_now(shim)
+    assert c["reconciled"] == 2 and c["in_use"] == 0 and c["max_wait_ms"] == 4000, c
+    p.send("quit\n")
+    p.finish(10)
+    report("reconcile before a wait", leaked=2, max_wait_ms=4000, connect_s="%.3f" % took)
 
 
 def test_reconcile_recovers_a_leak_when_status_reads():
