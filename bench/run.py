@@ -147,14 +147,17 @@ class Bench:
         self.servers.append(p)
         return int(line[1])
 
-    def config(self, name, comps):
-        """comps: list of (name, [destinations], max_connections, max_inflight or None)."""
+    def config(self, name, comps, extra=""):
+        """comps: list of (name, [destinations], max_connections, max_inflight or None);
+        extra: more settings for each of them."""
         lines = ['segment = "%s-%s";' % (self.tag, name), "compartments = ("]
         for i, (cname, dests, mc, mi) in enumerate(comps):
             body = ", ".join('"%s"' % d for d in dests)
             lim = "max_connections = %d;" % mc
             if mi:
                 lim += " max_inflight = %d;" % mi
+            if extra:
+                lim += " " + extra
             lines.append('  { name = "%s"; destinations = [ %s ]; %s }%s'
                          % (cname, body, lim, "," if i + 1 < len(comps) else ""))
         lines.append(");")
@@ -240,6 +243,10 @@ class Bench:
         mk = self.config
         self.cfg = {
             "connect": mk("connect", [("b", ["127.0.0.1:%d" % cp], LIMIT, None)]),
+            # The same, in a compartment that a connect waits for when it is
+            # full: whether the socket blocks is asked only then.
+            "connect_wait": mk("connwait", [("b", ["127.0.0.1:%d" % cp], LIMIT, None)],
+                               extra="max_wait_ms = 1000;"),
             "pp_conn": mk("ppconn", [("b", ["127.0.0.1:%d" % ep], LIMIT, None)]),
             "pp_inflight": mk("ppinfl", [("b", ["127.0.0.1:%d" % ep], LIMIT, INFLIGHT)]),
             # Loaded and active, but the echo port is nobody's destination.
@@ -396,6 +403,8 @@ class Bench:
         jobs = {
             "connect/none": (["connect", cp, 1, CG_CONN], self.env),
             "connect/shim": (["connect", cp, 1, CG_CONN], self.shim_env(self.cfg["connect"])),
+            "connect_wait/shim": (["connect", cp, 1, CG_CONN],
+                                  self.shim_env(self.cfg["connect_wait"])),
             "pp/none": (["pingpong", ep, 1, CG_PP, MSG], self.env),
             "pp_conn/shim": (["pingpong", ep, 1, CG_PP, MSG], self.shim_env(self.cfg["pp_conn"])),
             "pp_inflight/shim": (["pingpong", ep, 1, CG_PP, MSG],
@@ -434,6 +443,8 @@ class Bench:
         cn, _ = per("connect/none", "bench_connect_close", CG_CONN)
         cs, _ = per("connect/shim", "bench_connect_close", CG_CONN)
         rows.append(("connect + close, matched (socket, connect, close)", cn, cs))
+        cw, _ = per("connect_wait/shim", "bench_connect_close", CG_CONN)
+        rows.append(("connect + close, matched, compartment with `max_wait_ms`", cn, cw))
         sn, _ = per("pp/none", "bench_send", CG_PP)
         rn, _ = per("pp/none", "bench_recv", CG_PP)
         self.extra_io = {}
@@ -461,9 +472,18 @@ class Bench:
                "system call, natively it is a vDSO call of about 20 ns):", ""]
         md += self.syscall_table([("connect + close (real)", "connect/none", "connect/shim",
                                    CG_CONN),
+                                  ("connect + close (real), `max_wait_ms`", "connect/none",
+                                   "connect_wait/shim", CG_CONN),
                                   ("ping-pong round trip, + max_inflight", "pp/none",
                                    "pp_inflight/shim", CG_PP)])
         self.md.append("\n".join(md))
+
+        def calls(key):
+            return sum(v for f, v in syscalls_by_fn(self.cg[key]["excl"]).items()
+                       if f != "clock_gettime") / CG_CONN
+        self.target("connect + close with max_wait_ms: no system call more than without",
+                    "%.2f, without %.2f" % (calls("connect_wait/shim"), calls("connect/shim")),
+                    calls("connect_wait/shim") <= calls("connect/shim") + 0.001)
         for key in ("pp_conn", "pp_inflight"):
             es, er = self.extra_io[key]
             self.target("< 100 extra instructions per send/recv, matched (%s)" % (

@@ -244,6 +244,7 @@ shim_init(void)
 	/* Every permit here is a descriptor in the table: one found missing
 	 * may be a socket closed unseen (reconcile.c). */
 	shim.seg->reconciles = true;
+	shim.seg->blocking = shim_blocking;
 	m = build_matcher(&shim.cfg, err, sizeof(err));
 	if (m == NULL) {
 		notice_unprotected(shim.cfg.segment, err);

@@ -200,14 +200,14 @@ claim_slot(int fd, uint64_t ino, bool *shared)
  * (admitted by the other), or -EBUSY with *why.
  */
 static int
-admit_slot(uint32_t slot, int comp, bool may_wait, enum bs_reason *why)
+admit_slot(uint32_t slot, int comp, int wait, enum bs_reason *why)
 {
 	struct timespec nap = { 0, 1000000 };
 	uint64_t deadline = 0;
 	int r;
 
 	for (;;) {
-		r = seg_acquire_pending(shim.seg, slot, (uint32_t)comp, shim.cls, may_wait, why);
+		r = seg_acquire_pending(shim.seg, slot, (uint32_t)comp, shim.cls, wait, why);
 		if (r != -EALREADY)
 			return r;
 		if (seg_slot_admitted(shim.seg, slot))
@@ -243,7 +243,7 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 	struct seg_comp *c;
 	struct stat st;
 	char dest[128];
-	bool may_wait, shared;
+	bool shared;
 
 	if (comp < 0 && e == 0)
 		return ADMIT_PASS;
@@ -273,13 +273,14 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 	if (!fdt_is_fresh(fd) &&
 	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return ADMIT_PASS;
-	may_wait = atomic_load(&c->max_wait_ms) != 0 && shim_blocking(fd, 0);
 	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
 	if (slot < 0) {
 		why = REASON_NO_SLOT;
 		seg_count_rejection(shim.seg, (uint32_t)comp, why);
 	} else {
-		r = admit_slot((uint32_t)slot, comp, may_wait, &why);
+		/* Whether the descriptor blocks is asked only if the
+		 * compartment is full and waits (permit.c's take_wait). */
+		r = admit_slot((uint32_t)slot, comp, fd, &why);
 		if (r == 0) {
 			got->slot = (uint32_t)slot;
 			got->c = c;

@@ -97,13 +97,14 @@ take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 
 /*
  * Takes permit kind p for slot, waiting for one when full if the caller may
- * wait and the compartment allows it: reclaims dead holders once (and for
+ * wait (`wait`: WAIT_NEVER, WAIT_ALWAYS, or the descriptor whose blocking
+ * mode is asked only now) and the compartment allows it: reclaims dead holders once (and for
  * a connection, if none was dead, reconciles its compartment or pool),
  * then sleeps on the tally's count word until the deadline. The slot is marked
  * MARK_WAITING while counted in `waiting`. TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
  */
 static int
-take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum bs_reason full,
+take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, int wait, enum bs_reason full,
     enum bs_reason *why)
 {
 	struct seg_slot *sl = &s->slots[slot];
@@ -129,7 +130,8 @@ take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, bool may_wait, enum
 	}
 	*why = reason;
 	wait_ms = seg_max_wait_ms(c);
-	if (!may_wait || wait_ms == 0 || !atomic_load(&c->enforce))
+	if (wait == WAIT_NEVER || wait_ms == 0 || !atomic_load(&c->enforce) ||
+	    (wait >= 0 && (s->blocking == NULL || !s->blocking(wait, 0))))
 		return TALLY_FULL;
 	/* op_pid names the waiter, for seg_resolve if it dies waiting. */
 	if (atomic_load(&sl->mark) & MARK_WAITING)
@@ -372,7 +374,7 @@ class_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t comp, uint32_t c
  * already admitting it.
  */
 static int
-admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_wait,
+admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, int wait,
     enum bs_reason *why)
 {
 	struct seg_slot *sl = &s->slots[slot];
@@ -404,7 +406,7 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_w
 		ad_tick(s, c, P_CONN);	/* a stalled backend, seen without replies */
 		r = take_step(s, c, slot, gen, P_CONN, &seen, &word, &reason);
 		if (r == TALLY_FULL)
-			r = take_wait(s, slot, gen, P_CONN, may_wait, REASON_FULL, &reason);
+			r = take_wait(s, slot, gen, P_CONN, wait, REASON_FULL, &reason);
 		if (r == TALLY_TAKEN)
 			reason = REASON_MAX;
 		else if (r == TALLY_BUSY)
@@ -474,7 +476,7 @@ seg_acquire(struct seg *s, uint32_t comp, uint32_t cls, uint64_t ino, bool may_w
 		seg_count_rejection(s, comp, REASON_NO_SLOT);
 		return -EBUSY;
 	}
-	r = admit_slot(s, (uint32_t)slot, comp, cls, may_wait, why);
+	r = admit_slot(s, (uint32_t)slot, comp, cls, may_wait ? WAIT_ALWAYS : WAIT_NEVER, why);
 	if (r < 0) {
 		seg_drop_hold(s, rec, (uint32_t)slot, false);
 		return -EBUSY;
@@ -484,12 +486,12 @@ seg_acquire(struct seg *s, uint32_t comp, uint32_t cls, uint64_t ino, bool may_w
 }
 
 int
-seg_acquire_pending(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_wait,
+seg_acquire_pending(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, int wait,
     enum bs_reason *why)
 {
 	if (comp >= s->ncomp || slot >= s->nslots)
 		return -EINVAL;
-	return admit_slot(s, slot, comp, cls, may_wait, why);
+	return admit_slot(s, slot, comp, cls, wait, why);
 }
 
 /* A connection of an adaptive compartment without max_inflight ended: its
@@ -652,7 +654,8 @@ request_full(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, int
 	uint32_t seen;
 
 	if (r == TALLY_FULL)
-		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait, REASON_INFLIGHT_FULL, &reason);
+		r = take_wait(s, slot, gen, P_INFLIGHT, may_wait ? WAIT_ALWAYS : WAIT_NEVER,
+		    REASON_INFLIGHT_FULL, &reason);
 	if (r == TALLY_BUSY)
 		return 0;	/* a request already on its way, or another thread's won */
 	if (r == TALLY_FULL) {

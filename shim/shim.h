@@ -715,6 +715,10 @@ struct seg {
 	 * the benchmarks that take permits standing for no descriptor leave
 	 * it false: their permits would look like sockets gone unseen. */
 	bool reconciles;
+	/* Whether a call on descriptor fd (with these send flags) may block
+	 * (the preloaded library's shim_blocking; NULL elsewhere): asked only
+	 * when a connect finds its compartment full and may wait (WAIT_FD). */
+	bool (*blocking)(int fd, int flags);
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -826,10 +830,16 @@ int seg_pending_slot(struct seg *s, uint64_t ino);
 bool seg_slot_pending(const struct seg *s, uint32_t slot);
 /* True if slot holds a connection permit (or an observe-mode one). */
 bool seg_slot_admitted(const struct seg *s, uint32_t slot);
+/* Whether admission may wait for a permit of a full compartment: never,
+ * always (the tests' seg_acquire), or if the descriptor given (>= 0) is
+ * blocking, which is asked (s->blocking, a system call) only then. */
+#define WAIT_NEVER	(-1)
+#define WAIT_ALWAYS	(-2)
 /* Admits the pending slot (which this process holds) into compartment comp,
- * like seg_acquire. Returns 0, -EBUSY with *why, or -EALREADY if another
- * process sharing the socket is admitting it. */
-int seg_acquire_pending(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, bool may_wait,
+ * like seg_acquire; `wait` is WAIT_NEVER, WAIT_ALWAYS or the descriptor
+ * whose blocking mode decides. Returns 0, -EBUSY with *why, or -EALREADY if
+ * another process sharing the socket is admitting it. */
+int seg_acquire_pending(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, int wait,
     enum bs_reason *why);
 /* The fork gate: a thread about to change what this process holds in a way
  * a concurrent fork must not split enters it; fork waits for it to empty
