@@ -318,18 +318,19 @@ shim_settle(int fd, long r)
 	errno = err;
 }
 
-/* A blocking connect bounded by the compartment's connect_timeout_ms: made
- * non-blocking for the attempt, then waited for with poll. */
+/* A blocking connect (fl: its F_GETFL flags) bounded by the compartment's
+ * connect_timeout_ms: made non-blocking for the attempt, then waited for
+ * with poll. */
 static int
 connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp *c,
-    uint32_t timeout_ms, bool *aborted)
+    uint32_t timeout_ms, int fl, bool *aborted)
 {
-	int fl = real.fcntl(fd, F_GETFL), r, err = 0, saved;
+	int r, err = 0, saved;
 	uint64_t deadline = now_mono_ms() + timeout_ms, now;
 	socklen_t elen = sizeof(err);
 	struct pollfd p = { .fd = fd, .events = POLLOUT };
 
-	if (fl < 0 || real.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+	if (real.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return real.connect(fd, sa, len);
 	r = real.connect(fd, sa, len);
 	if (r < 0 && errno == EINPROGRESS) {
@@ -383,6 +384,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	struct admitted got;
 	struct seg_comp *c;
 	uint32_t timeout;
+	int fl;
 	bool timed_out = false, aborted = false;
 
 	if (!active())
@@ -402,8 +404,8 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	c = got.c;
 	timeout = atomic_load(&c->connect_timeout_ms);
 	/* SO_SNDTIMEO bounds a blocking connect on Linux: a shorter one that
-	 * the program set itself wins. */
-	if (timeout != 0 && shim_blocking(fd, 0)) {
+	 * the program set itself wins. The flags are read once, for both. */
+	if (timeout != 0 && (fl = real.fcntl(fd, F_GETFL)) >= 0 && !(fl & O_NONBLOCK)) {
 		struct timeval tv = { 0, 0 };
 		socklen_t tvlen = sizeof(tv);
 		uint64_t own = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tvlen) == 0 ?
@@ -413,7 +415,7 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 		if (own != 0 && own <= timeout) {
 			r = real.connect(fd, sa, len);
 		} else {
-			r = connect_timed(fd, sa, len, c, timeout, &aborted);
+			r = connect_timed(fd, sa, len, c, timeout, fl, &aborted);
 			timed_out = r < 0 && errno == ETIMEDOUT;
 		}
 	} else {
