@@ -514,6 +514,8 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	struct seg_comp *c = seg_slot_comp(s, sl);
+	/* The compartment's pool, looked up once for all of the release. */
+	struct seg_pool *pool = c != NULL ? seg_pool_at(s, c) : NULL;
 	uint64_t m = atomic_load(&sl->mark), had;
 	uint32_t gen = MARK_GEN(m);
 
@@ -522,18 +524,18 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 	 * a take counts it after its permits: it never reads more than the
 	 * pool has in use. Every admitted slot was counted (observe mode's
 	 * too); one refused has no compartment. */
-	if (c != NULL && atomic_load_explicit(&c->pool, memory_order_relaxed) != 0)
-		pool_note_release(s, c);
+	if (pool != NULL)
+		pool_note_release(pool);
 	/* A permit within a guarantee goes: one lent to the same
 	 * compartment (class) moves onto it, and the shared part has it
 	 * back at once. Before this slot's own permit goes, so that a
 	 * borrower arriving later finds the place free instead (share.c). */
 	if (m & (MARK_GUARANTEED(SHARE_POOL) | MARK_GUARANTEED(SHARE_CLASS)))
-		share_released(s, slot, m);
+		share_released(s, slot, m, c, pool);
 	/* Every kind held goes back (last kind first), then the slot is
 	 * marked released, so that a take landing after this undoes itself
 	 * (tally.c). */
-	had = tally_release(s, slot, gen, c);
+	had = tally_release(s, slot, gen, c, pool);
 	if (had & (MARK_HELD(P_CONN) | MARK_HELD(P_OVER))) {
 		if (c != NULL && reclaimed)
 			atomic_fetch_add(&c->reclaimed, 1);

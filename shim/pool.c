@@ -144,15 +144,6 @@ pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 }
 
 void
-pool_note_release(const struct seg *s, const struct seg_comp *c)
-{
-	struct seg_pool *pool = seg_pool_at(s, c);
-
-	if (pool != NULL)
-		atomic_fetch_sub_explicit(&pool->in_use_stat, 1, memory_order_relaxed);
-}
-
-void
 pool_resync_use(struct seg *s)
 {
 	/* Only an empty pool is set: a take or a give under way elsewhere

@@ -927,10 +927,13 @@ pool_note_use(struct seg_pool *pool)
 	pool_raise_peak(pool, atomic_fetch_add_explicit(&pool->in_use_stat, 1,
 	    memory_order_relaxed) + 1);
 }
-/* A slot of compartment c, in a pool, is being released: its pool's use
- * statistic goes down (before the slot's permits do). Out of line: a
- * compartment outside a pool pays one load for it. */
-void pool_note_release(const struct seg *s, const struct seg_comp *c);
+/* A slot of a member of pool is being released: the use statistic goes
+ * down (before the slot's permits do). */
+static inline void
+pool_note_release(struct seg_pool *pool)
+{
+	atomic_fetch_sub_explicit(&pool->in_use_stat, 1, memory_order_relaxed);
+}
 /* Sets the use statistic of every pool whose members hold nothing to 0
  * (after a reclaim: what a killed thread left one low is right again). */
 void pool_resync_use(struct seg *s);
@@ -1138,10 +1141,11 @@ bool tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p);
 bool tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p,
     _Atomic uint32_t *count);
 /* The release of slot (claimed SLOT_RELEASING by the caller), of
- * compartment c (the caller's read of the slot's; NULL: none): gives back
- * every permit it holds and marks it MARK_RELEASED. Returns what it held
- * (MARK_HELD flags). */
-uint64_t tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c);
+ * compartment c in pool (the caller's reads of the slot's and c's; NULL:
+ * none): gives back every permit it holds and marks it MARK_RELEASED.
+ * Returns what it held (MARK_HELD flags). */
+uint64_t tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    struct seg_pool *pool);
 /* The slot (of generation gen, holding nothing) moves to the next
  * generation: a take of the old one still counted is undone as if the
  * slot were released. For a pending slot whose admission was refused. */
@@ -1290,21 +1294,20 @@ pool_wake(const struct seg *s, const struct seg_comp *c)
 		pool_wake_all(pool);
 }
 
-/* Slot, whose mark is m (with a MARK_GUARANTEED flag), is about to give
+/* Slot, whose mark is m (with a MARK_GUARANTEED flag), of compartment c
+ * in pool (each NULL: none, as the release read them), is about to give
  * back its permits: see share_hand_over. Two loads when nobody borrows. */
 static inline void
-share_released(struct seg *s, uint32_t slot, uint64_t m)
+share_released(struct seg *s, uint32_t slot, uint64_t m, const struct seg_comp *c,
+    struct seg_pool *pool)
 {
-	struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
-	struct seg_pool *pool;
-
 	if (c == NULL)
 		return;
 	/* Nobody borrows: nothing to hand over. The flag may stay, the slot
 	 * is being freed (its next generation starts with a clean mark) and
 	 * this release is the only one; share_hand_over hands over only
 	 * while the slot still holds its own permit. */
-	if ((m & MARK_GUARANTEED(SHARE_POOL)) && (pool = seg_pool_at(s, c)) != NULL &&
+	if ((m & MARK_GUARANTEED(SHARE_POOL)) && pool != NULL &&
 	    atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0)
 		share_hand_over(s, slot, MARK_GEN(m), SHARE_POOL);
 	if ((m & MARK_GUARANTEED(SHARE_CLASS)) &&

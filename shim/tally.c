@@ -604,12 +604,12 @@ release_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp 
 }
 
 uint64_t
-tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    struct seg_pool *pool)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	_Atomic uint32_t *cls = c != NULL ? count_in(s, c, sl, P_CLASS, NULL) : NULL;
-	_Atomic uint32_t *lent = c != NULL && atomic_load_explicit(&c->pool, memory_order_relaxed) ?
-	    count_in(s, c, sl, P_LENT, NULL) : NULL;
+	_Atomic uint32_t *lent = c != NULL && pool != NULL ? &pool->lent : NULL;
 	uint64_t had = 0;
 
 	for (;;) {

@@ -390,9 +390,10 @@ test_a_take_is_whole_at_its_compare_and_swap(void **state)
 	 * a second release gives nothing. */
 	b = fresh_slot(s, 13, &gb);
 	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
-	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b])), MARK_HELD(P_CONN));
+	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b]), NULL),
+	    MARK_HELD(P_CONN));
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_RELEASED);
-	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b])), 0);
+	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b]), NULL), 0);
 	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_BUSY);
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	seg_drop(s, b);
