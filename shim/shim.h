@@ -1283,14 +1283,16 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 	return r;
 }
 
-/* A pool permit of compartment c (NULL: none) went back: wakes the pool's
- * waiters, if any. Inline: every borrowed permit's release asks it. */
+/* A pool permit went back to lent, the pool's tally of them: wakes the
+ * pool's waiters, if any. Inline: every borrowed permit's release asks it,
+ * and the tally it gave to is the pool, without a lookup. */
 static inline void
-pool_wake(const struct seg *s, const struct seg_comp *c)
+pool_wake(_Atomic uint32_t *lent)
 {
-	struct seg_pool *pool = c != NULL ? seg_pool_at(s, c) : NULL;
+	struct seg_pool *pool = (struct seg_pool *)((uintptr_t)lent -
+	    offsetof(struct seg_pool, lent));
 
-	if (pool != NULL && atomic_load_explicit(&pool->sleepers, memory_order_relaxed) > 0)
+	if (atomic_load_explicit(&pool->sleepers, memory_order_relaxed) > 0)
 		pool_wake_all(pool);
 }
 

@@ -498,7 +498,7 @@ give_loop(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
 		futex_wake(count);
 	if (p == P_LENT)
-		pool_wake(s, c);
+		pool_wake(count);
 	return true;
 }
 
@@ -534,7 +534,7 @@ give_own(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
 		futex_wake(count);
 	if (p == P_LENT)
-		pool_wake(s, c);
+		pool_wake(count);
 	return true;
 }
 
