@@ -25,7 +25,7 @@
  * carries a verdict before then. */
 static _Atomic uint32_t no_seq;
 struct fdt_tab fdt_tab = { NULL, 0, &no_seq };
-static _Atomic int fdt_high_water;
+_Atomic int fdt_high_water;
 
 /* One bit per descriptor: a stream socket made by socket() that a fork may
  * share before it is connected (interpose.c). Stale bits are harmless:
@@ -97,14 +97,7 @@ fdt_set_seq(_Atomic uint32_t *seq)
 uint32_t
 fdt_set(int fd, uint32_t slot)
 {
-	int high;
-
-	if (!fdt_valid(fd))
-		return 0;
-	high = atomic_load(&fdt_high_water);
-	while (fd >= high && !atomic_compare_exchange_weak(&fdt_high_water, &high, fd + 1))
-		;
-	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
+	return fdt_valid(fd) ? fdt_set_valid(fd, slot) : 0;
 }
 
 void

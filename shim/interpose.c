@@ -168,7 +168,7 @@ shim_log_refusal(uint32_t comp, enum bs_reason why, const char *what, const char
  * The slot fd's socket is admitted in: a pending one that a fork made for it
  * (then *shared is true), or a new one. Either way the slot is in the table
  * before the fork gate opens again, so a fork copies both or neither. -1 if
- * the segment's tables are full.
+ * the segment's tables are full. fd is one that fdt_valid passed.
  */
 static int
 claim_slot(int fd, uint64_t ino, bool *shared)
@@ -186,7 +186,7 @@ claim_slot(int fd, uint64_t ino, bool *shared)
 		*shared = false;
 		slot = seg_pending_slot(shim.seg, ino);
 		if (slot >= 0)
-			drop_entry(fdt_set(fd, (uint32_t)slot));
+			drop_entry(fdt_set_valid(fd, (uint32_t)slot));
 	}
 	seg_gate_leave(shim.seg);
 	return slot;
@@ -270,7 +270,7 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 	if (c == NULL || !fdt_valid(fd))
 		return ADMIT_PASS;
 	/* A socket from our socket() is known to be a stream socket. */
-	if (!fdt_is_fresh(fd) &&
+	if (!fdt_is_fresh_valid(fd) &&
 	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return ADMIT_PASS;
 	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
@@ -370,10 +370,16 @@ connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp 
 /* A socket whose connect succeeded or is under way can no longer be
  * shared by a fork before its connect; one whose connect failed can, as
  * it may be connected again. Keeps errno. */
+static inline bool
+connect_began(int r)
+{
+	return r == 0 || errno == EINPROGRESS || errno == EALREADY || errno == EISCONN;
+}
+
 static void
 connected(int fd, int r)
 {
-	if (r == 0 || errno == EINPROGRESS || errno == EALREADY || errno == EISCONN)
+	if (connect_began(r))
 		fdt_clear_fresh(fd);
 }
 
@@ -433,7 +439,9 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	 * it keeps its permit until the socket is closed. */
 	if (!timed_out || aborted)
 		shim_settle(fd, r);
-	connected(fd, r);
+	/* connected(), for a descriptor admission found in the table. */
+	if (connect_began(r))
+		fdt_clear_fresh_valid(fd);
 	return r;
 }
 

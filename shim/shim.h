@@ -1475,9 +1475,28 @@ void fdt_set_seq(_Atomic uint32_t *seq);
 /* Caches `verdict` (FDT_PLAIN | sequence, or 0) in fd's entry if the entry
  * is still `was` apart from its verdict. */
 void fdt_verdict(int fd, uint64_t was, uint32_t verdict);
+/* True if fd fits in the table. */
+static inline bool
+fdt_valid(int fd)
+{
+	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
+}
+/* One past the highest fd ever recorded (fdt_high). */
+extern _Atomic int fdt_high_water BS_HIDDEN;
 /* Records slot for fd (with no verdict) and returns what was recorded
  * before (slot + 1 or 0). */
 uint32_t fdt_set(int fd, uint32_t slot);
+/* fdt_set of a descriptor that fdt_valid passed. Inline: every counted
+ * connect records its slot. */
+static inline uint32_t
+fdt_set_valid(int fd, uint32_t slot)
+{
+	int high = atomic_load_explicit(&fdt_high_water, memory_order_relaxed);
+
+	while (fd >= high && !atomic_compare_exchange_weak(&fdt_high_water, &high, fd + 1))
+		;
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
+}
 /* Forgets fd and returns what was recorded (slot + 1 or 0). Inline: every
  * close of a counted socket takes its entry. */
 static inline uint32_t
@@ -1490,12 +1509,6 @@ fdt_take(int fd)
 }
 /* One past the highest fd ever recorded, to bound range scans. */
 int fdt_high(void);
-/* True if fd fits in the table. */
-static inline bool
-fdt_valid(int fd)
-{
-	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
-}
 /* The "fresh" marks: stream sockets from socket() not yet connected, which
  * a fork may share before their connect (see fork in interpose.c). One bit
  * per descriptor the table has room for; mapped before the table's size is
@@ -1511,13 +1524,22 @@ fdt_clear_fresh(int fd)
 	    (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) & m))
 		atomic_fetch_and(&fdt_fresh[fd / 64], ~m);
 }
-/* True if fd is marked fresh: a stream socket from socket(), as far as
- * this process knows. */
+/* True if fd, which fdt_valid passed, is marked fresh: a stream socket
+ * from socket(), as far as this process knows. (The marks are mapped
+ * before the table's size is published.) */
 static inline bool
-fdt_is_fresh(int fd)
+fdt_is_fresh_valid(int fd)
 {
-	return fdt_valid(fd) && fdt_fresh != NULL &&
-	    (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) >> (fd % 64) & 1) != 0;
+	return (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) >> (fd % 64) & 1) != 0;
+}
+/* fdt_clear_fresh of a descriptor that fdt_valid passed. */
+static inline void
+fdt_clear_fresh_valid(int fd)
+{
+	uint64_t m = 1ULL << (fd % 64);
+
+	if (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) & m)
+		atomic_fetch_and(&fdt_fresh[fd / 64], ~m);
 }
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
