@@ -24,15 +24,18 @@
  *   window) and never moves up under load: a sustained overload cannot
  *   ratchet it (Envoy's #11579). It moves up to the sample only when
  *   cutting the limit did not bring latency down: after AD_STUCK_WINDOWS
- *   cuts of one run whose latency stayed where the run began, or
+ *   cuts of one run whose latency stayed where the run began (a latency
+ *   risen past the tolerance over that is a new queue, the capacity
+ *   dropped, and begins a new run), or
  *   AD_FLOOR_WINDOWS windows at `min` with latency still high. A queue we feed less would have
  *   shrunk; the backend itself is slower (or the baseline had followed
  *   noise too far down).
  * - two windows in a row whose mean is above tolerance x baseline (or one
  *   above twice that: one such window may be noise) shrink the limit in
- *   proportion (limit x tolerance x baseline / sample; at least 1/8, so
- *   the latency can show the effect, and at most halving per window): the
- *   queue it measures is drained at once, not slowly.
+ *   proportion (limit x tolerance x baseline / sample; at least 1/8 and
+ *   one of the whole permits admission enforces, so the latency can show
+ *   the effect, and at most halving per window): the queue it measures is
+ *   drained at once, not slowly.
  * - otherwise, if the limit is in use (mean concurrency at least half of
  *   it), it grows: doubling while ramping up from an `initial` below max
  *   (and after the baseline was taken again), until the first queue; then
@@ -130,7 +133,7 @@ enum ad_reason
 ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
 {
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
-	uint64_t base = st->base_us, next, r16;
+	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL;
 
 	if (w->n == 0)
 		return AD_R_NONE;
@@ -187,9 +190,14 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		r16 = m * 16 / base;
 		if (r16 > 63)
 			r16 = 63;
-		if (st->prev16 == 0)
-			st->prev16 = (uint32_t)r16;	/* the run's first cut */
-		else if (r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
+		if (st->prev16 == 0 || r16 * 100 > st->prev16 * tol) {
+			/* The run's first cut, or a latency risen past the
+			 * tolerance over where the run began: a new queue (the
+			 * capacity dropped, the backend slowed) that no cut of
+			 * the run can be blamed for. The run begins again. */
+			st->prev16 = (uint32_t)r16;
+			st->stuck = 0;
+		} else if (r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
 			st->base_us = (uint32_t)m;
 			st->stuck = 0;
 			st->prev16 = 0;
@@ -200,6 +208,8 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		next = lim * base * tol / (m * 100);
 		if (next > lim - lim / 8)
 			next = lim - lim / 8;	/* a step the latency can show */
+		if (next >= whole && whole >= 32)
+			next = whole - 16;	/* and one admission enforces */
 		if (next < lim / 2)
 			next = lim / 2;
 		/* A limit well above what is in flight holds nothing back,
@@ -207,8 +217,11 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * in flight would refuse healthy traffic on a guess. So it
 		 * stops at 1.5 x the window's concurrency; a queue that
 		 * matters (latency above 1.5 x the tolerance) is cut at once,
-		 * and the stuck rule takes a low baseline again. */
-		if (w->conc16 * 8 < lim * 7 && m * 200 <= 3 * base * tol &&
+		 * and the stuck rule takes a low baseline again. "Well
+		 * above" in the whole permits admission enforces: at 3.94
+		 * only 3 are ever in flight, which is the limit holding
+		 * traffic back, not 76 % of it. */
+		if (w->conc16 * 8 < whole * 7 && m * 200 <= 3 * base * tol &&
 		    next < w->conc16 * 3 / 2 + 16)
 			next = w->conc16 * 3 / 2 + 16 < lim ? w->conc16 * 3 / 2 + 16 : lim;
 		st->limit16 = clamp16(p, next);
