@@ -98,10 +98,11 @@ take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 /*
  * Takes permit kind p for slot, waiting for one when full if the caller may
  * wait (`wait`: WAIT_NEVER, WAIT_ALWAYS, or the descriptor whose blocking
- * mode is asked only now) and the compartment allows it: reclaims dead holders once (and for
- * a connection, if none was dead, reconciles its compartment or pool),
- * then sleeps on the tally's count word until the deadline. The slot is marked
- * MARK_WAITING while counted in `waiting`. TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
+ * mode is asked only now) and the compartment allows it: reclaims dead
+ * holders once (and for a connection, if none was dead, reconciles its
+ * compartment or pool), then sleeps on the tally's count word until the
+ * deadline. The slot is marked MARK_WAITING while counted in `waiting`.
+ * TALLY_TAKEN, TALLY_BUSY, or TALLY_FULL with *why.
  */
 static int
 take_wait(struct seg *s, uint32_t slot, uint32_t gen, int p, int wait, enum bs_reason full,

@@ -717,7 +717,8 @@ struct seg {
 	bool reconciles;
 	/* Whether a call on descriptor fd (with these send flags) may block
 	 * (the preloaded library's shim_blocking; NULL elsewhere): asked only
-	 * when a connect finds its compartment full and may wait (WAIT_FD). */
+	 * when a connect finds its compartment full and could wait (the
+	 * descriptor admission was given as its `wait`). */
 	bool (*blocking)(int fd, int flags);
 };
 
