@@ -183,9 +183,19 @@ def _q(s):
     return json.dumps(str(s))
 
 
+CONFIG_KEYS = {"name", "destinations", "max_connections", "errno"}
+
+
 def config_text(compartments, segment=None, extra=""):
     """libconfig text for a list of compartment dicts with keys name,
-    destinations, max_connections and optionally errno."""
+    destinations, max_connections and optionally errno. Any other key is an
+    error, not left out: a test that sets a key this does not write would
+    test nothing (harness_io.IoShim writes the rest)."""
+    for c in compartments:
+        unknown = set(c) - CONFIG_KEYS
+        if unknown:
+            raise ValueError("harness.config_text does not write %s (use harness_io.IoShim)"
+                             % ", ".join(sorted(unknown)))
     lines = []
     if segment is not None:
         lines.append("segment = %s;" % _q(segment))

@@ -55,8 +55,9 @@ def _browser():
 
 
 def _shim(compartments, top=None):
-    """A Shim whose config may use any key (max_inflight, budget, ...)."""
-    s = Shim(compartments)
+    """A Shim whose config may use any key (max_inflight, budget, ...): made
+    with the keys harness.config_text writes, then written whole."""
+    s = Shim([{k: v for k, v in c.items() if k in harness.CONFIG_KEYS} for c in compartments])
     with open(s.config, "w") as f:
         f.write(config_text(compartments, s.segment, top))
     return s
