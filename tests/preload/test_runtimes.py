@@ -20,6 +20,7 @@ import time
 
 import harness
 from harness import LineProc, Shim, defer, free_port, helper, tmpdir, wait_until, write_file
+from harness_io import IoShim
 
 RETURN_S = 1.0		# in_use back at 0 within this long of the program closing
 
@@ -790,7 +791,6 @@ def test_reconcile_recovers_a_raw_close_leak_within_1s():
 def test_reconcile_runs_before_a_connect_would_wait():
     """With max_wait_ms, a connect that finds the compartment full of a raw-close leak is
     admitted at once: the reconcile comes before the wait, not after it runs out."""
-    from harness_io import IoShim
     w = Witness(delay=None)
     shim = IoShim([{"name": "dep", "destinations": ["127.0.0.1:%d" % w.port],
                     "max_connections": 2, "max_wait_ms": 4000}])
