@@ -100,6 +100,18 @@ model_open(struct model *m, double cap, double offered, uint32_t min, uint32_t m
 	ad_step(&m->p, &m->st, &first);
 }
 
+/* model_open on a fresh model whose latency has noise_pct % of noise, drawn
+ * from seed. */
+static void
+model_open_noisy(struct model *m, uint64_t seed, int noise_pct, double cap, double offered,
+    uint32_t min, uint32_t max)
+{
+	memset(m, 0, sizeof(*m));
+	m->rng = seed;
+	m->noise_pct = noise_pct;
+	model_open(m, cap, offered, min, max);
+}
+
 /* Runs n windows; the smallest and largest limit seen in them. */
 static void
 run(struct model *m, int n, double *lo, double *hi)
@@ -176,17 +188,11 @@ test_below_capacity_never_refuses(void **state)
 
 	(void)state;
 	for (uint64_t seed = 1; seed <= 20; seed++) {
-		memset(&m, 0, sizeof(m));
-		m.rng = seed;
-		m.noise_pct = 10;
-		model_open(&m, 32, 24, 2, 128);
+		model_open_noisy(&m, seed, 10, 32, 24, 2, 128);
 		assert_int_equal(m.st.limit16, 128 * 16);
 		run(&m, 3000, &lo, &hi);
 		assert_true(lo >= 24);
-		memset(&m, 0, sizeof(m));
-		m.rng = seed;
-		m.noise_pct = 20;
-		model_open(&m, 32, 24, 2, 128);
+		model_open_noisy(&m, seed, 20, 32, 24, 2, 128);
 		run(&m, 3000, &lo, &hi);
 		assert_true(lo >= 24);
 	}
@@ -574,10 +580,7 @@ test_a_capacity_drop_to_a_few_permits_does_not_ratchet(void **state)
 
 	(void)state;
 	for (uint64_t seed = 1; seed <= 20; seed++) {
-		memset(&m, 0, sizeof(m));
-		m.rng = seed;
-		m.noise_pct = 10;
-		model_open(&m, 8, 24, 1, 64);
+		model_open_noisy(&m, seed, 10, 8, 24, 1, 64);
 		m.whole = true;
 		run(&m, 40, &lo, &hi);
 		m.cap = 2;
