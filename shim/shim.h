@@ -1516,15 +1516,6 @@ int fdt_high(void);
  * published. Inline: every counted connect reads and clears one. */
 extern _Atomic uint64_t *fdt_fresh BS_HIDDEN;
 void fdt_mark_fresh(int fd);
-static inline void
-fdt_clear_fresh(int fd)
-{
-	uint64_t m = 1ULL << (fd % 64);
-
-	if (fdt_valid(fd) && fdt_fresh != NULL &&
-	    (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) & m))
-		atomic_fetch_and(&fdt_fresh[fd / 64], ~m);
-}
 /* True if fd, which fdt_valid passed, is marked fresh: a stream socket
  * from socket(), as far as this process knows. (The marks are mapped
  * before the table's size is published.) */
@@ -1541,6 +1532,13 @@ fdt_clear_fresh_valid(int fd)
 
 	if (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) & m)
 		atomic_fetch_and(&fdt_fresh[fd / 64], ~m);
+}
+/* Clears fd's fresh mark, if it fits in the table and has one. */
+static inline void
+fdt_clear_fresh(int fd)
+{
+	if (fdt_valid(fd) && fdt_fresh != NULL)
+		fdt_clear_fresh_valid(fd);
 }
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
