@@ -50,6 +50,26 @@ static inline uint32_t key_hash(const void *key, size_t n)
 #include <uthash.h>
 
 #define LEARN_SLOTS	(2 * BS_LEARNED_MAX)	/* power of two, half full at most */
+/* An entry of a memo (below): MEMO_SET, the compartment + 1 (0: none) in
+ * bits 48..58, the port and the address in network order below. */
+#define V4MEMO_BITS	8
+#define V4MEMO		(1u << V4MEMO_BITS)
+#define MEMO_SET	(1ULL << 63)
+#define MEMO_KEY	((1ULL << 48) - 1)
+_Static_assert(BS_MAX_COMPARTMENTS < (1 << 11), "a compartment fits a memo entry");
+
+/* Entries direct-mapped by address and port. A learned address can change
+ * answers, so match_learn puts a new, empty memo in place of the old one,
+ * which stays allocated until match_free: a lookup that began before the
+ * learn may still write into it, and nobody reads it. */
+struct memo {
+	struct memo *older;	/* in matcher.retired */
+	bool frozen;		/* memo_off: never written */
+	_Atomic uint64_t e[V4MEMO];
+};
+
+/* The memo of a matcher that could not allocate a new one: all misses. */
+static struct memo memo_off = { .frozen = true };
 
 /* One port range of a site; a site's ranges are sorted narrowest first. */
 struct mrange {
@@ -130,6 +150,11 @@ struct matcher {
 	struct name_site *name_store;
 	char *names;
 	struct learned *learned;
+	/* The answers of recent IPv4 lookups (v4_find_memo). A service
+	 * connects to the same few destinations again and again; each is a
+	 * load and a compare here after its first connect. */
+	struct memo *_Atomic memo;
+	struct memo *_Atomic retired;	/* memos replaced, freed with the matcher */
 };
 
 /* The lower case of an ASCII letter, any other c unchanged. Locale-free:
@@ -446,12 +471,14 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	if (m == NULL)
 		goto oom;
 	m->learned = calloc(1, sizeof(*m->learned));
+	atomic_init(&m->memo, calloc(1, sizeof(struct memo)));
 	m->ranges = calloc(n + 1, sizeof(*m->ranges));
 	m->ip_store = calloc(nip + 1, sizeof(*m->ip_store));
 	m->name_store = calloc(nname + 1, sizeof(*m->name_store));
 	m->names = malloc(names_len + 1);
 	order = malloc((n + 1) * sizeof(*order));
-	if (!m->learned || !m->ranges || !m->ip_store || !m->name_store || !m->names || !order)
+	if (!m->learned || !atomic_load(&m->memo) || !m->ranges || !m->ip_store ||
+	    !m->name_store || !m->names || !order)
 		goto oom;
 
 	for (int p = 0; p <= 128; p++) {
@@ -505,6 +532,12 @@ void match_free(struct matcher *m)
 	free(m->name_store);
 	free(m->names);
 	free(m->learned);
+	if (atomic_load(&m->memo) != &memo_off)
+		free(atomic_load(&m->memo));
+	for (struct memo *o = atomic_load(&m->retired), *next; o != NULL; o = next) {
+		next = o->older;
+		free(o);
+	}
 	free(m->v4lens);
 	free(m->v4tab);
 	free(m->v4exact);
@@ -702,48 +735,88 @@ size_t match_unix_key(const struct sockaddr *sa, socklen_t len, char key[BS_UNIX
 	return n;
 }
 
+/* The answer for IPv4 address and port `key` (sa), written into its entry
+ * of memo mm (loaded before anything learned was read). */
+static __attribute__((noinline)) int v4_find_memo(const struct matcher *m,
+    const struct sockaddr *sa, struct memo *mm, _Atomic uint64_t *memo, uint64_t key)
+{
+	const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+	const struct v4site *exact = v4_find(m, in->sin_addr.s_addr);
+	int c = -1;
+
+	/* An exact rule for the address and port, with nothing learned
+	 * (which could be narrower), decides before the 16-byte key is made. */
+	if (exact != NULL && atomic_load_explicit(&m->learned->count, memory_order_acquire) == 0) {
+		unsigned width;
+
+		c = site_range(m, exact->first, exact->count, ntohs(in->sin_port), &width);
+	}
+	if (c < 0) {
+		uint8_t addr[16];
+		uint16_t port;
+
+		if (match_inet_key(sa, sizeof(struct sockaddr_in), addr, &port) < 0)
+			return -1;
+		c = find_ip(m, addr, port, exact, true);
+	}
+	if (!mm->frozen)
+		atomic_store_explicit(memo, MEMO_SET | (uint64_t)(c + 1) << 48 | key,
+		    memory_order_relaxed);
+	return c;
+}
+
+/* The compartment of the rule naming unix socket sa, or -1. */
+static __attribute__((noinline)) int unix_find(const struct matcher *m,
+    const struct sockaddr *sa, socklen_t len)
+{
+	char key[BS_UNIX_PATH_MAX + 1];
+	const struct name_site *s;
+	size_t n = match_unix_key(sa, len, key);
+
+	if (n == 0)
+		return -1;
+	HASH_FIND(hh, m->unix_sites, key, n, s);
+	return s != NULL ? m->ranges[s->first].comp : -1;
+}
+
+/* The compartment of the most specific rule matching inet address sa
+ * (IPv6, or IPv4 through v4_find_memo), or -1. */
+static __attribute__((noinline)) int inet_find(const struct matcher *m,
+    const struct sockaddr *sa, socklen_t len)
+{
+	uint8_t addr[16];
+	uint16_t port;
+
+	if (match_inet_key(sa, len, addr, &port) < 0)
+		return -1;
+	return find_ip(m, addr, port, NULL, false);
+}
+
 /* The compartment of the most specific rule matching sa, or -1 (also for a
  * NULL matcher or address and a length too short for the family).
  * Lock-free, allocation-free and async-signal-safe. */
 int match_find(const struct matcher *m, const struct sockaddr *sa, socklen_t len)
 {
-	const struct v4site *exact = NULL;
-	bool looked = false;
-	uint8_t addr[16];
-	uint16_t port;
-
-	if (m == NULL || sa == NULL || len < (socklen_t)sizeof(sa_family_t))
+	if (m == NULL || sa == NULL)
 		return -1;
-	if (sa->sa_family == AF_UNIX) {
-		char key[BS_UNIX_PATH_MAX + 1];
-		const struct name_site *s;
-		size_t n = match_unix_key(sa, len, key);
-
-		if (n == 0)
-			return -1;
-		HASH_FIND(hh, m->unix_sites, key, n, s);
-		return s != NULL ? m->ranges[s->first].comp : -1;
-	}
-	/* IPv4: an exact rule for the address and port, with nothing
-	 * learned (which could be narrower), decides before the 16-byte key
-	 * is made. */
-	if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+	if (len >= (socklen_t)sizeof(struct sockaddr_in) && sa->sa_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+		uint64_t key = (uint64_t)in->sin_port << 32 | in->sin_addr.s_addr;
+		/* Acquire: what was learned before this memo was put in place. */
+		struct memo *mm = atomic_load_explicit(&m->memo, memory_order_acquire);
+		_Atomic uint64_t *memo = &mm->e[v4_slot(in->sin_addr.s_addr ^
+		    in->sin_port * 0x10001u, V4MEMO_BITS)];
+		uint64_t e = atomic_load_explicit(memo, memory_order_relaxed);
 
-		exact = v4_find(m, in->sin_addr.s_addr);
-		looked = true;
-		if (exact != NULL &&
-		    atomic_load_explicit(&m->learned->count, memory_order_acquire) == 0) {
-			unsigned width;
-			int c = site_range(m, exact->first, exact->count, ntohs(in->sin_port), &width);
-
-			if (c >= 0)
-				return c;
-		}
+		if ((e & (MEMO_SET | MEMO_KEY)) == (MEMO_SET | key))
+			return (int)(e >> 48 & 0x7ff) - 1;
+		return v4_find_memo(m, sa, mm, memo, key);
 	}
-	if (match_inet_key(sa, len, addr, &port) < 0)
+	if (len < (socklen_t)sizeof(sa_family_t))
 		return -1;
-	return find_ip(m, addr, port, exact, looked);
+	if (sa->sa_family == AF_UNIX)
+		return unix_find(m, sa, len);
+	return inet_find(m, sa, len);
 }
 
 /* Copies host in lower case without one trailing dot; returns its length,
@@ -836,6 +909,22 @@ static int learned_add(struct learned *l, const uint8_t addr[16], const struct m
 	return 0;
 }
 
+/* Puts an empty memo in place of m's, after a learned address was
+ * published: a lookup that loads the new memo sees the address (the
+ * exchanges of concurrent learners form one release sequence). Without the
+ * memory for one, lookups go without (memo_off) until the next learn. */
+static void memo_renew(struct matcher *m)
+{
+	struct memo *mm = calloc(1, sizeof(*mm)), *old;
+
+	old = atomic_exchange(&m->memo, mm != NULL ? mm : &memo_off);
+	if (old == &memo_off)
+		return;
+	old->older = atomic_load(&m->retired);
+	while (!atomic_compare_exchange_weak(&m->retired, &old->older, old))
+		;
+}
+
 /* Records that host resolved to sa (AF_INET or AF_INET6; its port is not
  * used): sa then matches with the port range of every RULE_HOST rule that
  * names host, ranking as an exact /128 rule. Safe against concurrent
@@ -846,6 +935,7 @@ static int learned_add(struct learned *l, const uint8_t addr[16], const struct m
 int match_learn(struct matcher *m, const char *host, const struct sockaddr *sa)
 {
 	const struct name_site *s = find_host(m, host);
+	bool added = false;
 	uint8_t addr[16];
 	uint16_t port;
 	socklen_t len;
@@ -862,6 +952,9 @@ int match_learn(struct matcher *m, const char *host, const struct sockaddr *sa)
 			continue;
 		if (learned_add(m->learned, addr, r) < 0)
 			return -ENOSPC;
+		added = true;
 	}
+	if (added)
+		memo_renew(m);
 	return m->ranges[s->first].comp;
 }

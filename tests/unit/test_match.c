@@ -993,6 +993,104 @@ static void concurrent_learners_all_get_published(void **state)
 	match_free(m);
 }
 
+/* ---- the memo of IPv4 answers ---- */
+
+/* Each IPv4 answer, asked twice (the second time from the memo, or after a
+ * colliding destination took its entry), is the one of the lookup without
+ * the memo. */
+static void memo_answers_as_the_full_lookup(void **state)
+{
+	static const char *const t[] = { "10.0.0.0/8", "10.1.0.0/16:443", "10.1.2.3:80",
+		"10.1.2.3:8000-8100", "192.0.2.0/24:1-1024", "::ffff:10.2.0.0/112" };
+	static const int c[] = { 0, 1, 2, 3, 4, 5 };
+	struct matcher *m = BUILD(t, c);
+	uint32_t x = 12345, seen[7] = { 0 };
+
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		x = 12345;
+		for (int i = 0; i < 20000; i++) {
+			static const uint32_t nets[] = { 0x0a010203u, 0x0a010000u, 0x0a020000u,
+				0xc0000200u, 0x0b000000u };
+			static const uint16_t ports[] = { 80, 443, 8050, 1024, 1025, 22 };
+			struct sockaddr_in in = { .sin_family = AF_INET };
+			int want, got;
+
+			x = x * 1103515245u + 12345u;
+			in.sin_addr.s_addr = htonl(nets[(x >> 8) % 5] | ((x >> 12) & 3));
+			in.sin_port = htons(ports[(x >> 16) % 6]);
+			want = inet_find(m, (const struct sockaddr *)&in, sizeof(in));
+			got = match_find(m, (const struct sockaddr *)&in, sizeof(in));
+			if (got != want)
+				fail_msg("round %d: %08x:%u gave %d, not %d", round,
+				    ntohl(in.sin_addr.s_addr), ntohs(in.sin_port), got, want);
+			seen[want + 1]++;
+		}
+	}
+	/* Every compartment, and no compartment, was an answer. */
+	for (int i = 0; i < 7; i++)
+		assert_true(seen[i] > 0);
+	match_free(m);
+}
+
+struct asker {
+	struct matcher *m;
+	_Atomic uint32_t learned;	/* addresses learned so far */
+	_Atomic bool stop;
+	_Atomic uint32_t wrong;
+};
+
+/* Asks for the addresses around the one learned last, again and again:
+ * once an address was learned, it must answer with the host rule. */
+static void *ask_while_learning(void *arg)
+{
+	struct asker *a = arg;
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons(443) };
+
+	for (uint32_t n = 0; !atomic_load(&a->stop) && n < 20000000; n++) {
+		uint32_t done = atomic_load(&a->learned);
+		/* The one learned last, or the one being learned. */
+		uint32_t i = (n & 1) || done == 0 ? done : done - 1;
+		int got;
+
+		in.sin_addr.s_addr = htonl(0x0a000000u + i);
+		got = match_find(a->m, (const struct sockaddr *)&in, sizeof(in));
+		if (i < done ? got != 1 : got != 0 && got != 1)
+			atomic_fetch_add(&a->wrong, 1);
+	}
+	return NULL;
+}
+
+/* Threads that memoize an address's answer while another thread learns it
+ * do not keep the old answer once match_learn has returned. */
+static void memo_forgets_what_learning_changes(void **state)
+{
+	static const char *const t[] = { "db.internal:443", "10.0.0.0/8" };
+	static const int c[] = { 1, 0 };
+	struct matcher *m = BUILD(t, c);
+	struct asker a = { .m = m };
+	pthread_t th[2];
+
+	(void)state;
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, ask_while_learning, &a), 0);
+	for (uint32_t i = 0; i < BS_LEARNED_MAX; i++) {
+		struct sockaddr_in in = { .sin_family = AF_INET };
+
+		in.sin_addr.s_addr = htonl(0x0a000000u + i);
+		assert_int_equal(match_learn(m, "db.internal", (struct sockaddr *)&in), 1);
+		atomic_store(&a.learned, i + 1);
+		/* After learning: the learned answer, memoized or not. */
+		assert_int_equal(find4(m, inet_ntoa(in.sin_addr), 443), 1);
+		assert_int_equal(find4(m, inet_ntoa(in.sin_addr), 80), 0);
+	}
+	atomic_store(&a.stop, true);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+	assert_int_equal(atomic_load(&a.wrong), 0);
+	match_free(m);
+}
+
 /* ---- bad input ---- */
 
 static void find_tolerates_null_and_short_lengths(void **state)
@@ -1165,6 +1263,8 @@ int main(void)
 		cmocka_unit_test(learning_fails_with_enospc_when_full),
 		cmocka_unit_test(concurrent_learners_all_get_published),
 		cmocka_unit_test(find_tolerates_null_and_short_lengths),
+		cmocka_unit_test(memo_answers_as_the_full_lookup),
+		cmocka_unit_test(memo_forgets_what_learning_changes),
 		cmocka_unit_test(format_ipv4),
 		cmocka_unit_test(format_ipv6_and_mapped),
 		cmocka_unit_test(format_unix_path_and_abstract),
