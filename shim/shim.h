@@ -1107,20 +1107,20 @@ tally_take_inflight_own(struct seg *s, uint32_t slot, uint64_t m0, struct seg_co
 
 /* A give's fast path (tally.c's give_loop starts with it): the tally's tag
  * is the slot's own take, so the slot holds the permit and nobody needs a
- * reflection. True if it gave (the caller wakes waiters), false if not
- * that case (nothing done). */
-static inline __attribute__((always_inline)) bool
+ * reflection. The tally's new value if it gave (never 0: the caller wakes
+ * waiters), 0 if not that case (nothing done). */
+static inline __attribute__((always_inline)) uint64_t
 tally_give_own(struct seg *s, uint32_t slot, uint32_t gen, _Atomic uint32_t *count)
 {
 	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
 	uint32_t who = tag_who(slot, gen), tag, cur;
-	uint64_t w = atomic_load(t);
+	uint64_t w = atomic_load(t), nw;
 
 	tag = (uint32_t)(w >> 32);
 	cur = (uint32_t)w;
+	nw = (uint64_t)(who | TAG_GIVE | stamp_own(s, tag)) << 32 | (cur - 1);
 	return __builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
-	    atomic_compare_exchange_strong(t, &w, (uint64_t)(who | TAG_GIVE |
-	    stamp_own(s, tag)) << 32 | (cur - 1));
+	    atomic_compare_exchange_strong(t, &w, nw) ? nw : 0;
 }
 
 static inline __attribute__((always_inline)) bool

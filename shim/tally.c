@@ -458,65 +458,66 @@ tally_undo(_Atomic uint32_t *count, uint64_t w)
 
 /* Gives back permit kind p of slot, counted in count of compartment c, if
  * the slot holds it: one tagged compare-and-swap, then a waiter of c wakes.
- * True if it did. give_at is its fast path inline (the slot's own take is
- * the tag: nobody to reflect), give_loop the whole of it. */
-static inline __attribute__((always_inline)) bool
+ * The tally's new value if it did (never 0), else 0. give_at is its fast
+ * path inline (the slot's own take is the tag: nobody to reflect),
+ * give_loop the whole of it. */
+static inline __attribute__((always_inline)) uint64_t
 give_loop(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	uint32_t who = tag_who(slot, gen), tag, stamp, cur;
 	_Atomic uint64_t *t;
-	uint64_t w, m;
+	uint64_t w, m, nw;
 
 	if (count == NULL)
-		return false;
+		return 0;
 	t = tally(count);
 	w = atomic_load(t);
 	for (;;) {
 		/* A count of 0 has no holder (a release looks at every kind). */
 		if ((uint32_t)w == 0)
-			return false;
+			return 0;
 		tag = (uint32_t)(w >> 32);
 		if (tag_names(s, tag, who)) {
 			if (tag_give(tag))
-				return false;
+				return 0;
 			stamp = stamp_own(s, tag);
 		} else {
 			m = atomic_load(&sl->mark);
 			if (MARK_GEN(m) != gen || (m & MARK_RELEASED) || !(m & MARK_HELD(p)))
-				return false;
+				return 0;
 			if (tag != 0)
 				reflect(s, t, w, p);
 			stamp = stamp_new(s, m);
 		}
 		cur = (uint32_t)w;
-		if (atomic_compare_exchange_weak(t, &w, (uint64_t)(who | TAG_GIVE | stamp) << 32 |
-		    (cur > 0 ? cur - 1 : 0)))
+		nw = (uint64_t)(who | TAG_GIVE | stamp) << 32 | (cur > 0 ? cur - 1 : 0);
+		if (atomic_compare_exchange_weak(t, &w, nw))
 			break;
 	}
 	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
 		futex_wake(count);
 	if (p == P_LENT)
 		pool_wake(count);
-	return true;
+	return nw;
 }
 
-static __attribute__((noinline)) bool
+static __attribute__((noinline)) uint64_t
 give_slow_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	return give_loop(s, slot, gen, P_INFLIGHT, c, count);
 }
 
-static __attribute__((noinline)) bool
+static __attribute__((noinline)) uint64_t
 give_slow_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	return give_loop(s, slot, gen, P_CONN, c, count);
 }
 
-static __attribute__((noinline)) bool
+static __attribute__((noinline)) uint64_t
 give_slow(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
@@ -524,27 +525,32 @@ give_slow(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 }
 
 /* give_loop's fast path: the tally's tag is the slot's own take (nobody to
- * reflect). True if it gave; false if not that case (nothing done). */
-static inline __attribute__((always_inline)) bool
+ * reflect). The tally's new value if it gave; 0 if not that case (nothing
+ * done). */
+static inline __attribute__((always_inline)) uint64_t
 give_own(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
-	if (!tally_give_own(s, slot, gen, count))
-		return false;
+	uint64_t nw = tally_give_own(s, slot, gen, count);
+
+	if (nw == 0)
+		return 0;
 	if ((p == P_CONN || p == P_INFLIGHT) && c != NULL && atomic_load(&c->waiting) > 0)
 		futex_wake(count);
 	if (p == P_LENT)
 		pool_wake(count);
-	return true;
+	return nw;
 }
 
 /* give_own inline, the rest out of line. */
-static inline __attribute__((always_inline)) bool
+static inline __attribute__((always_inline)) uint64_t
 give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
-	if (count != NULL && give_own(s, slot, gen, p, c, count))
-		return true;
+	uint64_t nw;
+
+	if (count != NULL && (nw = give_own(s, slot, gen, p, c, count)) != 0)
+		return nw;
 	if (p == P_INFLIGHT)
 		return give_slow_inflight(s, slot, gen, c, count);
 	if (p == P_CONN)
@@ -558,7 +564,7 @@ give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 	struct seg_slot *sl = &s->slots[slot];
 	struct seg_comp *c = seg_slot_comp(s, sl);
 
-	return give_at(s, slot, gen, p, c, count_in(s, c, sl, p, NULL));
+	return give_at(s, slot, gen, p, c, count_in(s, c, sl, p, NULL)) != 0;
 }
 
 bool
@@ -572,7 +578,7 @@ tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
 bool
 tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
 {
-	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight);
+	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight) != 0;
 }
 
 void
@@ -586,21 +592,35 @@ static __attribute__((noinline)) uint64_t
 give_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
-	return give_loop(s, slot, gen, p, c, count) ? MARK_HELD(p) : 0;
+	return give_loop(s, slot, gen, p, c, count) != 0 ? MARK_HELD(p) : 0;
 }
 
-/* The same, one load when nobody holds the kind. A borrowed permit (P_LENT)
- * is given back by the slot whose take its tally's tag names, unless
- * another borrower came since: give_at's fast path, inline. */
+/* The same, one load when nobody holds the kind. (A borrowed permit,
+ * P_LENT, is given back by tally_release itself: give_at's fast path
+ * inline, as the slot whose take its tally's tag names is most often the
+ * one to give it.) */
 static inline __attribute__((always_inline)) uint64_t
 release_kind(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
     _Atomic uint32_t *count)
 {
 	if (count == NULL || atomic_load_explicit(count, memory_order_relaxed) == 0)
 		return 0;
-	if (p == P_LENT)
-		return give_at(s, slot, gen, p, c, count) ? MARK_HELD(p) : 0;
 	return give_kind(s, slot, gen, p, c, count);
+}
+
+/*
+ * Clears the tag of tally count if the count still reads w, the give of a
+ * slot now released: its mark says it holds nothing, so the tag announces
+ * nothing, and the next taker need not reflect it. w cannot come back once
+ * moved (that slot gives nothing more). A tag of 0 is never reflected, so a
+ * taker that read the count with tag 0 before other operations and finds it
+ * so again after them (ABA) has missed no announcement: what it read is
+ * what the count is.
+ */
+static inline __attribute__((always_inline)) void
+untag(_Atomic uint32_t *count, uint64_t w)
+{
+	atomic_compare_exchange_strong(tally(count), &w, (uint32_t)w);
 }
 
 uint64_t
@@ -610,7 +630,7 @@ tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
 	struct seg_slot *sl = &s->slots[slot];
 	_Atomic uint32_t *cls = c != NULL ? count_in(s, c, sl, P_CLASS, NULL) : NULL;
 	_Atomic uint32_t *lent = c != NULL && pool != NULL ? &pool->lent : NULL;
-	uint64_t had = 0;
+	uint64_t had = 0, conn = 0, lw = 0, w;
 
 	for (;;) {
 		uint64_t m = atomic_load(&sl->mark);
@@ -622,14 +642,20 @@ tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
 		 * permits than its guarantee holds. A give finds for itself
 		 * whether the slot holds the kind. */
 		if (c != NULL) {
-			had |= release_kind(s, slot, gen, P_LENT, c, lent);
+			if (lent != NULL && atomic_load_explicit(lent, memory_order_relaxed) != 0 &&
+			    (w = give_at(s, slot, gen, P_LENT, c, lent)) != 0) {
+				had |= MARK_HELD(P_LENT);
+				lw = w;
+			}
 			had |= release_kind(s, slot, gen, P_CLENT, c, &c->cls_lent);
 			had |= release_kind(s, slot, gen, P_INFLIGHT_OVER, c, &c->inflight_over);
 			had |= release_kind(s, slot, gen, P_INFLIGHT, c, &c->inflight);
 			had |= release_kind(s, slot, gen, P_OVER, c, &c->over);
 			had |= release_kind(s, slot, gen, P_CLASS, c, cls);
-			if (give_at(s, slot, gen, P_CONN, c, &c->in_use))
+			if ((w = give_at(s, slot, gen, P_CONN, c, &c->in_use)) != 0) {
 				had |= MARK_HELD(P_CONN);
+				conn = w;
+			}
 		}
 		/* Nothing is held now, unless a take of the slot's own lands
 		 * after its give here (it will see MARK_RELEASED and undo
@@ -637,8 +663,13 @@ tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
 		 * the mark since we read it: then we look again. */
 		if (atomic_compare_exchange_strong(&sl->mark, &m,
 		    seq_next((m & ~MARK_HELD_ALL) | MARK_RELEASED)))
-			return had;
+			break;
 	}
+	if (conn != 0)
+		untag(&c->in_use, conn);
+	if (lw != 0)
+		untag(lent, lw);
+	return had;
 }
 
 void

@@ -402,6 +402,46 @@ test_a_take_is_whole_at_its_compare_and_swap(void **state)
 }
 
 /*
+ * A release clears the tag its own give left (tally.c's untag): the next
+ * taker has nothing to reflect. The give happened, and the mark says the
+ * slot holds nothing, so the tag announced nothing more.
+ */
+static void
+test_a_release_leaves_no_tag_to_reflect(void **state)
+{
+	struct seg *s = attach();
+	struct seg_comp *c = &s->comp[0];
+	_Atomic uint64_t *t = tally_word(&c->in_use);
+	uint32_t b, d, gb, gd, seen;
+
+	(void)state;
+	b = fresh_slot(s, 41, &gb);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(atomic_load(t) >> 32 & s->tag_imask, b + 1);
+	seg_drop(s, b);
+	assert_int_equal(atomic_load(t), 0);
+	/* Released on another slot's take: b's give reflects d's take into
+	 * d's mark first, and b's tag goes after the release. */
+	b = fresh_slot(s, 42, &gb);
+	d = fresh_slot(s, 43, &gd);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TALLY_TAKEN);
+	seg_drop(s, b);
+	assert_int_equal(atomic_load(t), 1);
+	assert_true(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
+	assert_true(tally_held(s, d, gd, P_CONN));
+	/* The limit still counts d: one more, not two. */
+	b = fresh_slot(s, 44, &gb);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(acq(s, 0, 45, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
+	seg_drop(s, b);
+	seg_drop(s, d);
+	assert_int_equal(atomic_load(t), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
+/*
  * A take that lands after its slot's release (its thread read the mark
  * before the release, as when another thread closes the same socket, and
  * was killed before its check after the compare-and-swap): counted once
@@ -633,6 +673,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_a_take_landing_after_the_release_is_undone, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_two_threads_of_one_slot_race_exactly, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_a_release_leaves_no_tag_to_reflect, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_kills_at_random_instants_leak_nothing, setup,
 		    teardown),
