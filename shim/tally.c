@@ -50,6 +50,11 @@
  * that runs when its process is found dead or has exec'd (tally_sweep).
  * Every taker reflects before comparing the count with the limit, so
  * such a take never makes anyone else refused.
+ *
+ * Once its release is marked, the slot's gives have nothing left to
+ * announce: the release sets the tag of each tally it gave to (connection
+ * and pool) to 0 if the tally still holds the value its give wrote
+ * (untag). The next taker then finds no one to reflect.
  */
 
 /* A tag: bit 31 the give flag, bits 27..30 four bits of the slot's
