@@ -1118,9 +1118,10 @@ tally_give_own(struct seg *s, uint32_t slot, uint32_t gen, _Atomic uint32_t *cou
 
 	tag = (uint32_t)(w >> 32);
 	cur = (uint32_t)w;
+	if (!__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1))
+		return 0;
 	nw = (uint64_t)(who | TAG_GIVE | stamp_own(s, tag)) << 32 | (cur - 1);
-	return __builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1) &&
-	    atomic_compare_exchange_strong(t, &w, nw) ? nw : 0;
+	return atomic_compare_exchange_strong(t, &w, nw) ? nw : 0;
 }
 
 static inline __attribute__((always_inline)) bool
