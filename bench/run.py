@@ -844,8 +844,7 @@ class Bench:
                 if line.startswith("model name"):
                     cpu = line.split(":", 1)[1].strip()
                     break
-        rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                             capture_output=True, text=True).stdout.strip() or "unknown"
+        rev = tree_rev() or "unknown"
         sc = self.sys_ns
         head = ["# bulkshim benchmarks", "",
                 "Written by `%s` (bench/run.py); regenerate rather than edit." % command, "",
@@ -909,8 +908,7 @@ class Bench:
         sys_cost = getpid * sc["getpid_ns"] + fstat * sc["fstat_ns"] + gso * sc["getsockopt_ns"]
         mf = excl_ir(st, "match_find") / n_st
         sa, ha, noise, pp_added = self.proxy_added
-        rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                             capture_output=True, text=True).stdout.strip() or "this tree"
+        rev = tree_rev() or "this tree"
         L = ["## Notes: why targets miss, and what would close the gaps", "",
              "Read from this run's figures and profiles (tree %s)." % rev, "",
              "- **Descriptors the shim does not count** pay %+.0f Ir per send and %+.0f per "
@@ -1274,6 +1272,18 @@ def connect_step(fn):
 def top_exclusive(ann, n):
     rows = sorted(ann["rows"], key=lambda r: -r[0][0])[:n]
     return [(nums[0], fn_name(fn)) for nums, fn in rows]
+
+
+def tree_rev():
+    """The commit measured, -dirty if a tracked file other than the results this
+    bench writes differs from it ("" outside git)."""
+    rev = subprocess.run(["git", "-C", ROOT, "describe", "--always"],
+                         capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no",
+                              "--", ".", ":(exclude)bench/results.md",
+                              ":(exclude)bench/results-kernel.md"],
+                             capture_output=True, text=True).stdout.strip()
+    return rev + "-dirty" if rev and changed else rev
 
 
 def main():
