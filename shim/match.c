@@ -57,6 +57,8 @@ static inline uint32_t key_hash(const void *key, size_t n)
 #define MEMO_SET	(1ULL << 63)
 #define MEMO_KEY	((1ULL << 48) - 1)
 _Static_assert(BS_MAX_COMPARTMENTS < (1 << 11), "a compartment fits a memo entry");
+#define UMEMO_BITS	4
+#define UMEMO		(1u << UMEMO_BITS)
 
 /* Entries direct-mapped by address and port. A learned address can change
  * answers, so match_learn puts a new, empty memo in place of the old one,
@@ -155,6 +157,9 @@ struct matcher {
 	 * load and a compare here after its first connect. */
 	struct memo *_Atomic memo;
 	struct memo *_Atomic retired;	/* memos replaced, freed with the matcher */
+	/* The unix path sites found last, UMEMO of them by path (unix_find):
+	 * no learning changes them, so they stay right for the matcher's life. */
+	const struct name_site *_Atomic *umemo;
 };
 
 /* The lower case of an ASCII letter, any other c unchanged. Locale-free:
@@ -472,12 +477,13 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 		goto oom;
 	m->learned = calloc(1, sizeof(*m->learned));
 	atomic_init(&m->memo, calloc(1, sizeof(struct memo)));
+	m->umemo = calloc(UMEMO, sizeof(*m->umemo));
 	m->ranges = calloc(n + 1, sizeof(*m->ranges));
 	m->ip_store = calloc(nip + 1, sizeof(*m->ip_store));
 	m->name_store = calloc(nname + 1, sizeof(*m->name_store));
 	m->names = malloc(names_len + 1);
 	order = malloc((n + 1) * sizeof(*order));
-	if (!m->learned || !atomic_load(&m->memo) || !m->ranges || !m->ip_store ||
+	if (!m->learned || !atomic_load(&m->memo) || !m->umemo || !m->ranges || !m->ip_store ||
 	    !m->name_store || !m->names || !order)
 		goto oom;
 
@@ -532,6 +538,7 @@ void match_free(struct matcher *m)
 	free(m->name_store);
 	free(m->names);
 	free(m->learned);
+	free(m->umemo);
 	if (atomic_load(&m->memo) != &memo_off)
 		free(atomic_load(&m->memo));
 	for (struct memo *o = atomic_load(&m->retired), *next; o != NULL; o = next) {
@@ -765,9 +772,20 @@ static __attribute__((noinline)) int v4_find_memo(const struct matcher *m,
 	return c;
 }
 
-/* The compartment of the rule naming unix socket sa, or -1. */
-static __attribute__((noinline)) int unix_find(const struct matcher *m,
-    const struct sockaddr *sa, socklen_t len)
+/* The memo entry of a unix path of n bytes (n > 0): by its length and two
+ * of its bytes, the last ones being where paths of one directory differ. */
+static inline uint32_t umemo_slot(const char *path, size_t n)
+{
+	uint32_t h = (uint32_t)n * 0x9e3779b1u ^ (unsigned char)path[n - 1] ^
+	    (uint32_t)(unsigned char)path[n / 2] << 8;
+
+	return (h * 0x85ebca6bu) >> (32 - UMEMO_BITS);
+}
+
+/* The compartment of the rule naming unix socket sa, from the table, and
+ * noted in memo (NULL: not a path name). */
+static __attribute__((noinline)) int unix_find_table(const struct matcher *m,
+    const struct sockaddr *sa, socklen_t len, const struct name_site *_Atomic *memo)
 {
 	char key[BS_UNIX_PATH_MAX + 1];
 	const struct name_site *s;
@@ -776,7 +794,32 @@ static __attribute__((noinline)) int unix_find(const struct matcher *m,
 	if (n == 0)
 		return -1;
 	HASH_FIND(hh, m->unix_sites, key, n, s);
-	return s != NULL ? m->ranges[s->first].comp : -1;
+	if (s == NULL)
+		return -1;
+	if (memo != NULL)
+		atomic_store_explicit(memo, s, memory_order_relaxed);
+	return m->ranges[s->first].comp;
+}
+
+/* The compartment of the rule naming unix socket sa, or -1. A path name
+ * found before is compared with its site in the memo: the path's bytes
+ * once, instead of copying, hashing and comparing them in the table. */
+static inline int unix_find(const struct matcher *m, const struct sockaddr *sa, socklen_t len)
+{
+	size_t off = offsetof(struct sockaddr_un, sun_path), n;
+	const char *path = (const char *)sa + off;
+	const struct name_site *_Atomic *memo;
+	const struct name_site *s;
+
+	if (len <= off || path[0] == '\0')
+		return unix_find_table(m, sa, len, NULL);
+	n = (size_t)len - off;
+	n = strnlen(path, n < BS_UNIX_PATH_MAX ? n : BS_UNIX_PATH_MAX);
+	memo = &m->umemo[umemo_slot(path, n)];
+	s = atomic_load_explicit(memo, memory_order_relaxed);
+	if (s != NULL && s->hh.keylen == n && memcmp(s->name, path, n) == 0)
+		return m->ranges[s->first].comp;
+	return unix_find_table(m, sa, len, memo);
 }
 
 /* The compartment of the most specific rule matching inet address sa

@@ -1033,6 +1033,53 @@ static void memo_answers_as_the_full_lookup(void **state)
 	match_free(m);
 }
 
+/* Unix path names, asked again and again with each form of length, answer
+ * as the table does: from the memo (16 entries for 48 paths, so they
+ * collide), for paths that are prefixes of each other, and for paths no
+ * rule names. */
+static void memo_answers_unix_paths_as_the_table(void **state)
+{
+	static const char *const t[] = { "unix:/run/postgresql/.s.PGSQL.5432", "unix:/run/a",
+		"unix:/run/ab", "unix:/run/a/b", "unix:@abstract", "unix:/tmp/x.sock" };
+	static const int c[] = { 0, 1, 2, 3, 4, 5 };
+	struct matcher *m = BUILD(t, c);
+	char paths[48][64];
+	int hits = 0;
+
+	(void)state;
+	for (int i = 0; i < 48; i++) {
+		static const char *const base[] = { "/run/postgresql/.s.PGSQL.5432", "/run/a",
+			"/run/ab", "/run/a/b", "/tmp/x.sock", "/run/postgresql/.s.PGSQL.543" };
+
+		if (i < 6)
+			snprintf(paths[i], sizeof(paths[i]), "%s", base[i]);
+		else
+			snprintf(paths[i], sizeof(paths[i]), "%s%d", base[i % 6], i);
+	}
+	for (uint32_t x = 7, k = 0; k < 30000; k++) {
+		struct sockaddr_un un;
+		const char *p;
+		socklen_t len;
+		int want, got;
+
+		x = x * 1103515245u + 12345u;
+		p = paths[(x >> 8) % 48];
+		un = sun_of(p, &len);
+		/* With the NUL, without it, or the whole structure. */
+		if ((x >> 16) % 3 == 1)
+			len--;
+		else if ((x >> 16) % 3 == 2)
+			len = sizeof(un);
+		want = unix_find_table(m, (const struct sockaddr *)&un, len, NULL);
+		got = match_find(m, (const struct sockaddr *)&un, len);
+		if (got != want)
+			fail_msg("%s (len %u) gave %d, not %d", p, (unsigned)len, got, want);
+		hits += want >= 0;
+	}
+	assert_true(hits > 0);
+	match_free(m);
+}
+
 struct asker {
 	struct matcher *m;
 	_Atomic uint32_t learned;	/* addresses learned so far */
@@ -1265,6 +1312,7 @@ int main(void)
 		cmocka_unit_test(find_tolerates_null_and_short_lengths),
 		cmocka_unit_test(memo_answers_as_the_full_lookup),
 		cmocka_unit_test(memo_forgets_what_learning_changes),
+		cmocka_unit_test(memo_answers_unix_paths_as_the_table),
 		cmocka_unit_test(format_ipv4),
 		cmocka_unit_test(format_ipv6_and_mapped),
 		cmocka_unit_test(format_unix_path_and_abstract),
