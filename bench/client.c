@@ -5,12 +5,14 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,7 +29,7 @@
 #endif
 
 /*
- * usage: client connect  PORT BATCHES PER_BATCH
+ * usage: client connect  PORT|PATH BATCHES PER_BATCH
  *        client pingpong PORT BATCHES PER_BATCH SIZE
  *        client threads  PORT NTHREADS MS
  *        client syscalls BATCHES PER_BATCH
@@ -35,7 +37,8 @@
  * Every mode times only its loop (never start-up, where the shim loads its
  * configuration) and prints one line of key=value pairs:
  *   connect  - socket + connect + close (a reset: see bench_connect_close)
- *              to 127.0.0.1:PORT, BATCHES batches;
+ *              to 127.0.0.1:PORT, or to the unix socket PATH (one that
+ *              begins with /), BATCHES batches;
  *              min_ns is the fastest batch's time per iteration;
  *   pingpong - one connection, then SIZE bytes out and SIZE bytes back per
  *              iteration; min_ns as above, per round trip;
@@ -49,11 +52,14 @@
  * lands inside them.
  */
 
-int bench_connect_close(const struct sockaddr_in *dst);
+int bench_connect_close(const struct sockaddr *to, socklen_t len);
 ssize_t bench_send(int fd, const char *buf, size_t n);
 ssize_t bench_recv(int fd, char *buf, size_t n);
 
 static struct sockaddr_in dst;
+/* What connect mode connects to: dst, or a unix socket's path. */
+static struct sockaddr_storage target;
+static socklen_t target_len;
 static long errors;
 
 static double
@@ -71,15 +77,15 @@ now_ns(void)
  * than earlier ones whatever is preloaded. The shim does not wrap
  * setsockopt, so both sides pay the same for it. */
 __attribute__((noinline)) int
-bench_connect_close(const struct sockaddr_in *to)
+bench_connect_close(const struct sockaddr *to, socklen_t len)
 {
 	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), r;
+	int fd = socket(to->sa_family, SOCK_STREAM, 0), r;
 
 	if (fd < 0)
 		return -1;
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	r = connect(fd, (const struct sockaddr *)to, sizeof(*to));
+	r = connect(fd, to, len);
 	close(fd);
 	return r;
 }
@@ -124,7 +130,7 @@ run_connect(long batches, long per)
 		double t0 = now_ns(), t;
 
 		for (long i = 0; i < per; i++) {
-			if (bench_connect_close(&dst) < 0)
+			if (bench_connect_close((const struct sockaddr *)&target, target_len) < 0)
 				errors++;
 		}
 		t = now_ns() - t0;
@@ -185,7 +191,7 @@ connect_worker(void *arg)
 
 	while (now_ns() < w->deadline) {
 		for (int i = 0; i < 16; i++) {
-			if (bench_connect_close(&dst) < 0)
+			if (bench_connect_close((const struct sockaddr *)&dst, sizeof(dst)) < 0)
 				w->errs++;
 			else
 				w->ops++;
@@ -254,7 +260,7 @@ run_syscalls(long batches, long per)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: client connect PORT BATCHES PER_BATCH\n"
+	fprintf(stderr, "usage: client connect PORT|PATH BATCHES PER_BATCH\n"
 	    "       client pingpong PORT BATCHES PER_BATCH SIZE\n"
 	    "       client threads PORT NTHREADS MS\n"
 	    "       client syscalls BATCHES PER_BATCH\n");
@@ -276,6 +282,19 @@ main(int argc, char **argv)
 	dst.sin_family = AF_INET;
 	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	dst.sin_port = htons((uint16_t)atoi(argv[2]));
+	memcpy(&target, &dst, sizeof(dst));
+	target_len = sizeof(dst);
+	if (argv[2][0] == '/') {
+		struct sockaddr_un *un = (struct sockaddr_un *)&target;
+
+		if (strlen(argv[2]) >= sizeof(un->sun_path))
+			usage();
+		memset(&target, 0, sizeof(target));
+		un->sun_family = AF_UNIX;
+		strcpy(un->sun_path, argv[2]);
+		target_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+		    strlen(argv[2]) + 1);
+	}
 	a = atol(argv[3]);
 	b = atol(argv[4]);
 	if (a < 1 || b < 1)

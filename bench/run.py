@@ -38,6 +38,9 @@ CONN_BATCHES, CONN_PER = 20, 50     # real connect: 20 batches of 50
 STUB_BATCHES, STUB_PER = 10, 2000   # stubbed connect: 10 batches of 2000
 CG_PP, CG_CONN, CG_STUB = 2000, 500, 2000   # iterations under callgrind
 SCALE_ROUNDS = 9
+# The unix socket a stubbed connect names (nothing is created there): the
+# path PostgreSQL listens on, as a configuration for it would name it.
+UNIX_PATH = "/run/postgresql/.s.PGSQL.5432"
 PERMIT_MS = 300
 THREAD_MS = 400
 WRK_SECONDS = 2
@@ -271,6 +274,8 @@ class Bench:
         # length in use is looked up.
         self.cfg["d10000_miss"] = mk("d10000miss", [("b", many_destinations(
             10000, None, seed=99), LIMIT, None)])
+        # A unix socket's path name: its own lookup (match.c's unix_find).
+        self.cfg["unix1"] = mk("unix1", [("b", ["unix:" + UNIX_PATH], LIMIT, None)])
         for path in self.cfg.values():
             self.check_config(path)
         # The library without LTO measures the same stubbed connects, and
@@ -415,6 +420,8 @@ class Bench:
         }
         for k in ("d1", "d100", "d10000", "c64", "d10000_miss", "pool_guar", "pool_lent"):
             jobs["stub/" + k] = (["connect", 1, 1, CG_STUB], stubbed(self.cfg[k]))
+        jobs["stub/unix_none"] = (["connect", UNIX_PATH, 1, CG_STUB], self.stub_env())
+        jobs["stub/unix1"] = (["connect", UNIX_PATH, 1, CG_STUB], stubbed(self.cfg["unix1"]))
         if self.today:
             t = self.cfg_today
             jobs["connect/today"] = (["connect", cp, 1, CG_CONN],
@@ -571,15 +578,22 @@ class Bench:
                     ("c64", "64 compartments (16 destinations each)"),
                     ("d10000_miss", "10,000 destinations, connect matches none"),
                     ("pool_guar", "1 destination, compartment in a pool, within its guarantee"),
-                    ("pool_lent", "1 destination, compartment in a pool, every permit borrowed")]
+                    ("pool_lent", "1 destination, compartment in a pool, every permit borrowed"),
+                    ("unix_none", None),
+                    ("unix1", "1 unix socket path (`unix:%s`), 1 compartment" % UNIX_PATH)]
+        # The unix rows against a baseline of their own: the kernel makes a
+        # unix socket at another cost than an inet one.
+        base_of = {k: "unix_none" if k.startswith("unix") else "none" for k, _ in variants}
         res = {k: [] for k, _ in variants}
         start = {k: [] for k, _ in variants}
-        args = ["connect", 1, STUB_BATCHES, STUB_PER]
         cpu = 1 if self.ncpu > 1 else 0
         for r in range(SCALE_ROUNDS):
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for k, _ in order:
-                env = self.stub_env() if k == "none" else self.shim_env(self.cfg[k], self.stub)
+                env = (self.stub_env() if base_of[k] == k else
+                       self.shim_env(self.cfg[k], self.stub))
+                args = ["connect", UNIX_PATH if base_of[k] == "unix_none" else 1,
+                        STUB_BATCHES, STUB_PER]
                 t = time.monotonic()
                 out = self.client(args, env=env, cpu=cpu)
                 wall = time.monotonic() - t
@@ -587,7 +601,8 @@ class Bench:
                 # What the process spent outside its loop: exec, loading the
                 # configuration, attaching the segment, exit.
                 start[k].append((wall - out["mean_ns"] * out["ops"] / 1e9) * 1000)
-        ir_base = find_fn(self.cg["stub/none"]["incl"], "bench_connect_close")[0] / CG_STUB
+        ir_of = {k: find_fn(self.cg["stub/" + k]["incl"], "bench_connect_close")[0] / CG_STUB
+                 for k, _ in variants}
         md = ["## 2. Scale", "", "### Connect cost against the number of rules", "",
               "The shim's own connect path, without the handshake: the client loops "
               "socket + connect + close with `libstubconnect.so` preloaded after the shim, "
@@ -597,19 +612,23 @@ class Bench:
               "rounds of the difference to the baseline of the same round; "
               "Ir from callgrind as in 1b. The matched rule (`127.0.0.1:1`) sits among "
               "exact addresses, networks of every prefix length from /8 to /30 and port "
-              "ranges." % (SCALE_ROUNDS, STUB_BATCHES, STUB_PER), "",
+              "ranges. The unix rows connect a unix socket to a path (nothing listens "
+              "there: the connect is stubbed) that is their compartment's destination, "
+              "against a baseline of their own." % (SCALE_ROUNDS, STUB_BATCHES, STUB_PER), "",
               "| Config | ns per connect + close (min / median) | added ns | Ir | extra Ir "
               "| process start-up + exit, ms (median) |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
         self.scale_added = {}
         for k, label in variants:
-            ir = find_fn(self.cg["stub/" + k]["incl"], "bench_connect_close")[0] / CG_STUB
-            added = paired_diff(res[k], res["none"])
-            self.scale_added[k] = (added, ir - ir_base)
+            ir, b = ir_of[k], base_of[k]
+            added = paired_diff(res[k], res[b])
+            self.scale_added[k] = (added, ir - ir_of[b])
             md.append("| %s | %.0f / %.0f | %s | %.0f | %s | %.1f |" % (
-                label or "no shim (stub only)", min(res[k]), statistics.median(res[k]),
-                "%+.0f" % added if k != "none" else "", ir,
-                "%+.0f" % (ir - ir_base) if k != "none" else "", statistics.median(start[k])))
+                label or ("no shim (stub only)" if k == "none" else
+                          "no shim (stub only), to the unix socket"),
+                min(res[k]), statistics.median(res[k]),
+                "%+.0f" % added if k != b else "", ir,
+                "%+.0f" % (ir - ir_of[b]) if k != b else "", statistics.median(start[k])))
         self.startup_ms = {k: statistics.median(v) for k, v in start.items()}
         self.md.append("\n".join(md))
         a1, i1 = self.scale_added["d1"]
