@@ -27,7 +27,9 @@
  *   cuts of one run whose latency stayed where the run began (a latency
  *   risen past the tolerance over that is a new queue, the capacity
  *   dropped, and begins a new run), or
- *   AD_FLOOR_WINDOWS windows at `min` with latency still high. A queue we feed less would have
+ *   AD_FLOOR_WINDOWS windows at `min` with latency still high (a stall
+ *   window there that had replies counts by its replies, see ad_step).
+ *   A queue we feed less would have
  *   shrunk; the backend itself is slower (or the baseline had followed
  *   noise too far down).
  * - two windows in a row whose mean is above tolerance x baseline (or one
@@ -160,7 +162,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->limit16 = clamp16(p, w->conc16 * base * tol / (m * 100));
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
-		if (w->stall) {
+		if (w->stall && !(lim <= (uint64_t)p->min * 16 && w->done > 0)) {
 			/* Nothing completes, so no cut can show in the latency
 			 * and the ages are only lower bounds: neither the floor
 			 * nor the stuck rule may take them as the baseline.
@@ -172,6 +174,21 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
 		if (lim <= (uint64_t)p->min * 16) {
+			/* At the floor nothing is left to cut. A stall window
+			 * there that had replies is a backend slower than the
+			 * baseline, not a stalled one: its replies (not the
+			 * ages) are what the floor rule judges. Otherwise a
+			 * backend more than twice as slow at a low floor would
+			 * keep the limit there: its few replies per window
+			 * never close a window before ad_tick finds the one in
+			 * flight overdue. */
+			if (w->stall) {
+				m = w->done_mean_us > 0 ? w->done_mean_us : 1;
+				if (m > AD_BASE_MAX)
+					m = AD_BASE_MAX;
+				if (m * 100 <= base * tol)
+					return AD_R_NONE;
+			}
 			if (++st->floor_windows >= AD_FLOOR_WINDOWS) {
 				/* At the floor and still slow: the backend is. */
 				st->base_us = (uint32_t)m;
@@ -290,6 +307,8 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	acc = atomic_exchange(&a->acc, 0);
 	w.n = (acc >> ACC_N_SHIFT) + n;
 	w.stall = n > 0;
+	w.done = acc >> ACC_N_SHIFT;
+	w.done_mean_us = w.done > 0 ? (acc & ACC_SUM_MASK) / w.done : 0;
 	sum = (acc & ACC_SUM_MASK) + age_sum;
 	if (w.n == 0 || el == 0 || p.min == 0 || p.max < p.min)
 		return;

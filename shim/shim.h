@@ -1340,6 +1340,8 @@ struct ad_params {
 struct ad_window {
 	uint64_t n, mean_us, conc16;
 	bool stall;		/* from ad_tick: ages of requests in flight */
+	/* Of a stall window: the replies that came in it, and their mean. */
+	uint64_t done, done_mean_us;
 };
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);

@@ -152,8 +152,46 @@ def test_capacity_step_down_and_back():
         "after the drop to 2 the limit went %r (from %r)" % ([r[1] for r in down][::5], before[::10])
     up = [r for r in rows if r[0] >= t_up]
     back = next((r[0] - t_up for r in up if r[1] >= 0.7 * C), None)
+    # On failure, what the controller saw: (s, limit, in flight,
+    # baseline ms, last window's mean ms), and its state at the end.
+    seen = [(round(r[0], 2), r[1], r[2], r[3] and r[3] / 1000, r[4] and r[4] / 1000)
+            for r in rows[::10]]
     assert back is not None and back <= 10.0, \
-        "after C came back the limit went %r" % [r[1] for r in up][::5]
+        "after C came back the limit went %r; samples %r; at the end %r" % (
+            [r[1] for r in up][::5], seen,
+            harness.comp_of(harness.status_json(shim.segment), "be")["adaptive"])
+
+
+def test_a_backend_slower_at_the_floor_lets_the_limit_climb_again():
+    """C drops to 1, so the limit goes to its floor of 1; then C comes back
+    but every reply takes 3.5 x as long, past twice the tolerated latency.
+    At a limit of 1 few replies come per window, and the request in flight
+    is overdue before a window can close on them: the windows are the
+    stall check's. The replies in them still show a slower backend, so it
+    becomes the baseline and the limit climbs again (within 3 s here; it
+    sat at 1 for about 6 s before the floor counted such windows)."""
+    be = scenario.Backend(C, S)
+    shim = _shim(be)
+    p = scenario.client(shim.env(log="off"), be.port, 24, 12)
+    smp = scenario.Sampler(shim.segment, "be")
+    time.sleep(3)
+    be.set(1, S)
+    time.sleep(3)
+    floor = [r[1] for r in smp.rows if r[0] >= smp.rows[-1][0] - 1.0]
+    be.set(C, 3.5 * S)
+    t_slow = time.monotonic() - smp.t0
+    scenario.results(p, 60)
+    rows = smp.stop()
+    after = [r for r in rows if r[0] >= t_slow]
+    seen = [(round(r[0], 2), r[1], r[3] and r[3] / 1000, r[4] and r[4] / 1000)
+            for r in rows[::10]]
+    assert min(floor) <= 2, "capacity 1 did not bring the limit down: %r" % floor
+    climbed = next((r[0] - t_slow for r in after if r[1] >= 4), None)
+    assert climbed is not None and climbed <= 3.0, \
+        "the limit stayed low after the backend got slower: %r; samples %r" % (
+            [r[1] for r in after][::5], seen)
+    base = [r[3] for r in after if r[0] - t_slow >= climbed]
+    assert base and base[-1] >= 2.5 * S * 1000, "the baseline stayed at %r" % base[-1:]
 
 
 def test_set_adaptive_off_pins_and_number_pins_and_on_resumes():

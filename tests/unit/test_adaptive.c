@@ -54,7 +54,7 @@ window(struct model *m)
 	double q = m->offered < l ? m->offered : l;
 	double lat = m->service_us * (q > m->cap ? q / m->cap : 1.0) * noise(m);
 	struct ad_window w = { (uint64_t)(q * 100000.0 / lat) + 1, (uint64_t)lat,
-			       (uint64_t)(q * 16), false };
+			       (uint64_t)(q * 16), false, 0, 0 };
 
 	return ad_step(&m->p, &m->st, &w);
 }
@@ -96,7 +96,7 @@ model_open(struct model *m, double cap, double offered, uint32_t min, uint32_t m
 	m->st.limit16 = max * 16;
 	m->st.ramp = false;
 	first = (struct ad_window){ AD_FIRST_SAMPLES, (uint64_t)(m->service_us * noise(m)),
-				    (uint64_t)(offered * 16), false };
+				    (uint64_t)(offered * 16), false, 0, 0 };
 	ad_step(&m->p, &m->st, &first);
 }
 
@@ -294,7 +294,7 @@ test_idle_and_unused_limits_stay(void **state)
 {
 	struct ad_params p = { 1, 100, 120, false };
 	struct ad_state st = { .limit16 = 40 * 16, .base_us = 10000 };
-	struct ad_window none = { 0, 0, 0, false }, light = { 50, 10000, 10 * 16, false };
+	struct ad_window none = { 0, 0, 0, false, 0, 0 }, light = { 50, 10000, 10 * 16, false, 0, 0 };
 
 	(void)state;
 	assert_int_equal(ad_step(&p, &st, &none), AD_R_NONE);
@@ -308,7 +308,7 @@ test_limit_stays_within_min_and_max(void **state)
 {
 	struct ad_params p = { 3, 10, 120, false };
 	struct ad_state st = { .limit16 = 10 * 16, .base_us = 1000 };
-	struct ad_window slow = { 10, 1000000, 1 * 16, false }, fast = { 10, 500, 10 * 16, false };
+	struct ad_window slow = { 10, 1000000, 1 * 16, false, 0, 0 }, fast = { 10, 500, 10 * 16, false, 0, 0 };
 
 	(void)state;
 	for (int i = 0; i < 20; i++) {
@@ -332,13 +332,52 @@ test_observe_mode_estimates_without_spiralling(void **state)
 {
 	struct ad_params p = { 1, 64, 115, true };
 	struct ad_state st = { .limit16 = 64 * 16, .base_us = 20000 };
-	struct ad_window w = { 100, 60000, 24 * 16, false };	/* 24 in flight, 3x the latency */
+	struct ad_window w = { 100, 60000, 24 * 16, false, 0, 0 };	/* 24 in flight, 3x the latency */
 
 	(void)state;
 	for (int i = 0; i < 50; i++)
 		ad_step(&p, &st, &w);
 	assert_int_equal(st.base_us, 20000);
 	assert_true(st.limit16 >= 9 * 16 && st.limit16 <= 10 * 16);	/* 24 x 1.15 / 3 = 9.2 */
+}
+
+/* At the floor, a backend more than twice as slow as the baseline: at a
+ * limit of 1 its few replies per window never close a window before
+ * ad_tick finds the request in flight overdue, so every window is a stall
+ * window. Those with replies are judged by them: after AD_FLOOR_WINDOWS
+ * the replies' latency is the baseline and the limit ramps up again. A
+ * stall without replies at the floor keeps the limit and the baseline. */
+static void
+test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 16, .base_us = 22000 };
+	/* One request in flight aged 55 ms, one reply of 70 ms. */
+	struct ad_window w = { 2, 62500, 16, true, 1, 70000 };
+	struct ad_window hung = { 1, 55000, 16, true, 0, 0 };
+	/* An old request in flight, and a reply within the tolerance. */
+	struct ad_window calm = { 2, 40000, 16, true, 1, 22000 };
+
+	(void)state;
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(ad_step(&p, &st, &hung), AD_R_NONE);
+		assert_int_equal(st.limit16, 16);
+		assert_int_equal(st.base_us, 22000);
+	}
+	/* Replies within the tolerance at the floor: the backend is not
+	 * slower, nothing changes. */
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(ad_step(&p, &st, &calm), AD_R_NONE);
+	assert_int_equal(st.base_us, 22000);
+	for (int i = 0; i < AD_FLOOR_WINDOWS - 1; i++)
+		assert_int_equal(ad_step(&p, &st, &w), AD_R_NONE);
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_SLOWER);
+	assert_int_equal(st.base_us, 70000);
+	assert_true(st.ramp);
+	/* Replies as slow as the new baseline let the limit grow. */
+	w = (struct ad_window){ 10, 70000, 16, false, 0, 0 };
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_RAMP);
+	assert_int_equal(st.limit16, 32);
 }
 
 /* ---- the shared window, on a compartment in memory ---- */
@@ -529,7 +568,7 @@ test_latency_step_sheds_within_2s(void **state)
 		window(&m);
 	assert_true(limit_of(&m) >= 0.7 * 16 && limit_of(&m) <= 1.45 * 16);
 	for (age = 100000; limit_of(&m) > 1.3 * 4 && elapsed < 4e6; ) {
-		w = (struct ad_window){ (uint64_t)limit_of(&m), (uint64_t)age, (uint64_t)(16 * 16), true };
+		w = (struct ad_window){ (uint64_t)limit_of(&m), (uint64_t)age, (uint64_t)(16 * 16), true, 0, 0 };
 		ad_step(&m.p, &m.st, &w);
 		elapsed += age > 100000 ? age : 100000;
 		age += age > 100000 ? age : 100000;
@@ -553,8 +592,8 @@ test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue(void **state)
 	struct ad_state st = { .limit16 = 165, .base_us = 22725, .high = true, .prev16 = 20,
 			       .stuck = 1 };
 	const struct ad_window w[] = {
-		{ 40, 86422, 130, false }, { 40, 100527, 154, false },
-		{ 40, 52195, 80, false }, { 40, 54838, 84, false },
+		{ 40, 86422, 130, false, 0, 0 }, { 40, 100527, 154, false, 0, 0 },
+		{ 40, 52195, 80, false, 0, 0 }, { 40, 54838, 84, false, 0, 0 },
 	};
 
 	(void)state;
@@ -694,6 +733,7 @@ main(void)
 		cmocka_unit_test(test_latency_step_sheds_within_2s),
 		cmocka_unit_test(test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue),
 		cmocka_unit_test(test_a_capacity_drop_to_a_few_permits_does_not_ratchet),
+		cmocka_unit_test(test_a_slower_backend_at_the_floor_is_taken_as_the_baseline),
 		cmocka_unit_test(test_config_defaults_and_bounds),
 		cmocka_unit_test(test_config_in_a_pool_uses_guarantee_and_ceiling),
 	};
