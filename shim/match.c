@@ -66,12 +66,12 @@ _Static_assert(BS_MAX_COMPARTMENTS < (1 << 11), "a compartment fits a memo entry
  * learn may still write into it, and nobody reads it. */
 struct memo {
 	struct memo *older;	/* in matcher.retired */
-	bool frozen;		/* memo_off: never written */
 	_Atomic uint64_t e[V4MEMO];
 };
 
-/* The memo of a matcher that could not allocate a new one: all misses. */
-static struct memo memo_off = { .frozen = true };
+/* The memo of a matcher that could not allocate a new one: all misses,
+ * never written. */
+static struct memo memo_off;
 
 /* One port range of a site; a site's ranges are sorted narrowest first. */
 struct mrange {
@@ -766,7 +766,7 @@ static __attribute__((noinline)) int v4_find_memo(const struct matcher *m,
 			return -1;
 		c = find_ip(m, addr, port, exact, true);
 	}
-	if (!mm->frozen)
+	if (mm != &memo_off)
 		atomic_store_explicit(memo, MEMO_SET | (uint64_t)(c + 1) << 48 | key,
 		    memory_order_relaxed);
 	return c;
