@@ -41,14 +41,26 @@ drop_entry(uint32_t e)
 		seg_drop(shim.seg, e - 1);
 }
 
+/* fresh_fd's rare case, out of line. */
+static __attribute__((noinline)) void
+stale_fd(int fd)
+{
+	int saved = errno;
+
+	if (active() && !shim_foreign())
+		drop_entry(fdt_take(fd));
+	errno = saved;
+}
+
 /* A descriptor number just handed out by the kernel: if the table still
  * marks it counted, the socket it stood for vanished unseen (closefrom,
- * a raw close system call), and its hold goes back now. */
-static void
+ * a raw close system call), and its hold goes back now (stale_fd, which
+ * keeps errno: the caller need not). fdt_get of a negative fd is 0. */
+static inline void
 fresh_fd(int fd)
 {
-	if (fd >= 0 && fdt_get(fd) != 0 && active() && !shim_foreign())
-		drop_entry(fdt_take(fd));
+	if (__builtin_expect(fdt_get(fd) != 0, 0))
+		stale_fd(fd);
 }
 
 /* newfd is now a copy of oldfd: it holds the same socket, if any. */
@@ -458,7 +470,7 @@ close(int fd)
 	/* The entry goes first: once the real close returns, the number may
 	 * already belong to a new socket of another thread. Linux frees the
 	 * descriptor even when close fails, so the hold always goes. */
-	e = fdt_take(fd);
+	e = fdt_take_counted(fd);
 	r = real.close(fd);
 	saved = errno;
 	drop_entry(e);
@@ -717,15 +729,15 @@ socket(int domain, int type, int protocol)
 {
 	bool mark = (type & 0xf) == SOCK_STREAM &&
 	    (domain == AF_INET || domain == AF_INET6 || domain == AF_UNIX) && active();
-	int r, saved;
+	int r;
 
 	/* No getpid here: in a vfork child (which shares our memory but not
 	 * our descriptors) a mark is at worst stale, and stale marks are
 	 * harmless (fork and connect check the socket behind the number). */
 	if (mark)
 		seg_gate_enter(shim.seg);
+	/* Nothing after the real call sets errno (fresh_fd keeps it). */
 	r = real.socket(domain, type, protocol);
-	saved = errno;
 	fresh_fd(r);
 	if (r >= 0) {
 		if (mark)
@@ -735,27 +747,24 @@ socket(int domain, int type, int protocol)
 	}
 	if (mark)
 		seg_gate_leave(shim.seg);
-	errno = saved;
 	return r;
 }
 
 BS_EXPORT int
 accept(int fd, struct sockaddr *sa, socklen_t *len)
 {
-	int r = real.accept(fd, sa, len), saved = errno;
+	int r = real.accept(fd, sa, len);
 
 	fresh_fd(r);
-	errno = saved;
 	return r;
 }
 
 BS_EXPORT int
 accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 {
-	int r = real.accept4(fd, sa, len, flags), saved = errno;
+	int r = real.accept4(fd, sa, len, flags);
 
 	fresh_fd(r);
-	errno = saved;
 	return r;
 }
 

@@ -1511,6 +1511,13 @@ fdt_take(int fd)
 		return 0;
 	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
 }
+/* fdt_take of a descriptor whose entry fdt_get just read as counted (the
+ * table, sized once, never moves). */
+static inline uint32_t
+fdt_take_counted(int fd)
+{
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
+}
 /* One past the highest fd ever recorded, to bound range scans. */
 int fdt_high(void);
 /* The "fresh" marks: stream sockets from socket() not yet connected, which

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,14 @@
 #include <unistd.h>
 
 /*
- * rawclose PORT N: connects N sockets to 127.0.0.1:PORT through libc (the
- * shim counts them), closes each with a raw close system call (the shim
- * does not see it), opens N files so the numbers are taken by something
- * that is not a socket, then obeys stdin, one word a line:
+ * rawclose PORT N [free]: connects N sockets to 127.0.0.1:PORT through libc
+ * (the shim counts them), closes each with a raw close system call (the
+ * shim does not see it), opens N files so the numbers are taken by
+ * something that is not a socket (with `free`, leaves the numbers free and
+ * prints them after "leaked N"), then obeys stdin, one word a line:
  *   try     connect once more: "ok FD" or "err ERRNO"
  *   close   close what `try` opened (through libc)
+ *   socket  socket() with errno set to EDOM first: "socket FD errno E"
  *   quit    exit
  */
 
@@ -62,7 +65,9 @@ main(int argc, char **argv)
 	char line[64];
 	int port, n, last = -1;
 
-	if (argc != 3)
+	bool keep_free = argc == 4 && strcmp(argv[3], "free") == 0;
+
+	if (argc != 3 && !keep_free)
 		return 2;
 	port = atoi(argv[1]);
 	n = atoi(argv[2]);
@@ -84,11 +89,14 @@ main(int argc, char **argv)
 			return 1;
 		}
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !keep_free; i++) {
 		if (open("/dev/null", O_RDONLY) < 0)
 			return 1;
 	}
-	printf("leaked %d\n", n);
+	printf("leaked %d", n);
+	for (int i = 0; i < n && keep_free; i++)
+		printf(" %d", fds[i]);
+	printf("\n");
 	while (fgets(line, sizeof(line), stdin) != NULL) {
 		if (strncmp(line, "try", 3) == 0) {
 			last = tcp(port);
@@ -99,6 +107,13 @@ main(int argc, char **argv)
 		} else if (strncmp(line, "close", 5) == 0) {
 			printf("%d\n", last >= 0 ? close(last) : -1);
 			last = -1;
+		} else if (strncmp(line, "socket", 6) == 0) {
+			int fd, e;
+
+			errno = EDOM;
+			fd = socket(AF_INET, SOCK_STREAM, 0);
+			e = errno;
+			printf("socket %d errno %d\n", fd, e);
 		} else if (strncmp(line, "quit", 4) == 0) {
 			break;
 		}

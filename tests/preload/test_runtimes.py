@@ -8,6 +8,7 @@ while it still runs. The numbers each test measures are printed (run.py shows th
 and the closing note of issue 11 tabulates them.
 """
 
+import errno
 import heapq
 import os
 import selectors
@@ -816,6 +817,31 @@ def test_reconcile_recovers_a_leak_when_status_reads():
     p.send("quit\n")
     p.finish(10)
     report("reconcile on status", leaked=3, back_to_zero_s="%.3f" % dt)
+
+
+def test_a_socket_on_a_number_closed_unseen_gives_the_hold_back_and_keeps_errno():
+    """rawclose closes two counted sockets with the system call instruction and leaves their
+    numbers free; its next socket() gets one of them, finds the stale table entry and gives
+    that socket's hold back at once (no reconcile needed: `reconciled` stays 0), and a
+    successful socket() leaves errno as it was, also on that path."""
+    w = Witness(delay=None)
+    shim = shim_for(w.port, 2)
+    p = LineProc([helper("rawclose"), str(w.port), "2", "free"], shim.env(log="off"))
+    words = p.line(10).split()
+    assert words[:2] == ["leaked", "2"], words
+    leaked = {int(x) for x in words[2:]}
+    for _ in range(2):
+        r = p.cmd("socket", 10).split()
+        assert r[0] == "socket" and int(r[1]) in leaked, \
+            "socket() did not reuse a number closed unseen: %r (leaked %s)" % (r, leaked)
+        assert int(r[3]) == errno.EDOM, "socket() changed errno from EDOM to %s" % r[3]
+    c = comp_now(shim)
+    assert c["in_use"] == 0 and c["reconciled"] == 0, \
+        "the stale holds were not given back by socket() itself: %s" % c
+    r = p.cmd("socket", 10).split()
+    assert int(r[1]) not in leaked and int(r[3]) == errno.EDOM, r
+    p.send("quit\n")
+    p.finish(10)
 
 
 INHERIT_PARENT = r"""
