@@ -40,8 +40,11 @@ all: $(B)/libbulkshim.so $(B)/bulkshim
 # through interpose.c, permit.c, tally.c and procs.c, and LTO inlines across
 # them what a per-file build calls (issue 13). `make SHIM_LTO=` turns it off.
 SHIM_LTO ?= -flto=auto
+# Its calls into libc (errno, fstat, the clock) go through the GOT without a
+# PLT stub: the library is linked -z now, so nothing is bound lazily anyway.
+SHIM_CODE := -fvisibility=hidden -fno-plt
 $(B)/shim/%.o: shim/%.c shim/shim.h | $(B)/shim
-	$(CC) $(CFLAGS) $(SHIM_LTO) $(if $(SHIM_LTO),-DBS_LTO) -fvisibility=hidden $(PC_CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(SHIM_LTO) $(if $(SHIM_LTO),-DBS_LTO) $(SHIM_CODE) $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: shim/%.c shim/shim.h | $(B)/cli
 	$(CC) $(CFLAGS) $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli
@@ -59,7 +62,7 @@ $(B)/cli/libdir: FORCE | $(B)/cli
 FORCE:
 
 $(B)/libbulkshim.so: $(SHIM_O)
-	$(CC) $(CFLAGS) $(SHIM_LTO) $(LDFLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
+	$(CC) $(CFLAGS) $(SHIM_LTO) $(SHIM_CODE) $(LDFLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(B)/bulkshim: $(CLI_O)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
 $(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o $(B)/cli/fleet_view.o \
