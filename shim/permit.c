@@ -79,14 +79,15 @@ static inline __attribute__((always_inline)) int
 take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
     _Atomic uint32_t **word, enum bs_reason *why)
 {
-	int r = p == P_CONN ? tally_take_conn(s, slot, gen, c, seen) :
+	uint32_t took = 0;
+	int r = p == P_CONN ? tally_take_conn(s, slot, gen, c, seen, &took) :
 	    tally_take(s, slot, gen, p, 0, seen);
 
 	if (r != TALLY_TAKEN || p != P_CONN ||
 	    atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)
 		return r;
 	/* The take made in_use *seen + 1: within the guarantee or not. */
-	r = pool_take(s, c, slot, gen, *seen + 1, seen, word);
+	r = pool_take(s, c, slot, gen, took, *seen + 1, seen, word);
 	if (r == TALLY_TAKEN)
 		return r;
 	tally_give(s, slot, gen, P_CONN);

@@ -1022,7 +1022,7 @@ bool tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wattributes"
 BS_LTO_INLINE int tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
-    uint32_t *seen);
+    uint32_t *seen, uint32_t *took);
 BS_LTO_INLINE int tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen,
     struct seg_pool *pool, uint32_t *seen);
 #pragma GCC diagnostic pop
@@ -1064,6 +1064,56 @@ static inline __attribute__((always_inline)) uint32_t
 stamp_own(const struct seg *s, uint32_t tag)
 {
 	return ((tag & s->tag_smask) + s->tag_one) & s->tag_smask;
+}
+
+/* The stamp of an operation on a tally whose tag names another slot, or
+ * none: from the slot's mark sequence m, in the upper half of the stamp. */
+static inline __attribute__((always_inline)) uint32_t
+stamp_new(const struct seg *s, uint64_t m)
+{
+	return (MARK_SEQ_OF(m) << s->tag_sshift) & s->tag_smask;
+}
+
+/* The compare-and-swap of slot's take, tag `tag`, from tally value w
+ * (untagged, below the limit), and the check after it: TALLY_TAKEN,
+ * TALLY_BUSY (released meanwhile: undone), or TALLY_MISS (the tally moved:
+ * nothing done). */
+static inline __attribute__((always_inline)) int
+take_untagged(struct seg *s, uint32_t slot, uint32_t gen, uint32_t tag, _Atomic uint32_t *count,
+    uint64_t w, uint32_t *seen)
+{
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
+	uint64_t nw = (uint64_t)tag << 32 | ((uint32_t)w + 1), m;
+
+	if (!atomic_compare_exchange_strong(t, &w, nw))
+		return TALLY_MISS;
+	*seen = (uint32_t)w;
+	m = atomic_load(&s->slots[slot].mark);
+	if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
+		tally_undo(count, nw);
+		return TALLY_BUSY;
+	}
+	return TALLY_TAKEN;
+}
+
+/* A take's fast path for a tally whose tag is 0 (a release untagged it:
+ * nobody to reflect), below lim: take_loop's own steps for that case, with
+ * nothing else live. TALLY_TAKEN (*took: the tag it wrote), TALLY_BUSY
+ * (released meanwhile: undone), or TALLY_MISS (not that case, nothing
+ * done). */
+static inline __attribute__((always_inline)) int
+tally_take_clear(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count,
+    uint32_t lim, uint32_t *seen, uint32_t *took)
+{
+	uint64_t w = atomic_load((_Atomic uint64_t *)(uintptr_t)count), m;
+
+	if (__builtin_expect((w >> 32) != 0 || (uint32_t)w >= lim, 0))
+		return TALLY_MISS;
+	m = atomic_load(&s->slots[slot].mark);
+	if (MARK_GEN(m) != gen || (m & (MARK_RELEASED | MARK_HELD(p))))
+		return TALLY_MISS;
+	*took = tag_who(slot, gen) | stamp_new(s, m);
+	return take_untagged(s, slot, gen, *took, count, w, seen);
 }
 
 /* A take's fast path (tally.c's take_loop starts with it): the tally's tag
@@ -1248,8 +1298,8 @@ share_mark(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
  * wait on, or TALLY_BUSY.
  */
 static inline __attribute__((always_inline)) int
-pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t v,
-    uint32_t *seen, _Atomic uint32_t **full)
+pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t took,
+    uint32_t v, uint32_t *seen, _Atomic uint32_t **full)
 {
 	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1, lent;
 	struct seg_pool *pool;
@@ -1274,7 +1324,20 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 		}
 		r = share_mark(s, slot, gen, SHARE_POOL);
 	} else {
-		r = tally_take_lent(s, slot, gen, pool, seen);
+		/* Right after the compartment's take (tag `took`), which
+		 * found the slot of its generation, not released, after its
+		 * compare-and-swap: the check after this one covers what came
+		 * since, and the slot holds no lent permit (this step alone
+		 * takes one, once an admission). Untagged, the tally takes
+		 * that compare-and-swap alone, with the same tag: the slot
+		 * has made no earlier change of this tally to tell it from. */
+		uint64_t w = atomic_load((_Atomic uint64_t *)(uintptr_t)&pool->lent);
+
+		r = TALLY_MISS;
+		if (__builtin_expect((w >> 32) == 0 && (uint32_t)w < atomic_load(&pool->shared), 1))
+			r = take_untagged(s, slot, gen, took, &pool->lent, w, seen);
+		if (r == TALLY_MISS)
+			r = tally_take_lent(s, slot, gen, pool, seen);
 		if (r == TALLY_TAKEN)	/* where a hand-over looks first (share.c's pass_on) */
 			atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
 		else if (r == TALLY_FULL)

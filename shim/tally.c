@@ -54,7 +54,12 @@
  * Once its release is marked, the slot's gives have nothing left to
  * announce: the release sets the tag of each tally it gave to (connection
  * and pool) to 0 if the tally still holds the value its give wrote
- * (untag). The next taker then finds no one to reflect.
+ * (untag). The next taker then finds no one to reflect: an admission's
+ * take of an untagged tally is its check of the mark, its compare-and-swap
+ * and the check after it (tally_take_clear, shim.h), and a pool's take
+ * that follows the compartment's (pool_take) reuses that take's check and
+ * its tag: the slot has made no earlier change of the pool's tally in its
+ * generation, so no stale reflection can mistake the new value for one.
  */
 
 /* A tag: bit 31 the give flag, bits 27..30 four bits of the slot's
@@ -197,12 +202,6 @@ limit_now(_Atomic uint32_t *limit, int p)
 	return v;
 }
 
-static inline __attribute__((always_inline)) uint32_t
-stamp_new(const struct seg *s, uint64_t m)
-{
-	return (MARK_SEQ_OF(m) << s->tag_sshift) & s->tag_smask;
-}
-
 static inline __attribute__((always_inline)) uint64_t
 seq_next(uint64_t m)
 {
@@ -302,7 +301,7 @@ tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic u
  */
 static inline __attribute__((always_inline)) int
 take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
-    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
+    _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen, uint32_t *took)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	uint32_t who = tag_who(slot, gen), tag, stamp, cur;
@@ -353,6 +352,8 @@ take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 		undo(t, nw);
 		return TALLY_BUSY;
 	}
+	if (took != NULL)
+		*took = (uint32_t)(nw >> 32);
 	return TALLY_TAKEN;
 }
 
@@ -360,14 +361,14 @@ static __attribute__((noinline)) int
 take_slow_inflight(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0,
     _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
-	return take_loop(s, slot, gen, m0, P_INFLIGHT, count, limit, seen);
+	return take_loop(s, slot, gen, m0, P_INFLIGHT, count, limit, seen, NULL);
 }
 
 static __attribute__((noinline)) int
 take_slow(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
     _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
-	return take_loop(s, slot, gen, m0, p, count, limit, seen);
+	return take_loop(s, slot, gen, m0, p, count, limit, seen, NULL);
 }
 
 /* take_loop's fast path (tally_take_own in shim.h) under the limit of
@@ -396,7 +397,7 @@ take_at(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 	/* Without the caller's mark (connects: the tag is another slot's
 	 * almost always), the whole of it inline. */
 	if (m0 == NULL)
-		return take_loop(s, slot, gen, m0, p, count, limit, seen);
+		return take_loop(s, slot, gen, m0, p, count, limit, seen, NULL);
 	if (p == P_INFLIGHT)
 		return take_slow_inflight(s, slot, gen, m0, count, limit, seen);
 	return take_slow(s, slot, gen, m0, p, count, limit, seen);
@@ -443,9 +444,15 @@ tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wattributes"
 BS_LTO_INLINE int
-tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint32_t *seen)
+tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint32_t *seen,
+    uint32_t *took)
 {
-	return take_at(s, slot, gen, NULL, P_CONN, &c->in_use, &c->limit, seen);
+	int r = tally_take_clear(s, slot, gen, P_CONN, &c->in_use, limit_now(&c->limit, P_CONN),
+	    seen, took);
+
+	if (__builtin_expect(r != TALLY_MISS, 1))
+		return r;
+	return take_loop(s, slot, gen, NULL, P_CONN, &c->in_use, &c->limit, seen, took);
 }
 
 BS_LTO_INLINE int

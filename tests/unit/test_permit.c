@@ -495,6 +495,65 @@ test_a_take_landing_after_the_release_is_undone(void **state)
 	seg_close(s);
 }
 
+/*
+ * An admission's take of an untagged tally (tally_take_clear: nobody to
+ * reflect) writes what the whole take would: the count up by one and the
+ * slot's tag. One whose checks passed before its slot's release and whose
+ * compare-and-swap lands after it sees MARK_RELEASED and undoes itself; one
+ * whose tally moved meanwhile does nothing, and the whole take that follows
+ * reflects the other slot first.
+ */
+static void
+test_an_untagged_take_landing_after_the_release_undoes_itself(void **state)
+{
+	struct seg *s = attach();
+	struct seg_comp *c = &s->comp[0];
+	_Atomic uint64_t *t = tally_word(&c->in_use);
+	uint32_t b, d, gb, gd, seen = 9, took = 0, tag;
+	uint64_t w;
+
+	(void)state;
+	b = fresh_slot(s, 51, &gb);
+	assert_int_equal(atomic_load(t), 0);
+	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TALLY_TAKEN);
+	assert_int_equal(seen, 0);
+	assert_int_equal(took & s->tag_wmask, tag_who(b, gb));
+	assert_int_equal(atomic_load(t), (uint64_t)took << 32 | 1);
+	assert_true(tally_held(s, b, gb, P_CONN));
+	seg_drop(s, b);
+	assert_int_equal(atomic_load(t), 0);
+	/* Checked while the slot was live, released before the swap. */
+	b = fresh_slot(s, 52, &gb);
+	w = atomic_load(t);
+	tag = tag_who(b, gb) | stamp_new(s, atomic_load(&s->slots[b].mark));
+	seg_drop(s, b);
+	assert_true(atomic_load(&s->slots[b].mark) & MARK_RELEASED ||
+	    MARK_GEN(atomic_load(&s->slots[b].mark)) != gb);
+	assert_int_equal(take_untagged(s, b, gb, tag, &c->in_use, w, &seen), TALLY_BUSY);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+	/* The tally moved since it was read (another slot took): no swap,
+	 * and the whole take reflects d's take into d's mark first. */
+	b = fresh_slot(s, 53, &gb);
+	d = fresh_slot(s, 54, &gd);
+	w = atomic_load(t);
+	assert_int_equal(tally_take_conn(s, d, gd, c, &seen, &took), TALLY_TAKEN);
+	tag = tag_who(b, gb) | stamp_new(s, atomic_load(&s->slots[b].mark));
+	assert_int_equal(take_untagged(s, b, gb, tag, &c->in_use, w, &seen), TALLY_MISS);
+	assert_int_equal(atomic_load(&c->in_use), 1);
+	assert_false(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
+	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TALLY_TAKEN);
+	assert_int_equal(seen, 1);
+	assert_true(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
+	assert_true(tally_held(s, b, gb, P_CONN) && tally_held(s, d, gd, P_CONN));
+	/* At the limit (2): the fast path refuses nothing itself. */
+	assert_int_equal(acq(s, 0, 55, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
+	seg_drop(s, b);
+	seg_drop(s, d);
+	assert_int_equal(atomic_load(&c->in_use), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
 /* Threads taking and giving one slot's in-flight permit (two threads of
  * one socket) beside another slot's: the counts never pass the limit
  * (1) and end exactly at what the slots hold. */
@@ -676,6 +735,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_a_release_leaves_no_tag_to_reflect, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_an_untagged_take_landing_after_the_release_undoes_itself, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kills_at_random_instants_leak_nothing, setup,
 		    teardown),
 		cmocka_unit_test(test_histogram_buckets_are_log2_microseconds),

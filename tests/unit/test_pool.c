@@ -232,6 +232,50 @@ test_no_compartment_exceeds_its_ceiling(void **state)
 	seg_close(s);
 }
 
+/*
+ * A borrowed permit on an untagged pool tally is taken by one
+ * compare-and-swap with the compartment take's tag, held by the slot as
+ * the whole take's would be, and its release gives both back and leaves
+ * both tallies untagged at 0. On a tally another slot's take tagged, the
+ * whole take reflects that take first.
+ */
+static void
+test_a_borrowed_permit_is_taken_and_given_back_exactly(void **state)
+{
+	struct seg *s = attach();
+	_Atomic uint64_t *pt = (_Atomic uint64_t *)(uintptr_t)&s->h->pools[0].lent;
+	_Atomic uint64_t *ct = (_Atomic uint64_t *)(uintptr_t)&s->comp[2].in_use;
+	enum bs_reason why = REASON_MAX;
+	int a, b;
+	uint32_t ga, gb;
+
+	(void)state;
+	/* c (index 2) has no guarantee: each of its permits is borrowed. */
+	assert_true((a = take(s, 2, false, &why)) >= 0);
+	ga = MARK_GEN(atomic_load(&s->slots[a].mark));
+	assert_int_equal(lent(s), 1);
+	assert_int_equal(atomic_load(pt) >> 32, atomic_load(ct) >> 32);
+	assert_int_equal((atomic_load(pt) >> 32) & s->tag_wmask, tag_who((uint32_t)a, ga));
+	assert_true(tally_held(s, (uint32_t)a, ga, P_LENT));
+	assert_true(tally_held(s, (uint32_t)a, ga, P_CONN));
+	/* b borrows on a's tag: a's take goes into a's mark first. */
+	assert_true((b = take(s, 2, false, &why)) >= 0);
+	gb = MARK_GEN(atomic_load(&s->slots[b].mark));
+	assert_true(atomic_load(&s->slots[a].mark) & MARK_HELD(P_LENT));
+	assert_int_equal(lent(s), 2);
+	assert_true(tally_held(s, (uint32_t)a, ga, P_LENT));
+	assert_true(tally_held(s, (uint32_t)b, gb, P_LENT));
+	seg_drop(s, (uint32_t)b);
+	assert_int_equal(atomic_load(pt), 1);
+	assert_int_equal(atomic_load(ct), 1);
+	seg_drop(s, (uint32_t)a);
+	assert_int_equal(atomic_load(pt), 0);
+	assert_int_equal(atomic_load(ct), 0);
+	assert_int_equal(pool_in_use(s, 0, NULL), 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
 static void
 test_a_freed_guarantee_takes_back_a_lent_permit_at_once(void **state)
 {
@@ -783,6 +827,8 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_a_borrowed_permit_is_taken_and_given_back_exactly,
+		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_pool_lends_its_shared_part_and_no_more, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_class_keeps_its_guarantee_while_another_floods_the_compartment, setup_classes, teardown),
 		cmocka_unit_test_setup_teardown(test_a_freed_class_guarantee_takes_back_a_lent_permit_at_once, setup_classes, teardown),
