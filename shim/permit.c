@@ -82,12 +82,12 @@ take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	uint32_t took = 0;
 	int r = p == P_CONN ? tally_take_conn(s, slot, gen, c, seen, &took) :
 	    tally_take(s, slot, gen, p, 0, seen);
+	struct seg_pool *pool;
 
-	if (r != TALLY_TAKEN || p != P_CONN ||
-	    atomic_load_explicit(&c->pool, memory_order_relaxed) == 0)
+	if (r != TALLY_TAKEN || p != P_CONN || (pool = seg_pool_at(s, c)) == NULL)
 		return r;
 	/* The take made in_use *seen + 1: within the guarantee or not. */
-	r = pool_take(s, c, slot, gen, took, *seen + 1, seen, word);
+	r = pool_take(s, c, pool, slot, gen, took, *seen + 1, seen, word);
 	if (r == TALLY_TAKEN)
 		return r;
 	tally_give(s, slot, gen, P_CONN);

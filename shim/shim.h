@@ -1075,9 +1075,9 @@ stamp_new(const struct seg *s, uint64_t m)
 }
 
 /* The compare-and-swap of slot's take, tag `tag`, from tally value w
- * (untagged, below the limit), and the check after it: TALLY_TAKEN,
- * TALLY_BUSY (released meanwhile: undone), or TALLY_MISS (the tally moved:
- * nothing done). */
+ * (untagged, below the limit), and the check after it: TALLY_TAKEN (*seen,
+ * unless NULL: the count before), TALLY_BUSY (released meanwhile: undone),
+ * or TALLY_MISS (the tally moved: nothing done). */
 static inline __attribute__((always_inline)) int
 take_untagged(struct seg *s, uint32_t slot, uint32_t gen, uint32_t tag, _Atomic uint32_t *count,
     uint64_t w, uint32_t *seen)
@@ -1087,7 +1087,8 @@ take_untagged(struct seg *s, uint32_t slot, uint32_t gen, uint32_t tag, _Atomic 
 
 	if (!atomic_compare_exchange_strong(t, &w, nw))
 		return TALLY_MISS;
-	*seen = (uint32_t)w;
+	if (seen != NULL)
+		*seen = (uint32_t)w;
 	m = atomic_load(&s->slots[slot].mark);
 	if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
 		tally_undo(count, nw);
@@ -1292,23 +1293,18 @@ share_mark(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 }
 
 /*
- * After slot's compartment permit, whose take made in_use v: within the
- * guarantee if v is, else a permit lent by the pool (share_take).
- * TALLY_TAKEN (also when not in a pool), TALLY_FULL with *full the word to
- * wait on, or TALLY_BUSY.
+ * After slot's permit of compartment c, in pool, whose take made in_use v:
+ * within the guarantee if v is, else a permit lent by the pool
+ * (share_take). TALLY_TAKEN, TALLY_FULL with *full the word to wait on,
+ * or TALLY_BUSY.
  */
 static inline __attribute__((always_inline)) int
-pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t took,
-    uint32_t v, uint32_t *seen, _Atomic uint32_t **full)
+pool_take(struct seg *s, struct seg_comp *c, struct seg_pool *pool, uint32_t slot, uint32_t gen,
+    uint32_t took, uint32_t v, uint32_t *seen, _Atomic uint32_t **full)
 {
-	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1, lent;
-	struct seg_pool *pool;
+	uint32_t lent;
 	int r;
 
-	/* seg_pool_at. */
-	if (p >= BS_MAX_POOLS)
-		return TALLY_TAKEN;
-	pool = &s->h->pools[p];
 	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed)) {
 		/* Lent beyond the shared part (it shrank live, or a
 		 * guarantee grew): nothing more until it drains, guaranteed
@@ -1335,7 +1331,7 @@ pool_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32
 
 		r = TALLY_MISS;
 		if (__builtin_expect((w >> 32) == 0 && (uint32_t)w < atomic_load(&pool->shared), 1))
-			r = take_untagged(s, slot, gen, took, &pool->lent, w, seen);
+			r = take_untagged(s, slot, gen, took, &pool->lent, w, NULL);
 		if (r == TALLY_MISS)
 			r = tally_take_lent(s, slot, gen, pool, seen);
 		if (r == TALLY_TAKEN)	/* where a hand-over looks first (share.c's pass_on) */
