@@ -1108,7 +1108,8 @@ tally_take_clear(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint
 {
 	uint64_t w = atomic_load((_Atomic uint64_t *)(uintptr_t)count), m;
 
-	if (__builtin_expect((w >> 32) != 0 || (uint32_t)w >= lim, 0))
+	/* Untagged and below lim, in one comparison: a tag makes w >= 2^32. */
+	if (__builtin_expect(w >= lim, 0))
 		return TALLY_MISS;
 	m = atomic_load(&s->slots[slot].mark);
 	if (MARK_GEN(m) != gen || (m & (MARK_RELEASED | MARK_HELD(p))))
@@ -1324,13 +1325,15 @@ pool_take(struct seg *s, struct seg_comp *c, struct seg_pool *pool, uint32_t slo
 		 * found the slot of its generation, not released, after its
 		 * compare-and-swap: the check after this one covers what came
 		 * since, and the slot holds no lent permit (this step alone
-		 * takes one, once an admission). Untagged, the tally takes
-		 * that compare-and-swap alone, with the same tag: the slot
-		 * has made no earlier change of this tally to tell it from. */
+		 * takes one, once an admission). Untagged and below the
+		 * shared part (one comparison, as in tally_take_clear), the
+		 * tally takes that compare-and-swap alone, with the same tag:
+		 * the slot has made no earlier change of this tally to tell
+		 * it from. */
 		uint64_t w = atomic_load((_Atomic uint64_t *)(uintptr_t)&pool->lent);
 
 		r = TALLY_MISS;
-		if (__builtin_expect((w >> 32) == 0 && (uint32_t)w < atomic_load(&pool->shared), 1))
+		if (__builtin_expect(w < atomic_load(&pool->shared), 1))
 			r = take_untagged(s, slot, gen, took, &pool->lent, w, NULL);
 		if (r == TALLY_MISS)
 			r = tally_take_lent(s, slot, gen, pool, seen);
