@@ -80,6 +80,17 @@ now_mono_us(void)
 }
 
 uint64_t
+now_mono_s(void)
+{
+	struct timespec ts;
+
+	/* The coarse clock, no later than CLOCK_MONOTONIC: it is kept by the
+	 * tick, so the vDSO reads it without the time stamp counter. */
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec;
+}
+
+uint64_t
 now_mono_ms(void)
 {
 	return now_mono_us() / 1000;

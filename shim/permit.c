@@ -195,12 +195,13 @@ seg_hist_add(struct seg_hist *h, uint64_t us)
 	seg_hist_add_n(h, us, 1);
 }
 
-/* Counts one admission at now_us (CLOCK_MONOTONIC) in the per-second ring
- * and the peak rate. Returns the admissions of that second, this one in. */
+/* Counts one admission at second sec (CLOCK_MONOTONIC) in the per-second
+ * ring and the peak rate. Returns the admissions of that second, this one
+ * in. */
 static uint32_t
-note_rate(struct seg_comp *c, uint64_t now_us)
+note_rate(struct seg_comp *c, uint64_t sec)
 {
-	uint64_t sec = now_us / 1000000, e, next;
+	uint64_t e, next;
 	_Atomic uint64_t *slot = &c->rate[sec % BS_RATE_SECONDS];
 	uint64_t peak;
 
@@ -444,18 +445,26 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, int wait,
 		raise_peak(&k->peak, atomic_load(&k->in_use));
 		atomic_fetch_add(&k->admitted, 1);
 	}
-	/* One clock read: the rate counts from it, and the connect is timed
-	 * from it. A busy compartment has its connects sampled (CONNECT_EXACT),
-	 * as its replies are: the second clock read and the histogram's adds
-	 * at the end of the connect are most of what timing costs. */
-	now = now_mono_us();
-	atomic_store(&sl->admit_us, now);
+	/* The rate counts from the coarse clock's second. A busy compartment
+	 * has its connects sampled (CONNECT_EXACT), as its replies are, and
+	 * only a connect that is timed, or one of an adaptive compartment
+	 * (whose lifetime and stalls the controller reads), reads the clock
+	 * to the microsecond: once here and once at the end of the connect. */
 	atomic_fetch_add(&c->admitted, 1);
-	n = note_rate(c, now);
-	if (__builtin_expect(n <= CONNECT_EXACT, 0))
+	n = note_rate(c, now_mono_s());
+	now = 0;
+	if (__builtin_expect(n <= CONNECT_EXACT, 0)) {
+		now = now_mono_us();
 		atomic_store_explicit(&sl->connect_us, now, memory_order_relaxed);
-	else if (n % REQ_SAMPLE == 0)
+	} else if (n % REQ_SAMPLE == 0) {
+		now = now_mono_us();
 		atomic_store_explicit(&sl->connect_us, now | SENT_WEIGHTED, memory_order_relaxed);
+	}
+	if (atomic_load_explicit(&c->ad.mode, memory_order_relaxed) == AD_ON && now == 0)
+		now = now_mono_us();
+	/* 0 for a connect admitted untimed (the adaptive limit off): no
+	 * lifetime to sample if it is switched on before the close. */
+	atomic_store(&sl->admit_us, now);
 	return 0;
 }
 

@@ -80,6 +80,9 @@ void log_refusal(const struct log_refusal *r, uint64_t skipped);
  * CLOCK_MONOTONIC. */
 uint64_t now_mono_ms(void);
 uint64_t now_mono_us(void);
+/* Whole seconds of CLOCK_MONOTONIC, read from the cheaper coarse clock (a
+ * tick behind it at most). */
+uint64_t now_mono_s(void);
 uint64_t now_real_ms(void);
 
 /* ---- match.c, match_parse.c: destination rules, pure ---- */

@@ -713,6 +713,79 @@ test_admissions_are_counted_per_second(void **state)
 	seg_close(s);
 }
 
+/* setup, with the connection limit adaptive (no max_inflight: a
+ * connection's lifetime is what the controller measures). */
+static int
+setup_adaptive_conns(void **state)
+{
+	setup(state);
+	comps[0].max_connections = 64;
+	comps[0].max_inflight = 0;
+	comps[0].class_limit[1] = 0;
+	comps[0].adaptive = true;
+	comps[0].ad_min = 1;
+	comps[0].ad_max = 64;
+	comps[0].ad_initial = 64;
+	comps[0].ad_window_ms = 100;
+	comps[0].ad_tolerance_pct = 120;
+	return 0;
+}
+
+/* Admits and closes n connections at once, and counts how many were
+ * admitted with a microsecond admission time (admit_us), and how many of
+ * those without a connect time to start from (connect_us). */
+static void
+admit_and_close(struct seg *s, int n, int *stamped, int *stamped_untimed)
+{
+	enum bs_reason why = REASON_MAX;
+
+	*stamped = *stamped_untimed = 0;
+	for (int i = 0; i < n; i++) {
+		int a = acq(s, 0, 600 + (uint64_t)i, false, &why);
+		uint64_t admit, connect;
+
+		assert_true(a >= 0);
+		admit = atomic_load(&s->slots[a].admit_us);
+		connect = atomic_load(&s->slots[a].connect_us) & ~SENT_WEIGHTED;
+		if (admit != 0) {
+			(*stamped)++;
+			if (connect == 0)
+				(*stamped_untimed)++;
+			else
+				assert_int_equal(admit, connect);
+		}
+		seg_drop(s, (uint32_t)a);
+	}
+}
+
+/*
+ * Beyond CONNECT_EXACT admissions in a second, a connect that is not timed
+ * reads no microsecond clock: its admission time stays 0 (the rate counts
+ * from the coarse clock's second), while a timed one starts its connect
+ * time from its admission time. With the connection limit adaptive, every
+ * connect has its admission time, for the lifetime the controller reads.
+ */
+static void
+test_an_untimed_connect_reads_the_clock_only_when_adaptive(void **state)
+{
+	struct seg *s = attach();
+	int stamped, untimed;
+
+	(void)state;
+	atomic_store(&s->comp[0].ad.mode, AD_OFF);
+	admit_and_close(s, 300, &stamped, &untimed);
+	/* At most the first 64 of each second and one in 16 after them:
+	 * fewer than 300, however the seconds fall. */
+	assert_true(stamped < 300 - 100);
+	assert_int_equal(untimed, 0);
+	atomic_store(&s->comp[0].ad.mode, AD_ON);
+	admit_and_close(s, 300, &stamped, &untimed);
+	assert_int_equal(stamped, 300);
+	assert_true(untimed > 0);
+	seg_detach_all(s);
+	seg_close(s);
+}
+
 int
 main(void)
 {
@@ -741,6 +814,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test(test_histogram_buckets_are_log2_microseconds),
 		cmocka_unit_test_setup_teardown(test_admissions_are_counted_per_second, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_an_untimed_connect_reads_the_clock_only_when_adaptive,
+		    setup_adaptive_conns, teardown),
 	};
 
 	return cmocka_run_group_tests_name("permit", tests, NULL, NULL);
