@@ -951,9 +951,10 @@ class Bench:
              "connect, against a target of 150 ns. System calls alone make most of "
              "it: %.1f `getpid`, %.1f `fstat` and %.1f `getsockopt` per iteration, at "
              "%.0f, %.0f and %.0f ns each here, about %.0f ns before any instruction of "
-             "the shim runs. It reads the clock %.2f times per connect: once at admission, "
-             "and once more for a connect that is timed, which beyond 64 connects of a "
-             "compartment in a second is one in 16.%s" % (
+             "the shim runs. It reads the clock %.2f times per connect: the coarse clock "
+             "once at admission (the rate), and the precise clock at admission and at the "
+             "end for a connect that is timed, which beyond 64 connects of a compartment "
+             "in a second is one in 16.%s" % (
                  a1, i1, getpid, fstat, gso, sc["getpid_ns"], sc["fstat_ns"],
                  sc["getsockopt_ns"], sys_cost, clk_conn, self.steps_sentence()),
              "- **The number of rules** does not change a matched connect (hash tables), "
@@ -1249,15 +1250,17 @@ CONNECT_STEPS = [
     ("the fork gate (socket and slot claim)", {"seg_gate_enter", "seg_gate_leave"}),
     ("the slot's claim: a free slot, a new generation, the sole hold",
      {"alloc_slot", "seg_pending_slot", "seg_hold_first", "seg_my_record", "claim_slot"}),
-    ("the permits' takes (tally.c): the compartment's, and the pool's when borrowed",
+    ("the permits' takes (tally.c): the compartment's, and a borrowed permit's from a tally "
+     "another slot tagged",
      {"tally_take_conn", "tally_take_lent", "tally_take", "take_loop", "reflect", "take_at"}),
     ("admission: the own code of shim_admit and admit_slot and what they inline (the "
-     "class, pool, adaptive, fleet and observe checks; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending",
+     "class, pool, adaptive, fleet and observe checks, a borrowed permit's take from an "
+     "untagged tally; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending",
                         "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
                         "pool_note_use", "pool_take", "ad_tick"}),
     ("the clock and the connect-time histogram",
-     {"now_mono_us", "clock_gettime", "seg_connect_done_in", "seg_connect_time", "seg_hist_add",
-      "seg_hist_add_n"}),
+     {"now_mono_us", "now_mono_s", "clock_gettime", "seg_connect_done_in", "seg_connect_time",
+      "seg_hist_add", "seg_hist_add_n"}),
     ("the hold's drop at close (procs.c)", {"seg_drop", "seg_drop_hold"}),
     ("the release: every permit given back, the slot freed",
      {"seg_release_slot", "release_claimed", "tally_release", "give_at", "give_own",
