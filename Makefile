@@ -14,7 +14,9 @@ WARN    := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
            -Wpointer-arith -Wcast-qual -Wformat-security \
            -Werror=implicit-function-declaration
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 -D_GNU_SOURCE -fPIC $(WARN)
+# What the code needs is added also to a CFLAGS given on the command line
+# (`make CFLAGS=-O3`), which would otherwise replace it.
+override CFLAGS += -std=gnu11 -D_GNU_SOURCE -fPIC $(WARN)
 PKGS    := libconfig
 PC_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)

@@ -90,7 +90,7 @@ set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char 
 			    note, atomic_load(&c->fleet_floor));
 	}
 	fc->state = state;
-	snprintf(fc->note, sizeof(fc->note), "%s", note);
+	snprintf(fc->note, sizeof(fc->note), "%.*s", (int)sizeof(fc->note) - 1, note);
 }
 
 /* One round: report every compartment and apply what Redis grants. Returns
@@ -235,6 +235,8 @@ run_agent(const struct bs_config *cfg, bool verbose)
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
 
+		if (c == NULL)
+			continue;
 		atomic_store(&c->fleet_expiry_ms, 0);
 		atomic_store(&c->fleet_redis_ok, FLEET_NO_AGENT);
 		atomic_store(&c->fleet_agent_pid, 0);

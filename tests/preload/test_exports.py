@@ -1,8 +1,11 @@
 """test_exports.py - the library exports exactly the libc names it interposes."""
 
+import os
+import shutil
 import subprocess
+import tempfile
 
-from harness import LIB, need_built
+from harness import LIB, ROOT, need_built
 
 INTERPOSED = {"connect", "close", "dup", "dup2", "dup3", "fcntl", "fcntl64", "close_range",
               "closefrom", "fclose", "fork", "vfork", "_Fork", "clone", "socket", "accept", "accept4", "sendto", "sendmsg",
@@ -33,3 +36,23 @@ def test_library_exports_only_interposed_names():
     notfunc = sorted(n for n in INTERPOSED if names[n] not in ("T", "W", "i"))
     assert not notfunc, "exported but not as functions: %s" % ", ".join(
         "%s (%s)" % (n, names[n]) for n in notfunc)
+
+
+def test_cflags_given_on_the_command_line_still_build_the_library_cleanly():
+    """`make CFLAGS=...` replaces the Makefile's CFLAGS: what the code needs (-D_GNU_SOURCE,
+    -fPIC, the warnings) is added to it all the same, and the library builds without a
+    warning and exports the same names."""
+    out = tempfile.mkdtemp(prefix="bs-cflags-")
+    try:
+        lib = os.path.join(out, "libbulkshim.so")
+        r = subprocess.run(["make", "-s", "-C", ROOT, "B=" + out, "CFLAGS=-O1 -g", lib],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, "make CFLAGS=-O1 failed:\n%s" % r.stderr[-3000:]
+        assert "warning:" not in r.stderr, "make CFLAGS=-O1 warned:\n%s" % r.stderr[-3000:]
+        nm = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True,
+                            timeout=30)
+        names = {line.split()[2].split("@")[0] for line in nm.stdout.splitlines()
+                 if len(line.split()) >= 3}
+        assert names - LINKER == INTERPOSED, "exports differ: %s" % sorted(names ^ INTERPOSED)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
