@@ -1078,11 +1078,12 @@ stamp_new(const struct seg *s, uint64_t m)
 }
 
 /* The compare-and-swap of slot's take, tag `tag`, from tally value w
- * (untagged, below the limit), and the check after it: TALLY_TAKEN (*seen,
- * unless NULL: the count before), TALLY_BUSY (released meanwhile: undone),
- * or TALLY_MISS (the tally moved: nothing done). */
+ * (whose tag and count the caller checked: the fast paths below), and the
+ * check after it: TALLY_TAKEN (*seen, unless NULL: the count before),
+ * TALLY_BUSY (released meanwhile: undone), or TALLY_MISS (the tally moved:
+ * nothing done). */
 static inline __attribute__((always_inline)) int
-take_untagged(struct seg *s, uint32_t slot, uint32_t gen, uint32_t tag, _Atomic uint32_t *count,
+take_swap(struct seg *s, uint32_t slot, uint32_t gen, uint32_t tag, _Atomic uint32_t *count,
     uint64_t w, uint32_t *seen)
 {
 	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
@@ -1118,7 +1119,7 @@ tally_take_clear(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint
 	if (MARK_GEN(m) != gen || (m & (MARK_RELEASED | MARK_HELD(p))))
 		return TALLY_MISS;
 	*took = tag_who(slot, gen) | stamp_new(s, m);
-	return take_untagged(s, slot, gen, *took, count, w, seen);
+	return take_swap(s, slot, gen, *took, count, w, seen);
 }
 
 /* A take's fast path (tally.c's take_loop starts with it): the tally's tag
@@ -1129,25 +1130,13 @@ static inline __attribute__((always_inline)) int
 tally_take_own(struct seg *s, uint32_t slot, uint64_t m0, _Atomic uint32_t *count, uint32_t lim,
     uint32_t *seen)
 {
-	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
-	uint32_t gen = MARK_GEN(m0), who = tag_who(slot, gen), tag, cur;
-	uint64_t w = atomic_load(t), m, nw;
+	uint32_t gen = MARK_GEN(m0), who = tag_who(slot, gen), tag;
+	uint64_t w = atomic_load((_Atomic uint64_t *)(uintptr_t)count);
 
 	tag = (uint32_t)(w >> 32);
-	cur = (uint32_t)w;
 	if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) && !(m0 & MARK_RELEASED) &&
-	    cur < lim, 1)) {
-		nw = (uint64_t)(who | stamp_own(s, tag)) << 32 | (cur + 1);
-		if (atomic_compare_exchange_strong(t, &w, nw)) {
-			*seen = cur;
-			m = atomic_load(&s->slots[slot].mark);
-			if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
-				tally_undo(count, nw);
-				return TALLY_BUSY;
-			}
-			return TALLY_TAKEN;
-		}
-	}
+	    (uint32_t)w < lim, 1))
+		return take_swap(s, slot, gen, who | stamp_own(s, tag), count, w, seen);
 	return TALLY_MISS;
 }
 
@@ -1337,7 +1326,7 @@ pool_take(struct seg *s, struct seg_comp *c, struct seg_pool *pool, uint32_t slo
 
 		r = TALLY_MISS;
 		if (__builtin_expect(w < atomic_load(&pool->shared), 1))
-			r = take_untagged(s, slot, gen, took, &pool->lent, w, NULL);
+			r = take_swap(s, slot, gen, took, &pool->lent, w, NULL);
 		if (r == TALLY_MISS)
 			r = tally_take_lent(s, slot, gen, pool, seen);
 		if (r == TALLY_TAKEN)	/* where a hand-over looks first (share.c's pass_on) */
@@ -1566,6 +1555,13 @@ fdt_set_valid(int fd, uint32_t slot)
 		;
 	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
 }
+/* fdt_take of a descriptor whose entry fdt_get just read as counted (the
+ * table, sized once, never moves). */
+static inline uint32_t
+fdt_take_counted(int fd)
+{
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
+}
 /* Forgets fd and returns what was recorded (slot + 1 or 0). Inline: every
  * close of a counted socket takes its entry. */
 static inline uint32_t
@@ -1574,14 +1570,7 @@ fdt_take(int fd)
 	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire) ||
 	    atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == 0)
 		return 0;
-	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
-}
-/* fdt_take of a descriptor whose entry fdt_get just read as counted (the
- * table, sized once, never moves). */
-static inline uint32_t
-fdt_take_counted(int fd)
-{
-	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
+	return fdt_take_counted(fd);
 }
 /* One past the highest fd ever recorded, to bound range scans. */
 int fdt_high(void);

@@ -529,7 +529,7 @@ test_an_untagged_take_landing_after_the_release_undoes_itself(void **state)
 	seg_drop(s, b);
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_RELEASED ||
 	    MARK_GEN(atomic_load(&s->slots[b].mark)) != gb);
-	assert_int_equal(take_untagged(s, b, gb, tag, &c->in_use, w, &seen), TALLY_BUSY);
+	assert_int_equal(take_swap(s, b, gb, tag, &c->in_use, w, &seen), TALLY_BUSY);
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	/* The tally moved since it was read (another slot took): no swap,
 	 * and the whole take reflects d's take into d's mark first. */
@@ -538,7 +538,7 @@ test_an_untagged_take_landing_after_the_release_undoes_itself(void **state)
 	w = atomic_load(t);
 	assert_int_equal(tally_take_conn(s, d, gd, c, &seen, &took), TALLY_TAKEN);
 	tag = tag_who(b, gb) | stamp_new(s, atomic_load(&s->slots[b].mark));
-	assert_int_equal(take_untagged(s, b, gb, tag, &c->in_use, w, &seen), TALLY_MISS);
+	assert_int_equal(take_swap(s, b, gb, tag, &c->in_use, w, &seen), TALLY_MISS);
 	assert_int_equal(atomic_load(&c->in_use), 1);
 	assert_false(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
 	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TALLY_TAKEN);
