@@ -26,7 +26,7 @@ HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 
 # What the shim and the CLI share; interpose.c, io.c, init.c, procid.c, deepbind.c, notice.c
 # and real.c are the shim's own.
-COMMON  := config config_setting config_comp config_pool config_fleet config_resolve match match_parse segment procs permit \
+COMMON  := config config_file config_setting config_comp config_pool config_fleet config_resolve match match_parse segment procs permit \
            tally pool share fdtable log adaptive config_adaptive reconcile
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
            $(B)/shim/init.o $(B)/shim/procid.o $(B)/shim/deepbind.o $(B)/shim/notice.o

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define DEFAULT_MODE		0600
@@ -228,40 +227,6 @@ static int parse_id(struct cfg_ctx *c, const config_setting_t *s, bool group)
 		c->cfg->has_owner = true;
 		c->cfg->owner = (uid_t)id;
 	}
-	return 0;
-}
-
-/* Keeps the file's text and where its lines end, for string_line() in
- * config_comp.c and for duplicate_key(). */
-static int read_text(struct cfg_ctx *c, FILE *f)
-{
-	size_t len = 0, cap = 4096, n;
-	char *text = malloc(cap);
-
-	while (text != NULL && (n = fread(text + len, 1, cap - len, f)) > 0) {
-		len += n;
-		if (len == cap) {
-			char *bigger = realloc(text, cap *= 2);
-
-			if (bigger == NULL)
-				free(text);
-			text = bigger;
-		}
-	}
-	if (text == NULL || ferror(f)) {
-		free(text);
-		return -ENOMEM;
-	}
-	c->text = text;
-	c->nlines = 1;
-	for (size_t i = 0; i < len; i++)
-		c->nlines += text[i] == '\n';
-	c->line_end = malloc(c->nlines * sizeof(*c->line_end));
-	if (c->line_end == NULL)
-		return -ENOMEM;
-	for (size_t i = 0, k = 0; i <= len; i++)
-		if (i == len || text[i] == '\n')
-			c->line_end[k++] = i;
 	return 0;
 }
 
@@ -535,7 +500,7 @@ static const char *syntax_hint(const struct cfg_ctx *c, int line, char *buf, siz
 	return hint;
 }
 
-/* Reports what config_read_file found wrong. libconfig's own words are kept,
+/* Reports what config_read_string found wrong. libconfig's own words are kept,
  * with a hint when the cause is a common one, except for a duplicate key,
  * which it reports without naming it. */
 static int syntax_error(struct cfg_ctx *c, const config_t *lc)
@@ -574,15 +539,43 @@ int cfg_load_all(const char *path, struct bs_config *cfg, bool resolve, char *er
 	return load_file(path, cfg, resolve, true, err, errlen);
 }
 
+/* The directory of path with its slash ("/etc/bulkshim/"), where its
+ * @include names are found, not in the program's working directory; ""
+ * for a path without one. */
+static void include_dir(const char *path, char *dir, size_t size)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (slash == NULL || snprintf(dir, size, "%.*s", (int)(slash - path) + 1, path) >= (int)size)
+		dir[0] = '\0';
+}
+
+/* Reads c->path (cfg_read_file: once, and only a regular file) and parses
+ * that text into lc, its @include names found next to it. Returns 0 with
+ * lc to config_destroy; 1 when libconfig refused the text, lc to destroy
+ * holding its error; or the read's -errno (message in c), lc untouched.
+ * c->text and c->line_end are the caller's to free either way. */
+static int read_parse(struct cfg_ctx *c, config_t *lc)
+{
+	char dir[PATH_MAX];
+	int rc;
+
+	include_dir(c->path, dir, sizeof(dir));
+	if ((rc = cfg_read_file(c, dir[0] != '\0' ? dir : NULL)) < 0)
+		return rc;
+	config_init(lc);
+	if (dir[0] != '\0')
+		config_set_include_dir(lc, dir);
+	return config_read_string(lc, c->text) ? 0 : 1;
+}
+
 static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
 		size_t errlen)
 {
 	struct cfg_ctx c = { .path = path, .cfg = cfg, .err = err, .errlen = errlen, .all = all };
 	char msg[BS_ERRLEN];
 	struct matcher *m;
-	struct stat st;
 	config_t lc;
-	FILE *f;
 	int rc;
 
 	memset(cfg, 0, sizeof(*cfg));
@@ -594,35 +587,10 @@ static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool
 	}
 	if (strlen(path) >= sizeof(cfg->path))
 		return cfg_fail(&c, NULL, -ENAMETOOLONG, "path is too long");
-	if (stat(path, &st) < 0) {
-		rc = -errno;
-		if (rc == -ENOENT)
-			return cfg_fail(&c, NULL, rc, "no such file");
-		return cfg_fail(&c, NULL, rc, "%s", strerror(-rc));
-	}
-	if (S_ISDIR(st.st_mode))
-		return cfg_fail(&c, NULL, -EISDIR, "is a directory");
-	/* libconfig says only "file I/O error"; find out why first. */
-	if ((f = fopen(path, "r")) == NULL) {
-		rc = -errno;
-		return cfg_fail(&c, NULL, rc, "cannot read: %s", strerror(-rc));
-	}
-	rc = read_text(&c, f);
-	fclose(f);
-	if (rc < 0) {
-		free(c.text);
-		free(c.line_end);
-		return cfg_fail(&c, NULL, rc, "cannot read: %s", strerror(-rc));
-	}
-
-	config_init(&lc);
-	/* @include names a file next to this one, not in the program's cwd. */
-	const char *slash = strrchr(path, '/');
-	if (slash != NULL) {
-		snprintf(msg, sizeof(msg), "%.*s", (int)(slash - path) + 1, path);
-		config_set_include_dir(&lc, msg);
-	}
-	if (!config_read_file(&lc, path)) {
+	rc = read_parse(&c, &lc);
+	if (rc < 0)
+		goto done;
+	if (rc > 0) {
 		if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
 			rc = cfg_fail(&c, NULL, -EIO, "cannot read the file");
 		else
@@ -676,25 +644,42 @@ done:
 	return rc;
 }
 
+/* Parses path into lc without checking what it says, read as cfg_load
+ * reads it (so a FIFO is refused, not waited on), for what a config that
+ * cfg_load refused can still tell. False if it cannot be read or parsed;
+ * true with lc for the caller to config_destroy. */
+static bool parse_only(const char *path, config_t *lc)
+{
+	struct cfg_ctx c = { .path = path };
+	int rc;
+
+	if (path == NULL || path[0] == '\0')
+		return false;
+	rc = read_parse(&c, lc);
+	if (rc > 0)
+		config_destroy(lc);
+	free(c.text);
+	free(c.line_end);
+	return rc == 0;
+}
+
 /* True if path parses as libconfig and its top level says strict = true,
  * whatever else is wrong in it, so that a broken config can still ask the
- * shim to stop. False on any doubt: no file, a syntax error, no "strict" or
- * one that is not a boolean. */
+ * shim to stop. False on any doubt: no file, one that cfg_load refuses to
+ * read (a FIFO...), a syntax error, no "strict" or one that is not a
+ * boolean. */
 bool cfg_wants_strict(const char *path)
 {
 	const config_setting_t *s;
 	bool strict = false;
 	config_t lc;
 
-	if (path == NULL || path[0] == '\0')
-		return false;
-	config_init(&lc);
-	if (config_read_file(&lc, path)) {
+	if (parse_only(path, &lc)) {
 		s = config_setting_get_member(config_root_setting(&lc), "strict");
 		strict = s != NULL && config_setting_type(s) == CONFIG_TYPE_BOOL &&
 			 config_setting_get_bool(s);
+		config_destroy(&lc);
 	}
-	config_destroy(&lc);
 	return strict;
 }
 
@@ -707,11 +692,9 @@ void cfg_segment_of(const char *path, char *out, size_t outlen)
 	config_t lc;
 
 	cfg_default_segment(path, out, outlen);
-	if (path == NULL || path[0] == '\0')
+	if (!parse_only(path, &lc))
 		return;
-	config_init(&lc);
-	if (config_read_file(&lc, path) &&
-	    (s = config_setting_get_member(config_root_setting(&lc), "segment")) != NULL &&
+	if ((s = config_setting_get_member(config_root_setting(&lc), "segment")) != NULL &&
 	    (name = config_setting_get_string(s)) != NULL && name[0] != '\0' &&
 	    strlen(name) < BS_NAME_MAX && strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 	    "abcdefghijklmnopqrstuvwxyz0123456789_.-") == strlen(name))

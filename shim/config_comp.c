@@ -51,7 +51,9 @@ static int string_line(struct cfg_ctx *c, const config_setting_t *e)
 	const char *file = config_setting_source_file(e), *str = config_setting_get_string(e);
 	size_t n = str ? strlen(str) : 0;
 
-	if (c->text == NULL || str == NULL || file == NULL || strcmp(file, c->path) != 0)
+	/* The config's own settings have no file name (it is parsed from
+	 * its text); an included file's have theirs. */
+	if (c->text == NULL || str == NULL || (file != NULL && strcmp(file, c->path) != 0))
 		return line;
 	for (int k = line; k > 0 && k > line - 8 && (size_t)k <= c->nlines; k--) {
 		size_t start = k > 1 ? c->line_end[k - 2] + 1 : 0, end = c->line_end[k - 1];

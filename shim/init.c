@@ -1,13 +1,11 @@
 /* init.c - start-up from the environment and the config, live reload, the class, exit. */
 #include <errno.h>
-#include <fcntl.h>
 #include <fnmatch.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -86,23 +84,6 @@ find_class(const struct bs_config *cfg)
 	return 0;
 }
 
-/* True if path is a regular file. The path of a reload is the segment's,
- * which another process may have written: a FIFO nobody writes would block
- * the connect that reloads for ever, a device read without end. Opened
- * without blocking, then asked of the descriptor. */
-static bool
-regular_file(const char *path)
-{
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY), r;
-
-	if (fd < 0)
-		return true;	/* cfg_load says why it cannot be read */
-	r = fstat(fd, &st);
-	close(fd);
-	return r == 0 && S_ISREG(st.st_mode);
-}
-
 /*
  * `bulkshim reload` bumps the segment's generation after it applied a new
  * config's limits; each process rebuilds its destination rules from that
@@ -122,10 +103,10 @@ reload(struct seg_header *h, uint32_t g)
 	if (g != atomic_load(&shim.gen)) {
 		memcpy(path, h->config_path, sizeof(path));
 		path[sizeof(path) - 1] = '\0';
-		if (!regular_file(path)) {
-			bs_log(LOG_ERROR, "reload: %s is not a regular file; keeping the old "
-			    "destinations", path);
-		} else if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
+		/* The path is the segment's, which another process may have
+		 * written: cfg_load reads a regular file only, opened without
+		 * blocking, so a FIFO or a device cannot stall this connect. */
+		if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
 			bs_log(LOG_ERROR, "reload: %s; keeping the old destinations", err);
 		} else {
 			m = build_matcher(&cfg, err, sizeof(err));

@@ -288,6 +288,17 @@ struct cfg_ctx {
 	size_t scan_off;	/* so a line of many strings is scanned once */
 };
 
+/* config_file.c: a config's text, read so that no file can stall the reader. */
+#define BS_CONFIG_MAX	(16u << 20)	/* bytes of a config and all it includes */
+/* Reads the file c->path into c->text (NUL-terminated) and c->line_end,
+ * and checks each file it includes (found after dir, when not NULL), as
+ * deep as libconfig would: the config and each of them must be a regular
+ * file, read without blocking, BS_CONFIG_MAX bytes in all, with no NUL
+ * byte. Returns 0, or -errno (-ENOENT, -EISDIR, -EINVAL, -EFBIG...) with
+ * the message in c's error buffer; the caller frees c->text and
+ * c->line_end either way. */
+int cfg_read_file(struct cfg_ctx *c, const char *dir);
+
 /* config_setting.c: typed access to settings, with messages at FILE:LINE. */
 int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));

@@ -15,9 +15,11 @@
  * (no network in a fuzzer). The file is a memfd reached through
  * /proc/self/fd, so nothing touches the disk.
  *
- * libconfig's @include reads another file by name: /dev/zero or a FIFO
- * would hang the fuzzer, not find a bug of ours, so inputs that ask for an
- * include are skipped (an include is only ever a file the operator wrote).
+ * libconfig's @include reads another file by name, here next to the memfd
+ * in /proc/self/fd: the fuzzer's own descriptors, whose contents change
+ * from run to run. Inputs that ask for an include are skipped, so that a
+ * finding can be replayed; what an include may be (a regular file, 16 MiB
+ * in all) is tested in tests/unit/test_config.c.
  */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -78,6 +78,32 @@ def test_strict_true_in_config_exits_78_on_bad_config():
     assert r.returncode == 0 and "ran 3" in r.stdout, (r.returncode, r.stdout, r.stderr)
 
 
+def test_a_config_that_is_a_fifo_or_includes_one_never_stalls_the_program():
+    # A FIFO nobody writes would block the read at start-up for ever: the
+    # program runs unlimited after one line naming the file, or exits 78
+    # when strict. The same for a FIFO that the config @includes, named at
+    # the line that includes it.
+    srv = Server()
+    d = tmpdir()
+    fifo = os.path.join(d, "svc.cfg")
+    os.mkfifo(fifo)
+    os.mkfifo(os.path.join(d, "comps.cfg"))
+    inc = write_file('segment = "%s";\n@include "comps.cfg"\n' % new_segment())
+    for path, what in ((fifo, "%s: is a FIFO, not a regular file" % fifo),
+                       (inc, '%s:2: @include "comps.cfg": %s is a FIFO' % (
+                           inc, os.path.join(d, "comps.cfg")))):
+        r = run_py(CONNECT3, shim_env(path), args=[str(srv.port)], timeout=30)
+        assert r.returncode == 0 and r.stdout.strip() == "ran 3", \
+            "%s: the program did not run unlimited (exit %d, stdout %r, stderr %r)" % (
+                path, r.returncode, r.stdout, r.stderr)
+        lines = shim_lines(r.stderr)
+        assert len(lines) == 1 and what in lines[0] and "running without limits" in lines[0], \
+            "want one line saying %r, got %r" % (what, r.stderr)
+        r = run_py(CONNECT3, shim_env(path, strict="1"), args=[str(srv.port)], timeout=30)
+        assert r.returncode == 78 and "ran" not in r.stdout and what in r.stderr, \
+            "strict: exit %d, want 78 (stdout %r, stderr %r)" % (r.returncode, r.stdout, r.stderr)
+
+
 def test_missing_config_warns_once_and_runs():
     srv = Server()
     missing = os.path.join(tmpdir(), "no-such.cfg")

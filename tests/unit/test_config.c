@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -248,6 +249,181 @@ static void unreadable_file_is_an_error(void **state)
 	unlink(path);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* A directory of its own under /tmp, for a config and what it includes. */
+static void make_dir(char *dir, size_t size)
+{
+	snprintf(dir, size, "/tmp/bulkshim-inc-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+}
+
+static void put_file(const char *dir, const char *name, const char *text, size_t len)
+{
+	char p[256];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, len), (ssize_t)len);
+	assert_int_equal(close(fd), 0);
+}
+
+static void remove_dir(const char *dir)
+{
+	char cmd[300];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* A FIFO nobody writes would block the reader for ever, and a device
+ * such as /dev/zero never end: each is refused at once (an alarm ends
+ * the test if a read waits), by cfg_load and by the helpers that look
+ * into a config cfg_load refused. */
+static void a_fifo_or_a_device_is_refused_without_waiting(void **state)
+{
+	char dir[64], fifo[128], seg[BS_NAME_MAX];
+	struct bs_config cfg;
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	snprintf(fifo, sizeof(fifo), "%s/svc.cfg", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	alarm(20);
+	assert_int_equal(cfg_load(fifo, &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "/svc.cfg: is a FIFO, not a regular file"));
+	assert_zeroed(&cfg);
+	assert_false(cfg_wants_strict(fifo));
+	cfg_segment_of(fifo, seg, sizeof(seg));
+	assert_string_equal(seg, "svc");
+	assert_int_equal(cfg_load("/dev/zero", &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "/dev/zero: is a character device, not a regular file");
+	assert_false(cfg_wants_strict("/dev/zero"));
+	alarm(0);
+	remove_dir(dir);
+}
+
+/* A file of gigabytes would take the host program's memory: more than
+ * BS_CONFIG_MAX is refused before it is read. */
+static void a_config_of_more_than_16_mib_is_refused(void **state)
+{
+	struct bs_config cfg;
+	int fd;
+
+	(void)state;
+	write_cfg(COMPS);
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)BS_CONFIG_MAX + 1), 0);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(cfg_load(path, &cfg, false, err, sizeof(err)), -EFBIG);
+	assert_non_null(strstr(err, ": is too big: a config and what it includes may have 16 MiB"));
+	assert_zeroed(&cfg);
+	/* Exactly at the limit it is read (and fails as text, not for size:
+	 * the padding is NUL bytes). */
+	fd = open(path, O_WRONLY);
+	assert_int_equal(ftruncate(fd, (off_t)BS_CONFIG_MAX), 0);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(cfg_load(path, &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, ":2: a NUL byte: a config file is text"));
+	unlink(path);
+}
+
+/* libconfig would parse the text only up to a NUL byte, and what follows
+ * it would silently not count. */
+static void a_nul_byte_is_refused_at_its_line(void **state)
+{
+	static const char text[] = "segment = \"x\";\n" COMPS "max_sockets = 10;\0 junk\n";
+	struct bs_config cfg;
+	char dir[64], p[128];
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	put_file(dir, "svc.cfg", text, sizeof(text) - 1);
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "/svc.cfg:3: a NUL byte: a config file is text"));
+	assert_zeroed(&cfg);
+	remove_dir(dir);
+}
+
+/* @include names a file next to the config (not in the working
+ * directory), read with the config, and its settings count. */
+static void an_include_is_read_next_to_the_config(void **state)
+{
+	static const char main_text[] = "segment = \"x\";\n@include \"comps.cfg\"\n";
+	struct bs_config cfg;
+	char dir[64], p[128];
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	put_file(dir, "svc.cfg", main_text, sizeof(main_text) - 1);
+	put_file(dir, "comps.cfg", COMPS, strlen(COMPS));
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), 0);
+	assert_int_equal(cfg.ncomp, 1);
+	assert_string_equal(cfg.comp[0].name, "a");
+	assert_int_equal(cfg.comp[0].max_connections, 5);
+	cfg_free(&cfg);
+	/* One that is missing is libconfig's to say, at its line. */
+	put_file(dir, "svc.cfg", "segment = \"x\";\n" COMPS "@include \"gone.cfg\"\n",
+	    strlen("segment = \"x\";\n" COMPS "@include \"gone.cfg\"\n"));
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "/svc.cfg:3: cannot open include file"));
+	remove_dir(dir);
+}
+
+/* An included FIFO, device or directory is refused at the line that
+ * includes it, in the config or in a file it includes, and so is a file
+ * that brings the whole past BS_CONFIG_MAX; a file that includes itself
+ * ends at libconfig's depth limit. */
+static void an_include_of_a_fifo_or_of_too_much_is_refused_at_its_line(void **state)
+{
+	static const char main_text[] = "segment = \"x\";\n" COMPS "@include \"more.cfg\"\n";
+	static const char more[] = "# more\n  @include \"pipe\"\n";
+	struct bs_config cfg;
+	char dir[64], p[128], q[300];
+	int fd;
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	put_file(dir, "svc.cfg", main_text, sizeof(main_text) - 1);
+	put_file(dir, "more.cfg", more, sizeof(more) - 1);
+	snprintf(p, sizeof(p), "%s/pipe", dir);
+	assert_int_equal(mkfifo(p, 0600), 0);
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	alarm(20);
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
+	snprintf(q, sizeof(q), "%s/more.cfg:2: @include \"pipe\": %s/pipe is a FIFO, not a "
+	    "regular file", dir, dir);
+	assert_string_equal(err, q);
+	assert_zeroed(&cfg);
+	assert_false(cfg_wants_strict(p));
+	alarm(0);
+	/* Too much: a file of BS_CONFIG_MAX bytes beside the config. */
+	snprintf(q, sizeof(q), "%s/more.cfg", dir);
+	fd = open(q, O_WRONLY | O_TRUNC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)BS_CONFIG_MAX), 0);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EFBIG);
+	snprintf(q, sizeof(q), "%s/svc.cfg:3: @include \"more.cfg\": %s/more.cfg is too big", dir,
+	    dir);
+	assert_non_null(strstr(err, q));
+	/* A directory. */
+	put_file(dir, "svc.cfg", "@include \".\"\n", strlen("@include \".\"\n"));
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EISDIR);
+	assert_non_null(strstr(err, "/svc.cfg:1: @include \".\": "));
+	assert_non_null(strstr(err, " is a directory"));
+	/* Itself, for ever: bounded. */
+	put_file(dir, "svc.cfg", "@include \"svc.cfg\"\n@include \"svc.cfg\"\n",
+	    strlen("@include \"svc.cfg\"\n@include \"svc.cfg\"\n"));
+	alarm(20);
+	assert_true(cfg_load(p, &cfg, false, err, sizeof(err)) < 0);
+	alarm(0);
+	remove_dir(dir);
 }
 
 static void syntax_error_names_its_line(void **state)
@@ -1546,6 +1722,11 @@ int main(void)
 		cmocka_unit_test(missing_file_is_enoent),
 		cmocka_unit_test(directory_or_bad_path_is_an_error),
 		cmocka_unit_test(unreadable_file_is_an_error),
+		cmocka_unit_test(a_fifo_or_a_device_is_refused_without_waiting),
+		cmocka_unit_test(a_config_of_more_than_16_mib_is_refused),
+		cmocka_unit_test(a_nul_byte_is_refused_at_its_line),
+		cmocka_unit_test(an_include_is_read_next_to_the_config),
+		cmocka_unit_test(an_include_of_a_fifo_or_of_too_much_is_refused_at_its_line),
 		cmocka_unit_test(syntax_error_names_its_line),
 		cmocka_unit_test(unknown_top_level_key_is_an_error),
 		cmocka_unit_test(unknown_key_in_budget_is_an_error),
