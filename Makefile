@@ -24,6 +24,12 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # hiredis is the fleet agent's (tools/fleet*.c): the CLI links it, the shim never does.
 HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 
+# The shim's sources, by layer: shim/interpose/ (the exported names and what each process keeps
+# for itself), shim/admit/ (admission and the counts in the shared segment), shim/config/ (the
+# configuration and the destination rules); shim.h and log.c beside them serve all three.
+# Objects are named by their file alone, so every source name is unique across the folders.
+SHIM_DIRS := shim/interpose shim/admit shim/config shim
+vpath %.c $(SHIM_DIRS)
 # What the shim and the CLI share; interpose.c, io.c, init.c, procid.c, deepbind.c, notice.c
 # and real.c are the shim's own.
 COMMON  := config config_file config_setting config_comp config_pool config_fleet config_resolve match match_parse segment procs permit \
@@ -45,10 +51,10 @@ SHIM_LTO ?= -flto=auto
 # Its calls into libc (errno, fstat, the clock) go through the GOT without a
 # PLT stub: the library is linked -z now, so nothing is bound lazily anyway.
 SHIM_CODE := -fvisibility=hidden -fno-plt
-$(B)/shim/%.o: shim/%.c shim/shim.h | $(B)/shim
-	$(CC) $(CFLAGS) $(SHIM_LTO) $(if $(SHIM_LTO),-DBS_LTO) $(SHIM_CODE) $(PC_CFLAGS) -c -o $@ $<
-$(B)/cli/%.o: shim/%.c shim/shim.h | $(B)/cli
-	$(CC) $(CFLAGS) $(PC_CFLAGS) -c -o $@ $<
+$(B)/shim/%.o: %.c shim/shim.h | $(B)/shim
+	$(CC) $(CFLAGS) $(SHIM_LTO) $(if $(SHIM_LTO),-DBS_LTO) $(SHIM_CODE) -Ishim $(PC_CFLAGS) -c -o $@ $<
+$(B)/cli/%.o: %.c shim/shim.h | $(B)/cli
+	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
 $(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
 # The web page that `bulkshim serve` answers, linked in with .incbin (a

@@ -60,10 +60,10 @@ ASAN_UNITS := $(patsubst $(B)/%,$(A)/%,$(UNITS))
 ASAN_HELPERS := $(patsubst $(B)/%,$(A)/%,$(HELPERS))
 TSAN_UNITS := $(T)/tests/test_segment $(T)/tests/test_permit
 
-$(A)/shim/%.o: shim/%.c shim/shim.h | $(A)/shim
-	$(CC) $(CFLAGS) $(SAN_FLAGS) -fvisibility=hidden $(PC_CFLAGS) -c -o $@ $<
-$(A)/cli/%.o: shim/%.c shim/shim.h | $(A)/cli
-	$(CC) $(CFLAGS) $(SAN_FLAGS) $(PC_CFLAGS) -c -o $@ $<
+$(A)/shim/%.o: %.c shim/shim.h | $(A)/shim
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -fvisibility=hidden -Ishim $(PC_CFLAGS) -c -o $@ $<
+$(A)/cli/%.o: %.c shim/shim.h | $(A)/cli
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
 $(A)/cli/%.o: tools/%.c tools/cli.h shim/shim.h | $(A)/cli
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
 $(A)/libbulkshim.so: $(ASAN_SHIM_O)
@@ -76,8 +76,8 @@ $(A)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(A)/cli/%.o) shim/shim.h | $(
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
 		$(filter-out $(A)/cli/$*.o,$(COMMON:%=$(A)/cli/%.o)) $(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 
-$(T)/cli/%.o: shim/%.c shim/shim.h | $(T)/cli
-	$(CC) $(CFLAGS) $(TSAN_FLAGS) $(PC_CFLAGS) -c -o $@ $<
+$(T)/cli/%.o: %.c shim/shim.h | $(T)/cli
+	$(CC) $(CFLAGS) $(TSAN_FLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
 $(T)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(T)/cli/%.o) shim/shim.h | $(T)/tests
 	$(CC) $(CFLAGS) $(TSAN_FLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
 		$(filter-out $(T)/cli/$*.o,$(COMMON:%=$(T)/cli/%.o)) $(PC_LIBS) $(CMOCKA_LIBS) -lpthread
@@ -140,7 +140,7 @@ fuzz-deps: | $(B)
 	@rm -f $(B)/fuzzprobe $(B)/fuzzprobe.c
 
 # The config loader and the matcher, whatever files they are split into.
-FUZZ_SRC = $(filter shim/config% shim/match% shim/log%,$(COMMON:%=shim/%.c))
+FUZZ_SRC = $(wildcard shim/config/*.c) shim/log.c
 
 $(F)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) shim/shim.h | $(F)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC) $(PC_LIBS) -lpthread

@@ -1,5 +1,5 @@
 # make model: spin checks tests/model/tally.pml, the model of the two-step
-# tally (shim/tally.c). A bitstate search bounded in time (MODEL_SECONDS);
+# tally (shim/admit/tally.c). A bitstate search bounded in time (MODEL_SECONDS);
 # it fails on any assertion (a count that the slots' holds do not explain).
 MODEL_SECONDS ?= 300
 .PHONY: model

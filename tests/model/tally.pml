@@ -1,5 +1,5 @@
 /*
- * tally.pml - a Promela model of the two-step kill-safe tally (shim/tally.c),
+ * tally.pml - a Promela model of the two-step kill-safe tally (shim/admit/tally.c),
  * checked with spin: `make model`.
  *
  * One tally (count and tag: slot, give flag, generation, stamp) and two

@@ -1,6 +1,6 @@
 /* test_adaptive.c - unit tests of the adaptive limit: the controller on synthetic latency series,
  * the window closed by compare-and-swap, and the config group. */
-#include "../../shim/adaptive.c"
+#include "../../shim/admit/adaptive.c"
 
 #include <setjmp.h>
 #include <stdarg.h>

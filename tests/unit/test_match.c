@@ -1,5 +1,5 @@
 /* test_match.c - unit tests of destination parsing, lookup precedence and learning. */
-#include "../../shim/match.c"
+#include "../../shim/config/match.c"
 
 #include <pthread.h>
 #include <setjmp.h>

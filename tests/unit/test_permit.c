@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "../../shim/permit.c"
+#include "../../shim/admit/permit.c"
 #include "seg_fixture.h"
 
 static struct cfg_compartment comps[1];

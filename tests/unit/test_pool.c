@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "../../shim/pool.c"
+#include "../../shim/admit/pool.c"
 #include "seg_fixture.h"
 
 /* Pool "pg" of size 12, reserved 2: room 10. "a": guarantee 3, ceiling 6;

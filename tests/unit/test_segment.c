@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "../../shim/segment.c"
+#include "../../shim/admit/segment.c"
 #include "seg_fixture.h"
 
 static struct cfg_compartment comps[2];
