@@ -38,11 +38,12 @@ kind_of(mode_t m)
 /*
  * Reads the regular file at path, of at most room bytes, into a new
  * NUL-terminated buffer (*out, *len). Returns 0, or -errno with *why a
- * phrase saying what is wrong ("is a FIFO, not a regular file"), and
- * nothing to free.
+ * phrase saying what is wrong ("is a FIFO, not a regular file"), *opened
+ * telling whether the file could be opened at all, and nothing to free.
  */
 static int
-slurp(const char *path, size_t room, char **out, size_t *len, char *why, size_t whylen)
+slurp(const char *path, size_t room, char **out, size_t *len, char *why, size_t whylen,
+    bool *opened)
 {
 	size_t got = 0, cap;
 	struct stat st;
@@ -54,6 +55,7 @@ slurp(const char *path, size_t room, char **out, size_t *len, char *why, size_t 
 	/* O_NONBLOCK: a FIFO opens at once instead of waiting for a
 	 * writer, and a file that would block a read (/proc/kmsg) says so. */
 	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	*opened = fd >= 0;
 	if (fd < 0) {
 		rc = -errno;
 		if (rc == -ENOENT)
@@ -203,46 +205,58 @@ include_name(const char *line, const char *end, char *name, size_t size)
 /*
  * Checks what text (the file shown as `file`, NULL for the config itself)
  * includes, and what those include, depth levels deep: each must be a
- * regular file, and all of them fit in what is left of *room. A file
- * that cannot be opened is left to libconfig, which says so at its line.
+ * regular file that reads to its end without blocking, and all of them
+ * fit in what is left of *room. A file that cannot be opened is left to
+ * libconfig, which cannot open it either and says so at its line. The
+ * names are on the heap: ten levels of two paths would be 80 KB of the
+ * stack of whichever thread of the program reloads.
  */
 static int
 check_text(struct cfg_ctx *c, const char *dir, const char *file, const char *text, size_t len,
     size_t *room, int depth)
 {
-	char name[PATH_MAX], full[PATH_MAX], why[256];
 	const char *p = text, *end = text + len, *eol;
+	struct {
+		char name[PATH_MAX], full[PATH_MAX];
+	} *b;
+	char *name, *full, *sub, why[256];
+	int rc = 0, line = 0;
 	size_t sub_len;
-	char *sub;
-	int rc, line = 0;
+	bool opened;
 
-	for (; p < end; p = eol + 1) {
+	if ((b = malloc(sizeof(*b))) == NULL)
+		return cfg_fail_at(c, file, 0, -ENOMEM, "out of memory");
+	name = b->name;
+	full = b->full;
+	for (; p < end && rc == 0; p = eol + 1) {
 		line++;
 		if ((eol = memchr(p, '\n', (size_t)(end - p))) == NULL)
 			eol = end;
-		if (!include_name(p, eol, name, sizeof(name)))
+		if (!include_name(p, eol, name, PATH_MAX))
 			continue;
 		/* As libconfig finds it: after the include directory when
 		 * there is one (1.5 puts it before an absolute name too, and
 		 * fails to open that), else from the working directory. */
-		if ((size_t)snprintf(full, sizeof(full), "%s%s",
-		    dir != NULL && name[0] != '/' ? dir : "", name) >= sizeof(full))
+		if ((size_t)snprintf(full, PATH_MAX, "%s%s",
+		    dir != NULL && name[0] != '/' ? dir : "", name) >= PATH_MAX)
 			continue;
-		rc = slurp(full, *room, &sub, &sub_len, why, sizeof(why));
-		if (rc == -EISDIR || rc == -EINVAL || rc == -EFBIG)
-			return cfg_fail_at(c, file, line, rc,
-			    "@include \"%s\": %s %s", name, full, why);
-		if (rc < 0)
+		rc = slurp(full, *room, &sub, &sub_len, why, sizeof(why), &opened);
+		if (rc < 0 && !opened) {
+			rc = 0;
 			continue;
+		}
+		if (rc < 0) {
+			rc = cfg_fail_at(c, file, line, rc, "@include \"%s\": %s %s", name, full, why);
+			continue;
+		}
 		*room -= sub_len;
 		rc = no_nul(c, full, sub, sub_len);
 		if (rc == 0 && depth + 1 < MAX_DEPTH)
 			rc = check_text(c, dir, full, sub, sub_len, room, depth + 1);
 		free(sub);
-		if (rc < 0)
-			return rc;
 	}
-	return 0;
+	free(b);
+	return rc;
 }
 
 /* See shim.h. */
@@ -251,10 +265,11 @@ cfg_read_file(struct cfg_ctx *c, const char *dir)
 {
 	size_t len, room = BS_CONFIG_MAX;
 	char why[256];
+	bool opened;
 	char *text;
 	int rc;
 
-	rc = slurp(c->path, room, &text, &len, why, sizeof(why));
+	rc = slurp(c->path, room, &text, &len, why, sizeof(why), &opened);
 	if (rc < 0)
 		return cfg_fail(c, NULL, rc, "%s", why);
 	c->text = text;

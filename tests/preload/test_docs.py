@@ -12,7 +12,7 @@ KEY_ARRAY = re.compile(r"static const char \*const (\w+_keys)\[\] = \{(.*?)\};",
 def parser_keys():
     """Every key the config parser accepts, read from its known-key lists."""
     keys = {}
-    for path in glob.glob(os.path.join(ROOT, "shim", "config*.c")):
+    for path in glob.glob(os.path.join(ROOT, "shim", "config", "config*.c")):
         with open(path) as f:
             for name, body in KEY_ARRAY.findall(f.read()):
                 for k in re.findall(r'"([A-Za-z_]+)"', body):
