@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <setjmp.h>
@@ -423,6 +424,76 @@ static void an_include_of_a_fifo_or_of_too_much_is_refused_at_its_line(void **st
 	alarm(20);
 	assert_true(cfg_load(p, &cfg, false, err, sizeof(err)) < 0);
 	alarm(0);
+	remove_dir(dir);
+}
+
+/* An included file that opens but cannot be read to its end (here
+ * /proc/self/mem, whose first page is not mapped: EIO) is refused at the
+ * including line, not handed to libconfig's blocking fopen: a file whose
+ * non-blocking read says EAGAIN would block there. */
+static void an_include_that_opens_but_cannot_be_read_is_refused_at_its_line(void **state)
+{
+	struct bs_config cfg;
+	char dir[64], p[128], q[128];
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	snprintf(q, sizeof(q), "%s/mem.cfg", dir);
+	assert_int_equal(symlink("/proc/self/mem", q), 0);
+	put_file(dir, "svc.cfg", "segment = \"x\";\n" COMPS "@include \"mem.cfg\"\n",
+	    strlen("segment = \"x\";\n" COMPS "@include \"mem.cfg\"\n"));
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EIO);
+	assert_non_null(strstr(err, "/svc.cfg:3: @include \"mem.cfg\": "));
+	assert_non_null(strstr(err, "/mem.cfg cannot read: "));
+	assert_zeroed(&cfg);
+	remove_dir(dir);
+}
+
+struct deep_load {
+	const char *path;
+	int rc;
+};
+
+static void *load_in_thread(void *arg)
+{
+	struct deep_load *d = arg;
+	struct bs_config cfg;
+
+	d->rc = cfg_load(d->path, &cfg, false, err, sizeof(err));
+	cfg_free(&cfg);
+	return NULL;
+}
+
+/* A reload runs in whichever thread of the program connects, whose stack
+ * may be small: includes ten deep load on a 64 KiB stack (two PATH_MAX
+ * names per level on the stack would take 80 KiB). */
+static void includes_ten_deep_load_on_a_small_thread_stack(void **state)
+{
+	struct deep_load d;
+	pthread_attr_t attr;
+	char dir[64], p[128], name[32], text[64];
+	pthread_t t;
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	for (int i = 0; i < 9; i++) {
+		snprintf(name, sizeof(name), "inc%d.cfg", i);
+		snprintf(text, sizeof(text), "@include \"inc%d.cfg\"\n", i + 1);
+		put_file(dir, name, text, strlen(text));
+	}
+	put_file(dir, "inc9.cfg", COMPS, strlen(COMPS));
+	put_file(dir, "svc.cfg", "segment = \"x\";\n@include \"inc0.cfg\"\n",
+	    strlen("segment = \"x\";\n@include \"inc0.cfg\"\n"));
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	d.path = p;
+	d.rc = 1;
+	assert_int_equal(pthread_attr_init(&attr), 0);
+	assert_int_equal(pthread_attr_setstacksize(&attr, 64 << 10), 0);
+	assert_int_equal(pthread_create(&t, &attr, load_in_thread, &d), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	pthread_attr_destroy(&attr);
+	assert_int_equal(d.rc, 0);
 	remove_dir(dir);
 }
 
@@ -1727,6 +1798,8 @@ int main(void)
 		cmocka_unit_test(a_nul_byte_is_refused_at_its_line),
 		cmocka_unit_test(an_include_is_read_next_to_the_config),
 		cmocka_unit_test(an_include_of_a_fifo_or_of_too_much_is_refused_at_its_line),
+		cmocka_unit_test(an_include_that_opens_but_cannot_be_read_is_refused_at_its_line),
+		cmocka_unit_test(includes_ten_deep_load_on_a_small_thread_stack),
 		cmocka_unit_test(syntax_error_names_its_line),
 		cmocka_unit_test(unknown_top_level_key_is_an_error),
 		cmocka_unit_test(unknown_key_in_budget_is_an_error),
