@@ -89,39 +89,51 @@ find_class(const struct bs_config *cfg)
  * config's limits; each process rebuilds its destination rules from that
  * file at its next connect. Host names are not resolved here (that could
  * stall a connect); they are learned from the program's getaddrinfo.
+ * This runs on whichever thread of the program connects, whose stack may
+ * be small: the config (43 KB) and the path are on the heap.
  */
 static __attribute__((noinline)) void
 reload(struct seg_header *h, uint32_t g)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	char path[PATH_MAX], err[BS_ERRLEN];
-	struct bs_config cfg;
+	struct {
+		struct bs_config cfg;
+		char path[PATH_MAX], err[BS_ERRLEN];
+	} *r;
 	struct matcher *m;
 
 	if (pthread_mutex_trylock(&lock) != 0)
 		return;
-	if (g != atomic_load(&shim.gen)) {
-		memcpy(path, h->config_path, sizeof(path));
-		path[sizeof(path) - 1] = '\0';
+	if (g == atomic_load(&shim.gen)) {
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	if ((r = malloc(sizeof(*r))) == NULL) {
+		bs_log(LOG_ERROR, "reload: out of memory; keeping the old destinations");
+	} else {
+		memcpy(r->path, h->config_path, sizeof(r->path));
+		r->path[sizeof(r->path) - 1] = '\0';
 		/* The path is the segment's, which another process may have
 		 * written: cfg_load reads a regular file only, opened without
 		 * blocking, so a FIFO or a device cannot stall this connect. */
-		if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
-			bs_log(LOG_ERROR, "reload: %s; keeping the old destinations", err);
+		if (cfg_load(r->path, &r->cfg, false, r->err, sizeof(r->err)) < 0) {
+			bs_log(LOG_ERROR, "reload: %s; keeping the old destinations", r->err);
 		} else {
-			m = build_matcher(&cfg, err, sizeof(err));
-			if (m == NULL)
+			m = build_matcher(&r->cfg, r->err, sizeof(r->err));
+			if (m == NULL) {
 				bs_log(LOG_ERROR, "reload: %s: %s; keeping the old destinations",
-				    path, err);
-			else
+				    r->path, r->err);
+			} else {
 				/* The old matcher is left allocated: another
 				 * thread may be reading it right now. */
 				atomic_store(&shim.m, m);
-			cfg_free(&cfg);
-			bs_log(LOG_INFO, "reloaded destinations from %s", path);
+				bs_log(LOG_INFO, "reloaded destinations from %s", r->path);
+			}
+			cfg_free(&r->cfg);
 		}
-		atomic_store(&shim.gen, g);
+		free(r);
 	}
+	atomic_store(&shim.gen, g);
 	pthread_mutex_unlock(&lock);
 }
 

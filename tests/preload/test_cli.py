@@ -269,6 +269,49 @@ def test_reload_changes_a_destination_of_a_running_process():
     assert a.finish() == 0
 
 
+def test_a_reload_on_a_thread_with_a_small_stack_does_not_crash_it():
+    """A reload runs on whichever thread of the program connects next. Here
+    that is a thread with a 64 KiB stack, and the new config includes files
+    ten deep: the reload applies, the thread's connect is counted by it, and
+    the program lives (the config it loads is 43 KB, which the reload once
+    kept on that stack beside libconfig's parser)."""
+    p1, p2 = Server(), Server()
+    seg = new_segment()
+    d = tmpdir()
+    path = os.path.join(d, "small-stack.cfg")
+    with open(path, "w") as f:
+        f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p1.port],
+                              "max_connections": 4}], seg))
+    a = Agent(harness.shim_env(path, log="off"))
+    a.call("import threading")
+    assert a("attempt(('127.0.0.1', %d))" % p1.port)["ok"]
+
+    for i in range(9):
+        with open(os.path.join(d, "inc%d.cfg" % i), "w") as f:
+            f.write('@include "inc%d.cfg"\n' % (i + 1))
+    with open(os.path.join(d, "inc9.cfg"), "w") as f:
+        f.write(harness.config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p2.port],
+                                      "max_connections": 4}]))
+    with open(path, "w") as f:
+        f.write('segment = "%s";\n@include "inc0.cfg"\n' % seg)
+    cli_ok("reload", "-c", path)
+    before = harness.comp_of(harness.status_json(seg), "x")["admitted"]
+    got = a.call("out = []\n"
+                 "threading.stack_size(64 << 10)\n"
+                 "t = threading.Thread(target=lambda: out.append("
+                 "attempt(('127.0.0.1', %d))))\n"
+                 "t.start()\n"
+                 "t.join()\n"
+                 "threading.stack_size(0)" % p2.port, "out")
+    assert got and got[0]["ok"], "the small thread's connect: %r" % got
+    after = harness.comp_of(harness.status_json(seg), "x")["admitted"]
+    assert after == before + 1, "P2 is not counted after the reload: %d then %d" % (before, after)
+    assert a("attempt(('127.0.0.1', %d))" % p1.port)["ok"]
+    assert harness.comp_of(harness.status_json(seg), "x")["admitted"] == after, \
+        "P1 is still counted after the reload"
+    assert a.finish() == 0
+
+
 def test_reload_applies_limits_and_refuses_new_compartments():
     srv, shim = _one(2)
     a = Agent(shim.env(log="off"))

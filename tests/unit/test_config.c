@@ -458,10 +458,14 @@ struct deep_load {
 static void *load_in_thread(void *arg)
 {
 	struct deep_load *d = arg;
-	struct bs_config cfg;
+	struct bs_config *cfg = malloc(sizeof(*cfg));
 
-	d->rc = cfg_load(d->path, &cfg, false, err, sizeof(err));
-	cfg_free(&cfg);
+	/* On the heap, as the shim's reload keeps it: 43 KB. */
+	if (cfg == NULL)
+		return NULL;
+	d->rc = cfg_load(d->path, cfg, false, err, sizeof(err));
+	cfg_free(cfg);
+	free(cfg);
 	return NULL;
 }
 
