@@ -97,7 +97,8 @@ struct rule {
 	int prefix;		/* RULE_IP: 0..128 */
 	uint16_t port_lo, port_hi;
 	char path[BS_UNIX_PATH_MAX + 1];	/* RULE_UNIX; '@' first = abstract */
-	char host[BS_HOST_MAX];	/* RULE_HOST, lower case */
+	char host[BS_HOST_MAX];	/* RULE_HOST, lower case; for a RULE_IP /128
+				 * resolved from a name at load, that name */
 	int comp;		/* compartment index */
 	int line;		/* config line, for messages */
 };
@@ -118,6 +119,14 @@ int match_find(const struct matcher *m, const struct sockaddr *sa, socklen_t len
  * matched from now on with that rule's ports. Returns the compartment, -1 if
  * no rule names host, or -ENOSPC when the learned table is full. */
 int match_learn(struct matcher *m, const char *host, const struct sockaddr *sa);
+/* Learns into `to` every address `from` knows for a host name, the ones
+ * resolved at load and the ones learned since, so that new rules built at a
+ * reload keep what the process found: each address of a name that `to`
+ * still has a rule for then matches with that rule's ports and compartment.
+ * Safe while `from` is in use. Returns how many of `from`'s addresses (one
+ * per port range of a name) name a host that `to` has, or -ENOSPC when
+ * `to`'s learned table filled up. */
+int match_carry(struct matcher *to, const struct matcher *from);
 /* True if some RULE_HOST rule names host (case-insensitive). */
 bool match_has_host(const struct matcher *m, const char *host);
 void match_free(struct matcher *m);

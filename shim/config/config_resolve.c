@@ -204,6 +204,8 @@ int cfg_resolve_hosts(struct cfg_ctx *c)
 			} else {
 				continue;
 			}
+			/* The name goes along, for a reload to keep (match_carry). */
+			memcpy(r.host, host.host, sizeof(r.host));
 			if (seen_add(&set, r.addr, r.port_lo, r.port_hi, &rc))
 				rc = cfg_push_rule(c, &r, NULL, NULL);
 		}

@@ -98,6 +98,15 @@ struct learned_entry {
 	uint8_t addr[16];
 	uint16_t lo, hi;
 	int32_t comp;
+	const char *host;	/* the name it was learned for: a host site's */
+};
+
+/* An address a host name resolved to when the config was loaded: a RULE_IP
+ * /128 rule that carries the name (cfg_resolve_hosts). The rule matches it;
+ * this keeps the name, for match_carry. */
+struct resolved {
+	const char *host;	/* the name of a host site of this matcher */
+	uint8_t addr[16];
 };
 
 /* Written by match_learn, read by match_find without a lock. An entry is
@@ -152,6 +161,8 @@ struct matcher {
 	struct name_site *name_store;
 	char *names;
 	struct learned *learned;
+	struct resolved *resolved;
+	uint32_t nresolved;
 	/* The answers of recent IPv4 lookups (v4_find_memo). A service
 	 * connects to the same few destinations again and again; each is a
 	 * load and a compare here after its first connect. */
@@ -445,6 +456,24 @@ static int build_v4lens(struct matcher *m)
 	return 0;
 }
 
+static const struct name_site *find_host(const struct matcher *m, const char *host);
+
+/* Notes, for match_carry, the RULE_IP rules that carry the host name they
+ * were resolved from, under the name of that host's own site. */
+static void keep_resolved(struct matcher *m, const struct rule *rules, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct name_site *s;
+
+		if (rules[i].kind != RULE_IP || rules[i].host[0] == '\0' ||
+		    memchr(rules[i].host, '\0', sizeof(rules[i].host)) == NULL ||
+		    (s = find_host(m, rules[i].host)) == NULL)
+			continue;
+		m->resolved[m->nresolved].host = s->name;
+		memcpy(m->resolved[m->nresolved++].addr, rules[i].addr, 16);
+	}
+}
+
 /* Builds the lookup tables for n rules as match_parse makes them (see
  * shim.h). The same destination twice in one compartment is accepted; in two
  * compartments it is an error. Returns NULL with a reason in err. */
@@ -452,7 +481,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 {
 	const struct rule **order = NULL;
 	struct matcher *m = NULL;
-	size_t nip = 0, nname = 0, names_len = 0, nranges = 0, names_used = 0;
+	size_t nip = 0, nname = 0, names_len = 0, nranges = 0, names_used = 0, nres = 0;
 
 	if (n > 0 && rules == NULL) {
 		match_set_err(err, errlen, "no rules");
@@ -466,7 +495,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 		if (check_rule(&rules[i], i, err, errlen) < 0)
 			return NULL;
 		if (rules[i].kind == RULE_IP)
-			nip++;
+			nip++, nres += rules[i].host[0] != '\0';
 		else
 			names_len += strlen(rules[i].kind == RULE_UNIX ? rules[i].path
 					    : rules[i].host) + 1;
@@ -482,9 +511,10 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	m->ip_store = calloc(nip + 1, sizeof(*m->ip_store));
 	m->name_store = calloc(nname + 1, sizeof(*m->name_store));
 	m->names = malloc(names_len + 1);
+	m->resolved = calloc(nres + 1, sizeof(*m->resolved));
 	order = malloc((n + 1) * sizeof(*order));
 	if (!m->learned || !atomic_load(&m->memo) || !m->umemo || !m->ranges || !m->ip_store ||
-	    !m->name_store || !m->names || !order)
+	    !m->name_store || !m->names || !m->resolved || !order)
 		goto oom;
 
 	for (int p = 0; p <= 128; p++) {
@@ -514,6 +544,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 		goto oom;
 	if (build_v4tab(m) < 0)
 		goto oom;
+	keep_resolved(m, rules, n);
 	free(order);
 	return m;
 oom:
@@ -538,6 +569,7 @@ void match_free(struct matcher *m)
 	free(m->name_store);
 	free(m->names);
 	free(m->learned);
+	free(m->resolved);
 	free(m->umemo);
 	if (atomic_load(&m->memo) != &memo_off)
 		free(atomic_load(&m->memo));
@@ -900,7 +932,8 @@ bool match_has_host(const struct matcher *m, const char *host)
 	return find_host(m, host) != NULL;
 }
 
-static bool learned_has(const struct learned *l, const uint8_t addr[16], const struct mrange *r)
+static bool learned_has(const struct learned *l, const uint8_t addr[16], const struct mrange *r,
+			const char *host)
 {
 	uint32_t h = addr_hash(addr);
 
@@ -913,7 +946,7 @@ static bool learned_has(const struct learned *l, const uint8_t addr[16], const s
 			return false;
 		e = &l->e[v - 1];
 		if (memcmp(e->addr, addr, 16) == 0 && e->lo == r->lo && e->hi == r->hi &&
-		    e->comp == r->comp)
+		    e->comp == r->comp && e->host == host)
 			return true;
 	}
 	return false;
@@ -923,7 +956,8 @@ static bool learned_has(const struct learned *l, const uint8_t addr[16], const s
  * other: the claim is a CAS on `reserved`, and each entry is published on
  * its own by a release CAS into a free slot. No lock means nothing for a
  * fork in another thread to leave locked. */
-static int learned_add(struct learned *l, const uint8_t addr[16], const struct mrange *r)
+static int learned_add(struct learned *l, const uint8_t addr[16], const struct mrange *r,
+		       const char *host)
 {
 	uint32_t idx = atomic_load_explicit(&l->reserved, memory_order_relaxed);
 	uint32_t h = addr_hash(addr);
@@ -938,6 +972,7 @@ static int learned_add(struct learned *l, const uint8_t addr[16], const struct m
 	l->e[idx].lo = r->lo;
 	l->e[idx].hi = r->hi;
 	l->e[idx].comp = r->comp;
+	l->e[idx].host = host;
 	/* At most BS_LEARNED_MAX of the 2 * BS_LEARNED_MAX slots are ever
 	 * used, so a free slot is always found. */
 	for (uint32_t probe = 0;; probe++) {
@@ -968,6 +1003,23 @@ static void memo_renew(struct matcher *m)
 		;
 }
 
+/* Adds addr, for the host site s, with each port range of s; *added is set
+ * when an entry is new. Returns 0, or -ENOSPC when the table is full. */
+static int learn_site(struct matcher *m, const struct name_site *s, const uint8_t addr[16],
+		      bool *added)
+{
+	for (uint32_t i = s->first; i < s->first + s->count; i++) {
+		const struct mrange *r = &m->ranges[i];
+
+		if (learned_has(m->learned, addr, r, s->name))
+			continue;
+		if (learned_add(m->learned, addr, r, s->name) < 0)
+			return -ENOSPC;
+		*added = true;
+	}
+	return 0;
+}
+
 /* Records that host resolved to sa (AF_INET or AF_INET6; its port is not
  * used): sa then matches with the port range of every RULE_HOST rule that
  * names host, ranking as an exact /128 rule. Safe against concurrent
@@ -982,22 +1034,54 @@ int match_learn(struct matcher *m, const char *host, const struct sockaddr *sa)
 	uint8_t addr[16];
 	uint16_t port;
 	socklen_t len;
+	int rc;
 
 	if (s == NULL || sa == NULL)
 		return -1;
 	len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 	if (match_inet_key(sa, len, addr, &port) < 0)
 		return -1;
-	for (uint32_t i = s->first; i < s->first + s->count; i++) {
-		const struct mrange *r = &m->ranges[i];
-
-		if (learned_has(m->learned, addr, r))
-			continue;
-		if (learned_add(m->learned, addr, r) < 0)
-			return -ENOSPC;
-		added = true;
-	}
+	rc = learn_site(m, s, addr, &added);
+	/* Also when the table filled part way: what was added is seen. */
 	if (added)
 		memo_renew(m);
-	return m->ranges[s->first].comp;
+	return rc < 0 ? rc : m->ranges[s->first].comp;
+}
+
+/* Learns into `to` that host resolved to addr (16 bytes), without renewing
+ * its memo. Returns 1, 0 when no rule of `to` names host, or -ENOSPC. */
+static int carry_one(struct matcher *to, const char *host, const uint8_t addr[16], bool *added)
+{
+	const struct name_site *s = find_host(to, host);
+
+	if (s == NULL)
+		return 0;
+	return learn_site(to, s, addr, added) < 0 ? -ENOSPC : 1;
+}
+
+/* See shim.h. */
+int match_carry(struct matcher *to, const struct matcher *from)
+{
+	bool added = false;
+	int n = 0, r = 0;
+
+	if (to == NULL || from == NULL || to == from)
+		return 0;
+	for (uint32_t i = 0; i < from->nresolved && r >= 0; i++) {
+		r = carry_one(to, from->resolved[i].host, from->resolved[i].addr, &added);
+		n += r > 0;
+	}
+	/* Published entries only: a slot names an entry filled before it. */
+	for (uint32_t i = 0; i < LEARN_SLOTS && r >= 0; i++) {
+		uint32_t v = atomic_load_explicit(&from->learned->slot[i], memory_order_acquire);
+
+		if (v == 0)
+			continue;
+		r = carry_one(to, from->learned->e[v - 1].host, from->learned->e[v - 1].addr, &added);
+		n += r > 0;
+	}
+	/* One new memo for all of it (each is kept until match_free). */
+	if (added)
+		memo_renew(to);
+	return r < 0 ? -ENOSPC : n;
 }

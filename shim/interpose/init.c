@@ -84,6 +84,26 @@ find_class(const struct bs_config *cfg)
 	return 0;
 }
 
+/* Puts m in place of the current destination rules, with the addresses
+ * this process knew for the host names that m still has: the ones resolved
+ * at start-up and the ones its getaddrinfo calls found (a reload resolves
+ * nothing itself). Carried twice: before m is seen, and after, for what
+ * another thread learned into the old rules meanwhile. The old matcher is
+ * left allocated: another thread may be reading it right now. */
+static void
+carry(struct matcher *m)
+{
+	struct matcher *old = atomic_load(&shim.m);
+	int n = match_carry(m, old);
+
+	atomic_store(&shim.m, m);
+	if (n != -ENOSPC)
+		n = match_carry(m, old);
+	if (n == -ENOSPC)
+		bs_log(LOG_WARN, "reload: too many addresses of host names to keep; "
+		    "some are not counted until the program looks its names up again");
+}
+
 /*
  * `bulkshim reload` bumps the segment's generation after it applied a new
  * config's limits; each process rebuilds its destination rules from that
@@ -124,9 +144,7 @@ reload(struct seg_header *h, uint32_t g)
 				bs_log(LOG_ERROR, "reload: %s: %s; keeping the old destinations",
 				    r->path, r->err);
 			} else {
-				/* The old matcher is left allocated: another
-				 * thread may be reading it right now. */
-				atomic_store(&shim.m, m);
+				carry(m);
 				bs_log(LOG_INFO, "reloaded destinations from %s", r->path);
 			}
 			cfg_free(&r->cfg);

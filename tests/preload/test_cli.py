@@ -312,6 +312,71 @@ def test_a_reload_on_a_thread_with_a_small_stack_does_not_crash_it():
     assert a.finish() == 0
 
 
+def _host_cfg(path, seg, host, port, limit):
+    with open(path, "w") as f:
+        f.write(config_text([{"name": "byname", "destinations": ["%s:%d" % (host, port)],
+                              "max_connections": limit}], seg))
+
+
+def _admitted(seg):
+    return harness.comp_of(harness.status_json(seg), "byname")["admitted"]
+
+
+def test_a_reload_keeps_counting_the_addresses_a_host_name_resolved_to():
+    """A reload rebuilds the rules without resolving anything. The addresses
+    a kept host name resolved to at start-up stay counted, though the
+    program does not look the name up again (as a pool that reconnects to
+    the address it has does)."""
+    srv = Server()
+    seg = new_segment()
+    path = os.path.join(tmpdir(), "byname.cfg")
+    _host_cfg(path, seg, "localhost", srv.port, 2)
+    a = Agent(harness.shim_env(path, log="off"))
+    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
+    assert _admitted(seg) == 1, "localhost:%d does not count 127.0.0.1 at start" % srv.port
+    _host_cfg(path, seg, "localhost", srv.port, 3)
+    cli_ok("reload", "-c", path)
+    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
+    assert _admitted(seg) == 2, "after a reload 127.0.0.1 is no longer counted"
+    # Two held (attempt keeps its socket): the third is the last.
+    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
+    assert _refused(a("attempt(('127.0.0.1', %d))" % srv.port)), \
+        "the reloaded limit of 3 does not hold for localhost's address"
+    assert a.finish() == 0
+
+
+def test_a_reload_keeps_counting_the_addresses_the_program_looked_up():
+    """What the program's own getaddrinfo found for a name since start-up is
+    kept across a reload too, as is what start-up found."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        raise harness.Skip("needs root and unshare(1) to give the program its own /etc/hosts")
+    srv = Server()
+    seg = new_segment()
+    hosts = write_file("127.0.0.1 localhost\n127.0.0.2 bs-moving-host\n", suffix=".hosts")
+    path = os.path.join(tmpdir(), "moving.cfg")
+    _host_cfg(path, seg, "bs-moving-host", srv.port, 4)
+    env = harness.shim_env(path, log="off")
+    env["BS_PRELOAD"] = env.pop("LD_PRELOAD")
+    wrap = ["unshare", "-m", "sh", "-c",
+            'mount --bind "$0" /etc/hosts && LD_PRELOAD="$BS_PRELOAD" exec "$@"', hosts]
+    a = Agent(env, prefix=wrap)
+    with open(hosts, "w") as f:  # same inode, so the bind mount shows it
+        f.write("127.0.0.1 localhost\n127.0.0.1 bs-moving-host\n")
+    code = "ai = socket.getaddrinfo('bs-moving-host', %d, socket.AF_INET, socket.SOCK_STREAM)" \
+        % srv.port
+    assert a.call(code, "ai[0][4]") == ["127.0.0.1", srv.port], "the name did not move"
+    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
+    assert _admitted(seg) == 1, "the address the program looked up is not counted"
+    _host_cfg(path, seg, "bs-moving-host", srv.port, 5)
+    cli_ok("reload", "-c", path)
+    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
+    assert _admitted(seg) == 2, "after a reload the looked-up 127.0.0.1 is no longer counted"
+    # 127.0.0.2, found at start-up, still counts: nobody listens there.
+    a("attempt(('127.0.0.2', %d))" % srv.port)
+    assert _admitted(seg) == 3, "after a reload 127.0.0.2 (found at start) is no longer counted"
+    assert a.finish() == 0
+
+
 def test_reload_applies_limits_and_refuses_new_compartments():
     srv, shim = _one(2)
     a = Agent(shim.env(log="off"))

@@ -1455,6 +1455,8 @@ static void resolving_localhost_adds_ip_rules(void **state)
 		assert_int_equal(cfg.rules[i].kind, RULE_IP);
 		assert_int_equal(cfg.rules[i].line, 3);
 		assert_int_equal(cfg.rules[i].port_lo, 8080);
+		/* The name goes along, for a reload to keep the address. */
+		assert_string_equal(cfg.rules[i].host, "localhost");
 		resolved++;
 	}
 	assert_true(resolved >= 1 && resolved <= 2);

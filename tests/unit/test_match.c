@@ -930,6 +930,17 @@ static void learning_an_address_twice_adds_it_once(void **state)
 	match_free(m);
 }
 
+/* Learns n addresses from 11.0.0.0 up for host, each of compartment comp. */
+static void learn_block(struct matcher *m, const char *host, uint32_t n, int comp)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET };
+
+	for (uint32_t i = 0; i < n; i++) {
+		in.sin_addr.s_addr = htonl(0x0b000000u + i);
+		assert_int_equal(match_learn(m, host, (struct sockaddr *)&in), comp);
+	}
+}
+
 static void learning_fails_with_enospc_when_full(void **state)
 {
 	static const char *const t[] = { "a.example" };
@@ -938,16 +949,131 @@ static void learning_fails_with_enospc_when_full(void **state)
 	struct sockaddr_in in = sa4("192.0.2.1", 0);
 
 	(void)state;
-	for (uint32_t i = 0; i < BS_LEARNED_MAX; i++) {
-		in.sin_addr.s_addr = htonl(0x0b000000u + i);
-		assert_int_equal(match_learn(m, "a.example", (struct sockaddr *)&in), 0);
-	}
+	learn_block(m, "a.example", BS_LEARNED_MAX, 0);
 	in.sin_addr.s_addr = htonl(0x0c000000u);
 	assert_int_equal(match_learn(m, "a.example", (struct sockaddr *)&in), -ENOSPC);
 	for (uint32_t i = 0; i < BS_LEARNED_MAX; i++) {
 		in.sin_addr.s_addr = htonl(0x0b000000u + i);
 		assert_int_equal(match_find(m, (struct sockaddr *)&in, sizeof(in)), 0);
 	}
+	match_free(m);
+}
+
+/* ---- carrying what was learned into new rules (a reload) ---- */
+
+/* The rules of a config loaded with its names resolved: "a.example:80"
+ * (compartment 0) resolved to 192.0.2.1, and "b.example" (1) to 2001:db8::1,
+ * as cfg_resolve_hosts appends them. */
+static struct matcher *build_resolved(void)
+{
+	struct rule r[4];
+	struct matcher *m;
+
+	r[0] = rule_ok("a.example:80", 0);
+	r[1] = rule_ok("b.example", 1);
+	r[2] = rule_ok("192.0.2.1:80", 0);
+	snprintf(r[2].host, sizeof(r[2].host), "a.example");
+	r[3] = rule_ok("[2001:db8::1]", 1);
+	snprintf(r[3].host, sizeof(r[3].host), "b.example");
+	m = match_build(r, 4, err, sizeof(err));
+	assert_non_null(m);
+	return m;
+}
+
+static void a_reload_keeps_the_addresses_resolved_and_learned_for_its_names(void **state)
+{
+	/* The new rules: a.example moved to compartment 2 with other ports,
+	 * b.example is the same, c.example is gone and d.example new. */
+	static const char *const t[] = { "a.example:80-90", "b.example", "d.example" };
+	static const int c[] = { 2, 1, 3 };
+	static const char *const t0[] = { "c.example" };
+	static const int c0[] = { 4 };
+	struct matcher *old = build_resolved(), *gone = BUILD(t0, c0), *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("192.0.2.7", 0), in_c = sa4("192.0.2.9", 0);
+
+	(void)state;
+	assert_int_equal(match_learn(old, "A.example", (struct sockaddr *)&in), 0);
+	assert_int_equal(match_learn(gone, "c.example", (struct sockaddr *)&in_c), 4);
+	/* Nothing is known in the new rules before the carry. */
+	assert_int_equal(find4(m, "192.0.2.1", 85), -1);
+	assert_int_equal(find4(m, "192.0.2.7", 85), -1);
+	assert_int_equal(find6(m, "2001:db8::1", 5432), -1);
+	/* Resolved at load (two) and learned since (one). */
+	assert_int_equal(match_carry(m, old), 3);
+	assert_int_equal(find4(m, "192.0.2.1", 85), 2);
+	assert_int_equal(find4(m, "192.0.2.7", 90), 2);
+	assert_int_equal(find4(m, "192.0.2.7", 91), -1);
+	assert_int_equal(find6(m, "2001:db8::1", 5432), 1);
+	/* A name the new rules do not have carries nothing. */
+	assert_int_equal(match_carry(m, gone), 0);
+	assert_int_equal(find4(m, "192.0.2.9", 80), -1);
+	/* Carrying again adds nothing, and a new rules' carry is carried on. */
+	assert_int_equal(match_carry(m, old), 3);
+	assert_int_equal(atomic_load(&m->learned->count), 3);
+	match_free(old);
+	old = m;
+	m = BUILD(t, c);
+	assert_int_equal(match_carry(m, old), 3);
+	assert_int_equal(find4(m, "192.0.2.1", 80), 2);
+	assert_int_equal(find6(m, "2001:db8::1", 1), 1);
+	assert_int_equal(match_carry(m, NULL), 0);
+	assert_int_equal(match_carry(m, m), 0);
+	match_free(old);
+	match_free(gone);
+	match_free(m);
+}
+
+static void one_address_of_two_names_is_carried_for_each(void **state)
+{
+	/* 192.0.2.1 is both names' (one compartment); the new rules keep only
+	 * the second name. */
+	static const char *const t[] = { "a.example:80", "b.example:80" };
+	static const int c[] = { 0, 0 };
+	static const char *const t2[] = { "b.example:80" };
+	static const int c2[] = { 0 };
+	struct matcher *old = BUILD(t, c), *m = BUILD(t2, c2);
+	struct sockaddr_in in = sa4("192.0.2.1", 0);
+
+	(void)state;
+	assert_int_equal(match_learn(old, "a.example", (struct sockaddr *)&in), 0);
+	assert_int_equal(match_learn(old, "b.example", (struct sockaddr *)&in), 0);
+	assert_int_equal(match_carry(m, old), 1);
+	assert_int_equal(find4(m, "192.0.2.1", 80), 0);
+	match_free(old);
+	match_free(m);
+}
+
+static void a_carry_into_a_full_table_says_enospc(void **state)
+{
+	static const char *const t[] = { "a.example" };
+	static const int c[] = { 0 };
+	struct matcher *old = BUILD(t, c), *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("192.0.2.1", 0);
+
+	(void)state;
+	learn_block(old, "a.example", BS_LEARNED_MAX, 0);
+	in.sin_addr.s_addr = htonl(0x0c000000u);
+	assert_int_equal(match_learn(m, "a.example", (struct sockaddr *)&in), 0);
+	assert_int_equal(match_carry(m, old), -ENOSPC);
+	match_free(old);
+	match_free(m);
+}
+
+static void an_address_learned_part_way_into_a_full_table_is_matched(void **state)
+{
+	/* One entry left: the name's first range gets it, the second not. */
+	static const char *const t[] = { "a.example:80", "a.example:443", "fill.example" };
+	static const int c[] = { 0, 1, 2 };
+	struct matcher *m = BUILD(t, c);
+	struct sockaddr_in in = sa4("192.0.2.1", 0);
+
+	(void)state;
+	learn_block(m, "fill.example", BS_LEARNED_MAX - 1, 2);
+	/* Asked before: the memo of answers holds "none" for it. */
+	assert_int_equal(find4(m, "192.0.2.1", 80), -1);
+	assert_int_equal(match_learn(m, "a.example", (struct sockaddr *)&in), -ENOSPC);
+	assert_int_equal(find4(m, "192.0.2.1", 80), 0);
+	assert_int_equal(find4(m, "192.0.2.1", 443), -1);
 	match_free(m);
 }
 
@@ -1308,6 +1434,10 @@ int main(void)
 		cmocka_unit_test(learning_an_unknown_host_returns_minus_one),
 		cmocka_unit_test(learning_an_address_twice_adds_it_once),
 		cmocka_unit_test(learning_fails_with_enospc_when_full),
+		cmocka_unit_test(a_reload_keeps_the_addresses_resolved_and_learned_for_its_names),
+		cmocka_unit_test(one_address_of_two_names_is_carried_for_each),
+		cmocka_unit_test(a_carry_into_a_full_table_says_enospc),
+		cmocka_unit_test(an_address_learned_part_way_into_a_full_table_is_matched),
 		cmocka_unit_test(concurrent_learners_all_get_published),
 		cmocka_unit_test(find_tolerates_null_and_short_lengths),
 		cmocka_unit_test(memo_answers_as_the_full_lookup),
