@@ -104,6 +104,17 @@ carry(struct matcher *m)
 		    "some are not counted until the program looks its names up again");
 }
 
+/* Raised while a thread of this process reloads. A fork's child starts
+ * with it lowered: the thread that raised it is not in the child, which
+ * would otherwise never reload again. */
+static _Atomic int reloading;
+
+static void
+reload_forked(void)
+{
+	atomic_store(&reloading, 0);
+}
+
 /*
  * `bulkshim reload` bumps the segment's generation after it applied a new
  * config's limits; each process rebuilds its destination rules from that
@@ -115,17 +126,16 @@ carry(struct matcher *m)
 static __attribute__((noinline)) void
 reload(struct seg_header *h, uint32_t g)
 {
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	struct {
 		struct bs_config cfg;
 		char path[PATH_MAX], err[BS_ERRLEN];
 	} *r;
 	struct matcher *m;
 
-	if (pthread_mutex_trylock(&lock) != 0)
+	if (atomic_exchange(&reloading, 1) != 0)
 		return;
 	if (g == atomic_load(&shim.gen)) {
-		pthread_mutex_unlock(&lock);
+		atomic_store(&reloading, 0);
 		return;
 	}
 	if ((r = malloc(sizeof(*r))) == NULL) {
@@ -152,7 +162,7 @@ reload(struct seg_header *h, uint32_t g)
 		free(r);
 	}
 	atomic_store(&shim.gen, g);
-	pthread_mutex_unlock(&lock);
+	atomic_store(&reloading, 0);
 }
 
 void
@@ -196,6 +206,7 @@ shim_init(void)
 	real_bind();
 	shim.pid = (pid_t)syscall(SYS_getpid);
 	shim_watch_forks();
+	pthread_atfork(NULL, NULL, reload_forked);
 	/* In secure execution the environment belongs to someone else. */
 	if (getauxval(AT_SECURE) != 0)
 		return;

@@ -312,6 +312,42 @@ def test_a_reload_on_a_thread_with_a_small_stack_does_not_crash_it():
     assert a.finish() == 0
 
 
+def test_a_fork_during_a_reload_leaves_the_child_able_to_reload():
+    """A thread's connect reloads (a 15 MiB file, so it takes a while) while
+    the main thread forks. The child has no thread reloading, and must
+    reload itself at its next connect: once a fork in that window left the
+    child's reload flag raised for good, and it kept the old destinations."""
+    p1, p2 = Server(), Server()
+    seg = new_segment()
+    path = os.path.join(tmpdir(), "slow-reload.cfg")
+    pad = "# " + "p" * 77 + "\n"
+    for round_ in range(4):
+        with open(path, "w") as f:
+            f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p1.port],
+                                  "max_connections": 50}], seg))
+        a = Agent(harness.shim_env(path, log="off"), timeout=30)
+        a.call("import threading, time")
+        with open(path, "w") as f:
+            f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p2.port],
+                                  "max_connections": 50}], seg))
+            f.write(pad * ((15 << 20) // len(pad)))
+        cli_ok("reload", "-c", path)
+        pid = a.call("t = threading.Thread(target=attempt, args=(('127.0.0.1', %d),))\n"
+                     "t.start()\n"
+                     "time.sleep(0.02 * %d)\n"
+                     "pid = fork()\n"
+                     "t.join()" % (p1.port, round_ + 1), "pid")
+        before = harness.comp_of(harness.status_json(seg), "x")["admitted"]
+        got = a("child(%d, expr=\"attempt(('127.0.0.1', %d))\")" % (pid, p2.port), timeout=30)
+        after = harness.comp_of(harness.status_json(seg), "x")["admitted"]
+        assert got["ok"], got
+        assert after == before + 1, \
+            "round %d: the child forked during the reload does not count the new " \
+            "destination (admitted %d then %d)" % (round_, before, after)
+        a("child_exit(%d)" % pid)
+        assert a.finish() == 0
+
+
 def _host_cfg(path, seg, host, port, limit):
     with open(path, "w") as f:
         f.write(config_text([{"name": "byname", "destinations": ["%s:%d" % (host, port)],
