@@ -119,7 +119,8 @@ reload_forked(void)
  * `bulkshim reload` bumps the segment's generation after it applied a new
  * config's limits; each process rebuilds its destination rules from that
  * file at its next connect. Host names are not resolved here (that could
- * stall a connect); they are learned from the program's getaddrinfo.
+ * stall a connect): carry() keeps what the process knew of them, and the
+ * program's getaddrinfo adds to it.
  * This runs on whichever thread of the program connects, whose stack may
  * be small: the config (43 KB) and the path are on the heap.
  */
