@@ -13,36 +13,132 @@
 
 struct shim_state shim;
 
-/*
- * Builds the matcher for cfg with every rule pointing at the segment's
- * compartment of the same name, so the hot path needs no second lookup.
- * Rules of compartments the segment lacks are left out. NULL on error.
- */
-static struct matcher *
-build_matcher(const struct bs_config *cfg, char *err, size_t errlen)
+/* The destination rules of cfg, each pointing at the segment's compartment
+ * of the same name, so the hot path needs no second lookup; rules of
+ * compartments the segment lacks are left out. *n of them; NULL when out of
+ * memory. */
+static struct rule *
+seg_rules(const struct bs_config *cfg, size_t *n)
 {
 	struct rule *rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof(*rules));
-	struct matcher *m;
-	size_t n = 0;
 
-	if (rules == NULL) {
-		bs_format(err, errlen, "out of memory");
+	*n = 0;
+	if (rules == NULL)
 		return NULL;
-	}
 	for (size_t i = 0; i < cfg->nrules; i++) {
 		const char *name = cfg->comp[cfg->rules[i].comp].name;
 
 		for (uint32_t j = 0; j < shim.seg->ncomp; j++) {
 			if (strncmp(seg_comp(shim.seg, j)->name, name, BS_NAME_MAX) == 0) {
-				rules[n] = cfg->rules[i];
-				rules[n++].comp = (int)j;
+				rules[*n] = cfg->rules[i];
+				rules[(*n)++].comp = (int)j;
 				break;
 			}
 		}
 	}
+	return rules;
+}
+
+/* The path or host name of a rule, "" for an address. */
+static const char *
+rule_name(const struct rule *r, size_t *len)
+{
+	if (r->kind == RULE_UNIX) {
+		*len = strnlen(r->path, sizeof(r->path));
+		return r->path;
+	}
+	if (r->kind == RULE_HOST) {
+		*len = strnlen(r->host, sizeof(r->host));
+		return r->host;
+	}
+	*len = 0;
+	return "";
+}
+
+/*
+ * The rules as written, in order, as one byte string: two configs with the
+ * same string give the same answers (start-up's addresses for host names
+ * are left out, as a reload resolves nothing and carries them). A reload
+ * that changes only limits then keeps the current matcher rather than
+ * building one more: an old matcher is never freed (another thread may be
+ * reading it), so each rebuild stays allocated for the process's life.
+ */
+static char *
+rules_key(const struct rule *r, size_t n, size_t *len)
+{
+	size_t size = 1, at = 0, nl;
+	int f[5];
+	char *key;
+
+	for (size_t i = 0; i < n; i++) {
+		rule_name(&r[i], &nl);
+		size += sizeof(f) + 16 + nl + 1;
+	}
+	if ((key = malloc(size)) == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = rule_name(&r[i], &nl);
+
+		if (r[i].kind == RULE_IP && r[i].host[0] != '\0')
+			continue;
+		f[0] = r[i].kind;
+		f[1] = r[i].comp;
+		f[2] = r[i].prefix;
+		f[3] = r[i].port_lo;
+		f[4] = r[i].port_hi;
+		memcpy(key + at, f, sizeof(f));
+		at += sizeof(f);
+		memcpy(key + at, r[i].addr, 16);
+		at += 16;
+		memcpy(key + at, name, nl);
+		at += nl;
+		key[at++] = '\0';
+	}
+	*len = at;
+	return key;
+}
+
+/* The key of the rules of the current matcher (NULL: unknown, rebuild). */
+static char *cur_key;
+static size_t cur_key_len;
+
+/* Builds the matcher for cfg (see seg_rules) and, when key is not NULL,
+ * puts the rules' key in *key. NULL with a reason in err. */
+static struct matcher *
+build_matcher(const struct bs_config *cfg, char **key, size_t *key_len, char *err,
+    size_t errlen)
+{
+	struct matcher *m;
+	struct rule *rules;
+	size_t n;
+
+	if ((rules = seg_rules(cfg, &n)) == NULL) {
+		bs_format(err, errlen, "out of memory");
+		return NULL;
+	}
 	m = match_build(rules, n, err, errlen);
+	if (m != NULL && key != NULL)
+		*key = rules_key(rules, n, key_len);
 	free(rules);
 	return m;
+}
+
+/* True if cfg's rules are those of the current matcher. */
+static bool
+same_rules(const struct bs_config *cfg)
+{
+	struct rule *rules;
+	size_t n, len = 0;
+	char *key = NULL;
+	bool same;
+
+	if (cur_key == NULL || (rules = seg_rules(cfg, &n)) == NULL)
+		return false;
+	key = rules_key(rules, n, &len);
+	same = key != NULL && len == cur_key_len && memcmp(key, cur_key, len) == 0;
+	free(key);
+	free(rules);
+	return same;
 }
 
 /* The class of this process: BULKSHIM_CLASS, else the first class with a
@@ -149,13 +245,22 @@ reload(struct seg_header *h, uint32_t g)
 		 * blocking, so a FIFO or a device cannot stall this connect. */
 		if (cfg_load(r->path, &r->cfg, false, r->err, sizeof(r->err)) < 0) {
 			bs_log(LOG_ERROR, "reload: %s; keeping the old destinations", r->err);
+		} else if (same_rules(&r->cfg)) {
+			bs_log(LOG_INFO, "reload: the destinations in %s are unchanged", r->path);
+			cfg_free(&r->cfg);
 		} else {
-			m = build_matcher(&r->cfg, r->err, sizeof(r->err));
+			char *key = NULL;
+			size_t key_len = 0;
+
+			m = build_matcher(&r->cfg, &key, &key_len, r->err, sizeof(r->err));
 			if (m == NULL) {
 				bs_log(LOG_ERROR, "reload: %s: %s; keeping the old destinations",
 				    r->path, r->err);
 			} else {
 				carry(m);
+				free(cur_key);
+				cur_key = key;
+				cur_key_len = key_len;
 				bs_log(LOG_INFO, "reloaded destinations from %s", r->path);
 			}
 			cfg_free(&r->cfg);
@@ -268,7 +373,7 @@ shim_init(void)
 	 * may be a socket closed unseen (reconcile.c). */
 	shim.seg->reconciles = true;
 	shim.seg->blocking = shim_blocking;
-	m = build_matcher(&shim.cfg, err, sizeof(err));
+	m = build_matcher(&shim.cfg, &cur_key, &cur_key_len, err, sizeof(err));
 	if (m == NULL) {
 		notice_unprotected(shim.cfg.segment, err);
 		give_up(strict, err);
