@@ -494,11 +494,13 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	for (size_t i = 0; i < n; i++) {
 		if (check_rule(&rules[i], i, err, errlen) < 0)
 			return NULL;
-		if (rules[i].kind == RULE_IP)
-			nip++, nres += rules[i].host[0] != '\0';
-		else
+		if (rules[i].kind == RULE_IP) {
+			nip++;
+			nres += rules[i].host[0] != '\0';
+		} else {
 			names_len += strlen(rules[i].kind == RULE_UNIX ? rules[i].path
 					    : rules[i].host) + 1;
+		}
 	}
 	nname = n - nip;
 	m = calloc(1, sizeof(*m));

@@ -102,43 +102,37 @@ rules_key(const struct rule *r, size_t n, size_t *len)
 static char *cur_key;
 static size_t cur_key_len;
 
-/* Builds the matcher for cfg (see seg_rules) and, when key is not NULL,
- * puts the rules' key in *key. NULL with a reason in err. */
+/*
+ * Builds the matcher for cfg's rules (seg_rules) and puts their key in
+ * *key (NULL when out of memory for it). When that key is cur_key, builds
+ * nothing and sets *same: the current matcher answers alike. Otherwise
+ * NULL with a reason in err on error.
+ */
 static struct matcher *
-build_matcher(const struct bs_config *cfg, char **key, size_t *key_len, char *err,
+build_matcher(const struct bs_config *cfg, char **key, size_t *key_len, bool *same, char *err,
     size_t errlen)
 {
-	struct matcher *m;
+	struct matcher *m = NULL;
 	struct rule *rules;
 	size_t n;
 
+	*key = NULL;
+	*same = false;
 	if ((rules = seg_rules(cfg, &n)) == NULL) {
 		bs_format(err, errlen, "out of memory");
 		return NULL;
 	}
-	m = match_build(rules, n, err, errlen);
-	if (m != NULL && key != NULL)
-		*key = rules_key(rules, n, key_len);
+	*key = rules_key(rules, n, key_len);
+	if (*key != NULL && cur_key != NULL && *key_len == cur_key_len &&
+	    memcmp(*key, cur_key, *key_len) == 0) {
+		free(*key);
+		*key = NULL;
+		*same = true;
+	} else {
+		m = match_build(rules, n, err, errlen);
+	}
 	free(rules);
 	return m;
-}
-
-/* True if cfg's rules are those of the current matcher. */
-static bool
-same_rules(const struct bs_config *cfg)
-{
-	struct rule *rules;
-	size_t n, len = 0;
-	char *key = NULL;
-	bool same;
-
-	if (cur_key == NULL || (rules = seg_rules(cfg, &n)) == NULL)
-		return false;
-	key = rules_key(rules, n, &len);
-	same = key != NULL && len == cur_key_len && memcmp(key, cur_key, len) == 0;
-	free(key);
-	free(rules);
-	return same;
 }
 
 /* The class of this process: BULKSHIM_CLASS, else the first class with a
@@ -245,15 +239,17 @@ reload(struct seg_header *h, uint32_t g)
 		 * blocking, so a FIFO or a device cannot stall this connect. */
 		if (cfg_load(r->path, &r->cfg, false, r->err, sizeof(r->err)) < 0) {
 			bs_log(LOG_ERROR, "reload: %s; keeping the old destinations", r->err);
-		} else if (same_rules(&r->cfg)) {
-			bs_log(LOG_INFO, "reload: the destinations in %s are unchanged", r->path);
-			cfg_free(&r->cfg);
 		} else {
-			char *key = NULL;
 			size_t key_len = 0;
+			bool same;
+			char *key;
 
-			m = build_matcher(&r->cfg, &key, &key_len, r->err, sizeof(r->err));
-			if (m == NULL) {
+			m = build_matcher(&r->cfg, &key, &key_len, &same, r->err, sizeof(r->err));
+			if (same) {
+				bs_log(LOG_INFO, "reload: the destinations in %s are unchanged",
+				    r->path);
+			} else if (m == NULL) {
+				free(key);
 				bs_log(LOG_ERROR, "reload: %s: %s; keeping the old destinations",
 				    r->path, r->err);
 			} else {
@@ -306,7 +302,9 @@ shim_init(void)
 	char err[BS_ERRLEN], msg[BS_ERRLEN + 64];
 	const char *path, *level, *format;
 	struct matcher *m;
-	bool strict;
+	size_t key_len = 0;
+	bool strict, same;
+	char *key;
 	int r;
 
 	real_bind();
@@ -373,7 +371,10 @@ shim_init(void)
 	 * may be a socket closed unseen (reconcile.c). */
 	shim.seg->reconciles = true;
 	shim.seg->blocking = shim_blocking;
-	m = build_matcher(&shim.cfg, &cur_key, &cur_key_len, err, sizeof(err));
+	/* cur_key is NULL here: every rule is new. */
+	m = build_matcher(&shim.cfg, &key, &key_len, &same, err, sizeof(err));
+	cur_key = key;
+	cur_key_len = key_len;
 	if (m == NULL) {
 		notice_unprotected(shim.cfg.segment, err);
 		give_up(strict, err);
