@@ -855,3 +855,19 @@ class FdOps(LineProc):
             return self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError("fdops did not exit within %ss" % timeout)
+
+
+def agent_with_hosts(env, text):
+    """An Agent (env as for Agent, with LD_PRELOAD) in its own mount
+    namespace, whose /etc/hosts is a file of this test holding text. Returns
+    (agent, path): rewrite path in place (same inode) to move a name while
+    the program runs. Skips without root or unshare(1)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        raise Skip("needs root and unshare(1) to give the program its own /etc/hosts")
+    hosts = write_file(text, suffix=".hosts")
+    env = dict(env)
+    env["BS_PRELOAD"] = env.pop("LD_PRELOAD")
+    wrap = ["unshare", "-m", "sh", "-c",
+            'mount --bind "$0" /etc/hosts && LD_PRELOAD="$BS_PRELOAD" exec "$@"', hosts]
+    return Agent(env, prefix=wrap), hosts
+

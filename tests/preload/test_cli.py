@@ -426,18 +426,12 @@ def test_a_reload_keeps_counting_the_addresses_a_host_name_resolved_to():
 def test_a_reload_keeps_counting_the_addresses_the_program_looked_up():
     """What the program's own getaddrinfo found for a name since start-up is
     kept across a reload too, as is what start-up found."""
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        raise harness.Skip("needs root and unshare(1) to give the program its own /etc/hosts")
     srv = Server()
     seg = new_segment()
-    hosts = write_file("127.0.0.1 localhost\n127.0.0.2 bs-moving-host\n", suffix=".hosts")
     path = os.path.join(tmpdir(), "moving.cfg")
     _host_cfg(path, seg, "bs-moving-host", srv.port, 4)
-    env = harness.shim_env(path, log="off")
-    env["BS_PRELOAD"] = env.pop("LD_PRELOAD")
-    wrap = ["unshare", "-m", "sh", "-c",
-            'mount --bind "$0" /etc/hosts && LD_PRELOAD="$BS_PRELOAD" exec "$@"', hosts]
-    a = Agent(env, prefix=wrap)
+    a, hosts = harness.agent_with_hosts(harness.shim_env(path, log="off"),
+                                        "127.0.0.1 localhost\n127.0.0.2 bs-moving-host\n")
     with open(hosts, "w") as f:  # same inode, so the bind mount shows it
         f.write("127.0.0.1 localhost\n127.0.0.1 bs-moving-host\n")
     code = "ai = socket.getaddrinfo('bs-moving-host', %d, socket.AF_INET, socket.SOCK_STREAM)" \

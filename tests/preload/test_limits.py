@@ -3,10 +3,9 @@
 import errno
 import os
 import re
-import shutil
 import socket
 
-from harness import Agent, Server, Shim, Skip, free_udp_port, shim_lines, unix_path, write_file
+from harness import Agent, Server, Shim, agent_with_hosts, free_udp_port, shim_lines, unix_path
 
 
 def test_fourth_connect_refused_fast_others_unaffected():
@@ -194,17 +193,11 @@ def test_connect_failing_at_once_gives_permit_back():
 def test_hostname_rule_follows_a_changed_resolution():
     # The program runs in a mount namespace whose /etc/hosts is a file of
     # this test, so the name can move to another address while it runs.
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        raise Skip("needs root and unshare(1) to give the program its own /etc/hosts")
     srv = Server()
-    hosts = write_file("127.0.0.1 localhost\n127.0.0.2 bs-moving-host\n", suffix=".hosts")
     shim = Shim([{"name": "moving", "destinations": ["bs-moving-host:%d" % srv.port],
                   "max_connections": 1}])
-    env = shim.env(log="off")
-    env["BS_PRELOAD"] = env.pop("LD_PRELOAD")
-    wrap = ["unshare", "-m", "sh", "-c",
-            'mount --bind "$0" /etc/hosts && LD_PRELOAD="$BS_PRELOAD" exec "$@"', hosts]
-    a = Agent(env, prefix=wrap)
+    a, hosts = agent_with_hosts(shim.env(log="off"),
+                                "127.0.0.1 localhost\n127.0.0.2 bs-moving-host\n")
     # At load the name means 127.0.0.2: 127.0.0.1 is nobody's.
     before = [a("attempt(('127.0.0.1', %d))" % srv.port) for _ in range(2)]
     assert all(r["ok"] for r in before), "127.0.0.1 limited before the name moved: %r" % before
