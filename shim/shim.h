@@ -127,6 +127,17 @@ int match_learn(struct matcher *m, const char *host, const struct sockaddr *sa);
  * per port range of a name) name a host that `to` has, or -ENOSPC when
  * `to`'s learned table filled up. */
 int match_carry(struct matcher *to, const struct matcher *from);
+/* Puts m in place of the rules in *cur, after carrying into m what those
+ * knew (match_carry); *next names m meanwhile, for match_learn_in. One
+ * publisher at a time. The old rules stay allocated: another thread may
+ * still be reading them. Returns match_carry's count, or -ENOSPC. */
+int match_publish(_Atomic(struct matcher *) *cur, _Atomic(struct matcher *) *next,
+    struct matcher *m);
+/* match_learn into the rules in *cur, and into those that match_publish is
+ * putting in their place, so that once it returns the address is matched by
+ * whichever rules are in place. Returns what the last match_learn did. */
+int match_learn_in(_Atomic(struct matcher *) *cur, _Atomic(struct matcher *) *next,
+    const char *host, const struct sockaddr *sa);
 /* True if some RULE_HOST rule names host (case-insensitive). */
 bool match_has_host(const struct matcher *m, const char *host);
 void match_free(struct matcher *m);
@@ -1701,6 +1712,7 @@ struct shim_state {
 	pid_t pid;		/* getpid() of this process, updated on fork */
 	struct bs_config cfg;	/* as loaded at start-up */
 	_Atomic(struct matcher *) m;	/* rules -> segment compartment indexes */
+	_Atomic(struct matcher *) m_next; /* the rules a reload is putting in place */
 	struct seg *seg;
 	uint32_t cls;		/* this process's class, as a segment class index */
 	_Atomic uint32_t gen;	/* segment generation the matcher was built for */

@@ -58,7 +58,7 @@ ASAN_SHIM_O := $(patsubst $(B)/%,$(A)/%,$(SHIM_O))
 ASAN_CLI_O := $(patsubst $(B)/%,$(A)/%,$(CLI_O))
 ASAN_UNITS := $(patsubst $(B)/%,$(A)/%,$(UNITS))
 ASAN_HELPERS := $(patsubst $(B)/%,$(A)/%,$(HELPERS))
-TSAN_UNITS := $(T)/tests/test_segment $(T)/tests/test_permit
+TSAN_UNITS := $(T)/tests/test_segment $(T)/tests/test_permit $(T)/tests/test_match
 
 $(A)/shim/%.o: %.c shim/shim.h | $(A)/shim
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -fvisibility=hidden -Ishim $(PC_CFLAGS) -c -o $@ $<

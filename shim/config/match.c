@@ -1087,3 +1087,47 @@ int match_carry(struct matcher *to, const struct matcher *from)
 		memo_renew(to);
 	return r < 0 ? -ENOSPC : n;
 }
+
+/*
+ * A reload and the program's lookups meet here. A learner that loaded the
+ * old rules may add to them after the carry read them; so the reloader
+ * names the new rules in *next before the carry, and a learner, after its
+ * learn, learns into *next too, and into *cur if that changed meanwhile.
+ * The two fences order each side's write before its read: either the carry
+ * reads the learner's entry, or the learner reads *next or the new *cur.
+ * So the new rules have every address learned before the reload, from the
+ * moment they are in place, and every later one once its learn returns.
+ */
+
+/* See shim.h. */
+int match_publish(_Atomic(struct matcher *) *cur, _Atomic(struct matcher *) *next,
+		  struct matcher *m)
+{
+	struct matcher *old = atomic_load(cur);
+	int n;
+
+	atomic_store(next, m);
+	atomic_thread_fence(memory_order_seq_cst);
+	n = match_carry(m, old);
+	atomic_store(cur, m);
+	atomic_store(next, NULL);
+	return n;
+}
+
+/* See shim.h. */
+int match_learn_in(_Atomic(struct matcher *) *cur, _Atomic(struct matcher *) *next,
+		   const char *host, const struct sockaddr *sa)
+{
+	struct matcher *m = atomic_load(cur), *n, *now;
+	int r;
+
+	for (;;) {
+		r = match_learn(m, host, sa);
+		atomic_thread_fence(memory_order_seq_cst);
+		if ((n = atomic_load(next)) != NULL && n != m)
+			r = match_learn(n, host, sa);
+		if ((now = atomic_load(cur)) == m)
+			return r;
+		m = now;
+	}
+}

@@ -177,31 +177,26 @@ find_class(const struct bs_config *cfg)
 /* Puts m in place of the current destination rules, with the addresses
  * this process knew for the host names that m still has: the ones resolved
  * at start-up and the ones its getaddrinfo calls found (a reload resolves
- * nothing itself). Carried twice: before m is seen, and after, for what
- * another thread learned into the old rules meanwhile. The old matcher is
- * left allocated: another thread may be reading it right now. */
+ * nothing itself), also those found while this runs (match_publish). The
+ * old matcher is left allocated: another thread may be reading it. */
 static void
 carry(struct matcher *m)
 {
-	struct matcher *old = atomic_load(&shim.m);
-	int n = match_carry(m, old);
-
-	atomic_store(&shim.m, m);
-	if (n != -ENOSPC)
-		n = match_carry(m, old);
-	if (n == -ENOSPC)
+	if (match_publish(&shim.m, &shim.m_next, m) == -ENOSPC)
 		bs_log(LOG_WARN, "reload: too many addresses of host names to keep; "
 		    "some are not counted until the program looks its names up again");
 }
 
 /* Raised while a thread of this process reloads. A fork's child starts
  * with it lowered: the thread that raised it is not in the child, which
- * would otherwise never reload again. */
+ * would otherwise never reload again. Nor will that thread put the rules
+ * it was building in place there, so lookups stop learning into them. */
 static _Atomic int reloading;
 
 static void
 reload_forked(void)
 {
+	atomic_store(&shim.m_next, NULL);
 	atomic_store(&reloading, 0);
 }
 

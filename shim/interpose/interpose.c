@@ -779,7 +779,7 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
 	if (r == 0 && node != NULL && active() && match_has_host(atomic_load(&shim.m), node)) {
 		for (struct addrinfo *ai = *res; ai != NULL; ai = ai->ai_next) {
 			if (ai->ai_addr != NULL &&
-			    match_learn(atomic_load(&shim.m), node, ai->ai_addr) == -ENOSPC) {
+			    match_learn_in(&shim.m, &shim.m_next, node, ai->ai_addr) == -ENOSPC) {
 				bs_log(LOG_WARN, "too many addresses learned for %s; "
 				    "later ones are not counted", node);
 				break;

@@ -2,6 +2,7 @@
 #include "../../shim/config/match.c"
 
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1119,6 +1120,65 @@ static void concurrent_learners_all_get_published(void **state)
 	match_free(m);
 }
 
+/* A learner and a reloader at once: the reloader keeps putting one of two
+ * matchers of the same rules in place (match_publish), the learner learns
+ * new addresses (match_learn_in). Once a learn has returned, its address
+ * must be matched by whatever rules are in place, now and after: a reload
+ * that published while the learn was under way must not lose it. */
+struct publish_race {
+	_Atomic(struct matcher *) cur, next;
+	struct matcher *pair[2];
+	atomic_bool done;
+	uint32_t learned, lost, reloads;
+};
+
+static void *reload_many(void *arg)
+{
+	struct publish_race *r = arg;
+
+	for (uint32_t i = 0; i < 200000 && !atomic_load(&r->done); i++) {
+		if (match_publish(&r->cur, &r->next, r->pair[(i + 1) % 2]) < 0)
+			return (void *)1;
+		r->reloads++;
+	}
+	return NULL;
+}
+
+static void a_learn_during_a_reload_is_in_the_new_rules(void **state)
+{
+	static const char *const t[] = { "a.example:80" };
+	static const int c[] = { 0 };
+	struct publish_race r = { .pair = { BUILD(t, c), BUILD(t, c) } };
+	struct sockaddr_in in = sa4("10.0.0.0", 80);
+	pthread_t th;
+	void *ret;
+
+	(void)state;
+	atomic_store(&r.cur, r.pair[0]);
+	assert_int_equal(pthread_create(&th, NULL, reload_many, &r), 0);
+	/* Up to 1000 addresses (the learned table holds 1024), until one is
+	 * lost; each learn is given a little time to meet a reload. */
+	for (uint32_t i = 0; i < 1000 && r.lost == 0; i++) {
+		in.sin_addr.s_addr = htonl(0x0a000000u + i);
+		if (match_learn_in(&r.cur, &r.next, "a.example", (struct sockaddr *)&in) != 0)
+			break;
+		r.learned++;
+		for (int k = 0; k < 3; k++) {
+			if (match_find(atomic_load(&r.cur), (struct sockaddr *)&in, sizeof(in)) != 0)
+				r.lost++;
+			sched_yield();
+		}
+	}
+	atomic_store(&r.done, true);
+	assert_int_equal(pthread_join(th, &ret), 0);
+	assert_null(ret);
+	print_message("%u learned during %u reloads, %u lost\n", r.learned, r.reloads, r.lost);
+	assert_int_equal(r.lost, 0);
+	assert_int_equal(r.learned, 1000);
+	match_free(r.pair[0]);
+	match_free(r.pair[1]);
+}
+
 /* ---- the memo of IPv4 answers ---- */
 
 /* Each IPv4 answer, asked twice (the second time from the memo, or after a
@@ -1439,6 +1499,7 @@ int main(void)
 		cmocka_unit_test(a_carry_into_a_full_table_says_enospc),
 		cmocka_unit_test(an_address_learned_part_way_into_a_full_table_is_matched),
 		cmocka_unit_test(concurrent_learners_all_get_published),
+		cmocka_unit_test(a_learn_during_a_reload_is_in_the_new_rules),
 		cmocka_unit_test(find_tolerates_null_and_short_lengths),
 		cmocka_unit_test(memo_answers_as_the_full_lookup),
 		cmocka_unit_test(memo_forgets_what_learning_changes),
