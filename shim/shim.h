@@ -288,6 +288,13 @@ struct rule_src {
 	const char *file;
 };
 
+/* A stretch of a config's text as parsed (cfg_read_file): its lines from
+ * `first` on are those of `file` (NULL: the config itself) from `line` on. */
+struct cfg_span {
+	int first, line;
+	const char *file;
+};
+
 struct cfg_ctx {
 	const char *path;
 	struct bs_config *cfg;
@@ -299,29 +306,40 @@ struct cfg_ctx {
 	bool has_compartments;
 	const struct config_setting_t *budget;
 	const struct config_setting_t *sockets;	/* max_sockets, when set */
-	char *text;		/* the file, to place string elements */
+	char *text;		/* the text parsed, to place string elements */
 	size_t *line_end;	/* offset of the end of each line */
 	size_t nlines;
+	struct cfg_span *span;	/* where each line of text comes from */
+	size_t nspan, spancap;
+	char **files;		/* the included files' names, for the spans */
+	size_t nfiles;
 	bool all;		/* report every error, not only the first (cfg_load_all) */
 	int first_rc;		/* the first error's code, when all */
-	int scan_line;		/* string_line(): where the last string found ends, */
+	int scan_line;		/* string_at(): where the last string found ends, */
 	size_t scan_off;	/* so a line of many strings is scanned once */
 };
 
 /* config_file.c: a config's text, read so that no file can stall the reader. */
 #define BS_CONFIG_MAX	(16u << 20)	/* bytes of a config and all it includes */
 /* Reads the file c->path into c->text (NUL-terminated) and c->line_end,
- * and checks each file it includes (found after dir, when not NULL), as
- * deep as libconfig would: the config and each of them must be a regular
- * file, read without blocking, BS_CONFIG_MAX bytes in all, with no NUL
- * byte. Returns 0, or -errno (-ENOENT, -EISDIR, -EINVAL, -EFBIG...) with
- * the message in c's error buffer; the caller frees c->text and
- * c->line_end either way. */
+ * each @include line replaced by the text of the file it names (a relative
+ * name found after dir, when not NULL), ten deep at most, and c->span: the
+ * config and each file it includes must be a regular file, read without
+ * blocking, BS_CONFIG_MAX bytes in all, with no NUL byte. Returns 0, or
+ * -errno (-ENOENT, -EISDIR, -EINVAL, -EFBIG...) with the message in c's
+ * error buffer; the caller calls cfg_text_free either way. */
 int cfg_read_file(struct cfg_ctx *c, const char *dir);
+/* The file (NULL: the config itself) and line of line `line` of c->text. */
+void cfg_place(const struct cfg_ctx *c, int line, const char **file, int *at);
+void cfg_text_free(struct cfg_ctx *c);
 
 /* config_setting.c: typed access to settings, with messages at FILE:LINE. */
 int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
+/* The file (NULL: the config itself) and line where setting s is written. */
+void cfg_where(const struct cfg_ctx *c, const struct config_setting_t *s, const char **file,
+    int *line);
+int cfg_line_of(const struct cfg_ctx *c, const struct config_setting_t *s);
 int cfg_fail(struct cfg_ctx *c, const struct config_setting_t *s, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* After a failed step: in cfg_load_all mode keeps rc as the result and

@@ -492,35 +492,40 @@ static const char *syntax_hint(const struct cfg_ctx *c, int line, char *buf, siz
 			depth--;
 	}
 	if (hint == NULL && depth > 0 && (size_t)line >= c->nlines) {
-		snprintf(buf, len, "\"%c\" opened on line %d is never closed", open[depth - 1].kind,
-			 open[depth - 1].line);
+		const char *file;
+		int at;
+
+		cfg_place(c, open[depth - 1].line, &file, &at);
+		snprintf(buf, len, "\"%c\" opened on line %d%s%s is never closed",
+			 open[depth - 1].kind, at, file != NULL ? " of " : "", file ? file : "");
 		hint = buf;
 	}
 	free(t);
 	return hint;
 }
 
-/* Reports what config_read_string found wrong. libconfig's own words are kept,
- * with a hint when the cause is a common one, except for a duplicate key,
- * which it reports without naming it. */
+/* Reports what config_read_string found wrong, at the file and line the
+ * line of the text parsed comes from. libconfig's own words are kept, with
+ * a hint when the cause is a common one, except for a duplicate key, which
+ * it reports without naming it. */
 static int syntax_error(struct cfg_ctx *c, const config_t *lc)
 {
-	const char *file = config_error_file(lc), *text = config_error_text(lc), *hint = NULL;
-	int line = config_error_line(lc);
-	char key[64], buf[128];
+	const char *text = config_error_text(lc), *hint = NULL, *file;
+	int line = config_error_line(lc), at;
+	char key[64], buf[160];
 
-	if (text != NULL && strcmp(text, "syntax error") == 0 &&
-	    (file == NULL || strcmp(file, c->path) == 0))
+	cfg_place(c, line, &file, &at);
+	if (text != NULL && strcmp(text, "syntax error") == 0)
 		hint = syntax_hint(c, line, buf, sizeof(buf));
 	if (hint != NULL)
-		return cfg_fail_at(c, file, line, -EINVAL, "syntax error: %s?", hint);
+		return cfg_fail_at(c, file, at, -EINVAL, "syntax error: %s?", hint);
 	if (text == NULL || strcmp(text, "duplicate setting name") != 0)
-		return cfg_fail_at(c, file, line, -EINVAL, "%s", text ? text : "syntax error");
-	if ((file == NULL || strcmp(file, c->path) == 0) && duplicate_key(c, line, key, sizeof(key)))
-		return cfg_fail_at(c, file, line, -EINVAL, "duplicate key \"%s\": each key may appear "
+		return cfg_fail_at(c, file, at, -EINVAL, "%s", text ? text : "syntax error");
+	if (duplicate_key(c, line, key, sizeof(key)))
+		return cfg_fail_at(c, file, at, -EINVAL, "duplicate key \"%s\": each key may appear "
 				   "once in its group, and so may each class in \"classes\" and "
 				   "\"class_limits\"", key);
-	return cfg_fail_at(c, file, line, -EINVAL, "duplicate key: each key may appear once in its "
+	return cfg_fail_at(c, file, at, -EINVAL, "duplicate key: each key may appear once in its "
 			   "group, and so may each class in \"classes\" and \"class_limits\"");
 }
 
@@ -550,11 +555,11 @@ static void include_dir(const char *path, char *dir, size_t size)
 		dir[0] = '\0';
 }
 
-/* Reads c->path (cfg_read_file: once, and only a regular file) and parses
- * that text into lc, its @include names found next to it. Returns 0 with
+/* Reads c->path (cfg_read_file: once, and only regular files, with what it
+ * includes found next to it) and parses that text into lc. Returns 0 with
  * lc to config_destroy; 1 when libconfig refused the text, lc to destroy
  * holding its error; or the read's -errno (message in c), lc untouched.
- * c->text and c->line_end are the caller's to free either way. */
+ * c's text is the caller's to free (cfg_text_free) either way. */
 static int read_parse(struct cfg_ctx *c, config_t *lc)
 {
 	char dir[PATH_MAX];
@@ -564,8 +569,10 @@ static int read_parse(struct cfg_ctx *c, config_t *lc)
 	if ((rc = cfg_read_file(c, dir[0] != '\0' ? dir : NULL)) < 0)
 		return rc;
 	config_init(lc);
-	if (dir[0] != '\0')
-		config_set_include_dir(lc, dir);
+	/* The text has no @include left for libconfig to open; should its
+	 * scanner find one after all, it looks under a directory that
+	 * cannot exist, so that it never opens, or waits on, a file. */
+	config_set_include_dir(lc, "/dev/null/");
 	return config_read_string(lc, c->text) ? 0 : 1;
 }
 
@@ -637,8 +644,7 @@ static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool
 	}
 done:
 	free(c.src);
-	free(c.text);
-	free(c.line_end);
+	cfg_text_free(&c);
 	if (rc < 0)
 		cfg_free(cfg);
 	return rc;
@@ -658,8 +664,7 @@ static bool parse_only(const char *path, config_t *lc)
 	rc = read_parse(&c, lc);
 	if (rc > 0)
 		config_destroy(lc);
-	free(c.text);
-	free(c.line_end);
+	cfg_text_free(&c);
 	return rc == 0;
 }
 

@@ -39,23 +39,21 @@ int cfg_push_rule(struct cfg_ctx *c, const struct rule *r, const char *text, con
 	return 0;
 }
 
-/* The line of a string element of an array or list. libconfig records the
- * line of the token after the string, because it must look ahead to join
- * adjacent string literals; so the last destination before a "]" on a line
- * of its own would be placed on the "]" line. Look back a few lines for the
- * quoted text, and keep libconfig's line when it is not found (another
- * file, escapes, a string split in pieces). */
-static int string_line(struct cfg_ctx *c, const config_setting_t *e)
+/* The file and line of a string element of an array or list. libconfig
+ * records the line of the token after the string, because it must look
+ * ahead to join adjacent string literals; so the last destination before a
+ * "]" on a line of its own would be placed on the "]" line. Look back a few
+ * lines of the text parsed for the quoted text, and keep libconfig's line
+ * when it is not found (escapes, a string split in pieces). */
+static void string_at(struct cfg_ctx *c, const config_setting_t *e, const char **file,
+		      int *at)
 {
-	int line = config_setting_source_line(e);
-	const char *file = config_setting_source_file(e), *str = config_setting_get_string(e);
+	int line = config_setting_source_line(e), found = 0;
+	const char *str = config_setting_get_string(e);
 	size_t n = str ? strlen(str) : 0;
 
-	/* The config's own settings have no file name (it is parsed from
-	 * its text); an included file's have theirs. */
-	if (c->text == NULL || str == NULL || (file != NULL && strcmp(file, c->path) != 0))
-		return line;
-	for (int k = line; k > 0 && k > line - 8 && (size_t)k <= c->nlines; k--) {
+	for (int k = line; c->text != NULL && str != NULL && k > 0 && k > line - 8 &&
+	     (size_t)k <= c->nlines && found == 0; k--) {
 		size_t start = k > 1 ? c->line_end[k - 2] + 1 : 0, end = c->line_end[k - 1];
 
 		/* Strings come in file order: on a line already searched,
@@ -69,10 +67,11 @@ static int string_line(struct cfg_ctx *c, const config_setting_t *e)
 			    p[n + 1] == '"') {
 				c->scan_line = k;
 				c->scan_off = (size_t)(p - c->text) + n + 2;
-				return k;
+				found = k;
+				break;
 			}
 	}
-	return line;
+	cfg_place(c, found != 0 ? found : line, file, at);
 }
 
 /* Reads the patterns of one class. A list may hold anything, so each
@@ -86,7 +85,7 @@ static int parse_patterns(struct cfg_ctx *c, const config_setting_t *s, struct c
 				n, BS_MAX_PATTERNS);
 	for (int i = 0; i < n; i++) {
 		const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-		const char *pat, *file = config_setting_source_file(e);
+		const char *pat, *file;
 		size_t len;
 		int line;
 
@@ -96,7 +95,7 @@ static int parse_patterns(struct cfg_ctx *c, const config_setting_t *s, struct c
 					cls->name, cfg_type_name(config_setting_type(e)));
 		pat = config_setting_get_string(e);
 		len = strlen(pat);
-		line = string_line(c, e);
+		string_at(c, e, &file, &line);
 		if (len == 0)
 			return cfg_fail_at(c, file, line, -EINVAL, "empty pattern in class \"%s\"",
 					   cls->name);
@@ -157,7 +156,7 @@ int cfg_parse_classes(struct cfg_ctx *c, const config_setting_t *s)
 		cls = &cfg->classes[cfg->nclass];
 		memset(cls, 0, sizeof(*cls));
 		snprintf(cls->name, sizeof(cls->name), "%s", name);
-		cls->line = config_setting_source_line(e);
+		cls->line = cfg_line_of(c, e);
 		if ((rc = parse_patterns(c, e, cls)) < 0)
 			return rc;
 		cfg->nclass++;
@@ -183,14 +182,14 @@ static int parse_destinations(struct cfg_ctx *c, const config_setting_t *g, size
 	for (int i = 0; i < n; i++) {
 		const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
 		struct rule r = { .comp = (int)idx };
-		const char *text, *file = config_setting_source_file(e);
+		const char *text, *file;
 
 		if (config_setting_type(e) != CONFIG_TYPE_STRING)
 			return cfg_fail(c, e, -EINVAL,
 					"destination %d of compartment \"%s\" must be a string, not %s",
 					i + 1, name, cfg_type_name(config_setting_type(e)));
 		text = config_setting_get_string(e);
-		r.line = string_line(c, e);
+		string_at(c, e, &file, &r.line);
 		if (match_parse(text, &r, reason, sizeof(reason)) < 0)
 			return cfg_fail_at(c, file, r.line, -EINVAL, "compartment \"%s\": %s", name,
 					   reason);
@@ -369,7 +368,7 @@ static int check_class_shares(struct cfg_ctx *c, const config_setting_t *s,
 		if (comp->class_limit[k] == 0)
 			comp->class_limit[k] = comp->max_connections;
 	comp->class_shares = true;
-	comp->class_line = config_setting_source_line(s);
+	comp->class_line = cfg_line_of(c, s);
 	return 0;
 }
 
@@ -384,7 +383,7 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 	if (!config_setting_is_group(g))
 		return cfg_fail(c, g, -EINVAL, "compartment %zu must be a group { name = ...; }, not %s",
 				idx + 1, cfg_type_name(config_setting_type(g)));
-	comp->line = config_setting_source_line(g);
+	comp->line = cfg_line_of(c, g);
 	comp->reject_errno = ECONNREFUSED;
 	comp->enforce = c->cfg->enforce;
 	s = config_setting_get_member(g, "name");

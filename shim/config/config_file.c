@@ -168,12 +168,12 @@ no_nul(struct cfg_ctx *c, const char *file, const char *text, size_t len)
 
 /*
  * The name of the @include directive that starts at line (libconfig's
- * rule: the line's first word, then a quoted name with \\ and \"
- * escapes), into name. False if the line is no such directive. One inside
- * a comment or a string is taken for one too: checking a file that is not
- * read costs nothing but the check.
+ * rule: at the start of a line, "@include", blanks, then a quoted name with
+ * \\ and \" escapes), into name. Returns where the directive ends (after
+ * the closing quote), or NULL if the line is no such directive or the name
+ * does not end on it.
  */
-static bool
+static const char *
 include_name(const char *line, const char *end, char *name, size_t size)
 {
 	static const char word[] = "@include";
@@ -183,79 +183,220 @@ include_name(const char *line, const char *end, char *name, size_t size)
 	while (p < end && (*p == ' ' || *p == '\t'))
 		p++;
 	if ((size_t)(end - p) < sizeof(word) || memcmp(p, word, sizeof(word) - 1) != 0)
-		return false;
+		return NULL;
 	p += sizeof(word) - 1;
 	if (*p != ' ' && *p != '\t')
-		return false;
+		return NULL;
 	while (p < end && (*p == ' ' || *p == '\t'))
 		p++;
 	if (p == end || *p++ != '"')
-		return false;
+		return NULL;
 	for (; p < end && *p != '"'; p++) {
 		if (*p == '\\' && p + 1 < end && (p[1] == '\\' || p[1] == '"'))
 			p++;
-		if (n + 1 >= size)
-			return false;
+		if (n + 1 >= size || *p == '\n')
+			return NULL;
 		name[n++] = *p;
 	}
 	name[n] = '\0';
-	return p < end;
+	return p < end ? p + 1 : NULL;
 }
 
 /*
- * Checks what text (the file shown as `file`, NULL for the config itself)
- * includes, and what those include, depth levels deep: each must be a
- * regular file that reads to its end without blocking, and all of them
- * fit in what is left of *room. A file that cannot be opened is left to
- * libconfig, which cannot open it either and says so at its line. The
- * names are on the heap: ten levels of two paths would be 80 KB of the
- * stack of whichever thread of the program reloads.
+ * The text libconfig parses is the config with each @include line replaced
+ * by the text of the file it names, read here once, like the config, so
+ * that libconfig opens no file itself: what was checked is what is parsed,
+ * and an absolute name works (libconfig 1.5 puts its include directory
+ * before it). A directive counts where libconfig's scanner would see one:
+ * outside comments and strings, whose state runs on across files as in its
+ * scanner. The spans (shim.h) say where each line of the result came from.
  */
+enum lex { LEX_CODE, LEX_STRING, LEX_COMMENT, LEX_LINE };
+
+struct expand {
+	struct cfg_ctx *c;
+	const char *dir;	/* before a relative name; NULL: none */
+	char *out;
+	size_t len, cap;
+	int line;		/* the line of out being written, from 1 */
+	size_t room;		/* bytes of files that may still be read */
+	enum lex lex;
+};
+
 static int
-check_text(struct cfg_ctx *c, const char *dir, const char *file, const char *text, size_t len,
-    size_t *room, int depth)
+put(struct expand *x, const char *p, size_t n)
 {
-	const char *p = text, *end = text + len, *eol;
-	struct {
-		char name[PATH_MAX], full[PATH_MAX];
-	} *b;
-	char *name, *full, *sub, why[256];
-	int rc = 0, line = 0;
+	if (x->len + n + 1 > x->cap) {
+		size_t cap = x->cap ? x->cap : 4096;
+		char *bigger;
+
+		while (cap < x->len + n + 1)
+			cap *= 2;
+		if ((bigger = realloc(x->out, cap)) == NULL)
+			return -ENOMEM;
+		x->out = bigger;
+		x->cap = cap;
+	}
+	memcpy(x->out + x->len, p, n);
+	x->len += n;
+	x->out[x->len] = '\0';
+	for (size_t i = 0; i < n; i++)
+		x->line += p[i] == '\n';
+	return 0;
+}
+
+/* From the line of out being written on, lines come from line `line` of
+ * file (NULL: the config). */
+static int
+span(struct expand *x, const char *file, int line)
+{
+	struct cfg_ctx *c = x->c;
+	struct cfg_span *bigger;
+
+	if (c->nspan > 0 && c->span[c->nspan - 1].first == x->line)
+		c->nspan--;
+	if (c->nspan == c->spancap) {
+		size_t cap = c->spancap ? c->spancap * 2 : 16;
+
+		if ((bigger = realloc(c->span, cap * sizeof(*bigger))) == NULL)
+			return -ENOMEM;
+		c->span = bigger;
+		c->spancap = cap;
+	}
+	c->span[c->nspan++] = (struct cfg_span){ .first = x->line, .line = line, .file = file };
+	return 0;
+}
+
+/* Runs the scanner's state over n bytes (whole lines, so that no pair of
+ * characters is split). */
+static void
+lex(enum lex *st, const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char ch = p[i], next = i + 1 < n ? p[i + 1] : '\0';
+
+		switch (*st) {
+		case LEX_CODE:
+			if (ch == '"')
+				*st = LEX_STRING;
+			else if (ch == '#' || (ch == '/' && next == '/'))
+				*st = LEX_LINE;
+			else if (ch == '/' && next == '*') {
+				*st = LEX_COMMENT;
+				i++;
+			}
+			break;
+		case LEX_STRING:
+			if (ch == '\\' && (next == '"' || next == '\\'))
+				i++;
+			else if (ch == '"')
+				*st = LEX_CODE;
+			break;
+		case LEX_COMMENT:
+			if (ch == '*' && next == '/') {
+				*st = LEX_CODE;
+				i++;
+			}
+			break;
+		case LEX_LINE:
+			if (ch == '\n')
+				*st = LEX_CODE;
+			break;
+		}
+	}
+}
+
+static int expand_text(struct expand *x, const char *file, const char *text, size_t len,
+    int depth);
+
+/* The file that the directive at line `line` of file names, put in its
+ * place; refused at that line if it is not a regular file that reads to
+ * its end without blocking, or does not fit in what is left of room. */
+static int
+include(struct expand *x, const char *file, int line, const char *name, int depth)
+{
+	struct cfg_ctx *c = x->c;
+	char *full, *sub, why[256], **names;
 	size_t sub_len;
 	bool opened;
+	int rc;
 
-	if ((b = malloc(sizeof(*b))) == NULL)
-		return cfg_fail_at(c, file, 0, -ENOMEM, "out of memory");
-	name = b->name;
-	full = b->full;
-	for (; p < end && rc == 0; p = eol + 1) {
-		line++;
-		if ((eol = memchr(p, '\n', (size_t)(end - p))) == NULL)
-			eol = end;
-		if (!include_name(p, eol, name, PATH_MAX))
-			continue;
-		/* As libconfig finds it: after the include directory when
-		 * there is one (1.5 puts it before an absolute name too, and
-		 * fails to open that), else from the working directory. */
-		if ((size_t)snprintf(full, PATH_MAX, "%s%s",
-		    dir != NULL && name[0] != '/' ? dir : "", name) >= PATH_MAX)
-			continue;
-		rc = slurp(full, *room, &sub, &sub_len, why, sizeof(why), &opened);
-		if (rc < 0 && !opened) {
-			rc = 0;
-			continue;
-		}
-		if (rc < 0) {
-			rc = cfg_fail_at(c, file, line, rc, "@include \"%s\": %s %s", name, full, why);
-			continue;
-		}
-		*room -= sub_len;
-		rc = no_nul(c, full, sub, sub_len);
-		if (rc == 0 && depth + 1 < MAX_DEPTH)
-			rc = check_text(c, dir, full, sub, sub_len, room, depth + 1);
-		free(sub);
+	if (depth + 1 > MAX_DEPTH)
+		return cfg_fail_at(c, file, line, -EINVAL, "@include \"%s\": included files "
+		    "nest more than %d deep", name, MAX_DEPTH);
+	if (name[0] == '\0')
+		return cfg_fail_at(c, file, line, -EINVAL, "@include \"\": no file named");
+	if ((full = malloc(PATH_MAX)) == NULL)
+		return cfg_fail_at(c, file, line, -ENOMEM, "out of memory");
+	if ((size_t)snprintf(full, PATH_MAX, "%s%s", x->dir != NULL && name[0] != '/' ?
+	    x->dir : "", name) >= PATH_MAX) {
+		free(full);
+		return cfg_fail_at(c, file, line, -ENAMETOOLONG, "@include \"%s\": the name is "
+		    "too long", name);
 	}
-	free(b);
+	rc = slurp(full, x->room, &sub, &sub_len, why, sizeof(why), &opened);
+	if (rc < 0) {
+		rc = opened ? cfg_fail_at(c, file, line, rc, "@include \"%s\": %s %s", name, full,
+		    why) : cfg_fail_at(c, file, line, rc, "@include \"%s\": cannot open %s: %s",
+		    name, full, strerror(-rc));
+		free(full);
+		return rc;
+	}
+	/* The name lives as long as the text: the spans, and so the
+	 * settings' places, point at it. */
+	if ((names = realloc(c->files, (c->nfiles + 1) * sizeof(*names))) == NULL) {
+		free(full);
+		free(sub);
+		return cfg_fail_at(c, file, line, -ENOMEM, "out of memory");
+	}
+	c->files = names;
+	c->files[c->nfiles++] = full;
+	x->room -= sub_len;
+	rc = no_nul(c, full, sub, sub_len);
+	if (rc == 0)
+		rc = expand_text(x, full, sub, sub_len, depth + 1);
+	/* Its last line ends here, as its scanner's buffer would. */
+	if (rc == 0 && sub_len > 0 && sub[sub_len - 1] != '\n')
+		rc = put(x, "\n", 1) < 0 ? cfg_fail_at(c, file, line, -ENOMEM, "out of memory") : 0;
+	free(sub);
+	return rc;
+}
+
+/* Puts text, of file (NULL: the config), into x with what it includes. */
+static int
+expand_text(struct expand *x, const char *file, const char *text, size_t len, int depth)
+{
+	const char *p = text, *end = text + len, *eol, *after;
+	char *name;
+	int rc = 0, line = 1;
+
+	if ((name = malloc(PATH_MAX)) == NULL || span(x, file, 1) < 0) {
+		free(name);
+		return cfg_fail_at(x->c, file, 0, -ENOMEM, "out of memory");
+	}
+	for (; p < end && rc == 0; p = eol, line++) {
+		eol = memchr(p, '\n', (size_t)(end - p));
+		eol = eol != NULL ? eol + 1 : end;
+		after = x->lex == LEX_CODE ? include_name(p, eol, name, PATH_MAX) : NULL;
+		if (after == NULL) {
+			if (put(x, p, (size_t)(eol - p)) < 0)
+				rc = cfg_fail_at(x->c, file, line, -ENOMEM, "out of memory");
+			lex(&x->lex, p, (size_t)(eol - p));
+			continue;
+		}
+		if ((rc = include(x, file, line, name, depth)) < 0)
+			break;
+		/* What follows the name on its line (a comment, say) is read
+		 * after the included text, as libconfig does. A second
+		 * directive there, which libconfig refuses, is refused here. */
+		if (include_name(after, eol, name, PATH_MAX) != NULL && x->lex == LEX_CODE)
+			rc = cfg_fail_at(x->c, file, line, -EINVAL, "one @include per line");
+		else if (span(x, file, line) < 0 || put(x, after, (size_t)(eol - after)) < 0 ||
+		    (eol[-1] != '\n' && put(x, "\n", 1) < 0))
+			rc = cfg_fail_at(x->c, file, line, -ENOMEM, "out of memory");
+		lex(&x->lex, after, (size_t)(eol - after));
+	}
+	free(name);
 	return rc;
 }
 
@@ -263,27 +404,76 @@ check_text(struct cfg_ctx *c, const char *dir, const char *file, const char *tex
 int
 cfg_read_file(struct cfg_ctx *c, const char *dir)
 {
-	size_t len, room = BS_CONFIG_MAX;
+	struct expand x = { .c = c, .dir = dir, .line = 1, .room = BS_CONFIG_MAX };
+	size_t len;
 	char why[256];
 	bool opened;
 	char *text;
 	int rc;
 
-	rc = slurp(c->path, room, &text, &len, why, sizeof(why), &opened);
+	rc = slurp(c->path, x.room, &text, &len, why, sizeof(why), &opened);
 	if (rc < 0)
 		return cfg_fail(c, NULL, rc, "%s", why);
-	c->text = text;
+	x.room -= len;
+	rc = no_nul(c, NULL, text, len);
+	if (rc == 0)
+		rc = expand_text(&x, NULL, text, len, 0);
+	free(text);
+	if (rc == 0 && x.out == NULL && put(&x, "", 0) < 0)
+		rc = cfg_fail(c, NULL, -ENOMEM, "out of memory");
+	c->text = x.out;
+	if (rc < 0)
+		return rc;
 	c->nlines = 1;
-	for (size_t i = 0; i < len; i++)
-		c->nlines += text[i] == '\n';
+	for (size_t i = 0; i < x.len; i++)
+		c->nlines += x.out[i] == '\n';
 	c->line_end = malloc(c->nlines * sizeof(*c->line_end));
 	if (c->line_end == NULL)
 		return cfg_fail(c, NULL, -ENOMEM, "out of memory");
-	for (size_t i = 0, k = 0; i <= len; i++)
-		if (i == len || text[i] == '\n')
+	for (size_t i = 0, k = 0; i <= x.len; i++)
+		if (i == x.len || x.out[i] == '\n')
 			c->line_end[k++] = i;
-	if ((rc = no_nul(c, NULL, text, len)) < 0)
-		return rc;
-	room -= len;
-	return check_text(c, dir, NULL, text, len, &room, 0);
+	return 0;
+}
+
+/* See shim.h. */
+void
+cfg_place(const struct cfg_ctx *c, int line, const char **file, int *at)
+{
+	size_t lo = 0, hi = c->nspan;
+
+	*file = NULL;
+	*at = line;
+	if (c->nspan == 0 || line < 1)
+		return;
+	/* The last span that starts at or before line. */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c->span[mid].first <= line)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (c->span[lo].first > line)
+		return;
+	*file = c->span[lo].file;
+	*at = c->span[lo].line + (line - c->span[lo].first);
+}
+
+/* See shim.h. */
+void
+cfg_text_free(struct cfg_ctx *c)
+{
+	for (size_t i = 0; i < c->nfiles; i++)
+		free(c->files[i]);
+	free(c->files);
+	free(c->span);
+	free(c->text);
+	free(c->line_end);
+	c->files = NULL;
+	c->span = NULL;
+	c->text = NULL;
+	c->line_end = NULL;
+	c->nfiles = c->nspan = c->spancap = 0;
 }

@@ -76,7 +76,7 @@ cfg_parse_fleet(struct cfg_ctx *c, const config_setting_t *s)
 			return cfg_unknown_key(c, e, fleet_keys, " in fleet");
 	}
 	f->on = true;
-	f->line = config_setting_source_line(s);
+	f->line = cfg_line_of(c, s);
 	if ((e = config_setting_get_member(s, "redis")) == NULL)
 		return cfg_fail(c, s, -EINVAL, "fleet has no \"redis\" (host:port or unix:/path)");
 	if ((rc = get_text(c, e, f->redis, sizeof(f->redis))) < 0)

@@ -20,7 +20,7 @@ static int parse_pool(struct cfg_ctx *c, const config_setting_t *g, size_t idx)
 	if (!config_setting_is_group(g))
 		return cfg_fail(c, g, -EINVAL, "pool %zu must be a group { name = ...; size = N; }, not %s",
 				idx + 1, cfg_type_name(config_setting_type(g)));
-	p->line = config_setting_source_line(g);
+	p->line = cfg_line_of(c, g);
 	for (int i = 0; i < config_setting_length(g); i++) {
 		const config_setting_t *e = config_setting_get_elem(g, (unsigned)i);
 
@@ -99,7 +99,7 @@ int cfg_parse_comp_pool(struct cfg_ctx *c, const config_setting_t *g, struct cfg
 	if (comp->pool == BS_NO_POOL)
 		return cfg_fail(c, s, -EINVAL, "compartment \"%s\" names pool \"%s\", which \"pools\" "
 				"does not declare", comp->name, name);
-	comp->pool_line = config_setting_source_line(s);
+	comp->pool_line = cfg_line_of(c, s);
 	if (gs != NULL) {
 		if ((rc = cfg_get_int(c, gs, &v)) < 0)
 			return rc;
@@ -107,7 +107,7 @@ int cfg_parse_comp_pool(struct cfg_ctx *c, const config_setting_t *g, struct cfg
 			return cfg_fail(c, gs, -EINVAL, "guaranteed of \"%s\" must be between 0 and %d, "
 					"not %lld", comp->name, BS_MAX_LIMIT, v);
 		comp->guaranteed = (uint32_t)v;
-		comp->pool_line = config_setting_source_line(gs);
+		comp->pool_line = cfg_line_of(c, gs);
 	}
 	if (config_setting_get_member(g, "max_connections") == NULL) {
 		const struct cfg_pool *p = &c->cfg->pools[comp->pool];

@@ -68,6 +68,23 @@ int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const cha
 	return rc;
 }
 
+/* See shim.h. libconfig parses one text (cfg_read_file), so its lines are
+ * lines of that text, placed in their files by the spans. */
+void cfg_where(const struct cfg_ctx *c, const config_setting_t *s, const char **file, int *line)
+{
+	cfg_place(c, config_setting_source_line(s), file, line);
+}
+
+/* See shim.h. */
+int cfg_line_of(const struct cfg_ctx *c, const config_setting_t *s)
+{
+	const char *file;
+	int line;
+
+	cfg_where(c, s, &file, &line);
+	return line;
+}
+
 /* The same at the file and line of setting s, or of the file when s is NULL;
  * returns rc. */
 int cfg_fail(struct cfg_ctx *c, const config_setting_t *s, int rc, const char *fmt, ...)
@@ -75,9 +92,13 @@ int cfg_fail(struct cfg_ctx *c, const config_setting_t *s, int rc, const char *f
 	va_list ap;
 
 	va_start(ap, fmt);
-	if (s != NULL)
-		vfail(c, config_setting_source_file(s), config_setting_source_line(s), fmt, ap);
-	else
+	if (s != NULL) {
+		const char *file;
+		int line;
+
+		cfg_where(c, s, &file, &line);
+		vfail(c, file, line, fmt, ap);
+	} else
 		vfail(c, NULL, 0, fmt, ap);
 	va_end(ap);
 	return rc;
@@ -220,19 +241,18 @@ static int literal_value(const char *p, const char *end, long long *out)
 /*
  * libconfig keeps an integer written without an L suffix in 32 bits and
  * wraps it silently: 4294967297 arrives as 1. The value is read again from
- * the file's text, at the setting's line: the occurrence of "key =" whose
- * 32-bit wrap is what libconfig holds. Returns 0 with *out set (left alone
- * when the text does not tell), or -ERANGE when the literal does not fit
- * in 64 bits.
+ * the text parsed, at the setting's line (of that text, which holds what
+ * the config includes too): the occurrence of "key =" whose 32-bit wrap is
+ * what libconfig holds. Returns 0 with *out set (left alone when the text
+ * does not tell), or -ERANGE when the literal does not fit in 64 bits.
  */
 static int whole_value(struct cfg_ctx *c, const config_setting_t *s, long long *out)
 {
-	const char *file = config_setting_source_file(s), *name = config_setting_name(s);
+	const char *name = config_setting_name(s);
 	int line = config_setting_source_line(s);
 	size_t klen, start, end;
 
-	if (c->text == NULL || name == NULL || line < 1 || (size_t)line > c->nlines ||
-	    (file != NULL && strcmp(file, c->path) != 0))
+	if (c->text == NULL || name == NULL || line < 1 || (size_t)line > c->nlines)
 		return 0;
 	klen = strlen(name);
 	start = line > 1 ? c->line_end[line - 2] + 1 : 0;

@@ -356,7 +356,7 @@ static void an_include_is_read_next_to_the_config(void **state)
 {
 	static const char main_text[] = "segment = \"x\";\n@include \"comps.cfg\"\n";
 	struct bs_config cfg;
-	char dir[64], p[128];
+	char dir[64], p[128], q[256];
 
 	(void)state;
 	make_dir(dir, sizeof(dir));
@@ -368,11 +368,195 @@ static void an_include_is_read_next_to_the_config(void **state)
 	assert_string_equal(cfg.comp[0].name, "a");
 	assert_int_equal(cfg.comp[0].max_connections, 5);
 	cfg_free(&cfg);
-	/* One that is missing is libconfig's to say, at its line. */
+	/* One that is missing is named, with where it was looked for. */
 	put_file(dir, "svc.cfg", "segment = \"x\";\n" COMPS "@include \"gone.cfg\"\n",
 	    strlen("segment = \"x\";\n" COMPS "@include \"gone.cfg\"\n"));
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -ENOENT);
+	snprintf(q, sizeof(q), "%s/svc.cfg:3: @include \"gone.cfg\": cannot open %s/gone.cfg: "
+	    "No such file or directory", dir, dir);
+	assert_string_equal(err, q);
+	remove_dir(dir);
+}
+
+/* An absolute name is read as it is (libconfig 1.5 would put the config's
+ * directory before it and find nothing), and a relative one in an included
+ * file is found next to the config, as libconfig finds it. */
+static void an_include_by_an_absolute_name_is_read(void **state)
+{
+	struct bs_config cfg;
+	char dir[64], sub[96], p[128], text[256];
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	snprintf(sub, sizeof(sub), "%s/conf.d", dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	put_file(dir, "conf.d/comps.cfg", "@include \"limits.cfg\"\n" COMPS,
+	    strlen("@include \"limits.cfg\"\n" COMPS));
+	put_file(dir, "limits.cfg", "max_sockets = 77;\n", strlen("max_sockets = 77;\n"));
+	snprintf(text, sizeof(text), "segment = \"x\";\n@include \"%s/comps.cfg\"\n", sub);
+	put_file(dir, "svc.cfg", text, strlen(text));
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), 0);
+	assert_int_equal(cfg.ncomp, 1);
+	assert_int_equal(cfg.max_sockets, 77);
+	cfg_free(&cfg);
+	remove_dir(dir);
+}
+
+/* An error in an included file names that file and its own line; one in
+ * the config after an include names the config's line, however long the
+ * included text. */
+static void an_error_is_placed_in_the_file_and_line_that_hold_it(void **state)
+{
+	static const char comps[] = "# the compartments\n"
+	    "compartments = ( { name = \"a\";\n"
+	    "  destinations = [ \"10.0.0.1:80\",\n"
+	    "                   \"10.0.0.300\" ];\n"
+	    "  max_connections = 5; } );\n";
+	struct bs_config cfg;
+	char dir[64], p[128], q[256];
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	put_file(dir, "comps.cfg", comps, sizeof(comps) - 1);
+	put_file(dir, "svc.cfg", "segment = \"x\";\n@include \"comps.cfg\"\n",
+	    strlen("segment = \"x\";\n@include \"comps.cfg\"\n"));
+	/* A destination: the line of its string, in its file. */
 	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "/svc.cfg:3: cannot open include file"));
+	snprintf(q, sizeof(q), "%s/comps.cfg:4: compartment \"a\": ", dir);
+	if (strncmp(err, q, strlen(q)) != 0)
+		fail_msg("\"%s\" does not start with \"%s\"", err, q);
+	/* A setting of the wrong type, there. */
+	put_file(dir, "comps.cfg", "\n\n" COMPS "max_sockets = \"many\";\n",
+	    strlen("\n\n" COMPS "max_sockets = \"many\";\n"));
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
+	snprintf(q, sizeof(q), "%s/comps.cfg:4: ", dir);
+	if (strncmp(err, q, strlen(q)) != 0)
+		fail_msg("\"%s\" does not start with \"%s\"", err, q);
+	/* A syntax error there: libconfig's words, placed. */
+	put_file(dir, "comps.cfg", COMPS "max_sockets 10;\n", strlen(COMPS "max_sockets 10;\n"));
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
+	snprintf(q, sizeof(q), "%s/comps.cfg:2: syntax error", dir);
+	if (strncmp(err, q, strlen(q)) != 0)
+		fail_msg("\"%s\" does not start with \"%s\"", err, q);
+	/* In the config, after twelve included lines. */
+	put_file(dir, "comps.cfg", "\n\n\n\n\n\n\n\n\n\n\n" COMPS,
+	    strlen("\n\n\n\n\n\n\n\n\n\n\n" COMPS));
+	put_file(dir, "svc.cfg", "segment = \"x\";\n@include \"comps.cfg\"  # the rest\n"
+	    "max_sockets = -1;\n", strlen("segment = \"x\";\n@include \"comps.cfg\"  "
+	    "# the rest\nmax_sockets = -1;\n"));
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
+	snprintf(q, sizeof(q), "%s/svc.cfg:3: ", dir);
+	if (strncmp(err, q, strlen(q)) != 0)
+		fail_msg("\"%s\" does not start with \"%s\"", err, q);
+	remove_dir(dir);
+}
+
+/* Writes what lc holds into buf, in libconfig's own format. */
+static void written(config_t *lc, char *buf, size_t size)
+{
+	FILE *f = fmemopen(buf, size, "w");
+
+	assert_non_null(f);
+	config_write(lc, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* A config (svc.cfg) and the two files it may include. */
+struct inc_case {
+	const char *main, *a, *b;
+};
+
+/* Writes the files of k into dir, and starts lc as libconfig reading
+ * them itself would be started: its include directory is dir. */
+static void put_case(const char *dir, const struct inc_case *k, config_t *lc)
+{
+	char inc[80];
+
+	put_file(dir, "svc.cfg", k->main, strlen(k->main));
+	put_file(dir, "a.cfg", k->a, strlen(k->a));
+	put_file(dir, "b.cfg", k->b, strlen(k->b));
+	snprintf(inc, sizeof(inc), "%s/", dir);
+	config_init(lc);
+	config_set_include_dir(lc, inc);
+}
+
+/* What the config with its includes put in place parses to is what
+ * libconfig makes of the same files, reading the includes itself: a
+ * directive counts outside comments and strings only, their state runs on
+ * across files, what follows a directive on its line is read after the
+ * included text, a file may end without a newline or in CR LF lines. */
+static void includes_put_in_place_parse_as_libconfig_reads_them(void **state)
+{
+	static const struct inc_case cases[] = {
+		{ "x = 1;\n@include \"a.cfg\"\ny = 2;\n", "z = 3;\n", "" },
+		{ "/* a comment\n@include \"gone.cfg\"\n*/ x = 1;\n", "", "" },
+		{ "s = \"two\n@include \\\"gone.cfg\\\"\nlines\";\n", "", "" },
+		{ "s = \"a \\\\\";\n@include \"a.cfg\"\n", "t = \"b\";", "" },
+		{ "  \t@include \"a.cfg\" // the a part\nw = 4;\n", "@include \"b.cfg\"\nv = 5;",
+		  "u = 6;\n" },
+		{ "x = 1; # @include \"gone.cfg\"\n@include \"a.cfg\"\r\ny = 2;\r\n",
+		  "g = { h = 7; };\r\n", "" },
+		{ "@include \"a.cfg\"\n*/ y = 2;\n", "x = 1; /* open\n", "" },
+		{ "@include \"a.cfg\"\nm = 1;\n", "@include \"b.cfg\"\nn = 2;\n", "l = [1, 2];" },
+	};
+	/* And where a broken one breaks: the same file and line. */
+	static const struct inc_case broken[] = {
+		{ "x = 1;\n@include \"a.cfg\"\ny = ;\n", "\n\nz = 3;\n", "" },
+		{ "x = 1;\n@include \"a.cfg\"\ny = 2;\n", "\n\nz = = 3;\n", "" },
+		{ "@include \"a.cfg\"\n", "a = 1;\n@include \"b.cfg\"\nc = 3;\n", "\nb = [1,;\n" },
+		{ "@include \"a.cfg\"\nq = 1;\nq = 2;\n", "p = 1;\n", "" },
+	};
+	char dir[64], p[128], mine[4096], theirs[4096];
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct cfg_ctx c = { .path = p, .err = err, .errlen = sizeof(err) };
+		config_t lc;
+
+		put_case(dir, &cases[i], &lc);
+		if (config_read_file(&lc, p) == CONFIG_FALSE)
+			fail_msg("case %zu: libconfig: %s at %d", i, config_error_text(&lc),
+			    config_error_line(&lc));
+		written(&lc, theirs, sizeof(theirs));
+		config_destroy(&lc);
+		if (read_parse(&c, &lc) != 0)
+			fail_msg("case %zu: %s", i, err);
+		written(&lc, mine, sizeof(mine));
+		config_destroy(&lc);
+		cfg_text_free(&c);
+		if (strcmp(mine, theirs) != 0)
+			fail_msg("case %zu:\n%s\nagainst libconfig's\n%s", i, mine, theirs);
+	}
+	for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
+		struct cfg_ctx c = { .path = p, .err = err, .errlen = sizeof(err) };
+		const char *file, *want;
+		config_t lc;
+		int line, at;
+
+		put_case(dir, &broken[i], &lc);
+		if (config_read_file(&lc, p) != CONFIG_FALSE)
+			fail_msg("broken case %zu: libconfig takes it", i);
+		/* libconfig names an included file as the directive does;
+		 * bulkshim by where it found it. */
+		want = config_error_file(&lc);
+		if (want == NULL || strcmp(want, p) == 0)
+			snprintf(theirs, sizeof(theirs), "%s:%d", p, config_error_line(&lc));
+		else
+			snprintf(theirs, sizeof(theirs), "%s/%s:%d", dir, want, config_error_line(&lc));
+		config_destroy(&lc);
+		assert_int_equal(read_parse(&c, &lc), 1);
+		line = config_error_line(&lc);
+		cfg_place(&c, line, &file, &at);
+		snprintf(mine, sizeof(mine), "%s:%d", file != NULL ? file : p, at);
+		config_destroy(&lc);
+		cfg_text_free(&c);
+		if (strcmp(mine, theirs) != 0)
+			fail_msg("broken case %zu: at %s, libconfig says %s", i, mine, theirs);
+	}
 	remove_dir(dir);
 }
 
@@ -418,11 +602,13 @@ static void an_include_of_a_fifo_or_of_too_much_is_refused_at_its_line(void **st
 	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EISDIR);
 	assert_non_null(strstr(err, "/svc.cfg:1: @include \".\": "));
 	assert_non_null(strstr(err, " is a directory"));
-	/* Itself, for ever: bounded. */
+	/* Itself, for ever: bounded, at libconfig's depth. */
 	put_file(dir, "svc.cfg", "@include \"svc.cfg\"\n@include \"svc.cfg\"\n",
 	    strlen("@include \"svc.cfg\"\n@include \"svc.cfg\"\n"));
 	alarm(20);
 	assert_true(cfg_load(p, &cfg, false, err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "/svc.cfg:1: @include \"svc.cfg\": included files nest more "
+	    "than 10 deep"));
 	alarm(0);
 	remove_dir(dir);
 }
@@ -1803,6 +1989,9 @@ int main(void)
 		cmocka_unit_test(a_config_of_more_than_16_mib_is_refused),
 		cmocka_unit_test(a_nul_byte_is_refused_at_its_line),
 		cmocka_unit_test(an_include_is_read_next_to_the_config),
+		cmocka_unit_test(an_include_by_an_absolute_name_is_read),
+		cmocka_unit_test(an_error_is_placed_in_the_file_and_line_that_hold_it),
+		cmocka_unit_test(includes_put_in_place_parse_as_libconfig_reads_them),
 		cmocka_unit_test(an_include_of_a_fifo_or_of_too_much_is_refused_at_its_line),
 		cmocka_unit_test(an_include_that_opens_but_cannot_be_read_is_refused_at_its_line),
 		cmocka_unit_test(includes_ten_deep_load_on_a_small_thread_stack),
