@@ -120,6 +120,9 @@ struct learned {
 	struct learned_entry e[BS_LEARNED_MAX];
 };
 
+/* The table of every matcher without a host name's rule: always empty. */
+static struct learned no_learned;
+
 /* An exact IPv4 site (/128 of an IPv4-mapped address) in the open-addressing
  * table of exact IPv4 sites: the address in network order, its slice of
  * matcher.ranges; count 0 marks an empty entry. */
@@ -481,7 +484,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 {
 	const struct rule **order = NULL;
 	struct matcher *m = NULL;
-	size_t nip = 0, nname = 0, names_len = 0, nranges = 0, names_used = 0, nres = 0;
+	size_t nip = 0, nname = 0, names_len = 0, nranges = 0, names_used = 0, nres = 0, nhost = 0;
 
 	if (n > 0 && rules == NULL) {
 		match_set_err(err, errlen, "no rules");
@@ -498,6 +501,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 			nip++;
 			nres += rules[i].host[0] != '\0';
 		} else {
+			nhost += rules[i].kind == RULE_HOST;
 			names_len += strlen(rules[i].kind == RULE_UNIX ? rules[i].path
 					    : rules[i].host) + 1;
 		}
@@ -506,7 +510,9 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		goto oom;
-	m->learned = calloc(1, sizeof(*m->learned));
+	/* Only a host name's rule learns: rules without one share an empty
+	 * table that nothing writes (48 KB less for each matcher). */
+	m->learned = nhost > 0 ? calloc(1, sizeof(*m->learned)) : &no_learned;
 	atomic_init(&m->memo, calloc(1, sizeof(struct memo)));
 	m->umemo = calloc(UMEMO, sizeof(*m->umemo));
 	m->ranges = calloc(n + 1, sizeof(*m->ranges));
@@ -570,7 +576,8 @@ void match_free(struct matcher *m)
 	free(m->ip_store);
 	free(m->name_store);
 	free(m->names);
-	free(m->learned);
+	if (m->learned != &no_learned)
+		free(m->learned);
 	free(m->resolved);
 	free(m->umemo);
 	if (atomic_load(&m->memo) != &memo_off)

@@ -1120,6 +1120,32 @@ static void concurrent_learners_all_get_published(void **state)
 	match_free(m);
 }
 
+/* Rules without a host name never learn, so they share one empty table
+ * instead of 48 KB each; learning and carrying into them add nothing. */
+static void rules_without_a_host_name_share_an_empty_learned_table(void **state)
+{
+	static const char *const t[] = { "10.0.0.1:80", "unix:/run/x.sock" };
+	static const int c[] = { 0, 1 };
+	static const char *const th[] = { "a.example:80" };
+	static const int ch[] = { 0 };
+	struct matcher *m = BUILD(t, c), *m2 = BUILD(t, c), *h = BUILD(th, ch);
+	struct sockaddr_in in = sa4("192.0.2.1", 80);
+
+	(void)state;
+	assert_ptr_equal(m->learned, &no_learned);
+	assert_ptr_equal(m2->learned, &no_learned);
+	assert_ptr_not_equal(h->learned, &no_learned);
+	assert_int_equal(match_learn(h, "a.example", (struct sockaddr *)&in), 0);
+	assert_int_equal(match_learn(m, "a.example", (struct sockaddr *)&in), -1);
+	assert_int_equal(match_carry(m, h), 0);
+	assert_int_equal(atomic_load(&no_learned.count), 0);
+	assert_int_equal(find4(m, "192.0.2.1", 80), -1);
+	assert_int_equal(find4(m, "10.0.0.1", 80), 0);
+	match_free(m);
+	match_free(m2);
+	match_free(h);
+}
+
 /* A learner and a reloader at once: the reloader keeps putting one of two
  * matchers of the same rules in place (match_publish), the learner learns
  * new addresses (match_learn_in). Once a learn has returned, its address
@@ -1500,6 +1526,7 @@ int main(void)
 		cmocka_unit_test(an_address_learned_part_way_into_a_full_table_is_matched),
 		cmocka_unit_test(concurrent_learners_all_get_published),
 		cmocka_unit_test(a_learn_during_a_reload_is_in_the_new_rules),
+		cmocka_unit_test(rules_without_a_host_name_share_an_empty_learned_table),
 		cmocka_unit_test(find_tolerates_null_and_short_lengths),
 		cmocka_unit_test(memo_answers_as_the_full_lookup),
 		cmocka_unit_test(memo_forgets_what_learning_changes),
