@@ -104,6 +104,36 @@ def test_a_config_that_is_a_fifo_or_includes_one_never_stalls_the_program():
             "strict: exit %d, want 78 (stdout %r, stderr %r)" % (r.returncode, r.stdout, r.stderr)
 
 
+def test_a_config_given_by_its_full_path_includes_a_file_by_its_full_path():
+    # As systemd gives it: /dir/svc.cfg, which includes /dir/conf.d/comps.cfg.
+    # libconfig 1.5 alone would look for /dir//dir/conf.d/comps.cfg and the
+    # program would run unlimited; the shim reads the include itself. An
+    # error in the included file names that file and its own line.
+    srv = Server()
+    d = tmpdir()
+    os.mkdir(os.path.join(d, "conf.d"))
+    comps = os.path.join(d, "conf.d", "comps.cfg")
+    seg = new_segment()
+    with open(comps, "w") as f:
+        f.write('# limits\ncompartments = ( { name = "a";\n'
+                '  destinations = [ "127.0.0.1:%d" ]; max_connections = 1; } );\n' % srv.port)
+    svc = os.path.join(d, "svc.cfg")
+    with open(svc, "w") as f:
+        f.write('segment = "%s";\n@include "%s"   # the compartments\n' % (seg, comps))
+    r = run_py(RUN_PROBE, shim_env(svc), args=[str(srv.port)])
+    assert r.returncode == 3, "exit %d (stderr %r)" % (r.returncode, r.stderr)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["res"] == ["ok", "refused", "refused"], \
+        "the included compartment did not limit: %r (stderr %r)" % (got, r.stderr)
+    with open(comps, "w") as f:
+        f.write('# limits\ncompartments = ( { name = "a";\n'
+                '  destinations = [ "127.0.0.1:%d" ]; max_connections = 0; } );\n' % srv.port)
+    r = run_py(CONNECT3, shim_env(svc), args=[str(srv.port)])
+    lines = shim_lines(r.stderr)
+    assert r.returncode == 0 and len(lines) == 1 and lines[0].find("%s:3: " % comps) >= 0, \
+        "want one line at %s:3, got %r" % (comps, r.stderr)
+
+
 def test_missing_config_warns_once_and_runs():
     srv = Server()
     missing = os.path.join(tmpdir(), "no-such.cfg")
