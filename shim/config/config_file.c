@@ -316,7 +316,7 @@ static int
 include(struct expand *x, const char *file, int line, const char *name, int depth)
 {
 	struct cfg_ctx *c = x->c;
-	char *full, *sub, why[256], **names;
+	char *full, *sub, *sub_name, why[256], **names;
 	size_t sub_len;
 	bool opened;
 	int rc;
@@ -343,7 +343,10 @@ include(struct expand *x, const char *file, int line, const char *name, int dept
 		return rc;
 	}
 	/* The name lives as long as the text: the spans, and so the
-	 * settings' places, point at it. */
+	 * settings' places, point at it. Kept at its length, not PATH_MAX:
+	 * a file may be included a thousand times. */
+	if ((sub_name = realloc(full, strlen(full) + 1)) != NULL)
+		full = sub_name;
 	if ((names = realloc(c->files, (c->nfiles + 1) * sizeof(*names))) == NULL) {
 		free(full);
 		free(sub);
