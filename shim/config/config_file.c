@@ -316,8 +316,9 @@ static int
 include(struct expand *x, const char *file, int line, const char *name, int depth)
 {
 	struct cfg_ctx *c = x->c;
-	char *full, *sub, *sub_name, why[256], **names;
-	size_t sub_len;
+	char *full, *sub, why[256], **names;
+	const char *dir;
+	size_t sub_len, len;
 	bool opened;
 	int rc;
 
@@ -326,14 +327,16 @@ include(struct expand *x, const char *file, int line, const char *name, int dept
 		    "nest more than %d deep", name, MAX_DEPTH);
 	if (name[0] == '\0')
 		return cfg_fail_at(c, file, line, -EINVAL, "@include \"\": no file named");
-	if ((full = malloc(PATH_MAX)) == NULL)
-		return cfg_fail_at(c, file, line, -ENOMEM, "out of memory");
-	if ((size_t)snprintf(full, PATH_MAX, "%s%s", x->dir != NULL && name[0] != '/' ?
-	    x->dir : "", name) >= PATH_MAX) {
-		free(full);
+	/* The name lives as long as the text (the spans, and so the
+	 * settings' places, point at it), at its own length: a file may be
+	 * included a thousand times. */
+	dir = x->dir != NULL && name[0] != '/' ? x->dir : "";
+	if ((len = strlen(dir) + strlen(name)) >= PATH_MAX)
 		return cfg_fail_at(c, file, line, -ENAMETOOLONG, "@include \"%s\": the name is "
 		    "too long", name);
-	}
+	if ((full = malloc(len + 1)) == NULL)
+		return cfg_fail_at(c, file, line, -ENOMEM, "out of memory");
+	snprintf(full, len + 1, "%s%s", dir, name);
 	rc = slurp(full, x->room, &sub, &sub_len, why, sizeof(why), &opened);
 	if (rc < 0) {
 		rc = opened ? cfg_fail_at(c, file, line, rc, "@include \"%s\": %s %s", name, full,
@@ -342,11 +345,6 @@ include(struct expand *x, const char *file, int line, const char *name, int dept
 		free(full);
 		return rc;
 	}
-	/* The name lives as long as the text: the spans, and so the
-	 * settings' places, point at it. Kept at its length, not PATH_MAX:
-	 * a file may be included a thousand times. */
-	if ((sub_name = realloc(full, strlen(full) + 1)) != NULL)
-		full = sub_name;
 	if ((names = realloc(c->files, (c->nfiles + 1) * sizeof(*names))) == NULL) {
 		free(full);
 		free(sub);
@@ -427,9 +425,7 @@ cfg_read_file(struct cfg_ctx *c, const char *dir)
 	c->text = x.out;
 	if (rc < 0)
 		return rc;
-	c->nlines = 1;
-	for (size_t i = 0; i < x.len; i++)
-		c->nlines += x.out[i] == '\n';
+	c->nlines = (size_t)x.line;	/* put() counted them */
 	c->line_end = malloc(c->nlines * sizeof(*c->line_end));
 	if (c->line_end == NULL)
 		return cfg_fail(c, NULL, -ENOMEM, "out of memory");

@@ -450,6 +450,12 @@ static void an_error_is_placed_in_the_file_and_line_that_hold_it(void **state)
 	snprintf(q, sizeof(q), "%s/svc.cfg:3: ", dir);
 	if (strncmp(err, q, strlen(q)) != 0)
 		fail_msg("\"%s\" does not start with \"%s\"", err, q);
+	/* Two directives on one line: libconfig refuses the second. */
+	put_file(dir, "svc.cfg", "segment = \"x\";\n@include \"comps.cfg\" @include \"comps.cfg\"\n",
+	    strlen("segment = \"x\";\n@include \"comps.cfg\" @include \"comps.cfg\"\n"));
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), -EINVAL);
+	snprintf(q, sizeof(q), "%s/svc.cfg:2: one @include per line", dir);
+	assert_string_equal(err, q);
 	remove_dir(dir);
 }
 
