@@ -635,14 +635,17 @@ untag(_Atomic uint32_t *count, uint64_t w)
 	atomic_compare_exchange_strong(tally(count), &w, (uint32_t)w);
 }
 
-uint64_t
-tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
-    struct seg_pool *pool)
+/* tally_release's loop, from what a first pass already gave back (had,
+ * and the connection and pool tallies' values after their gives, conn and
+ * lw). */
+static __attribute__((noinline)) uint64_t
+release_all(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, struct seg_pool *pool,
+    uint64_t had, uint64_t conn, uint64_t lw)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	_Atomic uint32_t *cls = c != NULL ? count_in(s, c, sl, P_CLASS, NULL) : NULL;
 	_Atomic uint32_t *lent = c != NULL && pool != NULL ? &pool->lent : NULL;
-	uint64_t had = 0, conn = 0, lw = 0, w;
+	uint64_t w;
 
 	for (;;) {
 		uint64_t m = atomic_load(&sl->mark);
@@ -681,6 +684,47 @@ tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
 		untag(&c->in_use, conn);
 	if (lw != 0)
 		untag(lent, lw);
+	return had;
+}
+
+/*
+ * The common release is one pass of release_all, inline: a slot that took
+ * no class permit (so none of a class's share either), while nobody holds
+ * a request in flight or a permit let past a limit in observe mode (their
+ * counts read 0, so the slot holds none of them), gives back its pool's
+ * permit if it borrowed one, then its connection permit, and is marked
+ * released. Anything else, or a mark that moved meanwhile (a reflection),
+ * is release_all's, from what was given back here.
+ */
+uint64_t
+tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
+    struct seg_pool *pool)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	uint64_t m, w, lw = 0, had = 0;
+
+	if (c == NULL || atomic_load_explicit(&sl->cls, memory_order_relaxed) < BS_MAX_CLASSES ||
+	    (atomic_load_explicit(&c->inflight, memory_order_relaxed) |
+	    atomic_load_explicit(&c->over, memory_order_relaxed) |
+	    atomic_load_explicit(&c->inflight_over, memory_order_relaxed) |
+	    atomic_load_explicit(&c->cls_lent, memory_order_relaxed)) != 0)
+		return release_all(s, slot, gen, c, pool, 0, 0, 0);
+	m = atomic_load(&sl->mark);
+	if (MARK_GEN(m) != gen || (m & MARK_RELEASED))
+		return 0;
+	if (pool != NULL && atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0 &&
+	    (lw = give_at(s, slot, gen, P_LENT, c, &pool->lent)) != 0)
+		had = MARK_HELD(P_LENT);
+	w = give_at(s, slot, gen, P_CONN, c, &c->in_use);
+	if (w != 0)
+		had |= MARK_HELD(P_CONN);
+	if (!atomic_compare_exchange_strong(&sl->mark, &m,
+	    seq_next((m & ~MARK_HELD_ALL) | MARK_RELEASED)))
+		return release_all(s, slot, gen, c, pool, had, w, lw);
+	if (w != 0)
+		untag(&c->in_use, w);
+	if (lw != 0)
+		untag(&pool->lent, lw);
 	return had;
 }
 
