@@ -370,6 +370,61 @@ class_take(struct seg *s, uint32_t slot, uint32_t gen, uint32_t comp, uint32_t c
 	}
 }
 
+/* admit_slot's class step, out of line: a capped class needs its class
+ * permit as well as the compartment's. The class permit is taken first and
+ * given back if the compartment refuses, so it never counts a refused call.
+ * REASON_MAX with *k the class when taken, else the reason. */
+static __attribute__((noinline)) enum bs_reason
+admit_class(struct seg *s, uint32_t slot, uint32_t gen, uint32_t comp, uint32_t cls,
+    struct seg_class **k)
+{
+	struct seg_class *kc = &s->comp[comp].cls[cls];
+	enum bs_reason reason;
+
+	atomic_store(&s->slots[slot].cls, cls);
+	reason = class_take(s, slot, gen, comp, cls);
+	if (reason != REASON_MAX)
+		atomic_fetch_add(&kc->rejected, 1);
+	else
+		*k = kc;
+	return reason;
+}
+
+/* admit_slot after a refusal for `reason`, out of line: the class permits
+ * taken go back; enforcing, the slot is pending again and -EBUSY; in
+ * observe mode the connect goes through (0), counted apart. */
+static __attribute__((noinline)) int
+admit_refused(struct seg *s, uint32_t slot, uint32_t gen, uint32_t comp, struct seg_class *k,
+    enum bs_reason reason, enum bs_reason *why)
+{
+	struct seg_slot *sl = &s->slots[slot];
+	struct seg_comp *c = &s->comp[comp];
+	struct seg_pool *pool;
+	uint32_t seen;
+
+	if (k != NULL)
+		share_give(s, slot, gen, SHARE_CLASS);
+	if (atomic_load(&c->enforce) || reason == REASON_NO_SLOT) {
+		seg_count_rejection(s, comp, reason);
+		/* A request another thread began meanwhile on the socket
+		 * (seg_request_begin) is of the old generation and undone
+		 * with it. */
+		tally_renew(s, slot, gen);
+		atomic_store(&sl->cls, SLOT_NO_CLASS);
+		atomic_store(&sl->comp, SLOT_NO_COMP);
+		*why = reason;
+		return -EBUSY;
+	}
+	/* Observe mode: let it through, say what enforcing would have done,
+	 * and keep it apart from the permits proper. */
+	atomic_fetch_add(seg_reason_count(c, reason, true), 1);
+	tally_take(s, slot, gen, P_OVER, 0, &seen);
+	/* Let past the pool as well: in its use and its peak. */
+	if ((pool = seg_pool_at(s, c)) != NULL)
+		pool_note_use(pool);
+	return 0;
+}
+
 /*
  * Takes the permits of compartment comp (and class cls) for the pending
  * slot, which this process holds. Returns 0, or -EBUSY with *why, or
@@ -383,7 +438,6 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, int wait,
 	struct seg_slot *sl = &s->slots[slot];
 	struct seg_comp *c = &s->comp[comp];
 	struct seg_class *k = NULL;
-	struct seg_pool *pool;
 	enum bs_reason reason = REASON_MAX;
 	uint32_t gen = MARK_GEN(atomic_load(&sl->mark)), none = SLOT_NO_COMP, seen, n;
 	uint64_t now;
@@ -391,53 +445,24 @@ admit_slot(struct seg *s, uint32_t slot, uint32_t comp, uint32_t cls, int wait,
 
 	if (!atomic_compare_exchange_strong(&sl->comp, &none, comp))
 		return -EALREADY;
-	/* A capped class needs its class permit as well as the
-	 * compartment's; the class permit is taken first and given back if
-	 * the compartment refuses, so it never counts a refused call. */
-	if (cls < BS_MAX_CLASSES && atomic_load(&c->cls[cls].limit) != 0) {
-		k = &c->cls[cls];
-		atomic_store(&sl->cls, cls);
-		reason = class_take(s, slot, gen, comp, cls);
-		if (reason != REASON_MAX) {
-			atomic_fetch_add(&k->rejected, 1);
-			k = NULL;
-		}
-	}
+	if (__builtin_expect(cls < BS_MAX_CLASSES && atomic_load(&c->cls[cls].limit) != 0, 0))
+		reason = admit_class(s, slot, gen, comp, cls, &k);
 	if (reason == REASON_MAX) {
 		_Atomic uint32_t *word;
 
 		ad_tick(s, c, P_CONN);	/* a stalled backend, seen without replies */
 		r = take_step(s, c, slot, gen, P_CONN, &seen, &word, &reason);
-		if (r == TALLY_FULL)
+		if (__builtin_expect(r == TALLY_FULL, 0))
 			r = take_wait(s, slot, gen, P_CONN, wait, REASON_FULL, &reason);
-		if (r == TALLY_TAKEN)
-			reason = REASON_MAX;
+		if (__builtin_expect(r == TALLY_TAKEN, 1))
+			reason = REASON_MAX;	/* take_wait named the reason it waited for */
 		else if (r == TALLY_BUSY)
 			reason = REASON_NO_SLOT;
 	}
-	if (reason != REASON_MAX) {
-		if (k != NULL) {
-			share_give(s, slot, gen, SHARE_CLASS);
-			k = NULL;
-		}
-		if (atomic_load(&c->enforce) || reason == REASON_NO_SLOT) {
-			seg_count_rejection(s, comp, reason);
-			/* A request another thread began meanwhile on the
-			 * socket (seg_request_begin) is of the old generation
-			 * and undone with it. */
-			tally_renew(s, slot, gen);
-			atomic_store(&sl->cls, SLOT_NO_CLASS);
-			atomic_store(&sl->comp, SLOT_NO_COMP);
-			*why = reason;
+	if (__builtin_expect(reason != REASON_MAX, 0)) {
+		if (admit_refused(s, slot, gen, comp, k, reason, why) < 0)
 			return -EBUSY;
-		}
-		/* Observe mode: let it through, say what enforcing would
-		 * have done, and keep it apart from the permits proper. */
-		atomic_fetch_add(seg_reason_count(c, reason, true), 1);
-		tally_take(s, slot, gen, P_OVER, 0, &seen);
-		/* Let past the pool as well: in its use and its peak. */
-		if ((pool = seg_pool_at(s, c)) != NULL)
-			pool_note_use(pool);
+		k = NULL;
 	}
 	raise_peak(&c->peak, atomic_load(&c->in_use) + atomic_load(&c->over));
 	/* A pool's peak is noted by pool_take (pool_note_use). */
