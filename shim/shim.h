@@ -1561,6 +1561,13 @@ fdt_entry(int fd)
 	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
 }
 
+/* fdt_entry of a descriptor that fdt_valid passed: the load alone. */
+static inline uint64_t
+fdt_entry_valid(int fd)
+{
+	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
+}
+
 /* The slot + 1 recorded for fd, 0 if untracked. */
 static inline uint32_t
 fdt_get(int fd)
@@ -1593,15 +1600,21 @@ extern _Atomic int fdt_high_water BS_HIDDEN;
 /* Records slot for fd (with no verdict) and returns what was recorded
  * before (slot + 1 or 0). */
 uint32_t fdt_set(int fd, uint32_t slot);
-/* fdt_set of a descriptor that fdt_valid passed. Inline: every counted
- * connect records its slot. */
-static inline uint32_t
-fdt_set_valid(int fd, uint32_t slot)
+/* Raises the high-water mark (fdt_high) to fd + 1. */
+static inline void
+fdt_raise_high(int fd)
 {
 	int high = atomic_load_explicit(&fdt_high_water, memory_order_relaxed);
 
 	while (fd >= high && !atomic_compare_exchange_weak(&fdt_high_water, &high, fd + 1))
 		;
+}
+/* fdt_set of a descriptor that fdt_valid passed. Inline: every counted
+ * connect records its slot. */
+static inline uint32_t
+fdt_set_valid(int fd, uint32_t slot)
+{
+	fdt_raise_high(fd);
 	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
 }
 /* fdt_take of a descriptor whose entry fdt_get just read as counted (the
@@ -1623,36 +1636,22 @@ fdt_take(int fd)
 }
 /* One past the highest fd ever recorded, to bound range scans. */
 int fdt_high(void);
-/* The "fresh" marks: stream sockets from socket() not yet connected, which
- * a fork may share before their connect (see fork in interpose.c). One bit
- * per descriptor the table has room for; mapped before the table's size is
- * published. Inline: every counted connect reads and clears one. */
-extern _Atomic uint64_t *fdt_fresh BS_HIDDEN;
+/* The "fresh" mark: the whole entry of a descriptor that is not counted
+ * but is a stream socket from socket() not yet connected, which a fork may
+ * share before its connect (see fork in interpose.c) and whose connect
+ * need not ask its type. Kept in the entry itself, so that a connect reads
+ * it with the descriptor's one lookup, and the slot a counted connect
+ * records clears it. Stale marks are harmless: fork checks each
+ * descriptor before acting on it. */
+#define FDT_FRESH	((uint64_t)0x40000000u << 32)
+/* Marks fd fresh (socket(), after fresh_fd), unless its entry is counted. */
 void fdt_mark_fresh(int fd);
-/* True if fd, which fdt_valid passed, is marked fresh: a stream socket
- * from socket(), as far as this process knows. (The marks are mapped
- * before the table's size is published.) */
-static inline bool
-fdt_is_fresh_valid(int fd)
-{
-	return (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) >> (fd % 64) & 1) != 0;
-}
-/* fdt_clear_fresh of a descriptor that fdt_valid passed. */
-static inline void
-fdt_clear_fresh_valid(int fd)
-{
-	uint64_t m = 1ULL << (fd % 64);
-
-	if (atomic_load_explicit(&fdt_fresh[fd / 64], memory_order_relaxed) & m)
-		atomic_fetch_and(&fdt_fresh[fd / 64], ~m);
-}
 /* Clears fd's fresh mark, if it fits in the table and has one. */
-static inline void
-fdt_clear_fresh(int fd)
-{
-	if (fdt_valid(fd) && fdt_fresh != NULL)
-		fdt_clear_fresh_valid(fd);
-}
+void fdt_clear_fresh(int fd);
+/* Forgets the slot recorded for fd and returns it (slot + 1 or 0), leaving
+ * the fresh mark if `fresh`: a socket whose admission was refused, or
+ * whose connect failed at once, is unconnected again. */
+uint32_t fdt_unclaim(int fd, bool fresh);
 /* The first fresh-marked descriptor >= fd, or -1. */
 int fdt_next_fresh(int fd);
 /* Forgets fd if its entry is still e (slot + 1); true if it did. */
@@ -1774,6 +1773,7 @@ enum admit { ADMIT_PASS, ADMIT_COUNTED, ADMIT_REFUSED };
 struct admitted {
 	uint32_t slot;
 	struct seg_comp *c;
+	bool fresh;		/* the descriptor was marked fresh (fdt_mark_fresh) */
 };
 /* Decides a connect (or TCP Fast Open send) of fd to sa: ADMIT_PASS when
  * nothing is to be counted, ADMIT_COUNTED when a permit was taken for fd
@@ -1781,8 +1781,9 @@ struct admitted {
  * set when the compartment refused. */
 enum admit shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
     struct admitted *got);
-/* After the real connect: one that failed at once gives its permit back. */
-void shim_settle(int fd, long r);
+/* After the real connect of an admitted descriptor (got): one that failed
+ * at once gives its permit back. */
+void shim_settle(int fd, long r, const struct admitted *got);
 /* Rebuilds the destination rules if `bulkshim reload` changed them. */
 void shim_maybe_reload(void);
 

@@ -27,12 +27,6 @@ static _Atomic uint32_t no_seq;
 struct fdt_tab fdt_tab = { NULL, 0, &no_seq };
 _Atomic int fdt_high_water;
 
-/* One bit per descriptor: a stream socket made by socket() that a fork may
- * share before it is connected (interpose.c). Stale bits are harmless:
- * fork checks each descriptor before acting on it. */
-_Atomic uint64_t *fdt_fresh;
-static _Atomic int fresh_high;
-
 /* Reads /proc/sys/fs/nr_open with raw system calls (init runs before
  * anything else is safe to use); returns 0 if unknown. */
 static uint32_t
@@ -57,7 +51,6 @@ fdt_init(void)
 {
 	uint32_t n = read_nr_open();
 	struct rlimit rl;
-	_Atomic uint64_t *fresh;
 	void *p;
 
 	if (fdt_tab.t != NULL)
@@ -73,15 +66,6 @@ fdt_init(void)
 	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
-	fresh = mmap(NULL, ((size_t)n + 63) / 64 * sizeof(*fresh), PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (fresh == MAP_FAILED) {
-		int e = errno;
-
-		munmap(p, (size_t)n * sizeof(*fdt_tab.t));
-		return -e;
-	}
-	fdt_fresh = fresh;
 	/* The table goes first: a reader that sees a size sees the table. */
 	fdt_tab.t = p;
 	atomic_store_explicit(&fdt_tab.size, n, memory_order_release);
@@ -120,32 +104,44 @@ fdt_high(void)
 void
 fdt_mark_fresh(int fd)
 {
-	int high;
+	uint64_t none = 0;
 
-	if (!fdt_valid(fd) || fdt_fresh == NULL)
+	if (!fdt_valid(fd))
 		return;
-	high = atomic_load_explicit(&fresh_high, memory_order_relaxed);
-	while (fd >= high && !atomic_compare_exchange_weak(&fresh_high, &high, fd + 1))
-		;
-	atomic_fetch_or(&fdt_fresh[fd / 64], 1ULL << (fd % 64));
+	/* Within the high-water mark, which bounds fork's search for them. */
+	fdt_raise_high(fd);
+	/* Only over an empty entry (an uncounted one is 0 or already fresh):
+	 * in a vfork child, which shares our memory but not our descriptors,
+	 * the number may be a counted socket of the parent's, whose entry
+	 * must stay. */
+	atomic_compare_exchange_strong(&fdt_tab.t[fd], &none, FDT_FRESH);
+}
+
+void
+fdt_clear_fresh(int fd)
+{
+	uint64_t w = FDT_FRESH;
+
+	if (fdt_valid(fd) && atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == w)
+		atomic_compare_exchange_strong(&fdt_tab.t[fd], &w, 0);
+}
+
+uint32_t
+fdt_unclaim(int fd, bool fresh)
+{
+	if (!fdt_valid(fd))
+		return 0;
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], fresh ? FDT_FRESH : 0);
 }
 
 int
 fdt_next_fresh(int fd)
 {
-	int high = atomic_load(&fresh_high);
+	int high = fdt_high();
 
-	if (fdt_fresh == NULL || fd < 0)
-		return -1;
-	for (; fd < high; fd++) {
-		uint64_t w = atomic_load(&fdt_fresh[fd / 64]) >> (fd % 64);
-
-		if (w == 0) {
-			fd |= 63;
-			continue;
-		}
-		fd += __builtin_ctzll(w);
-		return fd < high ? fd : -1;
+	for (fd = fd < 0 ? 0 : fd; fd < high; fd++) {
+		if (atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == FDT_FRESH)
+			return fd;
 	}
 	return -1;
 }

@@ -189,7 +189,7 @@ claim_slot(int fd, uint64_t ino, bool *shared)
 	int slot;
 
 	seg_gate_enter(shim.seg);
-	e = fdt_get(fd);
+	e = (uint32_t)fdt_entry_valid(fd);
 	if (e != 0 && seg_slot_pending(shim.seg, e - 1) &&
 	    atomic_load(&seg_slot(shim.seg, e - 1)->inode) == ino) {
 		*shared = true;
@@ -248,7 +248,11 @@ enum admit
 shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
     struct admitted *got)
 {
-	uint32_t e = fdt_get(fd);
+	/* The descriptor's one lookup: its entry says whether the shim
+	 * counts it already and whether it is fresh from socket(). */
+	bool valid = fdt_valid(fd);
+	uint64_t ent = valid ? fdt_entry_valid(fd) : 0;
+	uint32_t e = (uint32_t)ent;
 	int comp = match_find(atomic_load(&shim.m), sa, len), type = 0, slot, r;
 	socklen_t tlen = sizeof(type);
 	enum bs_reason why = REASON_MAX;
@@ -279,10 +283,11 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 		}
 	}
 	c = comp >= 0 ? seg_comp(shim.seg, (uint32_t)comp) : NULL;
-	if (c == NULL || !fdt_valid(fd))
+	if (c == NULL || !valid)
 		return ADMIT_PASS;
 	/* A socket from our socket() is known to be a stream socket. */
-	if (!fdt_is_fresh_valid(fd) &&
+	got->fresh = ent == FDT_FRESH;
+	if (!got->fresh &&
 	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return ADMIT_PASS;
 	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
@@ -300,10 +305,11 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 		}
 		if (r > 0)
 			return ADMIT_PASS;
-		/* Refused: a slot of our own goes; one a fork shared stays
-		 * pending for the process it is shared with. */
+		/* Refused: a slot of our own goes (the socket stays as fresh
+		 * as it was); one a fork shared stays pending for the process
+		 * it is shared with. */
 		if (!shared)
-			drop_entry(fdt_take(fd));
+			drop_entry(fdt_unclaim(fd, got->fresh));
 	}
 	match_format(sa, len, dest, sizeof(dest));
 	shim_log_refusal((uint32_t)comp, why, what, dest);
@@ -318,7 +324,7 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
  * EINPROGRESS and EINTR leave the connection under way; EALREADY and EISCONN
  * answer a retry. */
 void
-shim_settle(int fd, long r)
+shim_settle(int fd, long r, const struct admitted *got)
 {
 	int err;
 
@@ -326,7 +332,7 @@ shim_settle(int fd, long r)
 		return;
 	err = errno;
 	if (err != EINPROGRESS && err != EINTR && err != EALREADY && err != EISCONN)
-		drop_entry(fdt_take(fd));
+		drop_entry(fdt_unclaim(fd, got->fresh));
 	errno = err;
 }
 
@@ -449,11 +455,9 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	errno = saved;
 	/* A timed-out attempt that could not be aborted may still connect:
 	 * it keeps its permit until the socket is closed. */
+	/* (The slot recorded for the descriptor cleared its fresh mark.) */
 	if (!timed_out || aborted)
-		shim_settle(fd, r);
-	/* connected(), for a descriptor admission found in the table. */
-	if (connect_began(r))
-		fdt_clear_fresh_valid(fd);
+		shim_settle(fd, r, &got);
 	return r;
 }
 

@@ -395,14 +395,14 @@ iov_asks(const struct iovec *iov, int cnt)
 static inline bool
 send_plain(uint64_t e)
 {
-	return __builtin_expect(e == 0, 1) ||
+	return __builtin_expect((uint32_t)e == 0, 1) ||
 	    __builtin_expect(fdt_plain(e) && (++io_tick & (IO_SAMPLE - 1)) != 0, 1);
 }
 
 static inline bool
 recv_plain(uint64_t e)
 {
-	return __builtin_expect(e == 0 || fdt_plain(e), 1);
+	return __builtin_expect((uint32_t)e == 0 || fdt_plain(e), 1);
 }
 
 static __attribute__((noinline)) ssize_t
@@ -536,7 +536,7 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 	errno = saved;
 	r = real.sendto(fd, buf, n, flags, sa, len);
 	if (a == ADMIT_COUNTED)
-		shim_settle(fd, r);
+		shim_settle(fd, r, &got);
 	return r;
 }
 
@@ -561,7 +561,7 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 	errno = saved;
 	r = real.sendmsg(fd, msg, flags);
 	if (a == ADMIT_COUNTED)
-		shim_settle(fd, r);
+		shim_settle(fd, r, &got);
 	return r;
 }
 

@@ -34,6 +34,9 @@
  *                           shared memory) or syscall(SYS_fork) closes FD and
  *                           exits; replies
  *                           once the child is gone
+ *   vfork_socket FD         a vfork() child closes FD and makes stream
+ *                           sockets until one gets FD's number; replies once
+ *                           it is gone (an error if none did)
  *   exit STATUS             exit(3): a normal exit, nothing closed first
  *   _exit STATUS
  */
@@ -157,8 +160,9 @@ static int clone_child(void *arg)
 	return 0;
 }
 
-/* Makes a child by `how` that closes fd and exits; returns 0 once it is
- * gone. */
+/* Makes a child by `how` that closes fd (and for vfork_socket makes a
+ * socket under its number) and exits; returns 0 once it is gone, -1 if it
+ * did not exit with 0. */
 static long child_close(const char *how, int fd)
 {
 	static char stack[64 * 1024] __attribute__((aligned(16)));
@@ -170,6 +174,17 @@ static long child_close(const char *how, int fd)
 		if (pid == 0) {
 			close(fd);
 			_exit(0);
+		}
+	} else if (strcmp(how, "vfork_socket") == 0) {
+		pid = vfork();
+		if (pid == 0) {
+			int s;
+
+			close(fd);
+			do
+				s = socket(AF_INET, SOCK_STREAM, 0);
+			while (s >= 0 && s < fd);
+			_exit(s == fd ? 0 : 1);
 		}
 	} else if (strcmp(how, "_Fork_close") == 0) {
 		pid = _Fork();
@@ -188,6 +203,10 @@ static long child_close(const char *how, int fd)
 	}
 	if (pid < 0 || waitpid(pid, &st, 0) < 0)
 		return -1;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		errno = ECHILD;
+		return -1;
+	}
 	return 0;
 }
 
@@ -241,7 +260,8 @@ int main(void)
 		} else if (strcmp(a, "fclose") == 0 && n == 2) {
 			reply(do_fclose(atoi(b)));
 		} else if ((strcmp(a, "vfork_close") == 0 || strcmp(a, "_Fork_close") == 0 ||
-		    strcmp(a, "clone_close") == 0 || strcmp(a, "sysfork_close") == 0) && n == 2) {
+		    strcmp(a, "clone_close") == 0 || strcmp(a, "sysfork_close") == 0 ||
+		    strcmp(a, "vfork_socket") == 0) && n == 2) {
 			reply(child_close(a, atoi(b)));
 		} else if (strcmp(a, "pid") == 0) {
 			reply(getpid());

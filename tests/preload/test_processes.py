@@ -197,6 +197,26 @@ def test_socket_whose_connect_failed_is_shared_again_by_a_fork():
     _held_until_the_child_exits(a, srv, shim, pid, "the child's connected copy lost its permit")
 
 
+def test_socket_whose_connect_the_shim_refused_is_shared_again_by_a_fork():
+    # A connect refused by a full compartment leaves the socket as it was:
+    # unconnected, so a fork before its next connect shares it, and the
+    # permit that connect takes lasts until both copies are gone.
+    srv, shim = _setup(1)
+    a = Agent(shim.env(log="off"))
+    held = a("tcp(%d)" % srv.port)
+    a.call("S = socket.socket(socket.AF_INET, socket.SOCK_STREAM)")
+    r = a("S.connect_ex(('127.0.0.1', %d))" % srv.port)
+    assert r == errno.ECONNREFUSED, "connect to a full compartment: %r" % r
+    shim.expect("p", in_use=1, rejected=1)
+    a.call("close(%d)" % held)
+    srv.wait_live(0)
+    pid = a("fork()")
+    a.call("S.connect(('127.0.0.1', %d))" % srv.port)
+    a.call("S.close()")
+    _held_until_the_child_exits(a, srv, shim, pid, "the child's copy of the socket the shim "
+                                "refused once lost its permit")
+
+
 def test_forked_child_exiting_without_closing_leaks_nothing():
     srv, shim = _setup(2)
     a = Agent(shim.env(log="off"))

@@ -28,6 +28,28 @@ def test_a_vfork_child_closing_a_counted_socket_leaves_the_parents_permit():
     _child_closes_copy("vfork_close")
 
 
+def test_a_vfork_child_making_a_socket_under_a_counted_number_leaves_the_parents_entry():
+    # The child shares our memory, not our descriptors: a socket it makes
+    # under the number of one of our counted sockets (its copy closed
+    # first) must not take over our entry, or our close would give nothing
+    # back. The next connect, in the same process, finds the permit back
+    # at once (a status read would reconcile a lost one and hide it).
+    srv = Server()
+    shim = Shim([{"name": "p", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 1}])
+    f = FdOps(shim.env(log="off"))
+    fd = f.do("tcp", "127.0.0.1", srv.port)
+    f.do("vfork_socket", fd)
+    f.do("close", fd)
+    try:
+        again = f.do("tcp", "127.0.0.1", srv.port)
+    except OSError as e:
+        raise AssertionError("after a vfork child made a socket under its number, the "
+                             "parent's close gave no permit back: %s" % e)
+    f.do("close", again)
+    shim.expect("p", in_use=0, admitted=2, rejected=0)
+    assert f.exit(0) == 0
+
+
 def test_a_Fork_child_closing_a_counted_socket_leaves_the_parents_permit():
     _child_closes_copy("_Fork_close")
 
