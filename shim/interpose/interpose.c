@@ -454,8 +454,9 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 		seg_connect_done_in(shim.seg, got.slot, c);
 	errno = saved;
 	/* A timed-out attempt that could not be aborted may still connect:
-	 * it keeps its permit until the socket is closed. */
-	/* (The slot recorded for the descriptor cleared its fresh mark.) */
+	 * it keeps its permit until the socket is closed. (The slot recorded
+	 * for the descriptor cleared its fresh mark; a connect that failed at
+	 * once gets it back from shim_settle.) */
 	if (!timed_out || aborted)
 		shim_settle(fd, r, &got);
 	return r;
