@@ -1246,7 +1246,8 @@ CONNECT_STEPS = [
     ("the rule lookup (match.c)", {"match_find"}),
     ("the socket's identity: fstat, the descriptor table (fdtable.c)",
      {"fstat", "fstatat", "fstat64", "fstatat64", "fdt_get", "fdt_set", "fdt_take",
-      "fdt_valid", "fdt_mark_fresh", "fdt_clear_fresh", "fdt_is_fresh"}),
+      "fdt_valid", "fdt_mark_fresh", "fdt_clear_fresh", "fdt_unclaim", "fdt_entry",
+      "fdt_entry_valid"}),
     ("the fork gate (socket and slot claim)", {"seg_gate_enter", "seg_gate_leave"}),
     ("the slot's claim: a free slot, a new generation, the sole hold",
      {"alloc_slot", "seg_pending_slot", "seg_hold_first", "seg_my_record", "claim_slot"}),
@@ -1257,14 +1258,15 @@ CONNECT_STEPS = [
      "class, pool, adaptive, fleet and observe checks, a borrowed permit's take from an "
      "untagged tally; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending",
                         "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
-                        "pool_note_use", "pool_take", "ad_tick"}),
+                        "pool_note_use", "pool_take", "ad_tick", "admit_class",
+                        "admit_refused"}),
     ("the clock and the connect-time histogram",
      {"now_mono_us", "now_mono_s", "clock_gettime", "seg_connect_done_in", "seg_connect_time",
       "seg_hist_add", "seg_hist_add_n"}),
     ("the hold's drop at close (procs.c)", {"seg_drop", "seg_drop_hold"}),
     ("the release: every permit given back, the slot freed",
-     {"seg_release_slot", "release_claimed", "tally_release", "give_at", "give_own",
-      "give_kind", "give_loop", "release_kind", "adaptive_conn_done", "pool_wake",
+     {"seg_release_slot", "release_claimed", "tally_release", "release_all", "give_at",
+      "give_own", "give_kind", "give_loop", "release_kind", "adaptive_conn_done", "pool_wake",
       "pool_note_release"}),
 ]
 STEP_OTHER = "other functions of the shim"
