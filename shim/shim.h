@@ -1552,7 +1552,8 @@ extern struct fdt_tab fdt_tab BS_HIDDEN;
 #define FDT_PLAIN	0x80000000u
 
 /* The whole entry of fd: slot + 1 in the low half (0: not counted), the
- * cached verdict in the high half. A bounds check and one load. */
+ * cached verdict in the high half; FDT_FRESH for an uncounted socket fresh
+ * from socket(). A bounds check and one load. */
 static inline uint64_t
 fdt_entry(int fd)
 {

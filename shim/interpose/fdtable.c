@@ -12,7 +12,8 @@
 /*
  * One 64-bit entry per possible descriptor: the segment slot + 1 of the
  * counted socket (or 0) in the low half, and in the high half the I/O
- * verdict cached for it (FDT_PLAIN | settings sequence, or 0). The table is
+ * verdict cached for it (FDT_PLAIN | settings sequence, or 0); the entry of
+ * an uncounted stream socket fresh from socket() is FDT_FRESH. The table is
  * sized once for the largest descriptor the kernel can hand out
  * (/proc/sys/fs/nr_open, which bounds every RLIMIT_NOFILE) and mapped with
  * MAP_NORESERVE: untouched pages cost nothing, and the hot path is a bounds
