@@ -1551,6 +1551,13 @@ extern struct fdt_tab fdt_tab BS_HIDDEN;
  * settings sequence in the low 31 bits. */
 #define FDT_PLAIN	0x80000000u
 
+/* fdt_entry of a descriptor that fdt_valid passed: the load alone. */
+static inline uint64_t
+fdt_entry_valid(int fd)
+{
+	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
+}
+
 /* The whole entry of fd: slot + 1 in the low half (0: not counted), the
  * cached verdict in the high half; FDT_FRESH for an uncounted socket fresh
  * from socket(). A bounds check and one load. */
@@ -1559,14 +1566,7 @@ fdt_entry(int fd)
 {
 	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire))
 		return 0;
-	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
-}
-
-/* fdt_entry of a descriptor that fdt_valid passed: the load alone. */
-static inline uint64_t
-fdt_entry_valid(int fd)
-{
-	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
+	return fdt_entry_valid(fd);
 }
 
 /* The slot + 1 recorded for fd, 0 if untracked. */
@@ -1630,8 +1630,7 @@ fdt_take_counted(int fd)
 static inline uint32_t
 fdt_take(int fd)
 {
-	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire) ||
-	    atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == 0)
+	if (fdt_entry(fd) == 0)
 		return 0;
 	return fdt_take_counted(fd);
 }

@@ -123,7 +123,7 @@ fdt_clear_fresh(int fd)
 {
 	uint64_t w = FDT_FRESH;
 
-	if (fdt_valid(fd) && atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == w)
+	if (fdt_valid(fd) && fdt_entry_valid(fd) == w)
 		atomic_compare_exchange_strong(&fdt_tab.t[fd], &w, 0);
 }
 
@@ -141,7 +141,7 @@ fdt_next_fresh(int fd)
 	int high = fdt_high();
 
 	for (fd = fd < 0 ? 0 : fd; fd < high; fd++) {
-		if (atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed) == FDT_FRESH)
+		if (fdt_entry_valid(fd) == FDT_FRESH)
 			return fd;
 	}
 	return -1;
