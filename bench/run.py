@@ -545,7 +545,13 @@ class Bench:
         n = incl("connect/shim", "bench_connect_close", CG_CONN) - base_cc
         ts = calls("connect/today", CG_CONN) - base_sys
         ns = calls("connect/shim", CG_CONN) - base_sys
-        conn_new = n
+        # The floor's connect + close, real and stubbed, and the stubbed
+        # one of the library make builds, each over no shim.
+        floor = None
+        if self.floor:
+            floor = (n, incl("connect/floor", "bench_connect_close", CG_CONN) - base_cc,
+                     incl("stub/d1/floor", "bench_connect_close", CG_STUB) - base_st,
+                     incl("stub/d1", "bench_connect_close", CG_STUB) - base_st)
         rows.append(("connect+close, counted destination", "%+.0f, system calls %+.0f" % (t, ts),
                      "%+.0f, system calls %+.0f" % (n, ns), "≤ 500, ≤ 1 extra syscall",
                      n <= 500 and ns <= 1.001))
@@ -573,21 +579,18 @@ class Bench:
             md.append("| %s | %s | %s | %s | %s |" % (label, t, n, target,
                                                      "**met**" if met else "**missed**"))
             self.target("issue 13: %s %s" % (label, target), "today %s, new %s" % (t, n), met)
-        md += ["", self.floor_paragraph(conn_new)]
+        md += ["", self.floor_paragraph(floor)]
         self.md.insert(0, "\n".join(md))
 
-    def floor_paragraph(self, new):
+    def floor_paragraph(self, floor):
         """What the connect + close of this design costs at the least (the
-        floor library: bench/floor.patch), beside what the tree's costs."""
-        if not self.floor:
+        floor library: bench/floor.patch), beside what the tree's costs:
+        floor is (tree, floor, floor stubbed, tree stubbed), Ir over no shim."""
+        if floor is None:
             return ("**The floor of this design** (bench/floor.patch) is not measured in this "
                     "run: %s." % (self.floor_missing or "no --floor library given"))
-        base_cc = find_fn(self.cg["connect/none"]["incl"], "bench_connect_close")[0] / CG_CONN
-        base_st = find_fn(self.cg["stub/none"]["incl"], "bench_connect_close")[0] / CG_STUB
-        f = find_fn(self.cg["connect/floor"]["incl"], "bench_connect_close")[0] / CG_CONN
-        fs = find_fn(self.cg["stub/d1/floor"]["incl"], "bench_connect_close")[0] / CG_STUB
-        st = find_fn(self.cg["stub/d1"]["incl"], "bench_connect_close")[0] / CG_STUB
-        self.floor_ir = (f - base_cc, fs - base_st, st - base_st)
+        new, f, fs, st = floor
+        self.floor_stub = fs
         return ("**The floor of this design.** The same connect + close with this tree's "
                 "library cut down by bench/floor.patch to the record that keeps the count "
                 "exact under SIGKILL, fork and exec (the wrappers, the rule lookup, `fstat`, "
@@ -600,7 +603,7 @@ class Bench:
                 "out. The difference, %+.0f Ir (%+.0f stubbed), is those checks and the "
                 "statistics. The cut-down build passes the chaos run's plain mode with "
                 "overshoot 0 and drift 0 (the patch's header)." % (
-                    f - base_cc, fs - base_st, st - base_st, new - (f - base_cc), st - fs))
+                    f, fs, st, new - f, st - fs))
 
     def syscall_table(self, pairs):
         md = ["| Loop | libc function | calls without shim | calls with shim |",
@@ -1090,11 +1093,11 @@ class Bench:
 
     def floor_sentence(self):
         """The floor of the stubbed connect + close, if measured."""
-        if not getattr(self, "floor_ir", None):
+        if getattr(self, "floor_stub", None) is None:
             return ""
         return (" Cut down to the record that keeps the count exact (bench/floor.patch), the "
                 "same stubbed connect + close costs %+.0f Ir: the floor of this design, "
-                "above the issue-13 target of 500." % self.floor_ir[1])
+                "above the issue-13 target of 500." % self.floor_stub)
 
     def steps_sentence(self):
         """The three largest steps of the connect + close (without LTO)."""
