@@ -26,16 +26,18 @@ HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
 
 # The shim's sources, by layer: shim/interpose/ (the exported names and what each process keeps
 # for itself), shim/admit/ (admission and the counts in the shared segment), shim/config/ (the
-# configuration and the destination rules); shim.h and log.c beside them serve all three.
-# Objects are named by their file alone, so every source name is unique across the folders.
+# configuration and the destination rules); beside them bulkshim.h, seg_layout.h (the segment's
+# layout), log.c and sys.c serve all three. Objects are named by their file alone, so every
+# source name is unique across the folders.
 SHIM_DIRS := shim/interpose shim/admit shim/config shim
 vpath %.c $(SHIM_DIRS)
-# What the shim and the CLI share; interpose.c, io.c, init.c, procid.c, deepbind.c, notice.c
-# and real.c are the shim's own.
-COMMON  := config config_file config_setting config_comp config_pool config_fleet config_resolve match match_parse segment procs permit \
-           tally pool share fdtable log adaptive config_adaptive reconcile
-SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(B)/shim/real.o $(B)/shim/interpose.o $(B)/shim/io.o \
-           $(B)/shim/init.o $(B)/shim/procid.o $(B)/shim/deepbind.o $(B)/shim/notice.o
+SHIM_H  := $(wildcard shim/*.h shim/*/*.h)
+# What the shim and the CLI share; the files of shim/interpose/ are the shim's own.
+COMMON  := config config_file config_setting config_comp config_pool config_fleet config_resolve \
+           config_adaptive match match_parse segment adaptive tally share pool stats slot proc \
+           reconcile permit log sys
+INTERPOSE := $(patsubst shim/interpose/%.c,%,$(wildcard shim/interpose/*.c))
+SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(INTERPOSE:%=$(B)/shim/%.o)
 CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c)) \
            $(B)/cli/web_page.o
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
@@ -45,17 +47,17 @@ UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c
 all: $(B)/libbulkshim.so $(B)/bulkshim
 
 # The library is built with link-time optimisation: one counted call runs
-# through interpose.c, permit.c, tally.c and procs.c, and LTO inlines across
-# them what a per-file build calls (issue 13). `make SHIM_LTO=` turns it off.
+# through the wrappers, permit.c, slot.c and tally.c, and LTO inlines across
+# them what a per-file build calls. `make SHIM_LTO=` turns it off.
 SHIM_LTO ?= -flto=auto
 # Its calls into libc (errno, fstat, the clock) go through the GOT without a
 # PLT stub: the library is linked -z now, so nothing is bound lazily anyway.
 SHIM_CODE := -fvisibility=hidden -fno-plt
-$(B)/shim/%.o: %.c shim/shim.h | $(B)/shim
+$(B)/shim/%.o: %.c $(SHIM_H) | $(B)/shim
 	$(CC) $(CFLAGS) $(SHIM_LTO) $(if $(SHIM_LTO),-DBS_LTO) $(SHIM_CODE) -Ishim $(PC_CFLAGS) -c -o $@ $<
-$(B)/cli/%.o: %.c shim/shim.h | $(B)/cli
+$(B)/cli/%.o: %.c $(SHIM_H) | $(B)/cli
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
-$(B)/cli/%.o: tools/%.c tools/cli.h shim/shim.h $(B)/cli/libdir | $(B)/cli
+$(B)/cli/%.o: tools/%.c tools/cli.h $(SHIM_H) $(B)/cli/libdir | $(B)/cli
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
 # The web page that `bulkshim serve` answers, linked in with .incbin (a
 # pattern, so that the sanitizer builds in tests/hardening.mk get it too).
@@ -79,7 +81,7 @@ $(B)/cli/fleet_script.o: tools/fleet.lua
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
-$(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B)/cli/%.o) shim/shim.h | $(B)/tests
+$(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B)/cli/%.o) $(SHIM_H) | $(B)/tests
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(filter-out $(B)/cli/$*.o,$(COMMON:%=$(B)/cli/%.o)) \
 		$(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 

@@ -43,7 +43,7 @@ $(B)/bench/backend: bench/backend.c | $(B)/bench
 	$(CC) $(CFLAGS) -o $@ $<
 $(B)/bench/libstubconnect.so: bench/stubconnect.c | $(B)/bench
 	$(CC) $(CFLAGS) -shared -o $@ $<
-$(B)/bench/permits: bench/permits.c $(COMMON:%=$(B)/cli/%.o) shim/shim.h | $(B)/bench
+$(B)/bench/permits: bench/permits.c $(COMMON:%=$(B)/cli/%.o) $(SHIM_H) | $(B)/bench
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(COMMON:%=$(B)/cli/%.o) $(PC_LIBS) -lpthread
 $(TODAY_LIB): | $(B)/bench
 	rm -rf $(TODAY_DIR) && mkdir -p $(TODAY_DIR)/src

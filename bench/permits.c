@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
+#include "sys.h"
 
 /*
  * usage: permits CONFIG threads N MS
@@ -18,7 +20,7 @@
  * Attaches to the segment CONFIG names, exactly as the shim does, and has
  * N threads of one process (or N processes, each attached on its own) take
  * and give back a permit of the first compartment in a loop for MS
- * milliseconds: seg_acquire then seg_drop, the pair a counted connect and
+ * milliseconds: permit_acquire then slot_drop, the pair a counted connect and
  * its close cost once the socket is known, without the system calls and
  * the descriptor table around them. Prints "pairs_per_s=... ns_per_pair=...
  * refused=..."; ns_per_pair is wall time divided by all pairs of all
@@ -54,13 +56,13 @@ loop(void *arg)
 	while (mono_ns() < w->end_ns) {
 		for (int i = 0; i < 64; i++) {
 			enum bs_reason why = REASON_MAX;
-			int slot = seg_acquire(w->s, w->comp, 0, w->ino, false, &why);
+			int slot = permit_acquire(w->s, seg_comp(w->s, w->comp), 0, w->ino, false, &why);
 
 			if (slot < 0) {
 				w->refused++;
 				continue;
 			}
-			seg_drop(w->s, (uint32_t)slot);
+			slot_drop(w->s, (uint32_t)slot);
 			w->pairs++;
 		}
 	}
@@ -125,7 +127,7 @@ run_threads(const char *path, int n, long ms)
 		refused += w[i].refused;
 	}
 	print(pairs, refused, end - start);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 	cfg_free(&cfg);
 	free(w);
@@ -161,7 +163,7 @@ run_procs(const char *path, int n, long ms)
 			got[1] = w.refused;
 			if (write(p[1], got, sizeof(got)) != (ssize_t)sizeof(got))
 				_exit(1);
-			seg_detach_all(s);
+			proc_detach_all(s);
 			_exit(0);
 		}
 	}

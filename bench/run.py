@@ -6,7 +6,7 @@ and writes bench/results.md. Programs (built by bench/bench.mk into
 build/bench/):
   client       the measured program, run with and without the shim preloaded;
   backend      loopback servers (accept-and-close, echo, HTTP), never preloaded;
-  permits      seg_acquire/seg_drop in a loop, linked with the segment code;
+  permits      permit_acquire/slot_drop in a loop, linked with the segment code;
   libstubconnect.so  a connect() that returns 0 at once, preloaded after the
                shim to time the shim's connect path without a real handshake.
 Targets are reported ("met"/"missed"), never asserted: the exit status is 0
@@ -706,7 +706,7 @@ class Bench:
         rows.append(("4 processes", best("procs", 4)))
         md = ["### Acquire and release on one compartment", "",
               "`build/bench/permits` is linked with the shim's segment code "
-              "(`build/cli/segment.o permit.o ...`) and calls `seg_acquire` then `seg_drop` "
+              "(`build/cli/segment.o permit.o ...`) and calls `permit_acquire` then `slot_drop` "
               "in a loop for %d ms on one compartment (limit %d): the permit alone, "
               "without system calls or the descriptor table. ns per pair is wall time over "
               "all pairs of all workers; %d CPUs; best of two runs." % (
@@ -1052,10 +1052,10 @@ class Bench:
                 "`seg_slot`, `seg_comp`, `fdt_get` (segment.c, fdtable.c) are calls "
                 "across files on every send and recv (%.0f Ir per round trip with their "
                 "call overhead): make them static inline in shim.h, and let `send_begin` "
-                "hand the compartment it already has to `seg_inflight_begin`." % cross)
+                "hand the compartment it already has to `permit_inflight_begin`." % cross)
         if clk_pp >= 1:
             fixes.append(
-                "`seg_inflight_begin`/`inflight_finish` (permit.c, tally.c), with "
+                "`permit_inflight_begin`/`inflight_finish` (permit.c, tally.c), with "
                 "`max_inflight`: keep `inflight_admitted` and the reply histogram in "
                 "per-process rows summed by the CLI instead of shared counters, and let the "
                 "next changer of the tally finish the third step of a take or give (it "
@@ -1303,24 +1303,24 @@ CONNECT_STEPS = [
      {"fstat", "fstatat", "fstat64", "fstatat64", "fdt_get", "fdt_set", "fdt_take",
       "fdt_valid", "fdt_mark_fresh", "fdt_clear_fresh", "fdt_unclaim", "fdt_entry",
       "fdt_entry_valid"}),
-    ("the fork gate (socket and slot claim)", {"seg_gate_enter", "seg_gate_leave"}),
+    ("the fork gate (socket and slot claim)", {"proc_gate_enter", "proc_gate_leave"}),
     ("the slot's claim: a free slot, a new generation, the sole hold",
-     {"alloc_slot", "seg_pending_slot", "seg_hold_first", "seg_my_record", "claim_slot"}),
+     {"alloc_slot", "seg_pending_slot", "hold_first", "proc_record", "claim_slot"}),
     ("the permits' takes (tally.c): the compartment's, and a borrowed permit's from a tally "
      "another slot tagged",
      {"tally_take_conn", "tally_take_lent", "tally_take", "take_loop", "reflect", "take_at"}),
     ("admission: the own code of shim_admit and admit_slot and what they inline (the "
      "class, pool, adaptive, fleet and observe checks, a borrowed permit's take from an "
-     "untagged tally; peak, admitted, rate)", {"shim_admit", "admit_slot", "seg_acquire_pending",
+     "untagged tally; peak, admitted, rate)", {"shim_admit", "admit_slot", "permit_admit",
                         "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
                         "pool_note_use", "pool_take", "ad_tick", "admit_class",
                         "admit_refused"}),
     ("the clock and the connect-time histogram",
-     {"now_mono_us", "now_mono_s", "clock_gettime", "seg_connect_done_in", "seg_connect_time",
-      "seg_hist_add", "seg_hist_add_n"}),
-    ("the hold's drop at close (procs.c)", {"seg_drop", "seg_drop_hold"}),
+     {"now_mono_us", "now_mono_s", "clock_gettime", "stat_connect_done_in", "stat_connect_time",
+      "stat_hist_add", "stat_hist_add_n"}),
+    ("the hold's drop at close (procs.c)", {"slot_drop", "slot_drop_hold"}),
     ("the release: every permit given back, the slot freed",
-     {"seg_release_slot", "release_claimed", "tally_release", "release_all", "give_at",
+     {"slot_release", "release_claimed", "tally_release", "release_all", "give_at",
       "give_own", "give_kind", "give_loop", "release_kind", "adaptive_conn_done", "pool_wake",
       "pool_note_release"}),
 ]

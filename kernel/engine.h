@@ -5,7 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "shim.h"
+#include "config/config.h"
+#include "log.h"
 #include "kern.h"
 
 #define KERN_PIN_ROOT	"/sys/fs/bpf/bulkshim"

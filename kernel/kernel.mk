@@ -14,7 +14,7 @@ BPF_ARCH_INC := /usr/include/$(shell $(CC) -dumpmachine)
 KERN_SRC   := $(filter-out %.bpf.c,$(wildcard kernel/*.c))
 KERN_O     := $(KERN_SRC:kernel/%.c=$(B)/kern/%.o)
 KERN_ASAN_O := $(KERN_SRC:kernel/%.c=$(B)/asan/kern/%.o)
-KERN_H     := kernel/engine.h kernel/kern.h shim/shim.h
+KERN_H     := kernel/engine.h kernel/kern.h $(SHIM_H)
 
 $(B)/kern/bulkshim.bpf.o: kernel/bulkshim.bpf.c kernel/kern.h | $(B)/kern
 	$(BPF_CLANG) -g -O2 -Wall -Werror -target bpf -mcpu=v3 -Ikernel -I$(BPF_ARCH_INC) \

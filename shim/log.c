@@ -6,7 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "log.h"
+#include "sys.h"
 
 #define LOG_LINE_MAX 512
 #define JSON_LINE_MAX 1280	/* every field is capped (in output bytes), so an object always fits */
@@ -311,7 +312,7 @@ write_line(char *line, size_t n)
 	int saved = errno;
 
 	line[n++] = '\n';
-	syscall(SYS_write, 2, line, n);
+	sys_call(SYS_write, 2, (long)line, (long)n, 0, 0, 0);
 	errno = saved;
 }
 
@@ -321,7 +322,7 @@ emit(const char *prefix_fmt, const char *fmt, va_list ap)
 	char line[LOG_LINE_MAX];
 	size_t n;
 
-	n = bs_format(line, sizeof(line), prefix_fmt, (int)syscall(SYS_getpid));
+	n = bs_format(line, sizeof(line), prefix_fmt, (int)sys_getpid());
 	n += format_v(line + n, sizeof(line) - n, fmt, ap);
 	if (n >= sizeof(line) - 2) {
 		n = sizeof(line) - 5;
@@ -343,7 +344,7 @@ emit_json(int level, const char *msg, const struct log_refusal *r, uint64_t supp
 	put_str(line, sizeof(line), &n, "{\"time\": ");
 	put_time(line, sizeof(line), &n, now_real_ms());
 	put_key(line, sizeof(line), &n, "pid");
-	put_uint(line, sizeof(line), &n, (unsigned long long)syscall(SYS_getpid), 10);
+	put_uint(line, sizeof(line), &n, (unsigned long long)sys_getpid(), 10);
 	put_key(line, sizeof(line), &n, "program");
 	put_json_str(line, sizeof(line), &n, log_prog, 100);
 	put_key(line, sizeof(line), &n, "level");

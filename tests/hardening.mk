@@ -30,7 +30,7 @@ $(CHAOS_BIN): $(B)/tests/%: tests/chaos/%.c tests/chaos/chaos.h | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
 # -A's window closer links the shim's shared code, as the CLI does.
 $(B)/tests/chaos_adclose: tests/chaos/chaos_adclose.c tests/chaos/chaos.h $(COMMON:%=$(B)/cli/%.o) \
-		shim/shim.h | $(B)/tests
+		$(SHIM_H) | $(B)/tests
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(COMMON:%=$(B)/cli/%.o) $(PC_LIBS) -lpthread
 
 chaos: chaos-bin
@@ -60,11 +60,11 @@ ASAN_UNITS := $(patsubst $(B)/%,$(A)/%,$(UNITS))
 ASAN_HELPERS := $(patsubst $(B)/%,$(A)/%,$(HELPERS))
 TSAN_UNITS := $(T)/tests/test_segment $(T)/tests/test_permit $(T)/tests/test_match
 
-$(A)/shim/%.o: %.c shim/shim.h | $(A)/shim
+$(A)/shim/%.o: %.c $(SHIM_H) | $(A)/shim
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -fvisibility=hidden -Ishim $(PC_CFLAGS) -c -o $@ $<
-$(A)/cli/%.o: %.c shim/shim.h | $(A)/cli
+$(A)/cli/%.o: %.c $(SHIM_H) | $(A)/cli
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
-$(A)/cli/%.o: tools/%.c tools/cli.h shim/shim.h | $(A)/cli
+$(A)/cli/%.o: tools/%.c tools/cli.h $(SHIM_H) | $(A)/cli
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -DBS_LIBDIR='"$(LIBDIR)/bulkshim"' -c -o $@ $<
 $(A)/libbulkshim.so: $(ASAN_SHIM_O)
 	$(CC) $(SAN_FLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
@@ -72,13 +72,13 @@ $(A)/bulkshim: $(ASAN_CLI_O)
 	$(CC) $(SAN_FLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
 $(A)/tests/%: tests/helpers/%.c | $(A)/tests
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $< -lpthread
-$(A)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(A)/cli/%.o) shim/shim.h | $(A)/tests
+$(A)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(A)/cli/%.o) $(SHIM_H) | $(A)/tests
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
 		$(filter-out $(A)/cli/$*.o,$(COMMON:%=$(A)/cli/%.o)) $(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 
-$(T)/cli/%.o: %.c shim/shim.h | $(T)/cli
+$(T)/cli/%.o: %.c $(SHIM_H) | $(T)/cli
 	$(CC) $(CFLAGS) $(TSAN_FLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
-$(T)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(T)/cli/%.o) shim/shim.h | $(T)/tests
+$(T)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(T)/cli/%.o) $(SHIM_H) | $(T)/tests
 	$(CC) $(CFLAGS) $(TSAN_FLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
 		$(filter-out $(T)/cli/$*.o,$(COMMON:%=$(T)/cli/%.o)) $(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 
@@ -142,7 +142,7 @@ fuzz-deps: | $(B)
 # The config loader and the matcher, whatever files they are split into.
 FUZZ_SRC = $(wildcard shim/config/*.c) shim/log.c
 
-$(F)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) shim/shim.h | $(F)
+$(F)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(SHIM_H) | $(F)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC) $(PC_LIBS) -lpthread
 
 $(F) $(F)/corpus_config $(F)/corpus_match:

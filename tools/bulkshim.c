@@ -110,7 +110,7 @@ json_reasons(FILE *f, const char *key, const uint64_t *n)
 {
 	fprintf(f, ", \"%s\": {", key);
 	for (int r = 0; r < REASON_MAX; r++)
-		fprintf(f, "%s\"%s\": %llu", r ? ", " : "", seg_reason_name((enum bs_reason)r),
+		fprintf(f, "%s\"%s\": %llu", r ? ", " : "", stat_reason_name((enum bs_reason)r),
 		    (unsigned long long)n[r]);
 	fputc('}', f);
 }
@@ -185,7 +185,7 @@ text_reasons(FILE *f, const char *name, const char *what, const uint64_t *n)
 	for (int r = 0; r < REASON_MAX; r++) {
 		if (n[r] == 0)
 			continue;
-		fprintf(f, "%s %s %llu", first ? "" : ",", seg_reason_name((enum bs_reason)r),
+		fprintf(f, "%s %s %llu", first ? "" : ",", stat_reason_name((enum bs_reason)r),
 		    (unsigned long long)n[r]);
 		first = false;
 	}

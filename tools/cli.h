@@ -6,7 +6,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
+#include "sys.h"
 
 #define CLI_HOT_PERCENT	80	/* a compartment this full is flagged HOT */
 
@@ -135,7 +137,7 @@ void cli_read_hist(const struct seg_hist *h, struct cli_hist *out);
  * values below 2^i us, so this is an upper bound of the true quantile. */
 uint64_t cli_hist_quantile_us(const struct cli_hist *h, unsigned permille);
 /* Processes in state PROC_LIVE whose PID is alive with its start time;
- * a record that cannot be checked counts as alive (see seg_pid_alive). */
+ * a record that cannot be checked counts as alive (see sys_pid_alive). */
 uint32_t cli_live_processes(const struct seg *s);
 /* Writes s as a JSON string literal; write errors are left to the stream. */
 void cli_json_string(FILE *f, const char *s);
@@ -299,7 +301,7 @@ void cli_kernel_sync(const struct seg *s);
  * segment, if any. Returns 0, or -1 after printing the error. */
 int cli_kernel_reload(const struct bs_config *cfg);
 /* Zeroes the kernel engine's statistics of compartment name (NULL: all),
- * as seg_reset_counters does: never a count in use or a limit. */
+ * as stat_reset does: never a count in use or a limit. */
 void cli_kernel_reset(const struct seg *s, const char *name);
 
 #endif

@@ -219,9 +219,9 @@ cli_open(const struct cli_target *t, bool writable, struct seg **out)
 	} else if (r == 0) {
 		/* The figures are only true once the permits of processes
 		 * that died holding them are back. */
-		seg_reclaim(*out, false);
+		proc_reclaim(*out, false);
 		/* And of sockets that live processes closed unseen. */
-		seg_reconcile(*out, -1);
+		reconcile_run(*out, NULL);
 	}
 	if (r < 0) {
 		fprintf(stderr, "bulkshim: %s%s\n", err, r == -ENOENT ?
@@ -275,8 +275,8 @@ cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c)
 	c->peak_rate = atomic_load(&sc->peak_rate);
 	cli_read_adaptive(sc, &c->ad);
 	for (int r = 0; r < REASON_MAX; r++) {
-		c->rejected_by[r] = atomic_load(seg_reason_count(sc, (enum bs_reason)r, false));
-		c->would_reject[r] = atomic_load(seg_reason_count(sc, (enum bs_reason)r, true));
+		c->rejected_by[r] = atomic_load(stat_reason_count(sc, (enum bs_reason)r, false));
+		c->would_reject[r] = atomic_load(stat_reason_count(sc, (enum bs_reason)r, true));
 	}
 	for (uint32_t k = 0; k < h->nclass && k < BS_MAX_CLASSES; k++) {
 		struct cli_class *cc = &c->cls[c->nclass];
@@ -349,7 +349,7 @@ cli_live_processes(const struct seg *s)
 		struct seg_proc *p = seg_proc(s, i);
 
 		if (atomic_load(&p->state) == PROC_LIVE &&
-		    seg_pid_alive(atomic_load(&p->pid), atomic_load(&p->start)))
+		    sys_pid_alive(atomic_load(&p->pid), atomic_load(&p->start)))
 			n++;
 	}
 	return n;

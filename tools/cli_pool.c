@@ -321,7 +321,7 @@ cli_set_guaranteed(struct seg *s, uint32_t i, uint32_t v)
 	}
 	old = atomic_exchange(&c->guaranteed, v);
 	pool_update_shared(s, p);
-	share_guarantee_changed(s, i, 0, SHARE_POOL, old, v);
+	share_guarantee_changed(s, seg_comp(s, i), 0, SHARE_POOL, old, v);
 	printf("%s: %s guaranteed %u -> %u (pool %s, shared part %u)\n", seg_header(s)->name,
 	    c->name, old, v, pool->name, atomic_load(&pool->shared));
 	return 0;
@@ -370,7 +370,7 @@ cli_set_class_guaranteed(struct seg *s, uint32_t i, uint32_t k, uint32_t v)
 	}
 	old = atomic_exchange(&c->cls_guaranteed[k], v);
 	share_update_classes(c);
-	share_guarantee_changed(s, i, k, SHARE_CLASS, old, v);
+	share_guarantee_changed(s, seg_comp(s, i), k, SHARE_CLASS, old, v);
 	printf("%s: %s guaranteed.%s %u -> %u (unguaranteed part %u)\n", h->name, c->name,
 	    h->class_name[k], old, v, atomic_load(&c->cls_shared));
 	return 0;

@@ -412,7 +412,7 @@ move_class_shares(struct seg *s, uint32_t i, const uint32_t *was)
 	if (!atomic_load(&c->cls_shares))
 		return;
 	for (uint32_t k = 0; k < BS_MAX_CLASSES; k++)
-		share_guarantee_changed(s, i, k, SHARE_CLASS, was[k], atomic_load(&c->cls_guaranteed[k]));
+		share_guarantee_changed(s, c, k, SHARE_CLASS, was[k], atomic_load(&c->cls_guaranteed[k]));
 }
 
 /* Writes the file's settings into the segment (live_diff said what changes). */
@@ -557,7 +557,7 @@ done:
 /* ---- reset ---- */
 
 /* Zeroes the statistics of one compartment or pool, or of all of them
- * (seg_reset_counters, pool_reset_counters); never a permit, a count in use
+ * (stat_reset, pool_reset_counters); never a permit, a count in use
  * or a limit. */
 int
 cmd_reset(int argc, char **argv)
@@ -597,7 +597,7 @@ cmd_reset(int argc, char **argv)
 			return 1;
 		}
 		if (i >= 0) {
-			seg_reset_counters(s, (uint32_t)i);
+			stat_reset(seg_comp(s, (uint32_t)i));
 			printf("%s: reset the counters of %s\n", seg_header(s)->name, argv[optind]);
 		} else {
 			pool_reset_counters(s, (uint32_t)p);
@@ -606,7 +606,7 @@ cmd_reset(int argc, char **argv)
 		}
 	} else {
 		for (uint32_t k = 0; k < n; k++)
-			seg_reset_counters(s, k);
+			stat_reset(seg_comp(s, k));
 		for (uint32_t k = 0; k < np; k++)
 			pool_reset_counters(s, k);
 		/* Without pools the line is the one scripts already read. */

@@ -203,7 +203,7 @@ by_reason(FILE *f, const char *name, const char *help, const char *seg,
 	for (uint32_t i = 0; i < n; i++) {
 		for (int r = 0; r < REASON_MAX; r++) {
 			fputs(name, f);
-			labels(f, seg, all[i].name, "reason", seg_reason_name((enum bs_reason)r));
+			labels(f, seg, all[i].name, "reason", stat_reason_name((enum bs_reason)r));
 			fprintf(f, " %llu\n", (unsigned long long)(would ? all[i].would_reject[r] :
 			    all[i].rejected_by[r]));
 		}

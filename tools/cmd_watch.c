@@ -347,7 +347,7 @@ open_quiet(const char *name, struct seg **s, char *err, size_t errlen)
 	int r = seg_open(name, true, s, err, errlen);
 
 	if (r == 0)
-		seg_reclaim(*s, false);
+		proc_reclaim(*s, false);
 	else if (r == -EACCES || r == -EPERM || r == -EROFS)
 		r = seg_open(name, false, s, err, errlen);
 	return r;

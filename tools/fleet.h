@@ -5,7 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
+#include "sys.h"
 
 struct fleet_conn;	/* a connection to Redis with the script loaded */
 

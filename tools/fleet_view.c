@@ -27,7 +27,7 @@ cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 	if (renewed != 0)
 		c->fleet_lease_age_ms = now > renewed ? now - renewed : 0;
 	/* An agent that died left its last state behind. */
-	if (c->fleet_agent_pid > 0 && !seg_pid_alive(c->fleet_agent_pid, 0))
+	if (c->fleet_agent_pid > 0 && !sys_pid_alive(c->fleet_agent_pid, 0))
 		c->fleet_state = FLEET_NO_AGENT;
 }
 

@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
+#include "sys.h"
 
 #define SERVE_MAX	64	/* segments one server shows */
 

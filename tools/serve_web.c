@@ -73,7 +73,7 @@ open_for_request(const char *name, struct seg **s, char *err, size_t errlen)
 	int r = seg_open(name, true, s, err, errlen);
 
 	if (r == 0) {
-		seg_reclaim(*s, false);
+		proc_reclaim(*s, false);
 		return 0;
 	}
 	if (r == -EACCES || r == -EPERM || r == -EROFS)

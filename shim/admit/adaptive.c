@@ -2,7 +2,8 @@
 #include <errno.h>
 #include <stddef.h>
 
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
 
 /*
  * The controller works in windows of at least window_ms, and at least as
@@ -59,7 +60,8 @@
  *
  * Windows close on completions, so a backend that stalls (its latency
  * going from 5 ms to 2 s) would be seen only when its first slow replies
- * come back. ad_tick, called on every admission attempt, closes an overdue
+ * come back. The stall check (ad_stall_due, ad_stall), made on every
+ * admission attempt, closes an overdue
  * window without them: when at least half of the requests in flight are
  * older than twice the tolerated latency, their ages (lower bounds of
  * their latencies) are the window's samples, and the limit is cut to what
@@ -78,20 +80,8 @@
  */
 
 #define AD_FLOOR_WINDOWS	3
-#define AD_LIMIT_BITS	24	/* the limit in 1/16ths: up to 2^20 permits */
-#define AD_BASE_BITS	26	/* baseline microseconds: up to 67 s */
-#define AD_BASE_MAX	((1u << AD_BASE_BITS) - 1)
-#define AD_CTL_LIMIT(w)	((uint32_t)((w) & ((1u << AD_LIMIT_BITS) - 1)))
-#define AD_CTL_BASE(w)	((uint32_t)(((w) >> AD_LIMIT_BITS) & AD_BASE_MAX))
-#define AD_CTL_RAMP	(1ULL << 50)
-#define AD_CTL_FLOOR(w)	((uint32_t)(((w) >> 51) & 0xf))
-#define AD_CTL_HIGH	(1ULL << 55)
-#define AD_CTL_PREV(w)	((uint32_t)(((w) >> 56) & 0x3f))
-#define AD_CTL_STUCK(w)	((uint32_t)((w) >> 62))
 #define AD_STUCK_WINDOWS	3
 #define AD_FIRST_SAMPLES	8	/* completions that give the first baseline */
-#define ACC_N_SHIFT	44
-#define ACC_SUM_MASK	((1ULL << ACC_N_SHIFT) - 1)
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
 
 uint64_t
@@ -180,7 +170,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * ages) are what the floor rule judges. Otherwise a
 			 * backend more than twice as slow at a low floor would
 			 * keep the limit there: its few replies per window
-			 * never close a window before ad_tick finds the one in
+			 * never close a window before the stall check finds the one in
 			 * flight overdue. */
 			if (w->stall) {
 				m = w->done_mean_us > 0 ? w->done_mean_us : 1;
@@ -287,7 +277,7 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
 
 /*
  * Closes the window that started at `start`, if this caller wins it. The
- * stall check of ad_tick adds `n` requests still in flight whose ages sum
+ * stall check (ad_stall) adds `n` requests still in flight whose ages sum
  * to `age_sum`, `inflight` in flight in all (0 from a completion).
  */
 static void
@@ -400,60 +390,42 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 	close_window(c, start, now_us, 0, 0, 0);
 }
 
-/* When this process last scanned each compartment's slots (ad_tick). */
+/* When this process last scanned each compartment's slots (ad_stall_due). */
 static _Atomic uint64_t scanned_us[BS_MAX_COMPARTMENTS];
 
-void
-ad_tick_scan(struct seg *s, struct seg_comp *c, int p)
+bool
+ad_stall_due(struct seg_comp *c, uint32_t ci, uint64_t *now, uint64_t *old, uint64_t *start)
 {
 	struct seg_adaptive *a = &c->ad;
-	uint64_t start, now, win, base, old, t, m, last, acc, n = 0, sum = 0, inflight = 0;
-	_Atomic uint32_t *held = p == P_CONN ? &c->in_use : &c->inflight;
-	_Atomic uint32_t *over = p == P_CONN ? &c->over : &c->inflight_over;
-	int hp = p == P_CONN ? P_CONN : P_INFLIGHT, op = p == P_CONN ? P_OVER : P_INFLIGHT_OVER;
-	uint32_t ci = (uint32_t)(c - s->comp), nslots = s->nslots;
+	uint64_t win, base, last, acc;
 
 	if (ci >= BS_MAX_COMPARTMENTS)
-		return;
-	start = atomic_load(&a->win_start_us);
+		return false;
+	*start = atomic_load(&a->win_start_us);
 	base = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed));
-	if (start == 0 || base == 0)
-		return;
+	if (*start == 0 || base == 0)
+		return false;
 	/* window_ms, not the last window's latency: during a stall that
 	 * latency is the ages, and waiting for ever longer windows would
 	 * slow the cut down just when it matters. */
-	now = now_mono_us();
+	*now = now_mono_us();
 	win = (uint64_t)atomic_load(&a->window_ms) * 1000;
-	if (now < start || now - start < win)
-		return;		/* not overdue: completions close it */
-	old = 2 * base * atomic_load(&a->tolerance_pct) / 100;
+	if (*now < *start || *now - *start < win)
+		return false;	/* not overdue: completions close it */
+	*old = 2 * base * atomic_load(&a->tolerance_pct) / 100;
 	acc = atomic_load_explicit(&a->acc, memory_order_relaxed);
 	if ((acc >> ACC_N_SHIFT) >= AD_MIN_SAMPLES &&
-	    (acc & ACC_SUM_MASK) / (acc >> ACC_N_SHIFT) > old)
-		return;		/* the slow replies are coming: they close it, and judge */
+	    (acc & ACC_SUM_MASK) / (acc >> ACC_N_SHIFT) > *old)
+		return false;	/* the slow replies are coming: they close it, and judge */
 	last = atomic_load_explicit(&scanned_us[ci], memory_order_relaxed);
-	if (now - last < win / 4 ||
-	    !atomic_compare_exchange_strong(&scanned_us[ci], &last, now))
-		return;
-	for (uint32_t i = 0; i < nslots; i++) {
-		const struct seg_slot *sl = &s->slots[i];
+	return *now - last >= win / 4 &&
+	    atomic_compare_exchange_strong(&scanned_us[ci], &last, *now);
+}
 
-		if (atomic_load_explicit(&sl->comp, memory_order_relaxed) != ci)
-			continue;
-		m = atomic_load_explicit(&sl->mark, memory_order_relaxed);
-		if (!tally_held_at(s, i, MARK_GEN(m), hp, held) &&
-		    !tally_held_at(s, i, MARK_GEN(m), op, over))
-			continue;
-		t = atomic_load_explicit(p == P_CONN ? &sl->admit_us : &sl->sent_us,
-		    memory_order_relaxed) & ~SENT_WEIGHTED;
-		if (t == 0 || t > now)
-			continue;
-		inflight++;
-		if (now - t > old) {
-			n++;
-			sum += now - t;
-		}
-	}
+void
+ad_stall(struct seg_comp *c, uint64_t start, uint64_t now, uint64_t n, uint64_t sum,
+    uint64_t inflight)
+{
 	/* A stall: most of what is in flight is overdue. One slow request
 	 * among many is not. */
 	if (n == 0 || n * 2 < inflight)

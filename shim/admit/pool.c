@@ -1,12 +1,11 @@
 /* pool.c - pools: capacity shared by compartments, each with a guarantee, idle capacity lent up to each ceiling. */
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include "shim.h"
+#include "admit/pool.h"
+#include "log.h"
+#include "sys.h"
 
 /*
  * A compartment in a pool holds, for each connection, its own permit
@@ -19,24 +18,6 @@
  * file keeps the pools themselves: their words, live changes, waiters.
  */
 
-static void
-futex_wake_all(_Atomic uint32_t *word)
-{
-	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-_Atomic uint64_t *
-seg_reason_count(struct seg_comp *c, enum bs_reason why, bool would)
-{
-	if ((unsigned)why >= REASON_MAX)
-		return NULL;
-	if (why < REASON_V2)
-		return would ? &c->would_reject[why] : &c->rejected_by[why];
-	if (why < REASON_V3)
-		return would ? &c->would_reject_more[why - REASON_V2] :
-		    &c->rejected_by_more[why - REASON_V2];
-	return would ? &c->would_reject_v4[why - REASON_V3] : &c->rejected_by_v4[why - REASON_V3];
-}
 
 uint32_t
 pool_in_use(const struct seg *s, uint32_t p, uint32_t *lent_derived)
@@ -78,7 +59,7 @@ pool_update_shared(struct seg *s, uint32_t p)
 	/* Guarantees set live above the room leave nothing to lend. */
 	atomic_store(&pool->shared, (uint32_t)(room > guar ? room - guar : 0));
 	if (atomic_load(&pool->sleepers) > 0)
-		futex_wake_all(&pool->lent);
+		sys_futex_wake(&pool->lent, INT_MAX);
 }
 
 /* The pool word of config compartment cc: its pool's number from 1, 0 for
@@ -118,7 +99,7 @@ pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool mem
 		 * raised guarantee. */
 		if (pool_word(cfg, cc) != 0)
 			pool_update_shared(s, (uint32_t)cc->pool);
-		share_guarantee_changed(s, (uint32_t)cmap[i], 0, SHARE_POOL, old, now);
+		share_guarantee_changed(s, c, 0, SHARE_POOL, old, now);
 	}
 	for (size_t p = 0; p < cfg->npools && p < s->h->npools; p++)
 		pool_update_shared(s, (uint32_t)p);
@@ -173,12 +154,6 @@ pool_reset_counters(struct seg *s, uint32_t p)
 	 * old, higher peak and left it alone, so the store may have put the
 	 * peak below what is in use: raise it again as a take does. */
 	pool_raise_peak(pool, atomic_load(&pool->in_use_stat));
-}
-
-void
-pool_wake_all(struct seg_pool *pool)
-{
-	futex_wake_all(&pool->lent);
 }
 
 void

@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "admit/slot.h"
+#include "log.h"
+#include "sys.h"
 
 /*
  * The wrappers see every close a program makes through libc, but not all of
@@ -42,7 +44,11 @@
  *    user, hidepid) or a sock_diag that fails keeps every hold: doubt never
  *    releases.
  *
- * Dead processes are seg_reclaim's business and are left alone here. The
+ * This process's descriptors are the host's (struct seg_host: the
+ * preloaded library's descriptor table), so that admission never reaches
+ * into the wrappers' state and the CLI links none of it.
+ *
+ * Dead processes are proc_reclaim's business and are left alone here. The
  * permits a dropped hold frees (its last holder gone) count in the
  * compartment's `reconciled`.
  */
@@ -58,12 +64,10 @@ static uint64_t
 counted_inode(const struct seg *s, uint32_t slot, int comp)
 {
 	struct seg_slot *sl = seg_slot(s, slot);
-	uint32_t c;
 
-	if (sl == NULL || atomic_load(&sl->state) != SLOT_USED || !seg_slot_admitted(s, slot))
+	if (sl == NULL || atomic_load(&sl->state) != SLOT_USED || !slot_admitted(s, slot))
 		return 0;
-	c = atomic_load(&sl->comp);
-	if (comp >= 0 && c != (uint32_t)comp)
+	if (comp >= 0 && atomic_load(&sl->comp) != (uint32_t)comp)
 		return 0;
 	return atomic_load(&sl->inode);
 }
@@ -79,14 +83,15 @@ count_reconciled(struct seg_comp *c, bool released)
 /* This process's descriptors: those recorded whose socket is no longer
  * behind the number are forgotten. Returns the permits given back. */
 static int
-reconcile_own(struct seg *s)
+reconcile_own(struct seg *s, const struct seg_host *host)
 {
-	int rec = atomic_load(&s->rec), high = fdt_high(), n = 0;
+	int rec = atomic_load(&s->rec), high, n = 0;
 
-	if (rec < 0)
+	if (rec < 0 || host == NULL)
 		return 0;
+	high = host->fd_high();
 	for (int fd = 0; fd < high; fd++) {
-		uint32_t e = fdt_get(fd), slot;
+		uint32_t e = host->fd_slot(fd), slot;
 		struct seg_slot *sl;
 		struct seg_comp *c;
 		struct stat st;
@@ -101,11 +106,11 @@ reconcile_own(struct seg *s)
 		if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
 		    (uint64_t)st.st_ino == atomic_load(&sl->inode))
 			continue;
-		if (!fdt_take_if(fd, e))
+		if (!host->fd_forget(fd, e))
 			continue;	/* a wrapper changed it meanwhile */
 		c = seg_slot_comp(s, sl);
 		if (seg_dec_floor(&s->lcount[slot]) == 0)
-			released = seg_drop_hold(s, rec, slot, false);
+			released = slot_drop_hold(s, rec, slot, false);
 		count_reconciled(c, released);
 		n += released;
 	}
@@ -153,7 +158,7 @@ scan_fds(pid_t pid, const uint64_t *ino, bool *found, size_t n)
 	}
 	if (got < 0)
 		err = -errno;
-	close(dfd);
+	sys_close(dfd);
 	return err;
 }
 
@@ -167,10 +172,10 @@ diag_dump(int nl, const void *req, size_t len, const uint64_t *ino, bool *alive,
 	bool unix_family = ((const struct unix_diag_req *)(const void *)
 	    ((const char *)req + sizeof(struct nlmsghdr)))->sdiag_family == AF_UNIX;
 
-	if (sendto(nl, req, len, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (sys_sendto(nl, req, len, 0, &sa, sizeof(sa)) < 0)
 		return -errno;
 	for (;;) {
-		ssize_t got = recv(nl, buf, sizeof(buf), 0);
+		ssize_t got = sys_recv(nl, buf, sizeof(buf), 0);
 		struct nlmsghdr *h = (struct nlmsghdr *)(void *)buf;
 		int left = (int)got;
 
@@ -217,7 +222,7 @@ diag_alive(const uint64_t *ino, bool *alive, size_t n)
 		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
 		.r = { .sdiag_family = AF_UNIX, .udiag_states = ~0u },
 	};
-	int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), r;
+	int nl = sys_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), r;
 
 	if (nl < 0)
 		return -errno;
@@ -233,7 +238,7 @@ diag_alive(const uint64_t *ino, bool *alive, size_t n)
 		unx.h.nlmsg_seq = 3;
 		r = diag_dump(nl, &unx, sizeof(unx), ino, alive, n);
 	}
-	close(nl);
+	sys_close(nl);
 	return r;
 }
 
@@ -284,11 +289,11 @@ check_batch(struct seg *s, uint32_t rec, pid_t pid, uint64_t start, const uint32
 		if (found[i] || sl == NULL)
 			continue;
 		/* Still the same process, and the slot still this socket. */
-		if (!same_process(s, rec, pid, start) || !seg_pid_alive(pid, start) ||
+		if (!same_process(s, rec, pid, start) || !sys_pid_alive(pid, start) ||
 		    atomic_load(&sl->inode) != ino[i] || atomic_load(&sl->state) != SLOT_USED)
 			continue;
 		c = seg_slot_comp(s, sl);
-		r = seg_drop_hold(s, (int)rec, slot[i], false);
+		r = slot_drop_hold(s, (int)rec, slot[i], false);
 		bs_log(LOG_INFO, "process %d no longer has socket %llu: its permit%s", (int)pid,
 		    (unsigned long long)ino[i], r ? " went back" : " stays with its other holders");
 		count_reconciled(c, r);
@@ -315,8 +320,8 @@ reconcile_others(struct seg *s, int comp)
 		    pid <= 0)
 			continue;
 		for (uint32_t w = 0; w < s->bitmap_words; w++) {
-			/* Its row and its sole holds (procs.c). */
-			uint64_t bits = seg_held_bits(s, rec, w);
+			/* Its row and its sole holds (slot.c). */
+			uint64_t bits = slot_held_bits(s, rec, w);
 
 			while (bits != 0) {
 				uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
@@ -333,19 +338,19 @@ reconcile_others(struct seg *s, int comp)
 				}
 			}
 		}
-		if (k > 0 && seg_pid_alive(pid, start))
+		if (k > 0 && sys_pid_alive(pid, start))
 			n += check_batch(s, rec, pid, start, slot, ino, k);
 	}
 	return n;
 }
 
 int
-seg_reconcile(struct seg *s, int comp)
+reconcile_run(struct seg *s, const struct seg_comp *c)
 {
 	int saved = errno, n;
 
-	n = reconcile_own(s);
-	n += reconcile_others(s, comp);
+	n = reconcile_own(s, s->host);
+	n += reconcile_others(s, c != NULL ? (int)(c - s->comp) : -1);
 	errno = saved;
 	return n;
 }
@@ -353,25 +358,25 @@ seg_reconcile(struct seg *s, int comp)
 /* A reconcile of compartment comp (all if comp < 0), at most every
  * RECONCILE_EVERY_MS per process. Returns the permits given back. */
 static int
-reconcile_throttled(struct seg *s, int comp)
+reconcile_throttled(struct seg *s, const struct seg_comp *c)
 {
 	uint64_t now = now_mono_ms(), last = atomic_load(&last_run_ms);
 
 	if (now - last < RECONCILE_EVERY_MS && now >= last)
 		return 0;
-	if (!s->reconciles || !atomic_compare_exchange_strong(&last_run_ms, &last, now))
+	if (s->host == NULL || !atomic_compare_exchange_strong(&last_run_ms, &last, now))
 		return 0;
-	return seg_reconcile(s, comp);
+	return reconcile_run(s, c);
 }
 
 int
-reconcile_refused(struct seg *s, uint32_t comp, enum bs_reason why)
+reconcile_refused(struct seg *s, const struct seg_comp *c, enum bs_reason why)
 {
-	return reconcile_throttled(s, why == REASON_POOL_FULL ? -1 : (int)comp);
+	return reconcile_throttled(s, why == REASON_POOL_FULL ? NULL : c);
 }
 
 int
-reconcile_class_full(struct seg *s, uint32_t comp)
+reconcile_class_full(struct seg *s, const struct seg_comp *c)
 {
-	return seg_reclaim(s, true) + reconcile_throttled(s, (int)comp);
+	return proc_reclaim(s, true) + reconcile_throttled(s, c);
 }

@@ -11,48 +11,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "admit/pool.h"
+#include "admit/slot.h"
+#include "log.h"
+#include "sys.h"
 
 /*
- * Layout: a header, then ncomp compartments, nslots socket slots, nprocs
- * process records, and one bitmap row of nslots bits per process record.
- * Every count in the shared memory is a fixed-width atomic, so 32- and 64-bit
- * processes and processes of different builds agree on it, and nothing in
- * it is a lock: a process killed at any instruction leaves no lock behind.
- *
- * A permit is one unit of a compartment's in_use. The socket holding it has
- * a slot; each process that has a descriptor of the socket has the slot's
- * bit set in its row, and the slot's `holders` counts those rows. The permit
- * goes back when `holders` drops to zero: when the last descriptor in the
- * last process is closed, or when the last holder is found dead.
+ * The layout is seg_layout.h's. A segment is created by the first process
+ * whose config names it, under an exclusive lock on the object, and
+ * checked by every process that maps it: its header must describe exactly
+ * the layout its counts give and fit the mapping, its names must be
+ * terminated, and the counts every later bounds check uses are the ones
+ * copied here, never read again from the shared header.
  */
 
 #define LOCK_WAIT_MS	2000	/* for a segment still being created */
 #define LOCK_FAST_MS	100	/* for the upkeep of one already set up */
 
-
-static size_t
-align_up(size_t v, size_t a)
-{
-	return (v + a - 1) & ~(a - 1);
-}
-
-/* Fills the layout fields of h for the given counts. */
-static void
-layout(struct seg_header *h, uint32_t ncomp, uint32_t nslots, uint32_t nprocs)
-{
-	h->header_size = sizeof(*h);
-	h->ncomp = ncomp;
-	h->nslots = nslots;
-	h->nprocs = nprocs;
-	h->bitmap_words = (nslots + 63) / 64;
-	h->off_comp = align_up(sizeof(*h), 64);
-	h->off_slots = align_up(h->off_comp + (uint64_t)ncomp * sizeof(struct seg_comp), 64);
-	h->off_procs = align_up(h->off_slots + (uint64_t)nslots * sizeof(struct seg_slot), 64);
-	h->off_bitmaps = align_up(h->off_procs + (uint64_t)nprocs * sizeof(struct seg_proc), 64);
-	h->total_size = align_up(h->off_bitmaps +
-	    (uint64_t)nprocs * h->bitmap_words * sizeof(uint64_t), 4096);
-}
 
 /* Every name in the segment is printed and compared as a C string: one
  * without its NUL would run into the fields after it. The caller checked
@@ -123,7 +98,7 @@ validate(struct seg *s)
 	    nslots > BS_MAX_SOCKETS || nprocs == 0 || nprocs > BS_MAX_PROCESSES)
 		return "counts out of range";
 	memset(&want, 0, sizeof(want));
-	layout(&want, ncomp, nslots, nprocs);
+	seg_layout_fill(&want, ncomp, nslots, nprocs);
 	if (h->header_size != want.header_size || h->bitmap_words != want.bitmap_words ||
 	    h->off_comp != want.off_comp || h->off_slots != want.off_slots ||
 	    h->off_procs != want.off_procs || h->off_bitmaps != want.off_bitmaps ||
@@ -148,7 +123,7 @@ set_pointers(struct seg *s)
 	struct seg_header want;
 	char *b = s->base;
 
-	layout(&want, s->ncomp, s->nslots, s->nprocs);
+	seg_layout_fill(&want, s->ncomp, s->nslots, s->nprocs);
 	s->h = s->base;
 	s->comp = (struct seg_comp *)(b + want.off_comp);
 	s->slots = (struct seg_slot *)(b + want.off_slots);
@@ -243,7 +218,7 @@ init_segment(struct seg *s, const struct bs_config *cfg)
 	struct seg_header *h = s->base;
 
 	memset(s->base, 0, s->size);
-	layout(h, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
+	seg_layout_fill(h, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
 	h->version = SEG_VERSION;
 	h->creator_uid = (uint32_t)geteuid();
 	h->created_ms = now_real_ms();
@@ -593,7 +568,7 @@ scrub(struct seg *s, const char *name, char *buf, size_t len)
 	if (bad > 0)
 		bs_log(LOG_WARN, "segment /dev/shm%s: %u process records in no known state; freed",
 		    name, bad);
-	seg_reclaim(s, false);
+	proc_reclaim(s, false);
 	if (!any_live(s) && reset_unheld(s, name))
 		return NULL;
 	return impossible_counts(s, buf, len);
@@ -713,7 +688,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			bs_log(LOG_WARN, "segment /dev/shm%s was left unfinished by a creator that "
 			    "died; set up anew", name);
 		memset(&want, 0, sizeof(want));
-		layout(&want, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
+		seg_layout_fill(&want, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
 		if (ftruncate(fd, (off_t)want.total_size) < 0) {
 			r = -errno;
 			bs_format(err, errlen, "cannot size segment /dev/shm%s: %s", name, strerror(-r));
@@ -746,7 +721,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	}
 	if (map_compartments(s, cfg) != 0 || (!created && pool_mismatch(s, cfg, s->cmap) != NULL)) {
 		if (locked)
-			seg_reclaim(s, false);
+			proc_reclaim(s, false);
 		if (!locked || any_live(s)) {
 			r = -EEXIST;
 			bs_format(err, errlen, "segment /dev/shm%s is in use with other compartments "
@@ -760,7 +735,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		s->base = NULL;
 		shm_unlink(name);
 		flock(fd, LOCK_UN);
-		close(fd);
+		sys_close(fd);
 		free(s->cmap);
 		free(s);
 		bs_log(LOG_INFO, "segment /dev/shm%s had other compartments and no holders; recreated", name);
@@ -770,7 +745,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		fix_settings(s, cfg, name);
 		/* Throttled: with many processes starting at once, one scan
 		 * of the process table in 100 ms is enough. */
-		seg_reclaim(s, true);
+		proc_reclaim(s, true);
 		if (!any_live(s)) {
 			/* A segment left by an earlier run: this run's
 			 * configuration is what the operator means now. */
@@ -785,13 +760,13 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "out of memory");
 		goto fail;
 	}
-	s->my_start = seg_pid_start(getpid());
+	s->my_start = sys_pid_start(getpid());
 	/* Start-up may have rewritten settings (a fresh start, a repair). */
 	seg_settings_changed(s);
 	/* The mapping keeps the open file description alive, and the flock
 	 * with it: closing alone would not unlock. */
 	flock(fd, LOCK_UN);
-	close(fd);
+	sys_close(fd);
 	*out = s;
 	return 0;
 fail:
@@ -802,7 +777,7 @@ fail:
 		free(s);
 	}
 	flock(fd, LOCK_UN);
-	close(fd);
+	sys_close(fd);
 	return r;
 }
 
@@ -824,17 +799,17 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		return r;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
+		sys_close(fd);
 		bs_format(err, errlen, "/dev/shm%s is not a regular shared-memory object", name);
 		return -EINVAL;
 	}
 	s = seg_new(0);
 	if (s == NULL) {
-		close(fd);
+		sys_close(fd);
 		return -ENOMEM;
 	}
 	r = st.st_size > 0 ? map_fd(s, fd, (size_t)st.st_size, writable) : -EINVAL;
-	close(fd);
+	sys_close(fd);
 	if (r < 0) {
 		bs_format(err, errlen, "cannot map segment /dev/shm%s", name);
 		free(s->cmap);
@@ -890,6 +865,18 @@ seg_proc_held(const struct seg *s, uint32_t i)
 	if (i >= s->nprocs)
 		return 0;
 	for (uint32_t w = 0; w < s->bitmap_words; w++)
-		n += (uint32_t)__builtin_popcountll(seg_held_bits(s, i, w));
+		n += (uint32_t)__builtin_popcountll(slot_held_bits(s, i, w));
 	return n;
+}
+
+__attribute__((noinline)) uint32_t
+seg_fleet_limit(const struct seg_comp *c, uint32_t lim)
+{
+	uint32_t share;
+
+	if (now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire))
+		share = atomic_load_explicit(&c->fleet_share, memory_order_relaxed);
+	else
+		share = atomic_load_explicit(&c->fleet_floor, memory_order_relaxed);
+	return share < lim ? share : lim;
 }

@@ -1,7 +1,7 @@
 /* share.c - guaranteed shares: a guarantee nobody else may take, idle capacity lent up to a ceiling, for pools and for classes. */
 #include <stdint.h>
 
-#include "shim.h"
+#include "admit/share.h"
 
 /*
  * One mechanism serves two levels (enum share_level):
@@ -47,16 +47,16 @@
 static const int own_kind[SHARE_LEVELS] = { P_CONN, P_CLASS };
 static const int lent_kind[SHARE_LEVELS] = { P_LENT, P_CLENT };
 
-int
+enum take
 share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, uint32_t v,
     _Atomic uint32_t *guaranteed, uint32_t *seen)
 {
-	int r;
+	enum take r;
 
 	if (v <= atomic_load_explicit(guaranteed, memory_order_relaxed))
 		return share_mark(s, slot, gen, l);
 	r = tally_take(s, slot, gen, lent_kind[l], 0, seen);
-	if (r == TALLY_TAKEN) {
+	if (r == TAKE_OK) {
 		struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
 
 		/* Where a hand-over looks first (see pass_on). */
@@ -87,7 +87,7 @@ move(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
 	if (!tally_give(s, i, gen, lent_kind[l]))
 		return false;
 	if (tally_held(s, i, gen, own_kind[l]))
-		slot_mark_change(&s->slots[i], gen, 0, MARK_RELEASED, 0, MARK_GUARANTEED(l));
+		tally_mark_change(&s->slots[i], gen, 0, MARK_RELEASED, 0, MARK_GUARANTEED(l));
 	return true;
 }
 
@@ -172,7 +172,7 @@ share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
 	 * finished by a reclaimer after the owner died past its gives must
 	 * not hand over a place a new take may have filled meanwhile. */
 	if (tally_held(s, slot, gen, own_kind[l]) &&
-	    slot_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
+	    tally_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
 		pass_on(s, comp, cls, l);
 }
 
@@ -196,9 +196,9 @@ unmove(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
 	struct seg_slot *sl = &s->slots[i];
 
 	if (tally_of(s, sl, lent_kind[l], NULL) == NULL || !tally_held(s, i, gen, own_kind[l]) ||
-	    !slot_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
+	    !tally_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
 		return false;
-	return tally_take_past(s, i, gen, lent_kind[l]) == TALLY_TAKEN;
+	return tally_take_past(s, i, gen, lent_kind[l]) == TAKE_OK;
 }
 
 static void
@@ -217,9 +217,11 @@ unmove_some(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint
 }
 
 void
-share_guarantee_changed(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l,
+share_guarantee_changed(struct seg *s, struct seg_comp *c, uint32_t cls, enum share_level l,
     uint32_t old, uint32_t now)
 {
+	uint32_t comp = (uint32_t)(c - s->comp);
+
 	for (uint32_t n = now > old ? now - old : 0; n > 0 && pass_on(s, comp, cls, l); n--)
 		;
 	if (now < old)

@@ -1,12 +1,11 @@
 /* tally.c - permit counts that a thread killed at any instruction cannot leave wrong. */
 #include <errno.h>
-#include <linux/futex.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include "shim.h"
+#include "admit/tally.h"
+#include "sys.h"
 
 /*
  * A thread can die between changing a counter and writing down, in its
@@ -56,7 +55,7 @@
  * and pool) to 0 if the tally still holds the value its give wrote
  * (untag). The next taker then finds no one to reflect: an admission's
  * take of an untagged tally is its check of the mark, its compare-and-swap
- * and the check after it (tally_take_clear, shim.h), and a pool's take
+ * and the check after it (tally_take_clear, tally.h), and a pool's take
  * that follows the compartment's (pool_take) reuses that take's check and
  * its tag: the slot has made no earlier change of the pool's tally in its
  * generation, so no stale reflection can mistake the new value for one.
@@ -91,10 +90,39 @@ _Static_assert(offsetof(struct seg_comp, cls_lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_header, pools) % 8 == 0, "tally alignment");
 
+/* Wakes one waiter of a count (a connection or in-flight tally). */
 static void
 futex_wake(_Atomic uint32_t *word)
 {
-	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, 1, NULL, NULL, 0);
+	sys_futex_wake(word, 1);
+}
+
+/* A pool permit went back to lent, the pool's tally of them: wakes the
+ * pool's waiters, if any (they wait on lent for any compartment of the
+ * pool, so all of them). Inline: every borrowed permit's release asks it,
+ * and the tally it gave to is the pool, without a lookup. */
+static inline void
+pool_wake(_Atomic uint32_t *lent)
+{
+	struct seg_pool *pool = (struct seg_pool *)((uintptr_t)lent -
+	    offsetof(struct seg_pool, lent));
+
+	if (atomic_load_explicit(&pool->sleepers, memory_order_relaxed) > 0)
+		sys_futex_wake(lent, INT_MAX);
+}
+
+/* The pool's lent count for a slot of compartment c, its limit the shared
+ * part; NULL if c is in no pool. */
+static inline _Atomic uint32_t *
+pool_tally_of(const struct seg *s, struct seg_comp *c, _Atomic uint32_t **limit)
+{
+	struct seg_pool *pool = seg_pool_at(s, c);
+
+	if (pool == NULL)
+		return NULL;
+	if (limit != NULL)
+		*limit = &pool->shared;
+	return &pool->lent;
 }
 
 static _Atomic uint64_t *
@@ -169,7 +197,7 @@ tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t
 /* Changes slot's mark while it is of generation gen, has every flag of
  * `need` and none of `deny`: clears `clr`, sets `set`. False if it cannot. */
 bool
-slot_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
+tally_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
     uint64_t set)
 {
 	uint64_t m = atomic_load(&sl->mark);
@@ -296,8 +324,8 @@ tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic u
 /*
  * take_loop: one attempt to take permit kind p for slot (of generation gen), counted in
  * count under *limit (NULL: none, or `past`: ignored; NULL count: nothing to
- * take). TALLY_TAKEN, TALLY_FULL (*seen: the count that was at the limit), or
- * TALLY_BUSY: the slot already holds a permit of that kind, or is released.
+ * take). TAKE_OK, TAKE_FULL (*seen: the count that was at the limit), or
+ * TAKE_BUSY: the slot already holds a permit of that kind, or is released.
  */
 static inline __attribute__((always_inline)) int
 take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
@@ -310,7 +338,7 @@ take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 
 	*seen = 0;
 	if (count == NULL)
-		return TALLY_BUSY;
+		return TAKE_BUSY;
 	t = tally(count);
 	w = atomic_load(t);
 	for (;;) {
@@ -321,17 +349,17 @@ take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 			 * check after the compare-and-swap is the one that
 			 * counts). */
 			if (!tag_give(tag))
-				return TALLY_BUSY;
+				return TAKE_BUSY;
 			m = m0 != NULL ? *m0 : atomic_load(&sl->mark);
 			if (MARK_GEN(m) != gen || (m & MARK_RELEASED))
-				return TALLY_BUSY;
+				return TAKE_BUSY;
 			stamp = stamp_own(s, tag);
 		} else {
 			/* Our mark is right while the tag names someone
 			 * else; theirs is written down before we move it. */
 			m = atomic_load(&sl->mark);
 			if (MARK_GEN(m) != gen || (m & (MARK_RELEASED | MARK_HELD(p))))
-				return TALLY_BUSY;
+				return TAKE_BUSY;
 			if (tag != 0)
 				reflect(s, t, w, p);
 			stamp = stamp_new(s, m);
@@ -339,7 +367,7 @@ take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 		cur = (uint32_t)w;
 		*seen = cur;
 		if (limit != NULL ? cur >= limit_now(limit, p) : cur == UINT32_MAX)
-			return TALLY_FULL;
+			return TAKE_FULL;
 		nw = (uint64_t)(who | stamp) << 32 | (cur + 1);
 		if (atomic_compare_exchange_weak(t, &w, nw))
 			break;
@@ -350,11 +378,11 @@ take_loop(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 	m = atomic_load(&sl->mark);
 	if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
 		undo(t, nw);
-		return TALLY_BUSY;
+		return TAKE_BUSY;
 	}
 	if (took != NULL)
 		*took = (uint32_t)(nw >> 32);
-	return TALLY_TAKEN;
+	return TAKE_OK;
 }
 
 static __attribute__((noinline)) int
@@ -371,14 +399,14 @@ take_slow(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 	return take_loop(s, slot, gen, m0, p, count, limit, seen, NULL);
 }
 
-/* take_loop's fast path (tally_take_own in shim.h) under the limit of
+/* take_loop's fast path (tally_take_own in tally.h) under the limit of
  * kind p. */
 static inline __attribute__((always_inline)) int
 take_own(struct seg *s, uint32_t slot, uint32_t gen, uint64_t m0, int p,
     _Atomic uint32_t *count, _Atomic uint32_t *limit, uint32_t *seen)
 {
 	if (MARK_GEN(m0) != gen)
-		return TALLY_MISS;
+		return TAKE_MISS;
 	return tally_take_own(s, slot, m0, count, limit_now(limit, p), seen);
 }
 
@@ -391,7 +419,7 @@ take_at(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 
 	if (m0 != NULL && count != NULL && limit != NULL) {
 		r = take_own(s, slot, gen, *m0, p, count, limit, seen);
-		if (__builtin_expect(r != TALLY_MISS, 1))
+		if (__builtin_expect(r != TAKE_MISS, 1))
 			return r;
 	}
 	/* Without the caller's mark (connects: the tag is another slot's
@@ -410,7 +438,7 @@ take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t 
 
 	for (uint64_t d = deny; d != 0; d &= d - 1) {
 		if (tally_held(s, slot, gen, __builtin_ctzll(d)))
-			return TALLY_BUSY;
+			return TAKE_BUSY;
 	}
 	return take_at(s, slot, gen, NULL, p, count, limit, seen);
 }
@@ -440,7 +468,7 @@ tally_take_inflight(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c
 	return take_at(s, slot, MARK_GEN(m), &m, P_INFLIGHT, &c->inflight, &c->inflight_limit, seen);
 }
 
-/* Inlined into admission under LTO (shim.h). */
+/* Inlined into admission under LTO (tally.h). */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wattributes"
 BS_LTO_INLINE int
@@ -450,7 +478,7 @@ tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, 
 	int r = tally_take_clear(s, slot, gen, P_CONN, &c->in_use, limit_now(&c->limit, P_CONN),
 	    seen, took);
 
-	if (__builtin_expect(r != TALLY_MISS, 1))
+	if (__builtin_expect(r != TAKE_MISS, 1))
 		return r;
 	return take_loop(s, slot, gen, NULL, P_CONN, &c->in_use, &c->limit, seen, took);
 }
@@ -771,29 +799,4 @@ tally_sweep(struct seg *s)
 	}
 	for (uint32_t i = 0; i < s->h->npools && i < BS_MAX_POOLS; i++)
 		sweep_one(s, &s->h->pools[i].lent, P_LENT);
-}
-
-/*
- * What a dead thread can leave half done on slot is its wait: the slot
- * counted in `waiting` (MARK_WAITING, set by the process in op_pid). Its
- * takes and gives are whole at their compare-and-swap (see the top).
- */
-void
-seg_resolve(struct seg *s, uint32_t slot, pid_t dead)
-{
-	struct seg_slot *sl;
-	uint64_t m;
-
-	if (slot >= s->nslots)
-		return;
-	sl = &s->slots[slot];
-	m = atomic_load(&sl->mark);
-	if (!(m & MARK_WAITING) || (dead != 0 && atomic_load(&sl->op_pid) != dead))
-		return;
-	if (slot_mark_change(sl, MARK_GEN(m), MARK_WAITING, 0, MARK_WAITING, 0)) {
-		struct seg_comp *c = seg_slot_comp(s, sl);
-
-		if (c != NULL)
-			seg_dec_floor(&c->waiting);
-	}
 }

@@ -1,5 +1,6 @@
 /* config.c - loads and validates the libconfig file into struct bs_config, at init only. */
-#include "shim.h"
+#include "config/config_int.h"
+#include "log.h"
 
 #include <errno.h>
 #include <grp.h>

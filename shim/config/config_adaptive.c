@@ -1,5 +1,5 @@
 /* config_adaptive.c - the `adaptive = { ... }` group of a compartment. */
-#include "shim.h"
+#include "config/config_int.h"
 
 #include <errno.h>
 #include <libconfig.h>

@@ -1,5 +1,5 @@
 /* config_comp.c - the classes and compartments of a config, their duplicates and budget. */
-#include "shim.h"
+#include "config/config_int.h"
 
 #include <errno.h>
 #include <libconfig.h>

@@ -1,5 +1,6 @@
 /* config_file.c - reads a config file's text, and what it includes, so that no file can stall the reader. */
-#include "shim.h"
+#include "config/config_int.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -111,7 +112,7 @@ slurp(const char *path, size_t room, char **out, size_t *len, char *why, size_t 
 			}
 			text = bigger;
 		}
-		n = read(fd, text + got, cap - got);
+		n = sys_read(fd, text + got, cap - got);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -129,7 +130,7 @@ slurp(const char *path, size_t room, char **out, size_t *len, char *why, size_t 
 		rc = -EFBIG;
 		goto too_big;
 	}
-	close(fd);
+	sys_close(fd);
 	text[got] = '\0';
 	*out = text;
 	*len = got;
@@ -138,7 +139,7 @@ too_big:
 	snprintf(why, whylen, "is too big: a config and what it includes may have %u MiB in all",
 	    BS_CONFIG_MAX >> 20);
 fail:
-	close(fd);
+	sys_close(fd);
 	return rc;
 }
 

@@ -1,5 +1,5 @@
 /* config_fleet.c - the `fleet` block and the fleet_limit/fleet_floor keys of a compartment. */
-#include "shim.h"
+#include "config/config_int.h"
 
 #include <errno.h>
 #include <libconfig.h>

@@ -1,5 +1,5 @@
 /* config_pool.c - pools in a config: their size and reserve, each compartment's guarantee and ceiling. */
-#include "shim.h"
+#include "config/config_int.h"
 
 #include <errno.h>
 #include <libconfig.h>

@@ -1,5 +1,5 @@
 /* config_resolve.c - resolves the host names of a config at load, with one bounded wait. */
-#include "shim.h"
+#include "config/config_int.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -1,5 +1,5 @@
 /* config_setting.c - typed access to libconfig settings, with messages at FILE:LINE. */
-#include "shim.h"
+#include "config/config_int.h"
 
 #include <errno.h>
 #include <limits.h>

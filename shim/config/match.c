@@ -1,5 +1,5 @@
 /* match.c - destination rules: lookup tables built once, lock-free lookup and learning. */
-#include "shim.h"
+#include "config/match_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

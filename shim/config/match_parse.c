@@ -1,5 +1,5 @@
 /* match_parse.c - destinations as text: parsing rules, writing rules and addresses back. */
-#include "shim.h"
+#include "config/match_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

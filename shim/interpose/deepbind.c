@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "interpose/interpose.h"
 
 /*
  * dlopen(..., RTLD_DEEPBIND) puts the loaded object's own scope (itself and
@@ -290,4 +290,39 @@ deepbind_load(void *(*open)(void *ctx, const char *file, int mode), void *ctx,
 	    "to the shim", file, (unsigned long)job.patched, (unsigned long)job.n);
 	errno = saved;
 	return h;
+}
+
+/* ---- dlopen(): RTLD_DEEPBIND must not take a library past the shim ---- */
+
+static void *
+open_base(void *ctx, const char *file, int mode)
+{
+	(void)ctx;
+	return real.dlopen(file, mode);
+}
+
+static void *
+open_ns(void *ctx, const char *file, int mode)
+{
+	return real.dlmopen(*(long *)ctx, file, mode);
+}
+
+/* Without RTLD_DEEPBIND the call is passed on as a tail call, so libc sees
+ * the program's own caller (whose RPATH and namespace dlopen uses). */
+BS_EXPORT void *
+dlopen(const char *file, int mode)
+{
+	if (!(mode & RTLD_DEEPBIND))
+		return real.dlopen(file, mode);
+	return deepbind_load(open_base, NULL, file, mode);
+}
+
+/* A new namespace (LM_ID_NEWLM) has a libc of its own, with its own errno:
+ * its objects are left as they are. */
+BS_EXPORT void *
+dlmopen(long ns, const char *file, int mode)
+{
+	if (!(mode & RTLD_DEEPBIND) || ns != LM_ID_BASE)
+		return real.dlmopen(ns, file, mode);
+	return deepbind_load(open_ns, &ns, file, mode);
 }

@@ -7,7 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "interpose/interpose.h"
 
 /*
  * One 64-bit entry per possible descriptor: the segment slot + 1 of the

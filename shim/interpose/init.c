@@ -9,7 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "interpose/interpose.h"
 
 struct shim_state shim;
 
@@ -291,6 +291,21 @@ give_up(bool strict, const char *why)
 	bs_log(LOG_ERROR, "%s; running without limits", why);
 }
 
+/* What admission may ask of this process: whether a descriptor blocks,
+ * and its descriptor table (reconcile.c checks it against the kernel). */
+static uint32_t
+host_fd_slot(int fd)
+{
+	return fdt_get(fd);
+}
+
+static const struct seg_host host = {
+	.blocking = shim_blocking,
+	.fd_high = fdt_high,
+	.fd_slot = host_fd_slot,
+	.fd_forget = fdt_take_if,
+};
+
 __attribute__((constructor)) static void
 shim_init(void)
 {
@@ -364,8 +379,7 @@ shim_init(void)
 	fdt_set_seq(&seg_header(shim.seg)->settings_seq);
 	/* Every permit here is a descriptor in the table: one found missing
 	 * may be a socket closed unseen (reconcile.c). */
-	shim.seg->reconciles = true;
-	shim.seg->blocking = shim_blocking;
+	shim.seg->host = &host;
 	/* cur_key is NULL here: every rule is new. */
 	m = build_matcher(&shim.cfg, &key, &key_len, &same, err, sizeof(err));
 	cur_key = key;
@@ -379,17 +393,17 @@ shim_init(void)
 	atomic_store(&shim.m, m);
 	atomic_store(&shim.gen, atomic_load(&seg_header(shim.seg)->generation));
 	shim.cls = find_class(&shim.cfg);
-	seg_adopt(shim.seg, shim_adopt_fd);
+	proc_adopt(shim.seg, shim_adopt_fd);
 	atomic_store_explicit(&shim.ready, 1, memory_order_release);
 	bs_log(LOG_INFO, "%s: %u compartments in segment %s, class %s", shim.cfg.path,
 	    (unsigned)shim.cfg.ncomp, shim.cfg.segment, seg_header(shim.seg)->class_name[shim.cls]);
 }
 
 /* A normal exit gives every permit of this process back, once the kernel
- * has closed its sockets (see seg_exit). */
+ * has closed its sockets (see proc_exit). */
 __attribute__((destructor)) static void
 shim_fini(void)
 {
 	if (shim_active() && !shim_foreign())
-		seg_exit(shim.seg);
+		proc_exit(shim.seg);
 }

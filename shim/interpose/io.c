@@ -7,7 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "interpose/interpose.h"
 
 /* glibc declares these only for _FORTIFY_SOURCE builds. */
 ssize_t __recv_chk(int, void *, size_t, size_t, int);
@@ -39,7 +39,7 @@ ssize_t __read_chk(int, void *, size_t, size_t);
  * compartment (by its inflight_admitted count, so the first is one) is
  * timed and recorded with weight REQ_SAMPLE; the others read no clock.
  * While the compartment's adaptive limit is on, every request is timed
- * with weight 1 (permit.c, seg_request_begin).
+ * with weight 1 (permit.c, permit_request_begin).
  */
 #define IO_SAMPLE	64u
 
@@ -49,11 +49,7 @@ static __thread unsigned io_tick __attribute__((tls_model("initial-exec")));
 static bool
 in_flight(struct seg_slot *sl, struct seg_comp *c)
 {
-	uint32_t slot = (uint32_t)(sl - shim.seg->slots);
-	uint32_t gen = MARK_GEN(atomic_load(&sl->mark));
-
-	return tally_held_at(shim.seg, slot, gen, P_INFLIGHT, &c->inflight) ||
-	    tally_held_at(shim.seg, slot, gen, P_INFLIGHT_OVER, &c->inflight_over);
+	return permit_in_flight(shim.seg, (uint32_t)(sl - shim.seg->slots), c);
 }
 
 /*
@@ -150,7 +146,7 @@ wait_ready_for(int fd, uint32_t e, struct seg_comp *c, uint32_t limit, int flags
 	atomic_fetch_add(&c->io_timeouts, 1);
 	/* A call that timed out ends the request: the caller gives up. No
 	 * reply came, so no reply latency is recorded. */
-	seg_inflight_cancel(shim.seg, e - 1);
+	permit_inflight_cancel(shim.seg, e - 1);
 	errno = ETIMEDOUT;
 	return -1;
 }
@@ -168,7 +164,7 @@ static inline void
 connect_done(struct seg_slot *sl, uint32_t slot)
 {
 	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0)
-		seg_connect_done(shim.seg, slot);
+		stat_connect_done(shim.seg, slot);
 }
 
 /* A plain verdict bit at all: its sequence is looked up only then. */
@@ -180,9 +176,9 @@ io_plain(uint64_t e)
 
 /* The refusal of a request on a counted socket: logged, errno set. */
 static __attribute__((noinline)) int
-send_refused(struct seg_slot *sl, struct seg_comp *c, enum bs_reason why, const char *what)
+send_refused(struct seg_comp *c, enum bs_reason why, const char *what)
 {
-	shim_log_refusal(atomic_load(&sl->comp), why, what, "a counted socket");
+	shim_log_refusal(c, why, what, "a counted socket");
 	errno = shim_reject_errno(c);
 	return -1;
 }
@@ -213,7 +209,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 
 	if (sl == NULL)
 		return 0;
-	/* The mark before the compartment (see seg_request_begin). */
+	/* The mark before the compartment (see permit_request_begin). */
 	m = atomic_load_explicit(&sl->mark, memory_order_acquire);
 	c = seg_slot_comp(s, sl);
 	if (c == NULL || !shim_active())
@@ -228,9 +224,9 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 	may_wait = atomic_load_explicit(&c->max_wait_ms, memory_order_relaxed) != 0 &&
 	    atomic_load(&c->inflight) >= ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit)) &&
 	    shim_blocking(fd, flags);
-	r = seg_request_begin(s, slot, m, c, may_wait, &why);
+	r = permit_request_begin(s, slot, m, c, may_wait, &why);
 	if (__builtin_expect(r < 0, 0))
-		return send_refused(sl, c, why, what);
+		return send_refused(c, why, what);
 	if (r == 1)
 		drop_plain(fd, e);
 	/* A timeout here has already ended the request it began. */
@@ -241,7 +237,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 
 /* send_begin's common case inline, without a frame of its own: a limited
  * compartment without I/O timeout, no plain verdict, the connect already
- * timed (then seg_request_quick). SEND_WHOLE: not that case, nothing
+ * timed (then permit_request_quick). SEND_WHOLE: not that case, nothing
  * done (send_begin goes the whole way). */
 static inline __attribute__((always_inline)) int
 send_quick(int fd, uint64_t e)
@@ -261,7 +257,7 @@ send_quick(int fd, uint64_t e)
 	    atomic_load_explicit(&c->io_timeout_ms, memory_order_relaxed) != 0 ||
 	    atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) == UINT32_MAX)
 		return SEND_WHOLE;
-	r = seg_request_quick(s, slot, m, c);
+	r = permit_request_quick(s, slot, m, c);
 	if (r == 1)
 		drop_plain(fd, e);
 	return r < 0 ? SEND_WHOLE : r;
@@ -276,7 +272,7 @@ send_end(uint64_t e, long r, int began)
 	if (r >= 0 || began != 1)
 		return;
 	saved = errno;
-	seg_inflight_cancel(shim.seg, (uint32_t)e - 1);
+	permit_inflight_cancel(shim.seg, (uint32_t)e - 1);
 	errno = saved;
 }
 
@@ -314,7 +310,7 @@ recv_plain_sample(struct seg_slot *sl, struct seg_comp *c, bool done)
 
 	if (t != 0) {
 		now = now_mono_us();
-		seg_hist_add_n(&c->h_reply, now > t ? now - t : 0, IO_SAMPLE);
+		stat_hist_add_n(&c->h_reply, now > t ? now - t : 0, IO_SAMPLE);
 	}
 }
 
@@ -337,16 +333,16 @@ recv_end(int fd, uint64_t e, const struct io_recv *q, long r, bool asked)
 	 * flight finds no such take and goes on). */
 	if (done && __builtin_expect(atomic_load_explicit(&q->sl->sent_us,
 	    memory_order_relaxed) == 0, 1) &&
-	    tally_give_inflight_own(shim.seg, slot, MARK_GEN(q->m), q->c))
+	    permit_reply_quick(shim.seg, slot, MARK_GEN(q->m), q->c))
 		return;
 	if (cache_plain(fd, e, q->sl, q->c)) {
 		recv_plain_sample(q->sl, q->c, done);
 	} else if (done) {
-		seg_request_end(shim.seg, slot, q->m, q->c, true);
+		permit_request_end(shim.seg, slot, q->m, q->c, true);
 	} else if (r < 0) {
 		saved = errno;
 		if (saved != EAGAIN && saved != EWOULDBLOCK && saved != EINTR)
-			seg_request_end(shim.seg, slot, q->m, q->c, false);
+			permit_request_end(shim.seg, slot, q->m, q->c, false);
 		errno = saved;
 	}
 }
@@ -521,7 +517,7 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 	uint64_t e;
 	int saved = errno;
 	struct admitted got;
-	enum admit a;
+	enum take a;
 	ssize_t r;
 
 	if (!(flags & MSG_FASTOPEN) || sa == NULL || !shim_active()) {
@@ -531,11 +527,11 @@ sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, 
 		return sendto_counted(e, fd, buf, n, flags, sa, len);
 	}
 	a = shim_admit(fd, sa, len, "sendto", &got);
-	if (a == ADMIT_REFUSED)
+	if (a == TAKE_FULL)
 		return -1;
 	errno = saved;
 	r = real.sendto(fd, buf, n, flags, sa, len);
-	if (a == ADMIT_COUNTED)
+	if (a == TAKE_OK)
 		shim_settle(fd, r, &got);
 	return r;
 }
@@ -546,7 +542,7 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 	uint64_t e;
 	int saved = errno;
 	struct admitted got;
-	enum admit a;
+	enum take a;
 	ssize_t r;
 
 	if (!(flags & MSG_FASTOPEN) || msg == NULL || msg->msg_name == NULL || !shim_active()) {
@@ -556,11 +552,11 @@ sendmsg(int fd, const struct msghdr *msg, int flags)
 		return sendmsg_counted(e, fd, msg, flags);
 	}
 	a = shim_admit(fd, msg->msg_name, msg->msg_namelen, "sendmsg", &got);
-	if (a == ADMIT_REFUSED)
+	if (a == TAKE_FULL)
 		return -1;
 	errno = saved;
 	r = real.sendmsg(fd, msg, flags);
-	if (a == ADMIT_COUNTED)
+	if (a == TAKE_OK)
 		shim_settle(fd, r, &got);
 	return r;
 }

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "interpose/interpose.h"
 
 #define NOTICED_ENV	"BULKSHIM_NOTICED"
 #define NOTICED_MAX	2048

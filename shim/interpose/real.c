@@ -14,7 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "interpose/interpose.h"
 
 /*
  * Every entry of `real` starts out pointing at a trampoline below. The first
@@ -27,51 +27,10 @@
 
 enum { BIND_NONE, BIND_RUNNING, BIND_DONE };
 
-/*
- * The system call itself, without libc's syscall(): the shim exports a
- * syscall() wrapper (interpose.c), and a trampoline below that fell back to
- * the exported name would enter it again before libc's is bound. Returns
- * the result, or -1 with errno set, like syscall(2).
- */
-long
-raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6)
-{
-	long r;
-#if defined(__x86_64__)
-	register long r10 __asm__("r10") = a4;
-	register long r8 __asm__("r8") = a5;
-	register long r9 __asm__("r9") = a6;
-
-	__asm__ volatile ("syscall"
-	    : "=a"(r)
-	    : "a"(n), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
-	    : "rcx", "r11", "memory");
-#elif defined(__aarch64__)
-	register long x8 __asm__("x8") = n;
-	register long x0 __asm__("x0") = a1;
-	register long x1 __asm__("x1") = a2;
-	register long x2 __asm__("x2") = a3;
-	register long x3 __asm__("x3") = a4;
-	register long x4 __asm__("x4") = a5;
-	register long x5 __asm__("x5") = a6;
-
-	__asm__ volatile ("svc 0"
-	    : "+r"(x0)
-	    : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
-	    : "memory");
-	r = x0;
-#else
-	/* interpose.c exports no syscall() wrapper here: this is libc's. */
-	return syscall(n, a1, a2, a3, a4, a5, a6);
-#endif
-	if (r < 0 && r > -4096) {
-		errno = (int)-r;
-		return -1;
-	}
-	return r;
-}
-
-#define RAW(n, a1, a2, a3) raw_syscall((n), (long)(a1), (long)(a2), (long)(a3), 0, 0, 0)
+/* The trampolines' fallback before libc is bound: the system call itself
+ * (sys.c), never the exported syscall() wrapper, which would enter the
+ * shim again. */
+#define RAW(n, a1, a2, a3) sys_call((n), (long)(a1), (long)(a2), (long)(a3), 0, 0, 0)
 static _Atomic int bind_state;
 /* libc's syscall(), apart from `real`: it is variadic, and reached only
  * through real_syscall6 below, which falls back to the instruction. */
@@ -397,7 +356,7 @@ static int
 tr_accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 {
 	FORWARD(accept4, tr_accept4, fd, sa, len, flags);
-	return (int)raw_syscall(SYS_accept4, fd, (long)sa, (long)len, flags, 0, 0);
+	return (int)sys_call(SYS_accept4, fd, (long)sa, (long)len, flags, 0, 0);
 }
 
 static ssize_t
@@ -405,7 +364,7 @@ tr_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *s
     socklen_t len)
 {
 	FORWARD(sendto, tr_sendto, fd, buf, n, flags, sa, len);
-	return raw_syscall(SYS_sendto, fd, (long)buf, (long)n, flags, (long)sa, (long)len);
+	return sys_call(SYS_sendto, fd, (long)buf, (long)n, flags, (long)sa, (long)len);
 }
 
 static ssize_t
@@ -428,7 +387,7 @@ static ssize_t
 tr_send(int fd, const void *buf, size_t n, int flags)
 {
 	FORWARD(send, tr_send, fd, buf, n, flags);
-	return raw_syscall(SYS_sendto, fd, (long)buf, (long)n, flags, 0, 0);
+	return sys_call(SYS_sendto, fd, (long)buf, (long)n, flags, 0, 0);
 }
 
 static ssize_t
@@ -449,35 +408,35 @@ static int
 tr_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
 	FORWARD(sendmmsg, tr_sendmmsg, fd, v, n, flags);
-	return (int)raw_syscall(SYS_sendmmsg, fd, (long)v, n, flags, 0, 0);
+	return (int)sys_call(SYS_sendmmsg, fd, (long)v, n, flags, 0, 0);
 }
 
 static ssize_t
 tr_sendfile(int out, int in, off_t *off, size_t n)
 {
 	FORWARD(sendfile, tr_sendfile, out, in, off, n);
-	return raw_syscall(SYS_sendfile, out, in, (long)off, (long)n, 0, 0);
+	return sys_call(SYS_sendfile, out, in, (long)off, (long)n, 0, 0);
 }
 
 static ssize_t
 tr_sendfile64(int out, int in, off_t *off, size_t n)
 {
 	FORWARD(sendfile64, tr_sendfile64, out, in, off, n);
-	return raw_syscall(SYS_sendfile, out, in, (long)off, (long)n, 0, 0);
+	return sys_call(SYS_sendfile, out, in, (long)off, (long)n, 0, 0);
 }
 
 static ssize_t
 tr_recv(int fd, void *buf, size_t n, int flags)
 {
 	FORWARD(recv, tr_recv, fd, buf, n, flags);
-	return raw_syscall(SYS_recvfrom, fd, (long)buf, (long)n, flags, 0, 0);
+	return sys_call(SYS_recvfrom, fd, (long)buf, (long)n, flags, 0, 0);
 }
 
 static ssize_t
 tr_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
 {
 	FORWARD(recvfrom, tr_recvfrom, fd, buf, n, flags, sa, len);
-	return raw_syscall(SYS_recvfrom, fd, (long)buf, (long)n, flags, (long)sa, (long)len);
+	return sys_call(SYS_recvfrom, fd, (long)buf, (long)n, flags, (long)sa, (long)len);
 }
 
 static ssize_t
@@ -491,7 +450,7 @@ static int
 tr_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *tmo)
 {
 	FORWARD(recvmmsg, tr_recvmmsg, fd, v, n, flags, tmo);
-	return (int)raw_syscall(SYS_recvmmsg, fd, (long)v, n, flags, (long)tmo, 0);
+	return (int)sys_call(SYS_recvmmsg, fd, (long)v, n, flags, (long)tmo, 0);
 }
 
 static ssize_t
@@ -557,5 +516,5 @@ real_syscall6(long n, const long a[6])
 	real_bind();
 	if (real_bound() && libc_syscall != NULL)
 		return libc_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
-	return raw_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return sys_call(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

@@ -4,7 +4,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
+#include "sys.h"
 #include "chaos.h"
 
 /*

@@ -7,7 +7,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "config/config.h"
+#include "log.h"
 
 /*
  * Each input becomes the whole contents of a config file, read by cfg_load

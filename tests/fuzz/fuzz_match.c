@@ -6,7 +6,8 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "shim.h"
+#include "config/config.h"
+#include "log.h"
 
 /*
  * An input is up to MAX_LINES destination strings, one a line, then a NUL

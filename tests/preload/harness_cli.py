@@ -1,8 +1,8 @@
 """harness_cli.py - what the CLI tests share: running bulkshim, configs with any key, a segment
-writer compiled against shim.h, tools that may need installing, tmux, and `bulkshim serve`.
+writer compiled against the shim's headers, tools that may need installing, tmux, and `bulkshim serve`.
 
 Built on harness.py (cleanup, temporary files, children). The segment writer
-("poke") is a small C program compiled once per test against shim/shim.h and
+("poke") is a small C program compiled once per test against shim/admit/admit.h and
 the shim's own objects in build/cli, so it creates segments exactly as the
 shim does (cfg_load + seg_attach) and writes counters by field name with
 offsetof: no layout is copied here.
@@ -24,7 +24,8 @@ POKE_SRC = r'''
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
 
 #define M(f) ((struct seg_comp *)0)->f
 #define SCALAR(n, f) { n, offsetof(struct seg_comp, f), sizeof(M(f)), 1 }
@@ -137,7 +138,7 @@ _poke = None
 
 
 def poke_path():
-    """Compiles the segment writer once per test against shim.h and the
+    """Compiles the segment writer once per test against admit/admit.h and the
     shim's objects in build/cli (those built from tools/ hold a main())."""
     global _poke
     if _poke is not None:

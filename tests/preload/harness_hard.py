@@ -1,7 +1,8 @@
 """harness_hard.py - helpers of the hardening tests: segment layout, hostile segments, other users.
 
-The layout of the shared segment is taken from shim.h itself: a small C
-program compiled against it prints every size and offset these tests write
+The layout of the shared segment is taken from shim/seg_layout.h itself, the
+header that describes it and nothing else: a small C program compiled
+against it prints every size and offset these tests write
 at, so a change to the header cannot leave the tests writing at stale
 offsets. Segments are made by the shim (so their layout is right) and then
 damaged in place with mmap.
@@ -36,12 +37,12 @@ def env_for(config, **kw):
     return harness.shim_env(config, preload=preload(), **kw)
 
 
-# ---- the segment layout, from shim.h ----
+# ---- the segment layout, from seg_layout.h ----
 
 _LAYOUT_SRC = r'''
 #include <stddef.h>
 #include <stdio.h>
-#include "shim.h"
+#include "seg_layout.h"
 #define F(S, f) printf("\"%s.%s\": [%zu, %zu],\n", #S, #f, offsetof(struct S, f), sizeof(((struct S *)0)->f))
 int main(void) {
 	printf("{\n");
@@ -79,11 +80,11 @@ _layout = None
 def layout():
     """Offsets and sizes of the segment's fields, as a dict "struct.field" ->
     [offset, size], plus "sizeof.*" and a few constants. Compiled once per
-    version of shim.h and kept in /tmp."""
+    version of seg_layout.h and kept in /tmp."""
     global _layout
     if _layout is not None:
         return _layout
-    header = os.path.join(ROOT, "shim", "shim.h")
+    header = os.path.join(ROOT, "shim", "seg_layout.h")
     with open(header, "rb") as f:
         tag = hashlib.sha256(f.read() + _LAYOUT_SRC.encode()).hexdigest()[:16]
     cache = os.path.join(tempfile.gettempdir(), "bulkshim-seglayout-%s.json" % tag)

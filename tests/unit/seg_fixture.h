@@ -64,9 +64,9 @@ start_child(struct seg *s, void (*work)(struct seg *))
 	assert_int_equal(pipe(go), 0);
 	pid = fork();
 	if (pid == 0) {
-		struct seg_fork none = { -1, 0, -1 };
+		struct proc_fork none = { -1, 0, -1 };
 
-		seg_fork_child(s, &none);
+		proc_fork_child(s, &none);
 		if (write(go[1], "x", 1) != 1)
 			_exit(2);
 		work(s);
@@ -86,7 +86,7 @@ static __attribute__((unused)) void *
 late_release(void *arg)
 {
 	usleep(50000);
-	seg_drop(wait_seg, (uint32_t)(uintptr_t)arg);
+	slot_drop(wait_seg, (uint32_t)(uintptr_t)arg);
 	return NULL;
 }
 
@@ -96,7 +96,7 @@ kill_and_reclaim(struct seg *s, pid_t pid)
 {
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	seg_reclaim(s, false);
+	proc_reclaim(s, false);
 }
 
 #endif

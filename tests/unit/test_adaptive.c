@@ -343,7 +343,7 @@ test_observe_mode_estimates_without_spiralling(void **state)
 
 /* At the floor, a backend more than twice as slow as the baseline: at a
  * limit of 1 its few replies per window never close a window before
- * ad_tick finds the request in flight overdue, so every window is a stall
+ * the stall check (permit_tick) finds the request in flight overdue, so every window is a stall
  * window. Those with replies are judged by them: after AD_FLOOR_WINDOWS
  * the replies' latency is the baseline and the limit ramps up again. A
  * stall without replies at the floor keeps the limit and the baseline. */
@@ -493,7 +493,7 @@ test_off_pins_and_on_resumes(void **state)
 }
 
 /* A backend that stalls (5 ms -> 2 s): no completion comes to close the
- * window, so the next admission attempt (ad_tick) closes it with the ages
+ * window, so the next admission attempt (permit_tick) closes it with the ages
  * of the requests in flight, and the limit is cut at once; one slow request
  * among several young ones is no stall; `reset` clears the statistics but
  * not the limit. */
@@ -520,7 +520,7 @@ test_a_stall_is_seen_without_completions(void **state)
 		atomic_store(&slots[i].mark, MARK_HELD(P_INFLIGHT));
 		atomic_store(&slots[i].sent_us, i == 0 ? now - 300000 : now - 1000);
 	}
-	ad_tick(&sg, &comp, P_INFLIGHT);
+	permit_tick(&sg, &comp, P_INFLIGHT);
 	assert_int_equal(atomic_load(&comp.ad.windows), 1);
 	assert_int_equal(ad_current(&comp), 16);
 	/* All four 300 ms old: a stall; the limit is cut at once to what
@@ -529,17 +529,17 @@ test_a_stall_is_seen_without_completions(void **state)
 	for (int i = 0; i < 4; i++)
 		atomic_store(&slots[i].sent_us, now - 300000);
 	memset(scanned_us, 0, sizeof(scanned_us));
-	ad_tick(&sg, &comp, P_INFLIGHT);
+	permit_tick(&sg, &comp, P_INFLIGHT);
 	assert_int_equal(atomic_load(&comp.ad.windows), 2);
 	assert_int_equal(atomic_load(&comp.ad.sample_us), 10000);	/* ages: no longer windows */
 	assert_int_equal(ad_current(&comp), 2);
 	assert_int_equal(atomic_load(&comp.ad.last_reason), AD_R_QUEUE);
 	/* The window just closed is not overdue: no second cut now. */
 	memset(scanned_us, 0, sizeof(scanned_us));
-	ad_tick(&sg, &comp, P_INFLIGHT);
+	permit_tick(&sg, &comp, P_INFLIGHT);
 	assert_int_equal(atomic_load(&comp.ad.windows), 2);
 	/* Connection permits are another kind: not looked at. */
-	ad_tick(&sg, &comp, P_CONN);
+	permit_tick(&sg, &comp, P_CONN);
 	assert_int_equal(atomic_load(&comp.ad.windows), 2);
 	ad_reset_stats(&comp);
 	assert_int_equal(atomic_load(&comp.ad.windows), 0);

@@ -1,5 +1,7 @@
 /* test_fleet.c - unit tests of fleet budgets in the shim: the keys, and the live limit at admission. */
-#include "shim.h"
+#include "admit/admit.h"
+#include "log.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,26 +78,26 @@ test_admission_follows_share_and_floor(void **state)
 	assert_int_equal(atomic_load(&c->fleet_limit), 30);
 	assert_int_equal(atomic_load(&c->fleet_floor), 1);
 	/* No lease: the floor. */
-	slots[0] = seg_acquire(s, 0, 0, 1000, false, &why);
+	slots[0] = permit_acquire(s, seg_comp(s, 0), 0, 1000, false, &why);
 	assert_true(slots[0] >= 0);
-	assert_int_equal(seg_acquire(s, 0, 0, 1001, false, &why), -EBUSY);
+	assert_int_equal(permit_acquire(s, seg_comp(s, 0), 0, 1001, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_FULL);
 	/* A share of 3. */
 	lease(c, 3, 5000);
-	slots[1] = seg_acquire(s, 0, 0, 1002, false, &why);
-	slots[2] = seg_acquire(s, 0, 0, 1003, false, &why);
+	slots[1] = permit_acquire(s, seg_comp(s, 0), 0, 1002, false, &why);
+	slots[2] = permit_acquire(s, seg_comp(s, 0), 0, 1003, false, &why);
 	assert_true(slots[1] >= 0 && slots[2] >= 0);
-	assert_int_equal(seg_acquire(s, 0, 0, 1004, false, &why), -EBUSY);
+	assert_int_equal(permit_acquire(s, seg_comp(s, 0), 0, 1004, false, &why), -EBUSY);
 	/* The lease passes: three held, nothing more until below the floor. */
 	lease(c, 3, -1);
 	assert_int_equal(atomic_load(&c->in_use), 3);
-	seg_drop(s, (uint32_t)slots[2]);
-	assert_int_equal(seg_acquire(s, 0, 0, 1005, false, &why), -EBUSY);
-	seg_drop(s, (uint32_t)slots[1]);
-	seg_drop(s, (uint32_t)slots[0]);
-	slots[3] = seg_acquire(s, 0, 0, 1006, false, &why);
+	slot_drop(s, (uint32_t)slots[2]);
+	assert_int_equal(permit_acquire(s, seg_comp(s, 0), 0, 1005, false, &why), -EBUSY);
+	slot_drop(s, (uint32_t)slots[1]);
+	slot_drop(s, (uint32_t)slots[0]);
+	slots[3] = permit_acquire(s, seg_comp(s, 0), 0, 1006, false, &why);
 	assert_true(slots[3] >= 0);
-	seg_drop(s, (uint32_t)slots[3]);
+	slot_drop(s, (uint32_t)slots[3]);
 	seg_close(s);
 }
 

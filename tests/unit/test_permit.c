@@ -49,7 +49,7 @@ setup(void **state)
 static int
 acq(struct seg *s, uint32_t cls, uint64_t ino, bool wait, enum bs_reason *why)
 {
-	return seg_acquire(s, 0, cls, ino, wait, why);
+	return permit_acquire(s, seg_comp(s, 0), cls, ino, wait, why);
 }
 
 static void
@@ -61,23 +61,23 @@ test_one_request_in_flight_refuses_the_second_until_a_reply(void **state)
 
 	(void)state;
 	assert_true(a >= 0 && b >= 0);
-	assert_int_equal(seg_inflight_begin(s, (uint32_t)a, false, &why), 1);
+	assert_int_equal(permit_inflight_begin(s, (uint32_t)a, false, &why), 1);
 	/* A second send on the same socket is the same request. */
-	assert_int_equal(seg_inflight_begin(s, (uint32_t)a, false, &why), 0);
-	assert_int_equal(seg_inflight_begin(s, (uint32_t)b, false, &why), -EBUSY);
+	assert_int_equal(permit_inflight_begin(s, (uint32_t)a, false, &why), 0);
+	assert_int_equal(permit_inflight_begin(s, (uint32_t)b, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_INFLIGHT_FULL);
 	assert_int_equal(atomic_load(&s->comp[0].rejected_by[REASON_INFLIGHT_FULL]), 1);
-	seg_inflight_end(s, (uint32_t)a);
+	permit_inflight_end(s, (uint32_t)a);
 	assert_int_equal(atomic_load(&s->comp[0].inflight), 0);
 	/* The compartment's first request is one of those timed: it stands
 	 * for REQ_SAMPLE replies. */
 	assert_int_equal(atomic_load(&s->comp[0].h_reply.count), REQ_SAMPLE);
-	assert_int_equal(seg_inflight_begin(s, (uint32_t)b, false, &why), 1);
+	assert_int_equal(permit_inflight_begin(s, (uint32_t)b, false, &why), 1);
 	/* Closing a socket in flight gives its in-flight permit back too. */
-	seg_drop(s, (uint32_t)b);
+	slot_drop(s, (uint32_t)b);
 	assert_int_equal(atomic_load(&s->comp[0].inflight), 0);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 1);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -91,10 +91,10 @@ test_idle_connections_hold_no_inflight_permit(void **state)
 	(void)state;
 	assert_true(a >= 0 && b >= 0);
 	assert_int_equal(atomic_load(&s->comp[0].inflight), 0);
-	assert_int_equal(seg_inflight_begin(s, (uint32_t)b, false, &why), 1);
-	seg_inflight_cancel(s, (uint32_t)b);
+	assert_int_equal(permit_inflight_begin(s, (uint32_t)b, false, &why), 1);
+	permit_inflight_cancel(s, (uint32_t)b);
 	assert_int_equal(atomic_load(&s->comp[0].h_reply.count), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -114,10 +114,10 @@ test_reply_latency_is_sampled_with_its_weight(void **state)
 	(void)state;
 	assert_true(a >= 0);
 	for (uint32_t n = 1; n <= 2 * REQ_SAMPLE + 1; n++) {
-		assert_int_equal(seg_inflight_begin(s, (uint32_t)a, false, &why), 1);
+		assert_int_equal(permit_inflight_begin(s, (uint32_t)a, false, &why), 1);
 		if (n == 2)
 			assert_int_equal(atomic_load(&s->slots[a].sent_us), 0);
-		seg_inflight_end(s, (uint32_t)a);
+		permit_inflight_end(s, (uint32_t)a);
 		assert_int_equal(atomic_load(&c->h_reply.count),
 		    REQ_SAMPLE * ((n + REQ_SAMPLE - 1) / REQ_SAMPLE));
 	}
@@ -127,14 +127,14 @@ test_reply_latency_is_sampled_with_its_weight(void **state)
 	assert_int_equal(atomic_load(&c->h_reply.sum_us) % REQ_SAMPLE, 0);
 	/* The next sampled one, cancelled: nothing recorded, nothing left. */
 	for (uint32_t n = 0; n < REQ_SAMPLE; n++) {
-		assert_int_equal(seg_inflight_begin(s, (uint32_t)a, false, &why), 1);
-		seg_inflight_cancel(s, (uint32_t)a);
+		assert_int_equal(permit_inflight_begin(s, (uint32_t)a, false, &why), 1);
+		permit_inflight_cancel(s, (uint32_t)a);
 	}
 	assert_int_equal(atomic_load(&c->h_reply.count), 3 * REQ_SAMPLE);
 	assert_int_equal(atomic_load(&s->slots[a].sent_us), 0);
 	assert_int_equal(atomic_load(&c->inflight_admitted), 3 * REQ_SAMPLE + 1);
 	assert_int_equal(atomic_load(&c->inflight), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -153,7 +153,7 @@ test_a_class_never_holds_more_than_its_limit(void **state)
 	assert_int_equal(atomic_load(&s->comp[0].cls[1].in_use), 1);
 	assert_int_equal(atomic_load(&s->comp[0].cls[1].rejected), 1);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 2);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	assert_int_equal(atomic_load(&s->comp[0].cls[1].in_use), 0);
 	seg_close(s);
 }
@@ -170,7 +170,7 @@ test_a_refused_compartment_gives_the_class_permit_back(void **state)
 	assert_int_equal(acq(s, 1, 3, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_FULL);
 	assert_int_equal(atomic_load(&s->comp[0].cls[1].in_use), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -192,14 +192,14 @@ test_observe_mode_refuses_nothing_and_counts_what_it_would(void **state)
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 2);
 	assert_int_equal(atomic_load(&s->comp[0].over), 3);
 	/* Releasing one admitted past the limit does not free a real permit. */
-	seg_drop(s, (uint32_t)slots[4]);
+	slot_drop(s, (uint32_t)slots[4]);
 	assert_int_equal(atomic_load(&s->comp[0].over), 2);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 2);
-	assert_int_equal(seg_inflight_begin(s, (uint32_t)slots[0], false, &why), 1);
-	assert_int_equal(seg_inflight_begin(s, (uint32_t)slots[1], false, &why), 1);
+	assert_int_equal(permit_inflight_begin(s, (uint32_t)slots[0], false, &why), 1);
+	assert_int_equal(permit_inflight_begin(s, (uint32_t)slots[1], false, &why), 1);
 	assert_int_equal(atomic_load(&s->comp[0].would_reject[REASON_INFLIGHT_FULL]), 1);
 	assert_int_equal(atomic_load(&s->comp[0].inflight_over), 1);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	assert_int_equal(atomic_load(&s->comp[0].over), 0);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
 	assert_int_equal(atomic_load(&s->comp[0].inflight), 0);
@@ -231,7 +231,7 @@ test_a_waiter_is_woken_by_a_release(void **state)
 	assert_true(took >= 40000 && took < 1000000);
 	assert_int_equal(atomic_load(&s->comp[0].h_wait.count), 1);
 	assert_int_equal(atomic_load(&s->comp[0].waiting), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -264,7 +264,7 @@ test_a_wait_times_out_and_too_many_waiters_are_refused(void **state)
 	assert_int_equal(atomic_load(&s->comp[0].rejected_by[REASON_WAIT_TIMEOUT]), 1);
 	assert_int_equal(atomic_load(&s->comp[0].rejected_by[REASON_TOO_MANY_WAITING]), 1);
 	assert_int_equal(atomic_load(&s->comp[0].rejected_by[REASON_FULL]), 1);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -292,7 +292,7 @@ test_a_waiter_in_another_process_is_woken(void **state)
 		if (write(p[1], "w", 1) != 1)
 			_exit(3);
 		t0 = now_mono_us();
-		if (seg_acquire(s2, 0, 0, 9, true, &why) < 0)
+		if (permit_acquire(s2, seg_comp(s2, 0), 0, 9, true, &why) < 0)
 			_exit(4);
 		took = now_mono_us() - t0;
 		/* Released ~100 ms after we started; well before 5 s. */
@@ -300,11 +300,11 @@ test_a_waiter_in_another_process_is_woken(void **state)
 	}
 	assert_int_equal(read(p[0], &c, 1), 1);
 	usleep(100000);
-	seg_drop(s, (uint32_t)a);
+	slot_drop(s, (uint32_t)a);
 	waitpid(pid, &st, 0);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -324,7 +324,7 @@ dead_pid(void)
 static uint32_t
 fresh_slot(struct seg *s, uint64_t ino, uint32_t *gen)
 {
-	int slot = alloc_slot(s, seg_my_record(s), ino);
+	int slot = slot_alloc(s, proc_record(s), ino);
 
 	assert_true(slot >= 0);
 	atomic_store(&s->slots[slot].comp, 0);
@@ -358,15 +358,15 @@ test_a_take_is_whole_at_its_compare_and_swap(void **state)
 	/* Killed after its compare-and-swap, before anything else: the
 	 * permit is the slot's (by the tag), and goes back with it. */
 	b = fresh_slot(s, 11, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
 	assert_false(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
 	assert_true(tally_held(s, b, gb, P_CONN));
 	atomic_store(&s->slots[b].op_pid, dead);
-	seg_resolve(s, b, dead);
+	slot_resolve(s, b, dead);
 	assert_int_equal(atomic_load(&c->in_use), 1);
 	/* Another slot's take moves the tally away: b's mark says so now. */
 	d = fresh_slot(s, 12, &gd);
-	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TAKE_OK);
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
 	assert_true(tally_held(s, b, gb, P_CONN));
 	assert_int_equal(atomic_load(&c->in_use), 2);
@@ -383,21 +383,21 @@ test_a_take_is_whole_at_its_compare_and_swap(void **state)
 	assert_false(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	/* Killed before its compare-and-swap: nothing was counted. */
-	seg_drop(s, b);
-	seg_drop(s, d);
+	slot_drop(s, b);
+	slot_drop(s, d);
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	/* Held again and released: given back once, then marked released;
 	 * a second release gives nothing. */
 	b = fresh_slot(s, 13, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
 	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b]), NULL),
 	    MARK_HELD(P_CONN));
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_RELEASED);
 	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b]), NULL), 0);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_BUSY);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_BUSY);
 	assert_int_equal(atomic_load(&c->in_use), 0);
-	seg_drop(s, b);
-	seg_detach_all(s);
+	slot_drop(s, b);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -416,28 +416,28 @@ test_a_release_leaves_no_tag_to_reflect(void **state)
 
 	(void)state;
 	b = fresh_slot(s, 41, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
 	assert_int_equal(atomic_load(t) >> 32 & s->tag_imask, b + 1);
-	seg_drop(s, b);
+	slot_drop(s, b);
 	assert_int_equal(atomic_load(t), 0);
 	/* Released on another slot's take: b's give reflects d's take into
 	 * d's mark first, and b's tag goes after the release. */
 	b = fresh_slot(s, 42, &gb);
 	d = fresh_slot(s, 43, &gd);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
-	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TALLY_TAKEN);
-	seg_drop(s, b);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TAKE_OK);
+	slot_drop(s, b);
 	assert_int_equal(atomic_load(t), 1);
 	assert_true(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
 	assert_true(tally_held(s, d, gd, P_CONN));
 	/* The limit still counts d: one more, not two. */
 	b = fresh_slot(s, 44, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
 	assert_int_equal(acq(s, 0, 45, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
-	seg_drop(s, b);
-	seg_drop(s, d);
+	slot_drop(s, b);
+	slot_drop(s, d);
 	assert_int_equal(atomic_load(t), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -463,10 +463,10 @@ test_a_take_landing_after_the_release_is_undone(void **state)
 		b = fresh_slot(s, 31, &gb);
 		/* The value b's take leaves in the tally, as its late
 		 * compare-and-swap would write it. */
-		assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TALLY_TAKEN);
+		assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
 		late = atomic_load(t);
 		assert_true(tally_give(s, b, gb, P_CONN));
-		seg_drop(s, b);		/* released and free */
+		slot_drop(s, b);		/* released and free */
 		assert_int_equal(atomic_load(&c->in_use), 0);
 		atomic_store(t, late);	/* the take lands now */
 		assert_int_equal(atomic_load(&c->in_use), 1);
@@ -482,16 +482,16 @@ test_a_take_landing_after_the_release_is_undone(void **state)
 		/* Two others are admitted under the limit of 2: the orphan
 		 * is undone before the first one's limit check. */
 		d = fresh_slot(s, 33, &gd);
-		assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TALLY_TAKEN);
+		assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TAKE_OK);
 		assert_int_equal(atomic_load(&c->in_use), 1);
 		e = fresh_slot(s, 34, &ge);
-		assert_int_equal(tally_take(s, e, ge, P_CONN, 0, &seen), TALLY_TAKEN);
+		assert_int_equal(tally_take(s, e, ge, P_CONN, 0, &seen), TAKE_OK);
 		assert_int_equal(atomic_load(&c->in_use), 2);
-		seg_drop(s, d);
-		seg_drop(s, e);
+		slot_drop(s, d);
+		slot_drop(s, e);
 		assert_int_equal(atomic_load(&c->in_use), 0);
 	}
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -515,42 +515,42 @@ test_an_untagged_take_landing_after_the_release_undoes_itself(void **state)
 	(void)state;
 	b = fresh_slot(s, 51, &gb);
 	assert_int_equal(atomic_load(t), 0);
-	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TALLY_TAKEN);
+	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TAKE_OK);
 	assert_int_equal(seen, 0);
 	assert_int_equal(took & s->tag_wmask, tag_who(b, gb));
 	assert_int_equal(atomic_load(t), (uint64_t)took << 32 | 1);
 	assert_true(tally_held(s, b, gb, P_CONN));
-	seg_drop(s, b);
+	slot_drop(s, b);
 	assert_int_equal(atomic_load(t), 0);
 	/* Checked while the slot was live, released before the swap. */
 	b = fresh_slot(s, 52, &gb);
 	w = atomic_load(t);
 	tag = tag_who(b, gb) | stamp_new(s, atomic_load(&s->slots[b].mark));
-	seg_drop(s, b);
+	slot_drop(s, b);
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_RELEASED ||
 	    MARK_GEN(atomic_load(&s->slots[b].mark)) != gb);
-	assert_int_equal(take_swap(s, b, gb, tag, &c->in_use, w, &seen), TALLY_BUSY);
+	assert_int_equal(take_swap(s, b, gb, tag, &c->in_use, w, &seen), TAKE_BUSY);
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	/* The tally moved since it was read (another slot took): no swap,
 	 * and the whole take reflects d's take into d's mark first. */
 	b = fresh_slot(s, 53, &gb);
 	d = fresh_slot(s, 54, &gd);
 	w = atomic_load(t);
-	assert_int_equal(tally_take_conn(s, d, gd, c, &seen, &took), TALLY_TAKEN);
+	assert_int_equal(tally_take_conn(s, d, gd, c, &seen, &took), TAKE_OK);
 	tag = tag_who(b, gb) | stamp_new(s, atomic_load(&s->slots[b].mark));
-	assert_int_equal(take_swap(s, b, gb, tag, &c->in_use, w, &seen), TALLY_MISS);
+	assert_int_equal(take_swap(s, b, gb, tag, &c->in_use, w, &seen), TAKE_MISS);
 	assert_int_equal(atomic_load(&c->in_use), 1);
 	assert_false(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
-	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TALLY_TAKEN);
+	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TAKE_OK);
 	assert_int_equal(seen, 1);
 	assert_true(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
 	assert_true(tally_held(s, b, gb, P_CONN) && tally_held(s, d, gd, P_CONN));
 	/* At the limit (2): the fast path refuses nothing itself. */
 	assert_int_equal(acq(s, 0, 55, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
-	seg_drop(s, b);
-	seg_drop(s, d);
+	slot_drop(s, b);
+	slot_drop(s, d);
 	assert_int_equal(atomic_load(&c->in_use), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -572,7 +572,7 @@ race(void *arg)
 
 	for (int i = 0; i < 20000; i++) {
 		if (tally_take_inflight(r->s, r->slot, atomic_load(&r->s->slots[r->slot].mark), c,
-		    &seen) == TALLY_TAKEN &&
+		    &seen) == TAKE_OK &&
 		    atomic_load(&c->inflight) > 1)
 			atomic_fetch_add(r->over, 1);
 		tally_give_inflight(r->s, r->slot, r->gen, c);
@@ -607,11 +607,11 @@ test_two_threads_of_one_slot_race_exactly(void **state)
 	held = tally_held(s, (uint32_t)a, r[0].gen, P_INFLIGHT) +
 	    tally_held(s, (uint32_t)b, r[3].gen, P_INFLIGHT);
 	assert_int_equal(atomic_load(&c->inflight), held);
-	seg_drop(s, (uint32_t)a);
-	seg_drop(s, (uint32_t)b);
+	slot_drop(s, (uint32_t)a);
+	slot_drop(s, (uint32_t)b);
 	assert_int_equal(atomic_load(&c->inflight), 0);
 	assert_int_equal(atomic_load(&c->in_use), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -641,13 +641,13 @@ take_and_give(struct seg *s)
 	enum bs_reason why;
 
 	for (uint64_t i = 0;; i++) {
-		int a = seg_acquire(s, 0, (uint32_t)(i & 1), 100 + i, false, &why);
+		int a = permit_acquire(s, seg_comp(s, 0), (uint32_t)(i & 1), 100 + i, false, &why);
 
 		if (a < 0)
 			continue;
-		if (seg_inflight_begin(s, (uint32_t)a, false, &why) == 1)
-			seg_inflight_end(s, (uint32_t)a);
-		seg_drop(s, (uint32_t)a);
+		if (permit_inflight_begin(s, (uint32_t)a, false, &why) == 1)
+			permit_inflight_end(s, (uint32_t)a);
+		slot_drop(s, (uint32_t)a);
 	}
 }
 
@@ -680,11 +680,11 @@ test_histogram_buckets_are_log2_microseconds(void **state)
 
 	(void)state;
 	memset(&h, 0, sizeof(h));
-	seg_hist_add(&h, 0);
-	seg_hist_add(&h, 1);
-	seg_hist_add(&h, 3);
-	seg_hist_add(&h, 1000);
-	seg_hist_add(&h, UINT64_MAX / 2);
+	stat_hist_add(&h, 0);
+	stat_hist_add(&h, 1);
+	stat_hist_add(&h, 3);
+	stat_hist_add(&h, 1000);
+	stat_hist_add(&h, UINT64_MAX / 2);
 	assert_int_equal(atomic_load(&h.bucket[0]), 1);
 	assert_int_equal(atomic_load(&h.bucket[1]), 1);
 	assert_int_equal(atomic_load(&h.bucket[2]), 1);
@@ -709,7 +709,7 @@ test_admissions_are_counted_per_second(void **state)
 	if ((e >> 32) == (sec & 0xffffffff))
 		assert_true((e & 0xffffffff) >= 1);
 	assert_true(atomic_load(&s->comp[0].peak_rate) >= 1);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -754,7 +754,7 @@ admit_and_close(struct seg *s, int n, int *stamped, int *stamped_untimed)
 			else
 				assert_int_equal(admit, connect);
 		}
-		seg_drop(s, (uint32_t)a);
+		slot_drop(s, (uint32_t)a);
 	}
 }
 
@@ -782,7 +782,7 @@ test_an_untimed_connect_reads_the_clock_only_when_adaptive(void **state)
 	admit_and_close(s, 300, &stamped, &untimed);
 	assert_int_equal(stamped, 300);
 	assert_true(untimed > 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 

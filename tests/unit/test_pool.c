@@ -60,7 +60,7 @@ static uint64_t next_ino = 1000;
 static int
 take(struct seg *s, uint32_t comp, bool wait, enum bs_reason *why)
 {
-	return seg_acquire(s, comp, 0, next_ino++, wait, why);
+	return permit_acquire(s, seg_comp(s, comp), 0, next_ino++, wait, why);
 }
 
 /* The permits compartment comp holds within its guarantee: its slots
@@ -102,10 +102,10 @@ test_the_pool_lends_its_shared_part_and_no_more(void **state)
 	assert_int_equal(why, REASON_POOL_FULL);
 	/* The refusal gave the compartment's permit back. */
 	assert_int_equal(atomic_load(&s->comp[2].in_use), 5);
-	assert_int_equal(atomic_load(seg_reason_count(&s->comp[2], REASON_POOL_FULL, false)), 1);
+	assert_int_equal(atomic_load(stat_reason_count(&s->comp[2], REASON_POOL_FULL, false)), 1);
 	assert_int_equal(atomic_load(&s->h->pools[0].rejected), 1);
-	assert_string_equal(seg_reason_name(REASON_POOL_FULL), "pool_full");
-	seg_detach_all(s);
+	assert_string_equal(stat_reason_name(REASON_POOL_FULL), "pool_full");
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -138,7 +138,7 @@ test_the_pool_peak_counts_its_members_only(void **state)
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
 	/* Released: the statistic goes back to 0, the peak stays. */
 	for (int i = 0; i < 6; i++)
-		seg_drop(s, (uint32_t)held[i]);
+		slot_drop(s, (uint32_t)held[i]);
 	assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), 0);
 	assert_true((held[0] = take(s, 0, false, &why)) >= 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
@@ -151,11 +151,11 @@ test_the_pool_peak_counts_its_members_only(void **state)
 	 * sets it to 0 once it holds none. */
 	pool_resync_use(s);
 	assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), UINT32_MAX);
-	seg_drop(s, (uint32_t)held[0]);
-	seg_drop(s, (uint32_t)held[1]);
+	slot_drop(s, (uint32_t)held[0]);
+	slot_drop(s, (uint32_t)held[1]);
 	pool_resync_use(s);
 	assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -175,7 +175,7 @@ test_a_reset_restarts_the_pool_peak_from_what_is_in_use(void **state)
 	assert_int_equal(take(s, 2, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	for (int i = 0; i < 3; i++)
-		seg_drop(s, (uint32_t)held[i]);
+		slot_drop(s, (uint32_t)held[i]);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 5);
 	pool_reset_counters(s, 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 2);
@@ -187,9 +187,9 @@ test_a_reset_restarts_the_pool_peak_from_what_is_in_use(void **state)
 	pool_reset_counters(s, 1);
 	pool_reset_counters(s, BS_MAX_POOLS);
 	assert_int_equal(atomic_load(&s->h->pools[0].rejected), 7);
-	seg_drop(s, (uint32_t)held[3]);
-	seg_drop(s, (uint32_t)held[4]);
-	seg_detach_all(s);
+	slot_drop(s, (uint32_t)held[3]);
+	slot_drop(s, (uint32_t)held[4]);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -211,7 +211,7 @@ test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool(void **stat
 	assert_int_equal(take(s, 0, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	assert_int_equal(pool_in_use(s, 0, NULL), 10);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -228,7 +228,7 @@ test_no_compartment_exceeds_its_ceiling(void **state)
 	assert_int_equal(why, REASON_FULL);
 	assert_int_equal(guar_held(s, 0), 3);
 	assert_int_equal(lent(s), 3);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -265,14 +265,14 @@ test_a_borrowed_permit_is_taken_and_given_back_exactly(void **state)
 	assert_int_equal(lent(s), 2);
 	assert_true(tally_held(s, (uint32_t)a, ga, P_LENT));
 	assert_true(tally_held(s, (uint32_t)b, gb, P_LENT));
-	seg_drop(s, (uint32_t)b);
+	slot_drop(s, (uint32_t)b);
 	assert_int_equal(atomic_load(pt), 1);
 	assert_int_equal(atomic_load(ct), 1);
-	seg_drop(s, (uint32_t)a);
+	slot_drop(s, (uint32_t)a);
 	assert_int_equal(atomic_load(pt), 0);
 	assert_int_equal(atomic_load(ct), 0);
 	assert_int_equal(pool_in_use(s, 0, NULL), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -290,18 +290,18 @@ test_a_freed_guarantee_takes_back_a_lent_permit_at_once(void **state)
 	assert_int_equal(lent(s), 2);
 	/* Two of the guaranteed ones go: the two lent ones move onto the
 	 * guarantee and the shared part has both back. */
-	seg_drop(s, (uint32_t)slot[0]);
+	slot_drop(s, (uint32_t)slot[0]);
 	assert_int_equal(lent(s), 1);
-	seg_drop(s, (uint32_t)slot[1]);
+	slot_drop(s, (uint32_t)slot[1]);
 	assert_int_equal(lent(s), 0);
 	assert_int_equal(guar_held(s, 0), 3);
 	assert_int_equal(pool_in_use(s, 0, &derived), 3);
 	assert_int_equal(derived, 0);
 	for (int i = 2; i < 5; i++)
-		seg_drop(s, (uint32_t)slot[i]);
+		slot_drop(s, (uint32_t)slot[i]);
 	assert_int_equal(guar_held(s, 0), 0);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -334,7 +334,7 @@ test_a_waiter_is_woken_when_another_compartment_frees_the_pool(void **state)
 	 * pool's own). */
 	assert_true(took >= 40000 && took < 90000);
 	assert_int_equal(atomic_load(&s->h->pools[0].sleepers), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -356,11 +356,11 @@ test_shrinking_the_pool_refuses_until_it_drains(void **state)
 	assert_int_equal(take(s, 2, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	for (int i = 0; i < 3; i++)
-		seg_drop(s, (uint32_t)slot[i]);
+		slot_drop(s, (uint32_t)slot[i]);
 	assert_int_equal(take(s, 2, false, &why), -EBUSY);	/* 1 lent of 1 */
-	seg_drop(s, (uint32_t)slot[3]);
+	slot_drop(s, (uint32_t)slot[3]);
 	assert_true(take(s, 2, false, &why) >= 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -381,7 +381,7 @@ test_a_guarantee_raised_live_takes_lent_permits_onto_it(void **state)
 	assert_int_equal(lent(s), 1);
 	/* Room 10 - guarantees 1 + 2 + 2 = shared 5. */
 	assert_int_equal(atomic_load(&s->h->pools[0].shared), 5);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -403,10 +403,10 @@ test_a_pool_lent_beyond_its_shared_part_lends_and_guarantees_nothing_until_it_dr
 	assert_int_equal(take(s, 0, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	for (int i = 0; i < 3; i++)
-		seg_drop(s, (uint32_t)slot[i]);
+		slot_drop(s, (uint32_t)slot[i]);
 	assert_true(take(s, 0, false, &why) >= 0);
 	assert_true(take(s, 1, false, &why) >= 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -430,14 +430,14 @@ test_a_release_left_by_a_dead_process_without_a_record_is_finished(void **state)
 		_exit(0);
 	waitpid(dead, NULL, 0);
 	assert_true(a >= 0);
-	rec = seg_my_record(s);
+	rec = proc_record(s);
 	/* Our hold gone, the slot claimed for release by the dead pid. */
 	atomic_fetch_and(&seg_row(s, (uint32_t)rec)[a / 64], ~(1ULL << (a % 64)));
 	atomic_store(&s->slots[a].holders, 0);
 	atomic_store(&s->lcount[a], 0);
 	atomic_store(&s->slots[a].state, SLOT_BUSY(SLOT_RELEASING, dead));
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 1);
-	seg_reclaim(s, false);
+	proc_reclaim(s, false);
 	assert_int_equal(atomic_load(&s->slots[a].state), SLOT_FREE);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
 	assert_int_equal(guar_held(s, 0), 0);
@@ -479,10 +479,10 @@ hold_and_release(struct seg *s)
 		int k = (int)(i * 7 % 16);
 
 		if (held[k] >= 0) {
-			seg_drop(s, (uint32_t)held[k]);
+			slot_drop(s, (uint32_t)held[k]);
 			held[k] = -1;
 		} else {
-			held[k] = seg_acquire(s, (uint32_t)(i % 3), 0, 5000 + i, false, &why);
+			held[k] = permit_acquire(s, seg_comp(s, (uint32_t)(i % 3)), 0, 5000 + i, false, &why);
 		}
 	}
 }
@@ -522,7 +522,7 @@ test_kills_at_random_instants_leave_the_pool_exact(void **state)
 			total += guar_held(s, i);
 		}
 		assert_true(total <= 10);
-		seg_reclaim(s, false);
+		proc_reclaim(s, false);
 		assert_pool_back(s, round);
 		/* The pool is empty: the reclaim set the use statistic to 0;
 		 * the peak never passed the room. */
@@ -573,7 +573,7 @@ hammer(void *arg)
 
 		if (held[k] >= 0) {
 			note_held(idx[k], -1);
-			seg_drop(s, (uint32_t)held[k]);
+			slot_drop(s, (uint32_t)held[k]);
 			held[k] = -1;
 			continue;
 		}
@@ -581,7 +581,7 @@ hammer(void *arg)
 		/* Inode 0: these permits stand for no socket, so a reconcile
 		 * (a class at its cap runs one, reconcile_class_full) leaves
 		 * them alone instead of finding their made-up sockets gone. */
-		held[k] = seg_acquire(s, hammer_classes ? 0 : idx[k], hammer_classes ? idx[k] : 0,
+		held[k] = permit_acquire(s, seg_comp(s, hammer_classes ? 0 : idx[k]), hammer_classes ? idx[k] : 0,
 		    0, false, &why);
 		if (held[k] >= 0)
 			note_held(idx[k], 1);
@@ -589,7 +589,7 @@ hammer(void *arg)
 	for (int k = 0; k < 4; k++)
 		if (held[k] >= 0) {
 			note_held(idx[k], -1);
-			seg_drop(s, (uint32_t)held[k]);
+			slot_drop(s, (uint32_t)held[k]);
 		}
 	return NULL;
 }
@@ -616,7 +616,7 @@ hammer_two_processes(struct seg *s, uint32_t room, void (*watch)(struct seg *))
 			pthread_create(&t[i], NULL, hammer, s2);
 		for (int i = 0; i < 4; i++)
 			pthread_join(t[i], NULL);
-		seg_detach_all(s2);
+		proc_detach_all(s2);
 		_exit(0);
 	}
 	for (int i = 0; i < 4; i++)
@@ -651,7 +651,7 @@ test_threads_of_two_processes_keep_the_pool_exact(void **state)
 	(void)state;
 	hammer_classes = false;
 	hammer_two_processes(s, 10, watch_pool);
-	seg_reclaim(s, false);
+	proc_reclaim(s, false);
 	assert_pool_back(s, 0);
 	/* The peak from the use statistic never passed the room. */
 	assert_true(atomic_load(&s->h->pools[0].peak) <= 10);
@@ -712,29 +712,29 @@ test_a_class_keeps_its_guarantee_while_another_floods_the_compartment(void **sta
 	/* batch has no guarantee: it borrows the unguaranteed 3, no more,
 	 * though its ceiling is 8 and the compartment has 10. */
 	for (int i = 0; i < 3; i++)
-		assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+		assert_true(permit_acquire(s, seg_comp(s, 0), BATCH, next_ino++, false, &why) >= 0);
 	for (int i = 0; i < 5; i++) {
-		assert_int_equal(seg_acquire(s, 0, BATCH, next_ino++, false, &why), -EBUSY);
+		assert_int_equal(permit_acquire(s, seg_comp(s, 0), BATCH, next_ino++, false, &why), -EBUSY);
 		assert_int_equal(why, REASON_CLASS_SHARED_FULL);
 	}
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 3);
 	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].rejected), 5);
-	assert_int_equal(atomic_load(seg_reason_count(&s->comp[0], REASON_CLASS_SHARED_FULL,
+	assert_int_equal(atomic_load(stat_reason_count(&s->comp[0], REASON_CLASS_SHARED_FULL,
 	    false)), 5);
-	assert_string_equal(seg_reason_name(REASON_CLASS_SHARED_FULL), "class_shared_full");
+	assert_string_equal(stat_reason_name(REASON_CLASS_SHARED_FULL), "class_shared_full");
 	/* web gets its 6 at once, default its 1. */
 	for (int i = 0; i < 6; i++)
-		assert_true(seg_acquire(s, 0, WEB, next_ino++, false, &why) >= 0);
-	assert_true(seg_acquire(s, 0, 0, next_ino++, false, &why) >= 0);
+		assert_true(permit_acquire(s, seg_comp(s, 0), WEB, next_ino++, false, &why) >= 0);
+	assert_true(permit_acquire(s, seg_comp(s, 0), 0, next_ino++, false, &why) >= 0);
 	assert_int_equal(cls_guar_held(s, WEB), 6);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 10);
 	/* Beyond its guarantee web must borrow, and nothing is left. */
-	assert_int_equal(seg_acquire(s, 0, WEB, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(permit_acquire(s, seg_comp(s, 0), WEB, next_ino++, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_CLASS_SHARED_FULL);
 	/* The refusals gave every class permit back. */
 	assert_int_equal(atomic_load(&s->comp[0].cls[WEB].in_use), 6);
 	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].in_use), 3);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
 	seg_close(s);
@@ -750,23 +750,23 @@ test_a_freed_class_guarantee_takes_back_a_lent_permit_at_once(void **state)
 	(void)state;
 	/* web holds 6 within its guarantee and 2 borrowed. */
 	for (int i = 0; i < 8; i++)
-		assert_true((slot[i] = seg_acquire(s, 0, WEB, next_ino++, false, &why)) >= 0);
+		assert_true((slot[i] = permit_acquire(s, seg_comp(s, 0), WEB, next_ino++, false, &why)) >= 0);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 2);
 	/* Two guaranteed ones go: the borrowed ones move onto the guarantee
 	 * and the unguaranteed part has them back at once. */
-	seg_drop(s, (uint32_t)slot[0]);
+	slot_drop(s, (uint32_t)slot[0]);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 1);
-	seg_drop(s, (uint32_t)slot[1]);
+	slot_drop(s, (uint32_t)slot[1]);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
 	assert_int_equal(cls_guar_held(s, WEB), 6);
 	/* So batch may borrow all 3 again... */
 	for (int i = 0; i < 3; i++)
-		assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
+		assert_true(permit_acquire(s, seg_comp(s, 0), BATCH, next_ino++, false, &why) >= 0);
 	/* ...and a borrowed permit that goes just goes back. */
-	seg_drop(s, (uint32_t)slot[7]);
+	slot_drop(s, (uint32_t)slot[7]);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 3);
 	assert_int_equal(cls_guar_held(s, WEB), 5);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -781,16 +781,16 @@ test_a_compartment_refusal_gives_the_class_share_back(void **state)
 
 	(void)state;
 	atomic_store(&s->comp[0].limit, 2);
-	assert_true(seg_acquire(s, 0, WEB, next_ino++, false, &why) >= 0);
-	assert_true(seg_acquire(s, 0, BATCH, next_ino++, false, &why) >= 0);
-	assert_int_equal(seg_acquire(s, 0, WEB, next_ino++, false, &why), -EBUSY);
+	assert_true(permit_acquire(s, seg_comp(s, 0), WEB, next_ino++, false, &why) >= 0);
+	assert_true(permit_acquire(s, seg_comp(s, 0), BATCH, next_ino++, false, &why) >= 0);
+	assert_int_equal(permit_acquire(s, seg_comp(s, 0), WEB, next_ino++, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_FULL);
-	assert_int_equal(seg_acquire(s, 0, BATCH, next_ino++, false, &why), -EBUSY);
+	assert_int_equal(permit_acquire(s, seg_comp(s, 0), BATCH, next_ino++, false, &why), -EBUSY);
 	assert_int_equal(atomic_load(&s->comp[0].cls[WEB].in_use), 1);
 	assert_int_equal(atomic_load(&s->comp[0].cls[BATCH].in_use), 1);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 1);
 	assert_int_equal(cls_guar_held(s, WEB), 1);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -815,7 +815,7 @@ test_threads_of_two_processes_keep_the_classes_exact(void **state)
 	comps[2].max_connections = 8;
 	hammer_classes = true;
 	hammer_two_processes(s, 10, watch_classes);
-	seg_reclaim(s, false);
+	proc_reclaim(s, false);
 	assert_int_equal(atomic_load(&s->comp[0].cls_lent), 0);
 	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
 	for (int k = 0; k < 3; k++)

@@ -53,7 +53,7 @@ acq(struct seg *s, uint32_t comp, uint64_t ino)
 {
 	enum bs_reason why = REASON_MAX;
 
-	return seg_acquire(s, comp, 0, ino, false, &why);
+	return permit_acquire(s, seg_comp(s, comp), 0, ino, false, &why);
 }
 
 static void
@@ -74,11 +74,11 @@ test_admits_up_to_the_limit_and_refuses_the_next(void **state)
 	assert_true(atomic_load(&seg_comp(s, 0)->last_rejection_ms) > 0);
 	/* The other compartment is unaffected. */
 	assert_true(acq(s, 1, 3000) >= 0);
-	seg_drop(s, (uint32_t)slots[0]);
+	slot_drop(s, (uint32_t)slots[0]);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 2);
 	assert_true(acq(s, 0, 4000) >= 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->peak), 3);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
 	seg_close(s);
@@ -92,15 +92,15 @@ test_a_copy_keeps_the_permit_until_the_last_drop(void **state)
 
 	(void)state;
 	assert_true(slot >= 0);
-	seg_hold(s, (uint32_t)slot);
-	seg_drop(s, (uint32_t)slot);
+	slot_hold(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
-	assert_int_equal(seg_find_inode(s, 42), slot);
-	seg_drop(s, (uint32_t)slot);
+	assert_int_equal(slot_find_inode(s, 42), slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
-	assert_int_equal(seg_find_inode(s, 42), -1);
+	assert_int_equal(slot_find_inode(s, 42), -1);
 	/* A drop too many never wraps the count around. */
-	seg_drop(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
 	seg_close(s);
 }
@@ -138,7 +138,7 @@ test_thirty_two_threads_racing_for_three_permits_get_three(void **state)
 		assert_int_equal(atomic_load(&seg_comp(race_seg, 0)->in_use), 3);
 		assert_int_equal(atomic_load(&seg_comp(race_seg, 0)->peak), 3);
 		assert_int_equal(atomic_load(&seg_comp(race_seg, 0)->rejected), 29 * (round + 1));
-		seg_detach_all(race_seg);
+		proc_detach_all(race_seg);
 		seg_close(race_seg);
 	}
 }
@@ -184,10 +184,10 @@ test_permits_of_a_killed_process_are_reclaimed(void **state)
 
 	(void)state;
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 2);
-	assert_int_equal(seg_reclaim(s, false), 0);	/* alive: nothing to take */
+	assert_int_equal(proc_reclaim(s, false), 0);	/* alive: nothing to take */
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	assert_int_equal(seg_reclaim(s, false), 1);
+	assert_int_equal(proc_reclaim(s, false), 1);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->reclaimed), 2);
 	seg_close(s);
@@ -202,15 +202,15 @@ test_a_zombie_holder_counts_as_dead(void **state)
 	(void)state;
 	kill(pid, SIGKILL);
 	/* Not waited for yet: a zombie until the end of this test. */
-	for (int i = 0; i < 200 && seg_pid_alive(pid, 0); i++)
+	for (int i = 0; i < 200 && sys_pid_alive(pid, 0); i++)
 		usleep(5000);
-	assert_false(seg_pid_alive(pid, 0));
+	assert_false(sys_pid_alive(pid, 0));
 	/* A full compartment reclaims by itself when asked for a permit. */
 	atomic_store(&s->h->last_reclaim_ms, 0);
 	assert_true(acq(s, 0, 77) >= 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
 	waitpid(pid, NULL, 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -218,15 +218,15 @@ static void
 test_a_reused_pid_is_told_apart_by_start_time(void **state)
 {
 	pid_t me = getpid();
-	uint64_t start = seg_pid_start(me);
+	uint64_t start = sys_pid_start(me);
 
 	(void)state;
 	assert_true(start > 0);
-	assert_true(seg_pid_alive(me, start));
-	assert_true(seg_pid_alive(me, 0));
-	assert_false(seg_pid_alive(me, start + 1));
-	assert_false(seg_pid_alive(0, 0));
-	assert_false(seg_pid_alive(-5, 0));
+	assert_true(sys_pid_alive(me, start));
+	assert_true(sys_pid_alive(me, 0));
+	assert_false(sys_pid_alive(me, start + 1));
+	assert_false(sys_pid_alive(0, 0));
+	assert_false(sys_pid_alive(-5, 0));
 }
 
 static void
@@ -234,29 +234,29 @@ test_fork_shares_the_socket_until_both_processes_drop_it(void **state)
 {
 	struct seg *s = attach();
 	int slot = acq(s, 1, 99), st, go[2];
-	struct seg_fork f;
+	struct proc_fork f;
 	pid_t pid;
 	char c;
 
 	(void)state;
 	assert_true(slot >= 0);
 	assert_int_equal(pipe(go), 0);
-	seg_fork_prepare(s, &f);
+	proc_fork_prepare(s, &f);
 	assert_true(f.rec >= 0);
 	pid = fork();
 	if (pid == 0) {
-		seg_fork_child(s, &f);
+		proc_fork_child(s, &f);
 		/* Wait until the parent dropped its copy, then drop ours. */
 		if (read(go[0], &c, 1) != 1)
 			_exit(2);
 		if (atomic_load(&seg_comp(s, 1)->in_use) != 1)
 			_exit(3);
-		seg_drop(s, (uint32_t)slot);
+		slot_drop(s, (uint32_t)slot);
 		_exit(atomic_load(&seg_comp(s, 1)->in_use) == 0 ? 0 : 4);
 	}
-	seg_fork_parent(s, &f, pid);
+	proc_fork_parent(s, &f, pid);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
-	seg_drop(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 1);
 	assert_int_equal(write(go[1], "x", 1), 1);
 	waitpid(pid, &st, 0);
@@ -271,15 +271,15 @@ test_a_failed_fork_undoes_the_child_record(void **state)
 {
 	struct seg *s = attach();
 	int slot = acq(s, 0, 5);
-	struct seg_fork f;
+	struct proc_fork f;
 
 	(void)state;
-	seg_fork_prepare(s, &f);
+	proc_fork_prepare(s, &f);
 	assert_true(f.rec >= 0);
-	seg_fork_parent(s, &f, -1);
+	proc_fork_parent(s, &f, -1);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
 	assert_int_equal(atomic_load(&s->procs[f.rec].state), PROC_FREE);
-	seg_drop(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
 	seg_close(s);
 }
@@ -297,14 +297,14 @@ die_while_forking(struct seg *s, bool with_child, int go, int done, int out)
 	pid_t pid = fork();
 
 	if (pid == 0) {
-		struct seg_fork f, none = { -1, 0, -1 };
+		struct proc_fork f, none = { -1, 0, -1 };
 		int slot, res[2];
 		pid_t child;
 		char c;
 
-		seg_fork_child(s, &none);	/* a process of its own, no record yet */
+		proc_fork_child(s, &none);	/* a process of its own, no record yet */
 		slot = acq(s, 0, 7);
-		seg_fork_prepare(s, &f);
+		proc_fork_prepare(s, &f);
 		res[0] = f.rec;
 		res[1] = slot;
 		if (write(out, res, sizeof(res)) != sizeof(res))
@@ -315,9 +315,9 @@ die_while_forking(struct seg *s, bool with_child, int go, int done, int out)
 		if (child == 0) {
 			if (read(go, &c, 1) != 1)
 				_exit(2);
-			c = seg_fork_child(s, &f) &&
+			c = proc_fork_child(s, &f) &&
 			    atomic_load(&seg_comp(s, 0)->in_use) == 1 ? 'y' : 'n';
-			seg_drop(s, (uint32_t)slot);
+			slot_drop(s, (uint32_t)slot);
 			if (atomic_load(&seg_comp(s, 0)->in_use) != 0)
 				c = 'l';
 			if (write(done, &c, 1) != 1)
@@ -346,7 +346,7 @@ test_a_parent_dying_before_fork_leaves_nothing_held(void **state)
 	/* Past the fork's moment of grace, no lock held: no child can
 	 * claim the record, and it goes back. */
 	atomic_store(&s->procs[res[0]].since_ms, 1);
-	assert_true(seg_reclaim(s, false) >= 2);
+	assert_true(proc_reclaim(s, false) >= 2);
 	assert_int_equal(atomic_load(&s->procs[res[0]].state), PROC_FREE);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
 	seg_close(s);
@@ -372,7 +372,7 @@ test_a_child_whose_parent_died_keeps_its_holds(void **state)
 	 * parent's own record goes, the child's holds stay, the moment of
 	 * grace past or not (the child holds the fork lock). */
 	atomic_store(&s->procs[res[0]].since_ms, 1);
-	seg_reclaim(s, false);
+	proc_reclaim(s, false);
 	assert_int_equal(atomic_load(&s->procs[res[0]].state), PROC_FORKING);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
 	assert_int_equal(write(go[1], "x", 1), 1);
@@ -394,11 +394,11 @@ test_a_slot_being_set_up_by_a_live_process_is_left_alone(void **state)
 	if (pid == 0) {
 		/* A process that takes a slot, drops it (the slot's holders
 		 * tag now names its record) and dies without a word. */
-		struct seg_fork none = { -1, 0, -1 };
+		struct proc_fork none = { -1, 0, -1 };
 
-		seg_fork_child(s, &none);
+		proc_fork_child(s, &none);
 		slot = acq(s, 0, 77);
-		seg_drop(s, (uint32_t)slot);
+		slot_drop(s, (uint32_t)slot);
 		if (write(p[1], &slot, sizeof(slot)) != sizeof(slot))
 			_exit(2);
 		_exit(0);
@@ -410,11 +410,11 @@ test_a_slot_being_set_up_by_a_live_process_is_left_alone(void **state)
 	 * between the claim and its first hold, as alloc_slot leaves it;
 	 * the dead process's record is reclaimed meanwhile. */
 	atomic_store(&s->slots[slot].state, SLOT_BUSY(SLOT_INIT, getpid()));
-	assert_true(seg_reclaim(s, false) >= 1);
+	assert_true(proc_reclaim(s, false) >= 1);
 	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_BUSY(SLOT_INIT, getpid()));
 	/* A slot a dead process was setting up is freed. */
 	atomic_store(&s->slots[slot].state, SLOT_BUSY(SLOT_INIT, pid));
-	seg_release_orphan(s, (uint32_t)slot, pid);
+	slot_release_orphan(s, (uint32_t)slot, pid);
 	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
 	seg_close(s);
 }
@@ -424,33 +424,33 @@ test_a_hold_dropped_half_way_by_a_dead_process_is_finished_once(void **state)
 {
 	struct seg *s = attach();
 	int slot = acq(s, 1, 55), st;
-	struct seg_fork f;
+	struct proc_fork f;
 	pid_t pid;
 
 	(void)state;
 	assert_true(slot >= 0);
-	seg_fork_prepare(s, &f);
+	proc_fork_prepare(s, &f);
 	assert_true(f.rec >= 0);
 	pid = fork();
 	if (pid == 0) {
 		_Atomic uint64_t *w = (_Atomic uint64_t *)(uintptr_t)&s->slots[slot].holders;
 		uint32_t tag = HTAG_LOCK | HTAG(f.gen, true, (uint32_t)f.rec);
 
-		seg_fork_child(s, &f);
+		proc_fork_child(s, &f);
 		/* Killed right after taking its hold off the count, before
 		 * clearing its bit: the count says 1, its row still 2. */
 		atomic_store(w, (uint64_t)tag << 32 | 1);
 		_exit(0);
 	}
-	seg_fork_parent(s, &f, pid);
+	proc_fork_parent(s, &f, pid);
 	waitpid(pid, &st, 0);
-	assert_true(seg_reclaim(s, false) >= 1);
+	assert_true(proc_reclaim(s, false) >= 1);
 	/* The half-done drop was finished, not done again: the parent's hold
 	 * (and its permit) is still there, and the word is unlocked. */
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
 	assert_int_equal(atomic_load(&s->slots[slot].holders_tag) & HTAG_LOCK, 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 1);
-	seg_drop(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
 	seg_close(s);
 }
@@ -459,25 +459,25 @@ static void
 test_a_late_parent_never_writes_into_a_reused_record(void **state)
 {
 	struct seg *s = attach();
-	struct seg_fork a, b;
+	struct proc_fork a, b;
 
 	(void)state;
 	assert_true(acq(s, 0, 8) >= 0);
-	seg_fork_prepare(s, &a);
+	proc_fork_prepare(s, &a);
 	assert_true(a.rec >= 0);
 	/* The child ran, died and its record was reclaimed before its
 	 * parent came back from fork(); another fork got the record. */
-	seg_fork_parent(s, &a, -1);
+	proc_fork_parent(s, &a, -1);
 	a.lockfd = -1;
-	seg_fork_prepare(s, &b);
+	proc_fork_prepare(s, &b);
 	assert_int_equal(b.rec, a.rec);
 	assert_true(b.gen != a.gen);
 	/* The first parent now publishes its (dead) child's pid: not into
 	 * the second fork's record, which would then look dead. */
-	seg_fork_parent(s, &a, 424242);
+	proc_fork_parent(s, &a, 424242);
 	assert_int_equal(atomic_load(&s->procs[b.rec].pid), 0);
 	assert_int_equal(atomic_load(&s->procs[b.rec].state), PROC_FORKING);
-	seg_fork_parent(s, &b, -1);
+	proc_fork_parent(s, &b, -1);
 	seg_close(s);
 }
 
@@ -488,7 +488,7 @@ second_fork(void *arg)
 {
 	struct seg *s = arg;
 
-	seg_gate_close(s);
+	proc_gate_close(s);
 	atomic_store(&second_fork_in, 1);
 	return NULL;
 }
@@ -497,19 +497,19 @@ static void
 test_forks_of_one_process_take_turns(void **state)
 {
 	struct seg *s = attach();
-	struct seg_fork none = { -1, 0, -1 };
+	struct proc_fork none = { -1, 0, -1 };
 	pthread_t t;
 
 	(void)state;
-	seg_gate_close(s);
+	proc_gate_close(s);
 	atomic_store(&second_fork_in, 0);
 	assert_int_equal(pthread_create(&t, NULL, second_fork, s), 0);
 	usleep(50000);
 	assert_int_equal(atomic_load(&second_fork_in), 0);
-	seg_fork_parent(s, &none, 1);	/* the first fork is done */
+	proc_fork_parent(s, &none, 1);	/* the first fork is done */
 	pthread_join(t, NULL);
 	assert_int_equal(atomic_load(&second_fork_in), 1);
-	seg_fork_parent(s, &none, 1);
+	proc_fork_parent(s, &none, 1);
 	assert_int_equal(atomic_load(&s->forking), 0);
 	seg_close(s);
 }
@@ -537,7 +537,7 @@ test_a_hold_added_for_a_record_gone_meanwhile_does_not_count(void **state)
 	atomic_store(w, (uint64_t)tag << 32 | 2);
 	/* The next change finishes it without counting that hold, so this
 	 * process's drop is the last and the permit goes back. */
-	seg_drop(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 1)->in_use), 0);
 	seg_close(s);
@@ -578,9 +578,9 @@ test_a_socket_held_alone_is_its_holders_word_and_one_drop_frees_it(void **state)
 	assert_true(atomic_load(word_of(s, slot)) == sole_of(s, rec));
 	assert_false(bit_of(s, rec, slot));
 	/* Those who list our holds see it all the same. */
-	assert_true(seg_held_bits(s, rec, (uint32_t)slot / 64) & (1ULL << (slot % 64)));
+	assert_true(slot_held_bits(s, rec, (uint32_t)slot / 64) & (1ULL << (slot % 64)));
 	assert_int_equal(seg_proc_held(s, rec), 1);
-	seg_drop(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
 	assert_int_equal(atomic_load(&s->slots[slot].holders_tag) & (HTAG_SOLE | HTAG_LOCK), 0);
 	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
@@ -594,13 +594,13 @@ test_a_second_holder_turns_the_sole_hold_into_a_bit(void **state)
 {
 	struct seg *s = attach();
 	int slot = acq(s, 0, 92);
-	struct seg_fork f;
+	struct proc_fork f;
 	uint32_t rec;
 
 	(void)state;
 	assert_true(slot >= 0);
 	rec = (uint32_t)atomic_load(&s->rec);
-	seg_fork_prepare(s, &f);
+	proc_fork_prepare(s, &f);
 	assert_true(f.rec >= 0);
 	/* Both hold it by bit now, counted once each. */
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
@@ -608,10 +608,10 @@ test_a_second_holder_turns_the_sole_hold_into_a_bit(void **state)
 	assert_true(bit_of(s, rec, slot));
 	assert_true(bit_of(s, (uint32_t)f.rec, slot));
 	/* The fork failed: the child's hold goes, ours stays, by bit. */
-	seg_fork_parent(s, &f, -1);
+	proc_fork_parent(s, &f, -1);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
-	seg_drop(s, (uint32_t)slot);
+	slot_drop(s, (uint32_t)slot);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
 	assert_false(bit_of(s, rec, slot));
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
@@ -635,7 +635,7 @@ sole_child(int *slot, int *rec)
 		if (seg_attach(&cfg, &c, err, sizeof(err)) != 0)
 			_exit(2);
 		got[0] = acq(c, 0, 93);
-		got[1] = seg_my_record(c);
+		got[1] = proc_record(c);
 		if (write(p[1], got, sizeof(got)) != sizeof(got))
 			_exit(3);
 		pause();
@@ -659,7 +659,7 @@ kill_leaving_and_reclaim(struct seg *s, pid_t pid, int slot, uint64_t w)
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 1);
-	assert_int_equal(seg_reclaim(s, false), 1);
+	assert_int_equal(proc_reclaim(s, false), 1);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
 	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_FREE);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
@@ -707,8 +707,8 @@ test_a_second_holder_of_a_live_sole_holder_leaves_it_a_bit_that_reclaim_drops(vo
 	struct seg *s = attach();
 	int slot, rec;
 	pid_t pid = sole_child(&slot, &rec);
-	struct seg_fork f;
-	int mine = seg_my_record(s);
+	struct proc_fork f;
+	int mine = proc_record(s);
 
 	(void)state;
 	assert_true(mine >= 0);
@@ -716,21 +716,21 @@ test_a_second_holder_of_a_live_sole_holder_leaves_it_a_bit_that_reclaim_drops(vo
 	 * while the child, alive, holds the socket alone: what a fork of the
 	 * child does, run here by speaking for the child's record. */
 	atomic_store(&s->rec, rec);
-	seg_fork_prepare(s, &f);
+	proc_fork_prepare(s, &f);
 	atomic_store(&s->rec, mine);
 	assert_true(f.rec >= 0);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 2);
 	assert_true(bit_of(s, (uint32_t)rec, slot));
 	assert_true(bit_of(s, (uint32_t)f.rec, slot));
-	seg_fork_parent(s, &f, -1);
+	proc_fork_parent(s, &f, -1);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 1);
 	/* The holder dies: its hold, a bit now, goes back at reclaim. */
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	assert_int_equal(seg_reclaim(s, false), 1);
+	assert_int_equal(proc_reclaim(s, false), 1);
 	assert_int_equal(atomic_load(&s->slots[slot].holders), 0);
 	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -758,7 +758,7 @@ test_a_live_segment_keeps_its_limits(void **state)
 	s2 = attach();
 	assert_int_equal(atomic_load(&seg_comp(s2, 0)->limit), 3);
 	seg_close(s2);
-	seg_detach_all(s);
+	proc_detach_all(s);
 	seg_close(s);
 }
 
@@ -874,7 +874,7 @@ test_a_segment_left_unfinished_by_its_creator_is_set_up_anew(void **state)
 		for (uint64_t i = 1; i <= 3; i++)
 			assert_true(acq(s, 0, i) >= 0);
 		assert_int_equal(acq(s, 0, 4), -EBUSY);
-		seg_detach_all(s);
+		proc_detach_all(s);
 		memcpy(img, s->base, len);	/* a whole image for the next round */
 		seg_close(s);
 	}

@@ -1,12 +1,14 @@
-/* procid.c - which process this is: the cached pid, and processes made behind the fork wrapper's back. */
+/* spawn.c - processes made: fork with its bookkeeping, and vfork, _Fork and clone, which the tables must not follow. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "interpose/interpose.h"
 
 /*
  * The tables describe the process whose pid is shim.pid, cached at start-up
@@ -31,11 +33,11 @@
  */
 _Atomic int shim_unseen __attribute__((used));
 
-/* shim_foreign (shim.h) while `unseen` is raised: ask the kernel. */
+/* shim_foreign (interpose.h) while `unseen` is raised: ask the kernel. */
 bool
 shim_foreign_ask(void)
 {
-	return (pid_t)syscall(SYS_getpid) != shim.pid;
+	return sys_getpid() != shim.pid;
 }
 
 static void
@@ -54,7 +56,7 @@ void
 shim_forked_seen(void)
 {
 	atomic_fetch_sub(&shim_unseen, 1);
-	shim.pid = (pid_t)syscall(SYS_getpid);
+	shim.pid = sys_getpid();
 }
 
 #if defined(__x86_64__)
@@ -139,4 +141,66 @@ clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
 		atomic_fetch_sub(&shim_unseen, 1);
 	errno = saved;
 	return r;
+}
+
+/*
+ * A socket made before a fork and connected after it is one connection in
+ * two processes, whichever of them connects. Each such socket (an
+ * unconnected, non-listening stream socket from socket()) gets a pending
+ * slot before the fork, so both processes hold it from the start and its
+ * permit, once admitted, lasts until both are done with it.
+ */
+static void
+share_unconnected(void)
+{
+	for (int fd = fdt_next_fresh(0); fd >= 0; fd = fdt_next_fresh(fd + 1)) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer), ilen = sizeof(int);
+		int type = 0, listening = 0, slot;
+		struct stat st;
+
+		fdt_clear_fresh(fd);
+		if (fdt_get(fd) != 0 || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+			continue;
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ilen) < 0 || type != SOCK_STREAM)
+			continue;
+		ilen = sizeof(int);
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ilen) < 0 || listening)
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&peer, &plen) == 0 || errno != ENOTCONN)
+			continue;
+		slot = slot_claim(shim.seg, proc_record(shim.seg), (uint64_t)st.st_ino);
+		if (slot >= 0)
+			fds_drop(fdt_set(fd, (uint32_t)slot));
+	}
+}
+
+BS_EXPORT pid_t
+fork(void)
+{
+	struct proc_fork f;
+	int saved = errno;
+	pid_t pid;
+
+	if (!shim_active() || shim_foreign())
+		return real.fork();
+	/* No thread may be between a change of what this process holds
+	 * and its record of it while the child's record is copied. */
+	proc_gate_close(shim.seg);
+	share_unconnected();
+	proc_fork_prepare(shim.seg, &f);
+	errno = saved;
+	pid = real.fork();
+	saved = errno;
+	if (pid == 0) {
+		shim_forked_seen();
+		if (!proc_fork_child(shim.seg, &f)) {
+			fds_forget_all();
+			proc_adopt(shim.seg, shim_adopt_fd);
+		}
+	} else {
+		proc_fork_parent(shim.seg, &f, pid);
+	}
+	errno = saved;
+	return pid;
 }

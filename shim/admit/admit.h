@@ -1,0 +1,540 @@
+/* admit.h - admission and the counts in the shared segment: the API of admit/ for the interposer and the CLI. */
+#ifndef BULKSHIM_ADMIT_H
+#define BULKSHIM_ADMIT_H
+
+#include "bulkshim.h"
+#include "config/config.h"
+#include "seg_layout.h"
+
+/*
+ * The files of admit/, from the bottom up; each calls only those below it:
+ *   segment.c   mapping, validating and attaching a segment; its accessors
+ *   adaptive.c  the adaptive limit's controller
+ *   tally.c     counts that a thread killed at any instruction cannot leave wrong
+ *   share.c     guaranteed shares, one mechanism for pools and classes
+ *   pool.c      pools
+ *   stats.c     statistics: histograms, rates, refusals by reason
+ *   slot.c      a counted socket's whole life: claim, holds, drop, release
+ *   proc.c      process records: reclaim of the dead, fork, exec, exit
+ *   reconcile.c holds checked against the kernel
+ *   permit.c    admission: take, wait, refuse; requests in flight
+ * tally.h, share.h and pool.h hold the inline steps of admission, private
+ * to admit/.
+ */
+
+/* What a step of admission found: one result type from a tally's
+ * compare-and-swap up to the wrapper's decision. */
+enum take {
+	TAKE_OK,	/* taken: the permit is the slot's (a connect: counted) */
+	TAKE_FULL,	/* refused at a limit (the reason beside it says which) */
+	TAKE_BUSY,	/* the slot is not what the caller took it for: it holds the
+			 * permit already, was released, or another thread won */
+	TAKE_MISS,	/* a fast path's case does not apply: nothing done */
+	TAKE_SHARED,	/* another process sharing the socket admits it, or did */
+	TAKE_PASS,	/* nothing to count: the call goes through untouched */
+};
+
+/* What the process hosting admission lends it (the preloaded library; NULL
+ * in the CLI, the tests and the benchmarks, whose permits stand for no
+ * descriptor and would look like sockets gone unseen). */
+struct seg_host {
+	/* Whether a call on descriptor fd (with these send flags) may block:
+	 * asked only when a connect finds its compartment full and could
+	 * wait (the descriptor admission was given as its `wait`). */
+	bool (*blocking)(int fd, int flags);
+	/* This process's descriptor table, for reconcile.c: one past the
+	 * highest descriptor recorded, the slot + 1 recorded for fd (0: none),
+	 * and forgetting fd if it still records e (true if it did). */
+	int (*fd_high)(void);
+	uint32_t (*fd_slot)(int fd);
+	bool (*fd_forget)(int fd, uint32_t e);
+};
+
+/* ---- segment.c: mapping, validating and attaching a segment ---- */
+
+/* The process-local handle of a mapped segment. */
+struct seg {
+	void *base;
+	size_t size;
+	struct seg_header *h;
+	struct seg_comp *comp;
+	struct seg_slot *slots;
+	struct seg_proc *procs;
+	_Atomic uint64_t *bits;
+	/* The header's counts, copied when the segment is mapped and checked
+	 * against its size: every bounds check uses these, so that a process
+	 * writing other counts into the shared header later cannot move a
+	 * check past the mapping. */
+	uint32_t ncomp, nslots, nprocs, bitmap_words;
+	_Atomic uint32_t *lcount;	/* per slot: descriptors in this process */
+	int *cmap;			/* config compartment -> segment compartment */
+	size_t ncmap;
+	_Atomic int rec;		/* this process's record, or -1 */
+	_Atomic uint32_t hint;		/* where the next slot search starts */
+	/* The fields of a tally tag, whose slot index takes as few bits as
+	 * the segment's slot count needs (tally.c, set by segment.c). */
+	uint32_t tag_imask, tag_wmask, tag_smask, tag_one, tag_sshift;
+	uint64_t my_start;
+	pid_t my_pid;			/* getpid(), updated by proc_fork_child */
+	uint64_t ino;			/* the segment object's inode */
+	/* The fork gate: threads changing what this process holds are
+	 * `busy`; fork raises `forking` and waits for busy to drain, so the
+	 * child's record is a snapshot of a still moment (proc.c). */
+	_Atomic uint32_t busy;
+	_Atomic uint32_t forking;
+	/* The holders word of a slot that record `rec` holds alone (slot.c),
+	 * kept so that a connect and a close need not build it; 0 when not
+	 * known (then it is built). */
+	_Atomic uint64_t sole;
+	/* The host's callbacks, or NULL (see struct seg_host). With them a
+	 * full compartment is reconciled against the kernel before a
+	 * refusal (reconcile.c). */
+	const struct seg_host *host;
+};
+
+/* Creates or attaches the segment that cfg names and maps each compartment of
+ * cfg to the segment's compartment of the same name. The descriptor is closed
+ * before returning. Returns 0 or -errno with a message in err. */
+int seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen);
+/* Maps an existing segment by name, for the CLI; writable asks for O_RDWR.
+ * Validates it like seg_attach. Returns 0 or -errno with a message in err. */
+int seg_open(const char *name, bool writable, struct seg **out, char *err, size_t errlen);
+void seg_close(struct seg *s);
+struct seg_header *seg_header(const struct seg *s);
+/* Compartment i and slot i, or NULL if out of range. Inline: every counted
+ * call reads them. */
+static inline struct seg_comp *
+seg_comp(const struct seg *s, uint32_t i)
+{
+	return i < s->ncomp ? &s->comp[i] : NULL;
+}
+
+static inline struct seg_slot *
+seg_slot(const struct seg *s, uint32_t i)
+{
+	return i < s->nslots ? &s->slots[i] : NULL;
+}
+
+/* The compartment a slot names, or NULL (a pending slot, or garbage). */
+static inline struct seg_comp *
+seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
+{
+	return seg_comp(s, atomic_load(&sl->comp));
+}
+
+/* Process record i, or NULL if out of range. */
+struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
+/* Record rec's bitmap row: one bit per socket slot it holds. */
+static inline _Atomic uint64_t *
+seg_row(const struct seg *s, uint32_t rec)
+{
+	return s->bits + (size_t)rec * s->bitmap_words;
+}
+
+/* The pool of compartment c, or NULL. */
+static inline struct seg_pool *
+seg_pool_of(const struct seg *s, const struct seg_comp *c)
+{
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed);
+
+	if (p == 0 || p > s->h->npools || p > BS_MAX_POOLS)
+		return NULL;
+	return &s->h->pools[p - 1];
+}
+
+/* seg_pool_of for admission and release: only the bound memory safety
+ * needs. A pool word past npools (a damaged segment) names a pool of
+ * zeros, which lends nothing. */
+static inline struct seg_pool *
+seg_pool_at(const struct seg *s, const struct seg_comp *c)
+{
+	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1;
+
+	return p < BS_MAX_POOLS ? &s->h->pools[p] : NULL;
+}
+
+/* seg_conn_limit's fleet part, out of line: its clock read would otherwise
+ * cost every take registers it does not need without a fleet. */
+uint32_t seg_fleet_limit(const struct seg_comp *c, uint32_t lim);
+/*
+ * The connection limit admission enforces now: max_connections, lowered in
+ * a fleet budget to this host's share while its lease lasts, and to
+ * fleet_floor once the lease has passed by this host's own clock, so that an
+ * agent killed or cut off from Redis cannot keep a share that Redis gives
+ * away (the agent's lease ends before Redis's does). One load unless the
+ * compartment is in a fleet; lock-free and async-signal-safe.
+ */
+static inline uint32_t
+seg_conn_limit(const struct seg_comp *c)
+{
+	uint32_t lim = atomic_load_explicit(&c->limit, memory_order_relaxed);
+
+	if (__builtin_expect(atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) == 0, 1))
+		return lim;
+	return seg_fleet_limit(c, lim);
+}
+
+/* The compartment's max_wait_ms for a wait about to begin: attach checks
+ * the word, but it is shared and may be written over later; a value no
+ * config gives (above BS_MAX_WAIT_MS) is damage and waits not at all. */
+static inline uint32_t
+seg_max_wait_ms(const struct seg_comp *c)
+{
+	uint32_t ms = atomic_load_explicit(&c->max_wait_ms, memory_order_relaxed);
+
+	return ms <= BS_MAX_WAIT_MS ? ms : 0;
+}
+
+/* Takes one off *v unless it is 0 (a damaged segment must not wrap a count
+ * around to 4 billion); returns the new value. */
+static inline uint32_t
+seg_dec_floor(_Atomic uint32_t *v)
+{
+	uint32_t cur = atomic_load(v);
+
+	while (cur > 0 && !atomic_compare_exchange_weak(v, &cur, cur - 1))
+		;
+	return cur > 0 ? cur - 1 : 0;
+}
+
+/* Writes a compartment's configured limits and settings into the segment
+ * (at creation, on a fresh start, and for `bulkshim reload`). */
+void seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc);
+/* Says that some compartment's settings changed, after the change (bumps
+ * the settings sequence): every process re-reads them at the next I/O of
+ * each counted socket. */
+void seg_settings_changed(struct seg *s);
+/* The segment index of config compartment i, or -1. */
+int seg_comp_index(const struct seg *s, size_t cfg_index);
+/* Counts the bits set in a process's bitmap row. */
+uint32_t seg_proc_held(const struct seg *s, uint32_t i);
+/* Records the identity (device, inode) of config file path in h, for the
+ * warning about two files on one segment; 0 when it cannot be read. */
+void seg_note_config(struct seg_header *h, const char *path);
+/* The shared-memory object name of a segment: "/bulkshim.<segment>". */
+void seg_shm_name(const char *segment, char *out, size_t len);
+
+/* ---- adaptive.c: the limit that sizes itself from measured latency ---- */
+
+/* The controller's state, unpacked from seg_adaptive.ctl. */
+struct ad_state {
+	uint32_t limit16;	/* the limit in 1/16ths */
+	uint32_t base_us;	/* latency baseline, 0 = none yet */
+	bool ramp;		/* still ramping (doubling) since the start */
+	uint32_t floor_windows;	/* windows in a row at the floor with latency high */
+	bool high;		/* the last window was above the tolerance */
+	uint32_t prev16;	/* latency / baseline in 1/16ths at the first cut of a run */
+	uint32_t stuck;		/* cuts of the run that did not lower the latency */
+};
+struct ad_params {
+	uint32_t min, max, tolerance_pct;
+	bool observe;		/* enforce = false: the limit holds nothing back */
+};
+/* One closed window: samples, their mean latency and the mean concurrency
+ * (Little's law: the sum of latencies over the window's length). */
+struct ad_window {
+	uint64_t n, mean_us, conc16;
+	bool stall;		/* a stall window: ages of requests in flight */
+	/* Of a stall window: the replies that came in it, and their mean. */
+	uint64_t done, done_mean_us;
+};
+uint64_t ad_pack(const struct ad_state *st);
+void ad_unpack(uint64_t ctl, struct ad_state *st);
+/* The pure controller: the state after window w; returns the reason of a
+ * change of the limit (AD_R_NONE: none). */
+enum ad_reason ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w);
+/* The adaptive limit of c now (whole permits), UINT32_MAX if c has none. */
+uint32_t ad_current(const struct seg_comp *c);
+/* The limit a take of permit kind p in c is held to now: `lim`, or the
+ * adaptive limit when lower. One load when c is not adaptive. */
+static inline uint32_t
+ad_limit(const struct seg_comp *c, int p, uint32_t lim)
+{
+	uint32_t a;
+
+	if (__builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON, 1) ||
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) != (uint32_t)p)
+		return lim;
+	a = ad_current(c);
+	return a < lim ? a : lim;
+}
+/* Whether c's adaptive limit is on and limits permit kind p. */
+static inline bool
+ad_on(const struct seg_comp *c, int p)
+{
+	return __builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) == AD_ON, 0) &&
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) == (uint32_t)p;
+}
+/* A request of c (of permit kind p) completed after us microseconds: adds
+ * the sample to the open window; the completion that finds the window over
+ * closes it (one CAS decides who) and moves the limit (one CAS on ctl). */
+void ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us);
+/*
+ * A stalled backend gives no completions to close a window. An admission
+ * attempt in c (compartment ci of its segment) while its adaptive limit is
+ * on asks ad_stall_due: true when c's open window is overdue, the replies
+ * that came in it are not slow ones already on their way, and this process
+ * has not scanned c's slots for a quarter of window_ms; then *now is the
+ * time, *start the window's start and *old the age past which a request
+ * counts as stalled (twice the tolerated latency). The caller counts the
+ * requests in flight and the stalled ones (slot_ages) and gives them to
+ * ad_stall, which closes the window with their ages as samples when most
+ * of what is in flight is stalled. Lock-free and async-signal-safe.
+ */
+bool ad_stall_due(struct seg_comp *c, uint32_t ci, uint64_t *now, uint64_t *old,
+    uint64_t *start);
+void ad_stall(struct seg_comp *c, uint64_t start, uint64_t now, uint64_t n, uint64_t sum,
+    uint64_t inflight);
+/* `bulkshim reset`: zeroes the adaptive statistics (windows, changes, last
+ * change, last sample); the limit and its baseline stay. */
+void ad_reset_stats(struct seg_comp *c);
+/* Writes the configured adaptive settings into c (seg_apply_limits). */
+void ad_apply(struct seg_comp *c, const struct cfg_compartment *cc);
+/* `set NAME adaptive=off`: pins the current limit into the static word;
+ * `on`: resumes from the current limit with the configured static limit
+ * back. Returns -EINVAL if c is not adaptive. */
+int ad_set_mode(struct seg_comp *c, bool on);
+/* `set NAME max_inflight V` (the limit c's adaptive one moves) while it is
+ * on: turns it off, noting the pin of V as the last change. */
+void ad_pin(struct seg_comp *c, uint32_t v);
+const char *ad_reason_name(unsigned r);
+const char *ad_mode_name(unsigned mode);
+/* Windows with fewer completions than this close only after ten windows'
+ * time (ad_sample), and a stall check trusts no mean of fewer. */
+#define AD_MIN_SAMPLES		4
+
+/* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
+
+/* Whether slot (of generation gen) holds permit kind p: its tally's tag
+ * if that names the slot, else the slot's mark. */
+bool tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p);
+/* tally_held for the tally count, which the caller knows is p's of slot. */
+bool tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p,
+    _Atomic uint32_t *count);
+
+/* ---- share.c: guaranteed shares, one mechanism for pools and classes ---- */
+
+/* The two levels: a compartment's share of its pool, a class's share of
+ * its compartment. */
+enum share_level { SHARE_POOL, SHARE_CLASS, SHARE_LEVELS };
+/* The guarantee of level l of compartment c (class cls, for SHARE_CLASS)
+ * went from old to now (set, reload). Raised: up to the difference of its
+ * permits lent by the shared part move onto it. Lowered: up to the
+ * difference of its permits within it become lent ones, past the shared
+ * part's limit if need be, so that a lowered guarantee is never exceeded. */
+void share_guarantee_changed(struct seg *s, struct seg_comp *c, uint32_t cls, enum share_level l,
+    uint32_t old, uint32_t now);
+/* The compartment's classes' shared part: its limit less their
+ * guarantees (after a change of either). */
+void share_update_classes(struct seg_comp *c);
+
+/* ---- pool.c: pools, guarantees, lending ---- */
+
+/* The permits pool p has in use now, and in *lent_derived (if not NULL)
+ * how many of them are above their compartments' guarantees. */
+uint32_t pool_in_use(const struct seg *s, uint32_t p, uint32_t *lent_derived);
+/* Recomputes pool p's shared part after a change of its size, reserve or
+ * guarantees, and wakes its waiters. */
+void pool_update_shared(struct seg *s, uint32_t p);
+/* Writes cfg's pools, guarantees and (if membership, for a segment nobody
+ * uses) which compartment is in which pool into the segment; cmap maps
+ * config compartments to the segment's. */
+void pool_apply(struct seg *s, const struct bs_config *cfg, const int *cmap, bool membership);
+/* NULL if the segment has cfg's pools and memberships (cmap: config
+ * compartment -> segment compartment), else what differs. */
+const char *pool_mismatch(const struct seg *s, const struct bs_config *cfg, const int *cmap);
+/* Zeroes pool p's refusals and restarts its peak from what its members
+ * have in use now (`bulkshim reset`); never a permit, a count in use or a
+ * size. Does nothing for p past the segment's pools. */
+void pool_reset_counters(struct seg *s, uint32_t p);
+
+/* ---- stats.c: statistics, never a permit ---- */
+
+/* Records one value in a histogram. Lock-free. */
+void stat_hist_add(struct seg_hist *h, uint64_t us);
+/* Records one sample standing for n values. */
+void stat_hist_add_n(struct seg_hist *h, uint64_t us, uint64_t n);
+/* The counter of refusals (would: of observe-mode would-rejects) of c for
+ * reason why, or NULL for no such reason. */
+_Atomic uint64_t *stat_reason_count(struct seg_comp *c, enum bs_reason why, bool would);
+/* A short name for a reason: "full", "inflight_full", "wait_timeout",
+ * "too_many_waiting", "class_full", "no_slot", "pool_full",
+ * "class_shared_full"; "unknown" for any other value. */
+const char *stat_reason_name(enum bs_reason why);
+/* Counts a refusal of compartment c for reason why. */
+void stat_refused(struct seg *s, struct seg_comp *c, enum bs_reason why);
+/* Zeroes every statistic of compartment c: counts, rejections by reason,
+ * would-rejects, rates, histograms, timeouts, class counts; peaks restart
+ * from what is held now. Permits, limits and settings are left alone. */
+void stat_reset(struct seg_comp *c);
+/* The connect of slot's socket completed (or the socket was first used,
+ * which is when an event loop's non-blocking connect is known to have
+ * completed): records the time since admission in h_connect, once. */
+void stat_connect_done(struct seg *s, uint32_t slot);
+/* stat_connect_done_in's end for a connect being timed. */
+void stat_connect_time(struct seg *s, uint32_t slot, struct seg_comp *c);
+/* The same for slot of compartment c, known to the caller (connect).
+ * Inline: a connect that is not timed (CONNECT_EXACT) pays one load. */
+static inline __attribute__((always_inline)) void
+stat_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
+{
+	if (atomic_load_explicit(&s->slots[slot].connect_us, memory_order_relaxed) != 0)
+		stat_connect_time(s, slot, c);
+}
+
+/* ---- slot.c: a counted socket's whole life ---- */
+
+/* Claims a free slot for this process's socket with inode ino, held by
+ * record rec (proc_record) through one descriptor, with no permit yet: a
+ * pending slot, for a socket about to be admitted, or shared with a child
+ * about to be forked before its connect. Returns the slot or -ENOSPC. */
+int slot_claim(struct seg *s, int rec, uint64_t ino);
+/* True if slot is pending: held, but no compartment admitted it yet. */
+bool slot_pending(const struct seg *s, uint32_t slot);
+/* True if slot holds a connection permit (or an observe-mode one). */
+bool slot_admitted(const struct seg *s, uint32_t slot);
+/* Another local descriptor refers to slot. */
+void slot_hold(struct seg *s, uint32_t slot);
+/* A local descriptor of slot is gone; the permit goes back when the last
+ * descriptor in the last process holding the socket is gone. */
+void slot_drop(struct seg *s, uint32_t slot);
+/* Drops record rec's hold of slot, if it has one; the last hold releases
+ * the slot's permits (slot_release). True if this drop released it. */
+bool slot_drop_hold(struct seg *s, int rec, uint32_t slot, bool reclaimed);
+/* Word w of record rec's holds: its row's word w and the slots w * 64 ..
+ * w * 64 + 63 it holds alone through their holders word (HTAG_SOLE). For
+ * readers that list a record's holds (reconcile, the CLI). */
+uint64_t slot_held_bits(const struct seg *s, uint32_t rec, uint32_t w);
+/* Finds the slot of a socket inode, or -1. */
+int slot_find_inode(const struct seg *s, uint64_t ino);
+
+/* ---- proc.c: process records, reclaim of the dead, fork, exec, exit ---- */
+
+/* This process's record, claimed on first need. Returns it, or -ENOSPC
+ * when the process table is full. */
+int proc_record(struct seg *s);
+/* Takes back the permits of dead processes. When `throttle` is true it runs
+ * at most every 100 ms host-wide. Returns the number of processes reclaimed. */
+int proc_reclaim(struct seg *s, bool throttle);
+/* The fork gate: a thread about to change what this process holds in a way
+ * a concurrent fork must not split enters it; fork waits for it to empty
+ * (a bounded wait: a signal handler may fork while its own thread is in). */
+void proc_gate_enter(struct seg *s);
+void proc_gate_leave(struct seg *s);
+/* fork closes the gate; proc_fork_child and proc_fork_parent open it. */
+void proc_gate_close(struct seg *s);
+/* A fork under way: the child's record (-1: none), its generation, and the
+ * descriptor holding the record's fork lock (-1: none). */
+struct proc_fork {
+	int rec;
+	uint32_t gen;
+	int lockfd;
+};
+/* Fork support: before fork, builds the child's process record holding every
+ * slot this process holds, into *f. After fork, call proc_fork_child(s, f) in
+ * the child and proc_fork_parent(s, f, pid) in the parent (pid < 0 undoes the
+ * record); both close the lock descriptor. */
+void proc_fork_prepare(struct seg *s, struct proc_fork *f);
+/* False if the child's record was lost (reclaimed): the caller forgets its
+ * descriptors and adopts what it still can with proc_adopt. */
+bool proc_fork_child(struct seg *s, const struct proc_fork *f);
+void proc_fork_parent(struct seg *s, const struct proc_fork *f, pid_t pid);
+/* Adopts the record this PID had before exec (same start time) and slots of
+ * inherited descriptors; `cb` is told each descriptor that refers to a slot.
+ * Slots of the old image without a descriptor left are dropped. */
+void proc_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot));
+/* Releases everything this process holds and frees its record at once. */
+void proc_detach_all(struct seg *s);
+/* Normal exit: marks this process's record exited, so that its holds go
+ * back (and the record is freed) as soon as it is dead, at the next reclaim,
+ * which this makes run unthrottled; not while the kernel still has its
+ * sockets open or its other threads still run. */
+void proc_exit(struct seg *s);
+
+/* ---- reconcile.c: holds checked against the kernel ---- */
+
+/* Gives back the holds whose socket is gone: this process's recorded
+ * descriptors (s->host's table) by fstat, other live processes' holds (of
+ * compartment c, or all if c is NULL) through /proc/PID/fd. Never drops a
+ * hold on doubt. Returns the permits given back (each counted in
+ * `reconciled`). */
+int reconcile_run(struct seg *s, const struct seg_comp *c);
+/* A connection permit of compartment c was found missing, for `why`
+ * (REASON_FULL, or REASON_POOL_FULL: then the stale permit may be another
+ * compartment's and every one is reconciled): reconciles, at most every
+ * 100 ms per process and only in a process whose permits are its
+ * descriptors (s->host). Returns the permits given back, after which
+ * admission takes once more (before it would wait). A connect that finds
+ * room pays nothing for this. */
+int reconcile_refused(struct seg *s, const struct seg_comp *c, enum bs_reason why);
+/* A class of compartment c is at its cap, or its unguaranteed part has
+ * nothing left to lend: reclaims dead holders and reconciles c (each
+ * throttled). Returns the permits given back, after which admission tries
+ * the class's permits once more. */
+int reconcile_class_full(struct seg *s, const struct seg_comp *c);
+
+/* ---- permit.c: admission, waiting, requests in flight ---- */
+
+/* An admission attempt in c (permit kind p) while c's adaptive limit is on
+ * and limits p: a stalled backend, seen without replies (most of what is in
+ * flight older than twice the tolerated latency), cuts the limit before the
+ * attempt is decided (ad_stall_due, slot_ages, ad_stall). Lock-free and
+ * async-signal-safe; nothing when c is not adaptive. */
+void permit_tick(struct seg *s, struct seg_comp *c, int p);
+/* Whether admission may wait for a permit of a full compartment: never,
+ * always (the tests' permit_acquire), or if the descriptor given (>= 0) is
+ * blocking, which is asked (s->host->blocking, a system call) only then. */
+#define WAIT_NEVER	(-1)
+#define WAIT_ALWAYS	(-2)
+/* Admits the pending slot (which this process holds) into compartment c,
+ * class cls: the connection permit, and the class's if that class is
+ * capped. When c is full and `wait` allows (WAIT_NEVER, WAIT_ALWAYS or the
+ * descriptor whose blocking mode decides), waits up to c's max_wait_ms on
+ * a futex. In observe mode a call that would be refused is let through and
+ * counted in would_reject. TAKE_OK; TAKE_FULL with *why when refused (the
+ * slot is pending again); TAKE_SHARED if another process sharing the
+ * socket is admitting it. */
+enum take permit_admit(struct seg *s, uint32_t slot, struct seg_comp *c, uint32_t cls, int wait,
+    enum bs_reason *why);
+/* A new slot for a socket of inode ino, admitted into c as permit_admit
+ * does (waiting if may_wait), for callers without a descriptor table (the
+ * tests, the benchmarks). Returns the slot index, or -EBUSY with *why set
+ * when refused, -EINVAL for no compartment. */
+int permit_acquire(struct seg *s, struct seg_comp *c, uint32_t cls, uint64_t ino, bool may_wait,
+    enum bs_reason *why);
+/* A send on slot's socket: the socket becomes in flight unless it is already.
+ * Returns 1 if this call made it in flight, 0 if it already was (or the
+ * compartment does not count requests), -EBUSY with *why when refused. */
+int permit_inflight_begin(struct seg *s, uint32_t slot, bool may_wait, enum bs_reason *why);
+/* permit_inflight_begin and the end of a request (recording its reply
+ * latency if `record`) for slot, whose mark m the caller read before its
+ * compartment c (so that a slot reused meanwhile fails on its generation). */
+int permit_request_begin(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
+    bool may_wait, enum bs_reason *why);
+/* permit_request_begin's common case alone: no request let through by
+ * observe mode, no adaptive limit, the take on the slot's own give with room
+ * and no new peak. 1 if the request is counted, 0 if not (the slot was
+ * released meanwhile), -1 if it is not that case (nothing done: the caller
+ * goes permit_request_begin's whole way). */
+int permit_request_quick(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c);
+void permit_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
+    bool record);
+/* The common end of a request alone: an untimed request of slot (of
+ * generation gen) in c, ended by the give on the slot's own take. True if
+ * it ended it; false if not that case (nothing done). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE bool permit_reply_quick(struct seg *s, uint32_t slot, uint32_t gen,
+    struct seg_comp *c);
+#pragma GCC diagnostic pop
+/* The reply (a byte, end of file or a hard error) arrived: the request in
+ * flight ends and its latency is recorded. */
+void permit_inflight_end(struct seg *s, uint32_t slot);
+/* The send that began a request failed, or the request was abandoned (an
+ * I/O timeout, a hard error): end it without recording a reply latency. */
+void permit_inflight_cancel(struct seg *s, uint32_t slot);
+/* Whether slot of compartment c has a request counted in flight, let past
+ * the limit in observe mode or not. */
+bool permit_in_flight(const struct seg *s, uint32_t slot, struct seg_comp *c);
+
+#endif

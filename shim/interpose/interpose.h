@@ -1,0 +1,190 @@
+/* interpose.h - private to interpose/: the real functions, the process's state, the wrappers' helpers. */
+#ifndef BULKSHIM_INTERPOSE_H
+#define BULKSHIM_INTERPOSE_H
+
+#include "admit/admit.h"
+#include "config/config.h"
+#include "interpose/fdtable.h"
+#include "log.h"
+#include "sys.h"
+
+/*
+ * Nothing outside interpose/ includes this file: the CLI, the kernel
+ * engine and the tests of the layers below never see the interposer's
+ * globals. The wrappers call admission (admit/admit.h), never the other
+ * way round: admission reaches this process's descriptors through the
+ * callbacks of struct seg_host that init.c registers.
+ */
+
+/* ---- real.c: the real libc functions ---- */
+
+struct addrinfo;
+struct msghdr;
+struct mmsghdr;
+struct iovec;
+struct timespec;
+struct real_fns {
+	int (*connect)(int, const struct sockaddr *, socklen_t);
+	int (*close)(int);
+	int (*dup)(int);
+	int (*dup2)(int, int);
+	int (*dup3)(int, int, int);
+	int (*fcntl)(int, int, ...);
+	int (*fcntl64)(int, int, ...);
+	int (*close_range)(unsigned, unsigned, int);
+	void (*closefrom)(int);
+	int (*fclose)(void *);
+	pid_t (*fork)(void);
+	int (*socket)(int, int, int);
+	int (*accept)(int, struct sockaddr *, socklen_t *);
+	int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+	ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+	ssize_t (*sendmsg)(int, const struct msghdr *, int);
+	int (*getaddrinfo)(const char *, const char *, const struct addrinfo *,
+			   struct addrinfo **);
+	/* The send and receive families, for requests in flight. */
+	ssize_t (*send)(int, const void *, size_t, int);
+	ssize_t (*write)(int, const void *, size_t);
+	ssize_t (*writev)(int, const struct iovec *, int);
+	int (*sendmmsg)(int, struct mmsghdr *, unsigned, int);
+	ssize_t (*sendfile)(int, int, off_t *, size_t);
+	ssize_t (*sendfile64)(int, int, off_t *, size_t);
+	ssize_t (*recv)(int, void *, size_t, int);
+	ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+	ssize_t (*recvmsg)(int, struct msghdr *, int);
+	int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *);
+	ssize_t (*read)(int, void *, size_t);
+	ssize_t (*readv)(int, const struct iovec *, int);
+	ssize_t (*recv_chk)(int, void *, size_t, size_t, int);
+	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
+				socklen_t *);
+	ssize_t (*read_chk)(int, void *, size_t, size_t);
+	pid_t (*_Fork)(void);
+	int (*clone)(int (*)(void *), void *, int, void *, ...);
+	void *(*dlopen)(const char *, int);
+	void *(*dlmopen)(long, const char *, int);
+};
+
+/* Entries start at trampolines that bind on first use, so none is ever NULL. */
+extern struct real_fns real BS_HIDDEN;
+
+/* Binds every real function once with dlsym(RTLD_NEXT). Safe to call from
+ * any wrapper at any time; a recursive call (dlsym calling back into a
+ * wrapper) returns at once, and the trampolines then use the raw system
+ * calls. Aborts if dlsym returns one of our own wrappers. */
+void real_bind(void);
+bool real_bound(void);
+/* libc's syscall(n, a[0..5]) once bound, the instruction before. */
+long real_syscall6(long n, const long a[6]);
+
+/* ---- init.c, connect.c, spawn.c: the process-wide state ---- */
+
+/* The shim's one global: filled by the constructor, read by the wrappers. */
+struct shim_state {
+	_Atomic int ready;	/* 1 once init finished with a usable segment */
+	pid_t pid;		/* getpid() of this process, updated on fork */
+	struct bs_config cfg;	/* as loaded at start-up */
+	_Atomic(struct matcher *) m;	/* rules -> segment compartment indexes */
+	_Atomic(struct matcher *) m_next; /* the rules a reload is putting in place */
+	struct seg *seg;
+	uint32_t cls;		/* this process's class, as a segment class index */
+	_Atomic uint32_t gen;	/* segment generation the matcher was built for */
+};
+extern struct shim_state shim BS_HIDDEN;
+
+/* True once start-up finished with a usable segment. */
+static inline bool
+shim_active(void)
+{
+	return atomic_load_explicit(&shim.ready, memory_order_acquire) != 0;
+}
+extern _Atomic int shim_unseen BS_HIDDEN;
+/* spawn.c: the pid asked of the kernel and compared with the cached one. */
+bool shim_foreign_ask(void);
+/* True in a process that shares our memory but is not the one the tables
+ * describe (a vfork child, a clone), or a copy of it the fork wrapper did
+ * not prepare: its descriptors are not ours. A system call only while such
+ * a process may exist (spawn.c); one load otherwise, inline. */
+static inline bool
+shim_foreign(void)
+{
+#if defined(__x86_64__)
+	if (__builtin_expect(atomic_load_explicit(&shim_unseen, memory_order_relaxed) == 0, 1))
+		return false;
+#endif
+	/* Elsewhere vfork is not wrapped (spawn.c): always ask. */
+	return shim_foreign_ask();
+}
+/* Registers the fork handler that marks children of unseen forks. */
+void shim_watch_forks(void);
+/* In the child of the fork wrapper: it is seen; shim.pid becomes its pid. */
+void shim_forked_seen(void);
+/* Records that fd refers to slot (exec adoption). */
+void shim_adopt_fd(int fd, uint32_t slot);
+/* The errno a refusal of compartment c answers with (an allowed one). */
+int shim_reject_errno(const struct seg_comp *c);
+/* True if a call with these flags may block on fd. One fcntl. */
+bool shim_blocking(int fd, int flags);
+/* Logs a refusal (rate-limited) in words that say why. */
+void shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
+    const char *dest);
+/* What admission found for a descriptor it counted, handed down the path so
+ * that the caller looks nothing up again. */
+struct admitted {
+	uint32_t slot;
+	struct seg_comp *c;
+	bool fresh;		/* the descriptor was marked fresh (fdt_mark_fresh) */
+};
+/* Decides a connect (or TCP Fast Open send) of fd to sa: TAKE_PASS when
+ * nothing is to be counted, TAKE_OK when a permit was taken for fd (then
+ * *got says which slot of which compartment), TAKE_FULL with errno set when
+ * the compartment refused. */
+enum take shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
+    struct admitted *got);
+/* After the real connect of an admitted descriptor (got): one that failed
+ * at once gives its permit back. */
+void shim_settle(int fd, long r, const struct admitted *got);
+/* Rebuilds the destination rules if `bulkshim reload` changed them. */
+void shim_maybe_reload(void);
+
+/* ---- fds.c: descriptors that come and go ---- */
+
+/* Gives back the hold that a table entry (slot + 1, 0: none) stood for. */
+void fds_drop(uint32_t e);
+/* newfd is now a copy of oldfd: it holds the same socket, if any. */
+void fds_copy(int oldfd, int newfd);
+/* Copying a counted descriptor happens inside the fork gate (see fds.c):
+ * true if fd is counted and the gate was entered; fds_gate_done leaves it
+ * then. */
+bool fds_gate_copy(int fd);
+void fds_gate_done(bool in);
+/* Forgets every counted descriptor in [first, last] after a range close. */
+void fds_drop_range(unsigned first, unsigned last);
+/* Forgets every table entry without giving anything back: the record they
+ * were held under is gone. */
+void fds_forget_all(void);
+
+/* ---- deepbind.c: RTLD_DEEPBIND loads bound back to the wrappers ---- */
+
+/* Loads file with `open` (libc's dlopen or dlmopen, given ctx), and when
+ * the load brought objects in, points their GOT entries of the names the
+ * shim exports at the shim's wrappers. Returns open's handle (NULL with
+ * dlerror() set on failure, as dlopen). */
+void *deepbind_load(void *(*open)(void *ctx, const char *file, int mode), void *ctx,
+    const char *file, int mode);
+
+/* ---- notice.c: start-up warnings, once per process tree ---- */
+
+/* True the first time key is seen in this process tree (the keys travel in
+ * BULKSHIM_NOTICED); constructor only, it calls setenv. */
+bool notice_once(const char *key);
+/* Counts a process that meant to attach to segment and runs inert, with
+ * why, in the segment if this process may write it; else does nothing. */
+void notice_unprotected(const char *segment, const char *why);
+/* After a segment refused this user: who owns it and the config lines that fix it. */
+void notice_denied(const struct bs_config *cfg);
+/* After an attach: counts it; warns (once per tree) when the segment's live
+ * limits differ from cfg's or it was set up from another config file. */
+void notice_attached(const struct bs_config *cfg, struct seg *s);
+
+#endif

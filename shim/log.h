@@ -1,0 +1,51 @@
+/* log.h - logging to stderr, as text or JSON lines, async-signal-safe; the clocks. */
+#ifndef BULKSHIM_LOG_H
+#define BULKSHIM_LOG_H
+
+#include "bulkshim.h"
+
+enum bs_log_level { LOG_OFF, LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+/* Sets the level from a BULKSHIM_LOG value; returns -EINVAL for an unknown word. */
+int log_set_level(const char *word);
+int log_get_level(void);
+/* Writes "bulkshim[pid]: <message>\n" to stderr with one write(2) if level is
+ * enabled. Supports %s %d %u %ld %lu %lld %llu %x %c %%; async-signal-safe.
+ * Overlong messages are cut and end in "...". */
+void bs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same formatter into a buffer; returns the length written (without NUL). */
+size_t bs_format(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Logs a rejection for compartment `comp`, at most once a second per
+ * compartment, with the count of the lines it suppressed since the last one. */
+void log_rejection(unsigned comp, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* BULKSHIM_LOG_FORMAT and the config's log_format: "text" (the default,
+ * "bulkshim[pid]: message") or "json" (one object a line); -EINVAL else. */
+int log_set_format(const char *word);
+bool log_is_json(void);
+/* The program name JSON lines carry (cut at 63 bytes). */
+void log_set_program(const char *name);
+/* A refusal, for log_refusal: the human message and its fields. */
+struct log_refusal {
+	const char *message;
+	const char *compartment, *reason, *operation, *destination;
+	uint32_t in_use, limit;		/* limit UINT32_MAX: none */
+};
+/* True when a rejection line of compartment comp may go out now (at most
+ * one a second per compartment), with the count suppressed since the last
+ * one in *skipped; false counts this one as suppressed. Async-signal-safe. */
+bool log_rejection_due(unsigned comp, uint64_t *skipped);
+/* Writes the line of a refusal that log_rejection_due let through, as text
+ * or JSON; async-signal-safe. */
+void log_refusal(const struct log_refusal *r, uint64_t skipped);
+/* Milliseconds of CLOCK_MONOTONIC and CLOCK_REALTIME; microseconds of
+ * CLOCK_MONOTONIC. */
+uint64_t now_mono_ms(void);
+uint64_t now_mono_us(void);
+/* Whole seconds of CLOCK_MONOTONIC, read from the cheaper coarse clock (a
+ * tick behind it at most). */
+uint64_t now_mono_s(void);
+uint64_t now_real_ms(void);
+
+#endif
