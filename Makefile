@@ -33,9 +33,9 @@ SHIM_DIRS := shim/interpose shim/admit shim/config shim
 vpath %.c $(SHIM_DIRS)
 SHIM_H  := $(wildcard shim/*.h shim/*/*.h)
 # What the shim and the CLI share; the files of shim/interpose/ are the shim's own.
-COMMON  := config config_file config_setting config_comp config_pool config_fleet config_resolve \
-           config_adaptive match match_parse segment adaptive tally share pool stats slot proc \
-           reconcile permit log sys
+COMMON  := config_load config_file config_setting config_comp config_pool config_fleet \
+           config_resolve config_adaptive match_parse match_learn match_table segment adaptive \
+           limit tally share pool stats slot proc reconcile permit log sys
 INTERPOSE := $(patsubst shim/interpose/%.c,%,$(wildcard shim/interpose/*.c))
 SHIM_O  := $(COMMON:%=$(B)/shim/%.o) $(INTERPOSE:%=$(B)/shim/%.o)
 CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard tools/*.c)) \
@@ -81,8 +81,13 @@ $(B)/cli/fleet_script.o: tools/fleet.lua
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
+# A unit test may include the sources it tests (to reach their statics):
+# the objects of those are left out of its link.
+unit_includes = $(patsubst %,$(2)/%.o,$(shell sed -n \
+	's|^\#include "\.\./\.\./shim/\(.*/\)\{0,1\}\([a-z_]*\)\.c"|\2|p' $(1)))
 $(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B)/cli/%.o) $(SHIM_H) | $(B)/tests
-	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(filter-out $(B)/cli/$*.o,$(COMMON:%=$(B)/cli/%.o)) \
+	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
+		$(filter-out $(call unit_includes,$<,$(B)/cli),$(COMMON:%=$(B)/cli/%.o)) \
 		$(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 
 $(B) $(B)/shim $(B)/cli $(B)/tests:

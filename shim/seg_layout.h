@@ -219,7 +219,7 @@ struct seg_comp {
 	_Atomic uint64_t rejected_by[REASON_V2];
 	_Atomic uint64_t would_reject[REASON_V2];
 	_Atomic uint64_t rate[BS_RATE_SECONDS];
-	struct seg_hist h_connect;	/* connect() duration */
+	struct seg_hist h_connect;	/* the connect's duration */
 	struct seg_hist h_reply;	/* first send to first reply byte */
 	struct seg_hist h_wait;		/* time spent waiting for a permit */
 	struct seg_class cls[BS_MAX_CLASSES];
@@ -236,7 +236,7 @@ struct seg_comp {
 	_Atomic uint64_t reconciled;	/* permits whose socket the kernel had closed unseen */
 	/* Fleet budgets: the agent (tools/fleet.c) writes this host's share
 	 * and when its lease ends; admission reads them through
-	 * seg_conn_limit() (admit/segment.c). */
+	 * limit_conn() (admit/limit.c). */
 	_Atomic uint32_t fleet_limit;	/* 0 = not in a fleet budget */
 	_Atomic uint32_t fleet_floor;
 	_Atomic uint32_t fleet_share;	/* this host's share while the lease lasts */
@@ -368,6 +368,17 @@ struct seg_proc {
 #define TAG_GIVE	(1u << 31)
 #define TAG_GEN_SHIFT	27
 #define TAG_GEN_MASK	0xfu
+/* Each count and its tag word change by one 64-bit compare-and-swap. */
+_Static_assert(offsetof(struct seg_comp, in_use) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_comp, inflight) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
+_Static_assert(BS_MAX_SOCKETS <= (1u << 20), "a tag has room for a stamp of 6 bits");
+_Static_assert(P_KINDS <= 7, "mark flags fit");
+_Static_assert(offsetof(struct seg_comp, cls_lent) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
+_Static_assert(offsetof(struct seg_header, pools) % 8 == 0, "tally alignment");
 
 static inline size_t
 seg_align_up(size_t v, size_t a)

@@ -10,6 +10,13 @@
 
 #include "sys.h"
 
+#if !defined(__x86_64__) && !defined(__aarch64__)
+/* On other machines the library exports no syscall() wrapper (the same
+ * machines as interpose/syscall.c's): the symbol is libc's alone, named
+ * here by its assembler name. */
+extern long libc_syscall(long n, ...) __asm__("syscall");
+#endif
+
 long
 sys_call(long n, long a1, long a2, long a3, long a4, long a5, long a6)
 {
@@ -38,8 +45,7 @@ sys_call(long n, long a1, long a2, long a3, long a4, long a5, long a6)
 	    : "memory");
 	r = x0;
 #else
-	/* The library exports no syscall() wrapper here: this is libc's. */
-	return syscall(n, a1, a2, a3, a4, a5, a6);
+	return libc_syscall(n, a1, a2, a3, a4, a5, a6);
 #endif
 	if (r < 0 && r > -4096) {
 		errno = (int)-r;

@@ -74,13 +74,15 @@ $(A)/tests/%: tests/helpers/%.c | $(A)/tests
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $< -lpthread
 $(A)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(A)/cli/%.o) $(SHIM_H) | $(A)/tests
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
-		$(filter-out $(A)/cli/$*.o,$(COMMON:%=$(A)/cli/%.o)) $(PC_LIBS) $(CMOCKA_LIBS) -lpthread
+		$(filter-out $(call unit_includes,$<,$(A)/cli),$(COMMON:%=$(A)/cli/%.o)) $(PC_LIBS) \
+		$(CMOCKA_LIBS) -lpthread
 
 $(T)/cli/%.o: %.c $(SHIM_H) | $(T)/cli
 	$(CC) $(CFLAGS) $(TSAN_FLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
 $(T)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(T)/cli/%.o) $(SHIM_H) | $(T)/tests
 	$(CC) $(CFLAGS) $(TSAN_FLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
-		$(filter-out $(T)/cli/$*.o,$(COMMON:%=$(T)/cli/%.o)) $(PC_LIBS) $(CMOCKA_LIBS) -lpthread
+		$(filter-out $(call unit_includes,$<,$(T)/cli),$(COMMON:%=$(T)/cli/%.o)) $(PC_LIBS) \
+		$(CMOCKA_LIBS) -lpthread
 
 $(A)/shim $(A)/cli $(A)/tests $(T)/cli $(T)/tests:
 	mkdir -p $@
@@ -140,7 +142,7 @@ fuzz-deps: | $(B)
 	@rm -f $(B)/fuzzprobe $(B)/fuzzprobe.c
 
 # The config loader and the matcher, whatever files they are split into.
-FUZZ_SRC = $(wildcard shim/config/*.c) shim/log.c
+FUZZ_SRC = $(wildcard shim/config/*.c) shim/log.c shim/sys.c
 
 $(F)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(SHIM_H) | $(F)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC) $(PC_LIBS) -lpthread

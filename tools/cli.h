@@ -63,7 +63,7 @@ struct cli_comp {
 	struct cli_adaptive ad;
 	uint64_t reconciled;	/* permits of sockets found closed unseen */
 	/* A fleet budget (fleet_view.c); fleet_limit 0 = none. */
-	uint32_t live_limit;	/* what admission enforces now (seg_conn_limit) */
+	uint32_t live_limit;	/* what admission enforces now (limit_conn) */
 	uint32_t fleet_limit, fleet_floor, fleet_share, fleet_hosts, fleet_state;
 	int32_t fleet_agent_pid;
 	bool fleet_lease;	/* the lease is valid now */

@@ -125,7 +125,7 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 		asks[i].ceiling = lim > BS_MAX_LIMIT ? BS_MAX_LIMIT : lim;
 		asks[i].held = atomic_load(&c->in_use) + atomic_load(&c->over);
 		asks[i].want = demand(c, rej - fcs[i].rejected, asks[i].ceiling);
-		asks[i].applied = seg_conn_limit(c);
+		asks[i].applied = limit_conn(c);
 		fcs[i].rejected = rej;
 	}
 	t0 = now_mono_ms();

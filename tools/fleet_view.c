@@ -10,7 +10,7 @@ cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 {
 	uint64_t now = now_mono_ms(), expiry, renewed;
 
-	c->live_limit = seg_conn_limit(sc);
+	c->live_limit = limit_conn(sc);
 	c->fleet_limit = atomic_load(&sc->fleet_limit);
 	c->fleet_lease_age_ms = UINT64_MAX;
 	if (c->fleet_limit == 0)

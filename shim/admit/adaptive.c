@@ -265,6 +265,28 @@ ad_current(const struct seg_comp *c)
 	return l > 0 ? l : 1;
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE uint32_t
+ad_limit(const struct seg_comp *c, int p, uint32_t lim)
+{
+	uint32_t a;
+
+	if (__builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON, 1) ||
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) != (uint32_t)p)
+		return lim;
+	a = ad_current(c);
+	return a < lim ? a : lim;
+}
+
+BS_LTO_INLINE bool
+ad_on(const struct seg_comp *c, int p)
+{
+	return __builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) == AD_ON, 0) &&
+	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) == (uint32_t)p;
+}
+#pragma GCC diagnostic pop
+
 static void
 note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason why)
 {

@@ -8,8 +8,9 @@
 
 /*
  * The files of admit/, from the bottom up; each calls only those below it:
- *   segment.c   mapping, validating and attaching a segment; its accessors
+ *   (admit.h)   the accessors of a mapped segment, inline
  *   adaptive.c  the adaptive limit's controller
+ *   limit.c     the limit a take is held to now: static, fleet lease, adaptive
  *   tally.c     counts that a thread killed at any instruction cannot leave wrong
  *   share.c     guaranteed shares, one mechanism for pools and classes
  *   pool.c      pools
@@ -18,6 +19,7 @@
  *   proc.c      process records: reclaim of the dead, fork, exec, exit
  *   reconcile.c holds checked against the kernel
  *   permit.c    admission: take, wait, refuse; requests in flight
+ *   segment.c   creating, validating and attaching a segment, and its settings
  * tally.h, share.h and pool.h hold the inline steps of admission, private
  * to admit/.
  */
@@ -100,7 +102,15 @@ int seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t 
  * Validates it like seg_attach. Returns 0 or -errno with a message in err. */
 int seg_open(const char *name, bool writable, struct seg **out, char *err, size_t errlen);
 void seg_close(struct seg *s);
-struct seg_header *seg_header(const struct seg *s);
+
+/* The accessors below read the handle and the mapping only: every layer
+ * may use them. */
+static inline struct seg_header *
+seg_header(const struct seg *s)
+{
+	return s->h;
+}
+
 /* Compartment i and slot i, or NULL if out of range. Inline: every counted
  * call reads them. */
 static inline struct seg_comp *
@@ -123,7 +133,11 @@ seg_slot_comp(const struct seg *s, const struct seg_slot *sl)
 }
 
 /* Process record i, or NULL if out of range. */
-struct seg_proc *seg_proc(const struct seg *s, uint32_t i);
+static inline struct seg_proc *
+seg_proc(const struct seg *s, uint32_t i)
+{
+	return i < s->nprocs ? &s->procs[i] : NULL;
+}
 /* Record rec's bitmap row: one bit per socket slot it holds. */
 static inline _Atomic uint64_t *
 seg_row(const struct seg *s, uint32_t rec)
@@ -151,27 +165,6 @@ seg_pool_at(const struct seg *s, const struct seg_comp *c)
 	uint32_t p = atomic_load_explicit(&c->pool, memory_order_relaxed) - 1;
 
 	return p < BS_MAX_POOLS ? &s->h->pools[p] : NULL;
-}
-
-/* seg_conn_limit's fleet part, out of line: its clock read would otherwise
- * cost every take registers it does not need without a fleet. */
-uint32_t seg_fleet_limit(const struct seg_comp *c, uint32_t lim);
-/*
- * The connection limit admission enforces now: max_connections, lowered in
- * a fleet budget to this host's share while its lease lasts, and to
- * fleet_floor once the lease has passed by this host's own clock, so that an
- * agent killed or cut off from Redis cannot keep a share that Redis gives
- * away (the agent's lease ends before Redis's does). One load unless the
- * compartment is in a fleet; lock-free and async-signal-safe.
- */
-static inline uint32_t
-seg_conn_limit(const struct seg_comp *c)
-{
-	uint32_t lim = atomic_load_explicit(&c->limit, memory_order_relaxed);
-
-	if (__builtin_expect(atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) == 0, 1))
-		return lim;
-	return seg_fleet_limit(c, lim);
 }
 
 /* The compartment's max_wait_ms for a wait about to begin: attach checks
@@ -211,8 +204,21 @@ uint32_t seg_proc_held(const struct seg *s, uint32_t i);
 /* Records the identity (device, inode) of config file path in h, for the
  * warning about two files on one segment; 0 when it cannot be read. */
 void seg_note_config(struct seg_header *h, const char *path);
-/* The shared-memory object name of a segment: "/bulkshim.<segment>". */
-void seg_shm_name(const char *segment, char *out, size_t len);
+/* The shared-memory object name of a segment: "/bulkshim.<segment>", cut
+ * to fit len (NUL-terminated). */
+static inline void
+seg_shm_name(const char *segment, char *out, size_t len)
+{
+	static const char prefix[] = "/bulkshim.";
+	size_t n = 0;
+
+	for (; n + 1 < len && n < sizeof(prefix) - 1; n++)
+		out[n] = prefix[n];
+	for (; n + 1 < len && *segment != '\0'; n++)
+		out[n] = *segment++;
+	if (len > 0)
+		out[n] = '\0';
+}
 
 /* ---- adaptive.c: the limit that sizes itself from measured latency ---- */
 
@@ -245,26 +251,15 @@ void ad_unpack(uint64_t ctl, struct ad_state *st);
 enum ad_reason ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w);
 /* The adaptive limit of c now (whole permits), UINT32_MAX if c has none. */
 uint32_t ad_current(const struct seg_comp *c);
+/* Inlined into admission under LTO (BS_LTO_INLINE). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
 /* The limit a take of permit kind p in c is held to now: `lim`, or the
  * adaptive limit when lower. One load when c is not adaptive. */
-static inline uint32_t
-ad_limit(const struct seg_comp *c, int p, uint32_t lim)
-{
-	uint32_t a;
-
-	if (__builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) != AD_ON, 1) ||
-	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) != (uint32_t)p)
-		return lim;
-	a = ad_current(c);
-	return a < lim ? a : lim;
-}
+BS_LTO_INLINE uint32_t ad_limit(const struct seg_comp *c, int p, uint32_t lim);
 /* Whether c's adaptive limit is on and limits permit kind p. */
-static inline bool
-ad_on(const struct seg_comp *c, int p)
-{
-	return __builtin_expect(atomic_load_explicit(&c->ad.mode, memory_order_relaxed) == AD_ON, 0) &&
-	    atomic_load_explicit(&c->ad.kind, memory_order_relaxed) == (uint32_t)p;
-}
+BS_LTO_INLINE bool ad_on(const struct seg_comp *c, int p);
+#pragma GCC diagnostic pop
 /* A request of c (of permit kind p) completed after us microseconds: adds
  * the sample to the open window; the completion that finds the window over
  * closes it (one CAS decides who) and moves the limit (one CAS on ctl). */
@@ -303,11 +298,32 @@ const char *ad_mode_name(unsigned mode);
  * time (ad_sample), and a stall check trusts no mean of fewer. */
 #define AD_MIN_SAMPLES		4
 
+/* ---- limit.c: the limit a take is held to now ---- */
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+/*
+ * The connection limit admission enforces now: max_connections, lowered in
+ * a fleet budget to this host's share while its lease lasts, and to
+ * fleet_floor once the lease has passed by this host's own clock, so that an
+ * agent killed or cut off from Redis cannot keep a share that Redis gives
+ * away (the agent's lease ends before Redis's does). One load unless the
+ * compartment is in a fleet; lock-free and async-signal-safe. Inlined into
+ * admission under LTO.
+ */
+BS_LTO_INLINE uint32_t limit_conn(const struct seg_comp *c);
+/* The limit a take of kind p counted against the limit word `limit` is
+ * held to now: the word, or lower, the fleet share (P_CONN, limit_conn)
+ * and the adaptive limit (P_CONN and P_INFLIGHT, ad_limit) of the
+ * compartment whose word it is. */
+BS_LTO_INLINE uint32_t limit_now(_Atomic uint32_t *limit, int p);
+#pragma GCC diagnostic pop
+
 /* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
 
-/* Whether slot (of generation gen) holds permit kind p: its tally's tag
- * if that names the slot, else the slot's mark. */
-bool tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p);
+/* Whether slot (of generation gen) of compartment c holds permit kind p: its
+ * tally's tag if that names the slot, else the slot's mark. */
+bool tally_held(const struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p);
 /* tally_held for the tally count, which the caller knows is p's of slot. */
 bool tally_held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p,
     _Atomic uint32_t *count);
@@ -367,20 +383,18 @@ void stat_refused(struct seg *s, struct seg_comp *c, enum bs_reason why);
  * would-rejects, rates, histograms, timeouts, class counts; peaks restart
  * from what is held now. Permits, limits and settings are left alone. */
 void stat_reset(struct seg_comp *c);
-/* The connect of slot's socket completed (or the socket was first used,
- * which is when an event loop's non-blocking connect is known to have
- * completed): records the time since admission in h_connect, once. */
-void stat_connect_done(struct seg *s, uint32_t slot);
-/* stat_connect_done_in's end for a connect being timed. */
+/* The connect of slot's socket, of compartment c, completed (or the socket
+ * was first used, which is when an event loop's non-blocking connect is
+ * known to have completed): records the time since admission in
+ * h_connect, once; nothing if the connect is not timed. */
 void stat_connect_time(struct seg *s, uint32_t slot, struct seg_comp *c);
 /* The same for slot of compartment c, known to the caller (connect).
- * Inline: a connect that is not timed (CONNECT_EXACT) pays one load. */
-static inline __attribute__((always_inline)) void
-stat_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
-{
-	if (atomic_load_explicit(&s->slots[slot].connect_us, memory_order_relaxed) != 0)
-		stat_connect_time(s, slot, c);
-}
+ * Inlined into the connect under LTO: a connect that is not timed
+ * (CONNECT_EXACT) pays one load. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE void stat_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c);
+#pragma GCC diagnostic pop
 
 /* ---- slot.c: a counted socket's whole life ---- */
 
@@ -396,7 +410,9 @@ bool slot_admitted(const struct seg *s, uint32_t slot);
 /* Another local descriptor refers to slot. */
 void slot_hold(struct seg *s, uint32_t slot);
 /* A local descriptor of slot is gone; the permit goes back when the last
- * descriptor in the last process holding the socket is gone. */
+ * descriptor in the last process holding the socket is gone. A slot past
+ * the table is ignored: the interposer passes its descriptor table's entry
+ * (slot + 1, 0 for none) less one, and UINT32_MAX is none. */
 void slot_drop(struct seg *s, uint32_t slot);
 /* Drops record rec's hold of slot, if it has one; the last hold releases
  * the slot's permits (slot_release). True if this drop released it. */

@@ -91,7 +91,7 @@ take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 {
 	uint32_t took = 0;
 	enum take r = p == P_CONN ? tally_take_conn(s, slot, gen, c, seen, &took) :
-	    tally_take(s, slot, gen, p, 0, seen);
+	    tally_take(s, c, slot, gen, p, 0, seen);
 	struct seg_pool *pool;
 
 	if (r != TAKE_OK || p != P_CONN || (pool = seg_pool_at(s, c)) == NULL)
@@ -100,7 +100,7 @@ take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	r = pool_take(s, c, pool, slot, gen, took, *seen + 1, seen, word);
 	if (r == TAKE_OK)
 		return r;
-	tally_give(s, slot, gen, P_CONN);
+	tally_give(s, c, slot, gen, P_CONN);
 	if (r == TAKE_FULL)
 		*why = REASON_POOL_FULL;
 	return r;
@@ -120,14 +120,16 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
     enum bs_reason full, enum bs_reason *why)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	_Atomic uint32_t *count = tally_of(s, sl, p, NULL), *word = count;
+	_Atomic uint32_t *count, *word;
 	enum bs_reason reason = full;
 	uint32_t wait_ms, w, seen;
 	uint64_t t0, deadline, now;
 	enum take r;
 
-	if (c == NULL || count == NULL)
+	if (c == NULL)
 		return TAKE_BUSY;
+	/* p is P_CONN or P_INFLIGHT, both counted in c itself. */
+	count = word = p == P_CONN ? &c->in_use : &c->inflight;
 	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
 		return r;
 	/* What dead holders hold goes back first; then, for a connection,
@@ -189,28 +191,6 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 /* ---- a connect's permits ---- */
 
 /*
- * The classes of c split it as a pool's compartments split the pool
- * (share.c): after the class permit, whose take made the class's count v,
- * one of c's unguaranteed part unless v is within the class's guarantee.
- * On failure the class permit is given back here. While c lends more
- * than its unguaranteed part (a guarantee raised live) nothing is admitted
- * until it drains, as for a pool.
- */
-static enum take
-class_share(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint32_t cls,
-    uint32_t v)
-{
-	uint32_t seen;
-	enum take r = TAKE_FULL;
-
-	if (atomic_load(&c->cls_lent) <= atomic_load(&c->cls_shared))
-		r = share_take(s, slot, gen, SHARE_CLASS, v, &c->cls_guaranteed[cls], &seen);
-	if (r != TAKE_OK)
-		tally_give(s, slot, gen, P_CLASS);
-	return r;
-}
-
-/*
  * The permits of capped class cls of compartment c: the class's own,
  * then, if the classes share c, one of its unguaranteed part. When
  * either is missing, dead holders and sockets gone unseen may hold it
@@ -225,9 +205,9 @@ class_take(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint3
 
 	for (bool again = false;; again = true) {
 		why = REASON_CLASS_FULL;
-		if (tally_take(s, slot, gen, P_CLASS, 0, &seen) == TAKE_OK) {
+		if (tally_take(s, c, slot, gen, P_CLASS, 0, &seen) == TAKE_OK) {
 			if (!atomic_load_explicit(&c->cls_shares, memory_order_relaxed) ||
-			    class_share(s, slot, gen, c, cls, seen + 1) == TAKE_OK)
+			    share_take_class(s, c, slot, gen, cls, seen + 1) == TAKE_OK)
 				return REASON_MAX;
 			why = REASON_CLASS_SHARED_FULL;
 		}
@@ -269,7 +249,7 @@ admit_refused(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, st
 	uint32_t seen;
 
 	if (k != NULL)
-		share_give(s, slot, gen, SHARE_CLASS);
+		share_give(s, c, slot, gen, SHARE_CLASS);
 	if (atomic_load(&c->enforce) || reason == REASON_NO_SLOT) {
 		stat_refused(s, c, reason);
 		/* A request another thread began meanwhile on the socket
@@ -284,7 +264,7 @@ admit_refused(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, st
 	/* Observe mode: let it through, say what enforcing would have done,
 	 * and keep it apart from the permits proper. */
 	atomic_fetch_add(stat_reason_count(c, reason, true), 1);
-	tally_take(s, slot, gen, P_OVER, 0, &seen);
+	tally_take(s, c, slot, gen, P_OVER, 0, &seen);
 	/* Let past the pool as well: in its use and its peak. */
 	if ((pool = seg_pool_at(s, c)) != NULL)
 		pool_note_use(pool);
@@ -422,7 +402,7 @@ request_full(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, int
 			return -EBUSY;
 		}
 		atomic_fetch_add(stat_reason_count(c, reason, true), 1);
-		return tally_take(s, slot, gen, P_INFLIGHT_OVER, MARK_HELD(P_INFLIGHT), &seen) ==
+		return tally_take(s, c, slot, gen, P_INFLIGHT_OVER, MARK_HELD(P_INFLIGHT), &seen) ==
 		    TAKE_OK;
 	}
 	raise_peak(&c->inflight_peak, atomic_load(&c->inflight));
@@ -502,7 +482,7 @@ permit_request_quick(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *
 	if (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) != 0 ||
 	    atomic_load_explicit(&c->ad.mode, memory_order_relaxed) == AD_ON, 0))
 		return -1;
-	r = tally_take_inflight_own(s, slot, m, c, &seen);
+	r = tally_take_inflight_quick(s, slot, m, c, &seen);
 	if (__builtin_expect(r == TAKE_MISS, 0))
 		return -1;
 	if (__builtin_expect(r != TAKE_OK, 0))
@@ -550,7 +530,7 @@ request_end(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint
 {
 	if (!tally_give_inflight(s, slot, gen, c) &&
 	    (__builtin_expect(atomic_load_explicit(&c->inflight_over, memory_order_relaxed) == 0, 1) ||
-	    !tally_give(s, slot, gen, P_INFLIGHT_OVER)))
+	    !tally_give(s, c, slot, gen, P_INFLIGHT_OVER)))
 		return;
 	if (__builtin_expect(t != 0, 0))
 		reply_timed(&s->slots[slot], c, t, record);
@@ -569,7 +549,7 @@ permit_request_end(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
 	/* Read before the give: a request that begins after it (another
 	 * thread's) must not have its start taken for ours. */
 	t = atomic_load_explicit(&s->slots[slot].sent_us, memory_order_relaxed);
-	if (__builtin_expect(t == 0, 1) && tally_give_inflight_own(s, slot, gen, c))
+	if (__builtin_expect(t == 0, 1) && tally_give_inflight_quick(s, slot, gen, c))
 		return;
 	request_end(s, slot, gen, c, t, record);
 }
@@ -604,7 +584,7 @@ permit_inflight_cancel(struct seg *s, uint32_t slot)
 BS_LTO_INLINE bool
 permit_reply_quick(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
 {
-	return tally_give_inflight_own(s, slot, gen, c);
+	return tally_give_inflight_quick(s, slot, gen, c);
 }
 #pragma GCC diagnostic pop
 

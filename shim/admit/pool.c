@@ -18,6 +18,69 @@
  * file keeps the pools themselves: their words, live changes, waiters.
  */
 
+/* Raises pool's peak to n, the use statistic just read. A count that went
+ * below 0 after a kill (it wraps) raises no peak. */
+static inline void
+pool_raise_peak(struct seg_pool *pool, uint32_t n)
+{
+	uint32_t pk = atomic_load_explicit(&pool->peak, memory_order_relaxed);
+
+	while (n > pk && n <= BS_MAX_SOCKETS &&
+	    !atomic_compare_exchange_weak(&pool->peak, &pk, n))
+		;
+}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE int
+pool_take(struct seg *s, struct seg_comp *c, struct seg_pool *pool, uint32_t slot, uint32_t gen,
+    uint32_t took, uint32_t v, uint32_t *seen, _Atomic uint32_t **full)
+{
+	uint32_t lent;
+	int r;
+
+	if (v <= atomic_load_explicit(&c->guaranteed, memory_order_relaxed)) {
+		/* Lent beyond the shared part (it shrank live, or a
+		 * guarantee grew): nothing more until it drains, guaranteed
+		 * or not, so that the pool never has more than size -
+		 * reserved in use. Lending never passes the shared part, so
+		 * once this reads below it, it stays so. (A borrower's take
+		 * below refuses by the same comparison.) */
+		lent = atomic_load(&pool->lent);
+		if (lent > atomic_load(&pool->shared)) {
+			*seen = lent;
+			*full = &pool->lent;
+			return TAKE_FULL;
+		}
+		/* Within the guarantee: the slot is marked so, unless it was
+		 * released meanwhile. */
+		r = tally_mark_change(&s->slots[slot], gen, 0, MARK_RELEASED, 0,
+		    MARK_GUARANTEED(SHARE_POOL)) ? TAKE_OK : TAKE_BUSY;
+	} else {
+		r = tally_take_lent(s, slot, gen, pool, took, seen);
+		if (r == TAKE_OK)	/* where a hand-over looks first (share.c's pass_on) */
+			atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
+		else if (r == TAKE_FULL)
+			*full = &pool->lent;
+	}
+	if (r == TAKE_OK)
+		pool_note_use(pool);
+	return r;
+}
+
+BS_LTO_INLINE void
+pool_note_use(struct seg_pool *pool)
+{
+	pool_raise_peak(pool, atomic_fetch_add_explicit(&pool->in_use_stat, 1,
+	    memory_order_relaxed) + 1);
+}
+
+BS_LTO_INLINE void
+pool_note_release(struct seg_pool *pool)
+{
+	atomic_fetch_sub_explicit(&pool->in_use_stat, 1, memory_order_relaxed);
+}
+#pragma GCC diagnostic pop
+
 
 uint32_t
 pool_in_use(const struct seg *s, uint32_t p, uint32_t *lent_derived)

@@ -115,6 +115,21 @@ validate(struct seg *s)
 	return damaged_names(h, &want);
 }
 
+/* The fields of s that a tally tag's slot index and stamp are read with:
+ * the index takes as few bits as the slot count needs (seg_layout.h). */
+static void
+tag_format(struct seg *s)
+{
+	uint32_t ib = 32 - (uint32_t)__builtin_clz(s->nslots | 1);
+
+	s->tag_imask = (1u << ib) - 1;
+	s->tag_wmask = s->tag_imask | TAG_GEN_MASK << TAG_GEN_SHIFT;
+	s->tag_one = 1u << ib;
+	s->tag_smask = ((1u << TAG_GEN_SHIFT) - 1) & ~s->tag_imask;
+	/* The sequence in the upper half of the stamp, own counts below. */
+	s->tag_sshift = ib + (TAG_GEN_SHIFT - ib) / 2;
+}
+
 /* The pointers into the mapping, from the counts s keeps (validate, or the
  * creator's), never from the header's offsets. */
 static void
@@ -129,16 +144,10 @@ set_pointers(struct seg *s)
 	s->slots = (struct seg_slot *)(b + want.off_slots);
 	s->procs = (struct seg_proc *)(b + want.off_procs);
 	s->bits = (_Atomic uint64_t *)(b + want.off_bitmaps);
-	tally_format(s);
+	tag_format(s);
 }
 
 /* ---- attach and open ---- */
-
-void
-seg_shm_name(const char *segment, char *out, size_t len)
-{
-	bs_format(out, len, "/bulkshim.%s", segment);
-}
 
 /* Takes the segment's flock with a bounded wait so that creation and
  * attachment never interleave, and a crashed creator cannot hang anyone. */
@@ -839,18 +848,6 @@ seg_close(struct seg *s)
 	free(s);
 }
 
-struct seg_header *
-seg_header(const struct seg *s)
-{
-	return s->h;
-}
-
-struct seg_proc *
-seg_proc(const struct seg *s, uint32_t i)
-{
-	return i < s->nprocs ? &s->procs[i] : NULL;
-}
-
 int
 seg_comp_index(const struct seg *s, size_t cfg_index)
 {
@@ -867,16 +864,4 @@ seg_proc_held(const struct seg *s, uint32_t i)
 	for (uint32_t w = 0; w < s->bitmap_words; w++)
 		n += (uint32_t)__builtin_popcountll(slot_held_bits(s, i, w));
 	return n;
-}
-
-__attribute__((noinline)) uint32_t
-seg_fleet_limit(const struct seg_comp *c, uint32_t lim)
-{
-	uint32_t share;
-
-	if (now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire))
-		share = atomic_load_explicit(&c->fleet_share, memory_order_relaxed);
-	else
-		share = atomic_load_explicit(&c->fleet_floor, memory_order_relaxed);
-	return share < lim ? share : lim;
 }

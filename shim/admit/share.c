@@ -44,25 +44,65 @@
  * themselves are exact under kills (tally.c).
  */
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+
+BS_LTO_INLINE void
+share_released(struct seg *s, uint32_t slot, uint64_t m, struct seg_comp *c,
+    struct seg_pool *pool)
+{
+	if (c == NULL)
+		return;
+	/* Nobody borrows: nothing to hand over. The flag may stay, the slot
+	 * is being freed (its next generation starts with a clean mark) and
+	 * this release is the only one; share_hand_over hands over only
+	 * while the slot still holds its own permit. */
+	if ((m & MARK_GUARANTEED(SHARE_POOL)) && pool != NULL &&
+	    atomic_load_explicit(&pool->lent, memory_order_relaxed) != 0)
+		share_hand_over(s, c, slot, MARK_GEN(m), SHARE_POOL);
+	if ((m & MARK_GUARANTEED(SHARE_CLASS)) &&
+	    atomic_load_explicit(&c->cls_lent, memory_order_relaxed) != 0)
+		share_hand_over(s, c, slot, MARK_GEN(m), SHARE_CLASS);
+}
+#pragma GCC diagnostic pop
+
 static const int own_kind[SHARE_LEVELS] = { P_CONN, P_CLASS };
 static const int lent_kind[SHARE_LEVELS] = { P_LENT, P_CLENT };
 
-enum take
-share_take(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l, uint32_t v,
-    _Atomic uint32_t *guaranteed, uint32_t *seen)
+/* After the level's own permit of slot (P_CONN, P_CLASS), whose take
+ * made its count v: within the guarantee (v <= *guaranteed) the slot is
+ * marked so (the guaranteed path of a connect costs that one
+ * compare-and-swap), else it takes a permit of the level's shared part.
+ * TAKE_OK, TAKE_FULL (*seen the shared count) or TAKE_BUSY. */
+static enum take
+share_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, enum share_level l,
+    uint32_t v, _Atomic uint32_t *guaranteed, uint32_t *seen)
 {
 	enum take r;
 
 	if (v <= atomic_load_explicit(guaranteed, memory_order_relaxed))
-		return share_mark(s, slot, gen, l);
-	r = tally_take(s, slot, gen, lent_kind[l], 0, seen);
-	if (r == TAKE_OK) {
-		struct seg_comp *c = seg_slot_comp(s, &s->slots[slot]);
+		return tally_mark_change(&s->slots[slot], gen, 0, MARK_RELEASED, 0,
+		    MARK_GUARANTEED(l)) ? TAKE_OK : TAKE_BUSY;
+	r = tally_take(s, c, slot, gen, lent_kind[l], 0, seen);
+	/* Where a hand-over looks first (see pass_on). */
+	if (r == TAKE_OK)
+		atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
+	return r;
+}
 
-		/* Where a hand-over looks first (see pass_on). */
-		if (c != NULL)
-			atomic_store_explicit(&c->lent_hint, slot, memory_order_relaxed);
-	}
+enum take
+share_take_class(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t cls,
+    uint32_t v)
+{
+	uint32_t seen;
+	enum take r = TAKE_FULL;
+
+	/* While c lends more than its unguaranteed part (a guarantee raised
+	 * live) nothing is admitted until it drains, as for a pool. */
+	if (atomic_load(&c->cls_lent) <= atomic_load(&c->cls_shared))
+		r = share_take(s, c, slot, gen, SHARE_CLASS, v, &c->cls_guaranteed[cls], &seen);
+	if (r != TAKE_OK)
+		tally_give(s, c, slot, gen, P_CLASS);
 	return r;
 }
 
@@ -80,31 +120,30 @@ shared_tally(const struct seg *s, struct seg_comp *c, enum share_level l)
 
 /* Slot i's lent permit goes back and the slot is within its guarantee. */
 static bool
-move(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
+move(struct seg *s, struct seg_comp *c, uint32_t i, uint32_t gen, enum share_level l)
 {
 	/* Given first, marked after: killed in between, the slot is within
 	 * the guarantee unmarked, which hands nothing over later. */
-	if (!tally_give(s, i, gen, lent_kind[l]))
+	if (!tally_give(s, c, i, gen, lent_kind[l]))
 		return false;
-	if (tally_held(s, i, gen, own_kind[l]))
+	if (tally_held(s, c, i, gen, own_kind[l]))
 		tally_mark_change(&s->slots[i], gen, 0, MARK_RELEASED, 0, MARK_GUARANTEED(l));
 	return true;
 }
 
 /*
- * Moves one permit lent at level l to compartment comp (and class cls, for
+ * Moves one permit lent at level l to compartment c (and class cls, for
  * SHARE_CLASS) onto its guarantee. The search starts at the slot that
  * borrowed last: slots are handed out in turn, so the member's other
  * borrowers are usually close by. True if one moved.
  */
 static bool
-pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
+pass_on(struct seg *s, struct seg_comp *c, uint32_t cls, enum share_level l)
 {
-	struct seg_comp *c = seg_comp(s, comp);
+	uint32_t n = s->nslots, start, comp = (uint32_t)(c - s->comp);
 	_Atomic uint32_t *lent;
-	uint32_t n = s->nslots, start;
 
-	if (c == NULL || (lent = shared_tally(s, c, l)) == NULL)
+	if ((lent = shared_tally(s, c, l)) == NULL)
 		return false;
 	start = atomic_load_explicit(&c->lent_hint, memory_order_relaxed) % n;
 	for (uint32_t k = 0; k < n; k++) {
@@ -122,14 +161,14 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
 		m = atomic_load(&sl->mark);
 		if (!tally_held_at(s, i, MARK_GEN(m), lent_kind[l], lent))
 			continue;
-		if (move(s, i, MARK_GEN(m), l))
+		if (move(s, c, i, MARK_GEN(m), l))
 			return true;
 	}
 	return false;
 }
 
 /*
- * True if the member (compartment comp, class cls of it for SHARE_CLASS)
+ * True if the member (compartment c, class cls of it for SHARE_CLASS)
  * may have a borrower: its own count, which still counts the slot leaving
  * its guarantee, is above the guarantee. Else pass_on would scan every
  * slot for nothing, on each release of a guaranteed permit while another
@@ -138,12 +177,8 @@ pass_on(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
  * until it closes: the guarantee is used less, never more.
  */
 static bool
-may_borrow(const struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
+may_borrow(const struct seg_comp *c, uint32_t cls, enum share_level l)
 {
-	struct seg_comp *c = seg_comp(s, comp);
-
-	if (c == NULL)
-		return false;
 	if (l == SHARE_POOL)
 		return atomic_load_explicit(&c->in_use, memory_order_relaxed) >
 		    atomic_load_explicit(&c->guaranteed, memory_order_relaxed);
@@ -159,29 +194,33 @@ may_borrow(const struct seg *s, uint32_t comp, uint32_t cls, enum share_level l)
  * has it back at once. Async-signal-safe.
  */
 void
-share_hand_over(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+share_hand_over(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen,
+    enum share_level l)
 {
 	struct seg_slot *sl = &s->slots[slot];
-	uint32_t comp = atomic_load(&sl->comp), cls = atomic_load(&sl->cls);
+	uint32_t cls = atomic_load(&sl->cls);
 
 	/* Nothing to hand over: the flag may stay, as it only counts on a
 	 * slot that still holds its own permit. */
-	if (!may_borrow(s, comp, cls, l))
+	if (!may_borrow(c, cls, l))
 		return;
 	/* Only while the slot still holds its own permit: a release
 	 * finished by a reclaimer after the owner died past its gives must
 	 * not hand over a place a new take may have filled meanwhile. */
-	if (tally_held(s, slot, gen, own_kind[l]) &&
+	if (tally_held(s, c, slot, gen, own_kind[l]) &&
 	    tally_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
-		pass_on(s, comp, cls, l);
+		pass_on(s, c, cls, l);
 }
 
 void
-share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
+share_give(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, enum share_level l)
 {
-	tally_give(s, slot, gen, lent_kind[l]);
-	share_hand_over(s, slot, gen, l);
-	tally_give(s, slot, gen, own_kind[l]);
+	/* A slot within its guarantee holds no lent permit, and one that
+	 * borrowed has no guarantee to pass on: of the first two steps one
+	 * acts at most, in either order. */
+	share_hand_over(s, c, slot, gen, l);
+	tally_give(s, c, slot, gen, lent_kind[l]);
+	tally_give(s, c, slot, gen, own_kind[l]);
 }
 
 /*
@@ -191,19 +230,22 @@ share_give(struct seg *s, uint32_t slot, uint32_t gen, enum share_level l)
  * the slot is within its guarantee unmarked, and hands nothing over.
  */
 static bool
-unmove(struct seg *s, uint32_t i, uint32_t gen, enum share_level l)
+unmove(struct seg *s, struct seg_comp *c, uint32_t i, uint32_t gen, enum share_level l)
 {
 	struct seg_slot *sl = &s->slots[i];
 
-	if (tally_of(s, sl, lent_kind[l], NULL) == NULL || !tally_held(s, i, gen, own_kind[l]) ||
+	if (tally_of(s, c, sl, lent_kind[l], NULL) == NULL ||
+	    !tally_held(s, c, i, gen, own_kind[l]) ||
 	    !tally_mark_change(sl, gen, MARK_GUARANTEED(l), 0, MARK_GUARANTEED(l), 0))
 		return false;
-	return tally_take_past(s, i, gen, lent_kind[l]) == TAKE_OK;
+	return tally_take_past(s, c, i, gen, lent_kind[l]) == TAKE_OK;
 }
 
 static void
-unmove_some(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint32_t n)
+unmove_some(struct seg *s, struct seg_comp *c, uint32_t cls, enum share_level l, uint32_t n)
 {
+	uint32_t comp = (uint32_t)(c - s->comp);
+
 	for (uint32_t i = 0; i < s->nslots && n > 0; i++) {
 		struct seg_slot *sl = &s->slots[i];
 		uint64_t m = atomic_load(&sl->mark);
@@ -211,7 +253,7 @@ unmove_some(struct seg *s, uint32_t comp, uint32_t cls, enum share_level l, uint
 		if (!(m & MARK_GUARANTEED(l)) || atomic_load(&sl->comp) != comp ||
 		    (l == SHARE_CLASS && atomic_load(&sl->cls) != cls))
 			continue;
-		if (unmove(s, i, MARK_GEN(m), l))
+		if (unmove(s, c, i, MARK_GEN(m), l))
 			n--;
 	}
 }
@@ -220,12 +262,10 @@ void
 share_guarantee_changed(struct seg *s, struct seg_comp *c, uint32_t cls, enum share_level l,
     uint32_t old, uint32_t now)
 {
-	uint32_t comp = (uint32_t)(c - s->comp);
-
-	for (uint32_t n = now > old ? now - old : 0; n > 0 && pass_on(s, comp, cls, l); n--)
+	for (uint32_t n = now > old ? now - old : 0; n > 0 && pass_on(s, c, cls, l); n--)
 		;
 	if (now < old)
-		unmove_some(s, comp, cls, l, old - now);
+		unmove_some(s, c, cls, l, old - now);
 }
 
 bool

@@ -508,12 +508,14 @@ slot_claim(struct seg *s, int rec, uint64_t ino)
 bool
 slot_admitted(const struct seg *s, uint32_t slot)
 {
+	struct seg_comp *c;
 	uint32_t gen;
 
 	if (slot >= s->nslots)
 		return false;
 	gen = MARK_GEN(atomic_load(&s->slots[slot].mark));
-	return tally_held(s, slot, gen, P_CONN) || tally_held(s, slot, gen, P_OVER);
+	c = seg_slot_comp(s, &s->slots[slot]);
+	return tally_held(s, c, slot, gen, P_CONN) || tally_held(s, c, slot, gen, P_OVER);
 }
 
 bool

@@ -79,15 +79,15 @@ stat_connect_time(struct seg *s, uint32_t slot, struct seg_comp *c)
 	stat_hist_add_n(&c->h_connect, us, (t & SENT_WEIGHTED) ? REQ_SAMPLE : 1);
 }
 
-void
-stat_connect_done(struct seg *s, uint32_t slot)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE void
+stat_connect_done_in(struct seg *s, uint32_t slot, struct seg_comp *c)
 {
-	struct seg_comp *c;
-
-	if (slot >= s->nslots || (c = seg_slot_comp(s, &s->slots[slot])) == NULL)
-		return;
-	stat_connect_done_in(s, slot, c);
+	if (atomic_load_explicit(&s->slots[slot].connect_us, memory_order_relaxed) != 0)
+		stat_connect_time(s, slot, c);
 }
+#pragma GCC diagnostic pop
 
 static void
 zero_hist(struct seg_hist *h)

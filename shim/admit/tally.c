@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "admit/tally.h"
+#include "log.h"
 #include "sys.h"
 
 /*
@@ -61,35 +62,6 @@
  * generation, so no stale reflection can mistake the new value for one.
  */
 
-/* A tag: bit 31 the give flag, bits 27..30 four bits of the slot's
- * generation, then the stamp down to bit ib, and slot index + 1 (0: none)
- * in bits 0..ib-1, where ib is as many bits as the segment's slot count
- * needs (tally_format): 6 bits of stamp at the most slots, more below. */
-
-_Static_assert(offsetof(struct seg_comp, in_use) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_comp, inflight) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
-_Static_assert(BS_MAX_SOCKETS <= (1u << 20), "a tag has room for a stamp of 6 bits");
-
-void
-tally_format(struct seg *s)
-{
-	uint32_t ib = 32 - (uint32_t)__builtin_clz(s->nslots | 1);
-
-	s->tag_imask = (1u << ib) - 1;
-	s->tag_wmask = s->tag_imask | TAG_GEN_MASK << TAG_GEN_SHIFT;
-	s->tag_one = 1u << ib;
-	s->tag_smask = ((1u << TAG_GEN_SHIFT) - 1) & ~s->tag_imask;
-	/* The sequence in the upper half of the stamp, own counts below. */
-	s->tag_sshift = ib + (TAG_GEN_SHIFT - ib) / 2;
-}
-_Static_assert(P_KINDS <= 7, "mark flags fit");
-_Static_assert(offsetof(struct seg_comp, cls_lent) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
-_Static_assert(offsetof(struct seg_header, pools) % 8 == 0, "tally alignment");
-
 /* Wakes one waiter of a count (a connection or in-flight tally). */
 static void
 futex_wake(_Atomic uint32_t *word)
@@ -111,20 +83,6 @@ pool_wake(_Atomic uint32_t *lent)
 		sys_futex_wake(lent, INT_MAX);
 }
 
-/* The pool's lent count for a slot of compartment c, its limit the shared
- * part; NULL if c is in no pool. */
-static inline _Atomic uint32_t *
-pool_tally_of(const struct seg *s, struct seg_comp *c, _Atomic uint32_t **limit)
-{
-	struct seg_pool *pool = seg_pool_at(s, c);
-
-	if (pool == NULL)
-		return NULL;
-	if (limit != NULL)
-		*limit = &pool->shared;
-	return &pool->lent;
-}
-
 static _Atomic uint64_t *
 tally(_Atomic uint32_t *count)
 {
@@ -136,7 +94,7 @@ tally(_Atomic uint32_t *count)
  * The steps below are inlined into tally_take and tally_give, which keep a
  * copy specialised for the kinds taken and given most (P_CONN at every
  * connect and close, P_INFLIGHT at every request of a compartment with
- * max_inflight): their masks are constants and count_of's switch is gone.
+ * max_inflight): their masks are constants and count_in's switch is gone.
  */
 
 /* The counter that permit kind p of slot sl is counted in, and its limit
@@ -145,6 +103,7 @@ static inline __attribute__((always_inline)) _Atomic uint32_t *
 count_in(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int p,
     _Atomic uint32_t **limit)
 {
+	struct seg_pool *pool;
 	uint32_t k;
 
 	if (limit != NULL)
@@ -176,7 +135,12 @@ count_in(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int
 			*limit = &c->cls_shared;
 		return &c->cls_lent;
 	case P_LENT:
-		return pool_tally_of(s, c, limit);
+		/* The pool's lent count, its limit the shared part. */
+		if ((pool = seg_pool_at(s, c)) == NULL)
+			return NULL;
+		if (limit != NULL)
+			*limit = &pool->shared;
+		return &pool->lent;
 	}
 	return NULL;
 }
@@ -189,14 +153,17 @@ count_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t
 }
 
 _Atomic uint32_t *
-tally_of(const struct seg *s, const struct seg_slot *sl, int p, _Atomic uint32_t **limit)
+tally_of(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int p,
+    _Atomic uint32_t **limit)
 {
-	return count_of(s, sl, p, limit);
+	return count_in(s, c, sl, p, limit);
 }
 
 /* Changes slot's mark while it is of generation gen, has every flag of
  * `need` and none of `deny`: clears `clr`, sets `set`. False if it cannot. */
-bool
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE bool
 tally_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t deny, uint64_t clr,
     uint64_t set)
 {
@@ -208,27 +175,8 @@ tally_mark_change(struct seg_slot *sl, uint32_t gen, uint64_t need, uint64_t den
 	} while (!atomic_compare_exchange_weak(&sl->mark, &m, (m & ~clr) | set));
 	return true;
 }
+#pragma GCC diagnostic pop
 
-/* The limit a take of kind p is held to: *limit, or lower, the fleet share
- * (connections) and the adaptive limit of the compartment whose word it is
- * (adaptive.c). */
-static inline __attribute__((always_inline)) uint32_t
-limit_now(_Atomic uint32_t *limit, int p)
-{
-	uint32_t v = atomic_load(limit);
-
-	if (p == P_INFLIGHT)
-		return ad_limit((const struct seg_comp *)((uintptr_t)limit -
-		    offsetof(struct seg_comp, inflight_limit)), p, v);
-	if (p == P_CONN) {
-		/* A fleet lease may lower the static limit (seg_conn_limit). */
-		const struct seg_comp *c = (const struct seg_comp *)((uintptr_t)limit -
-		    offsetof(struct seg_comp, limit));
-
-		return ad_limit(c, p, seg_conn_limit(c));
-	}
-	return v;
-}
 
 static inline __attribute__((always_inline)) uint64_t
 seq_next(uint64_t m)
@@ -256,6 +204,124 @@ undo(_Atomic uint64_t *t, uint64_t w)
 
 	if (atomic_compare_exchange_strong(t, &w, cur > 0 ? cur - 1 : 0))
 		futex_wake((_Atomic uint32_t *)(uintptr_t)t);
+}
+
+/* The tag bits that name slot (of generation gen): index and generation. */
+static inline __attribute__((always_inline)) uint32_t
+tag_who(uint32_t slot, uint32_t gen)
+{
+	return (slot + 1) | (gen & TAG_GEN_MASK) << TAG_GEN_SHIFT;
+}
+
+static inline __attribute__((always_inline)) bool
+tag_names(const struct seg *s, uint32_t tag, uint32_t who)
+{
+	return (tag & s->tag_wmask) == who;
+}
+
+static inline __attribute__((always_inline)) bool
+tag_give(uint32_t tag)
+{
+	return (tag & TAG_GIVE) != 0;
+}
+
+/* The stamp of an operation on a tally whose tag names the slot already
+ * (own: the last stamp counted up) or another slot (from the slot's mark
+ * sequence, in the upper half of the stamp). */
+static inline __attribute__((always_inline)) uint32_t
+stamp_own(const struct seg *s, uint32_t tag)
+{
+	return ((tag & s->tag_smask) + s->tag_one) & s->tag_smask;
+}
+
+/* The stamp of an operation on a tally whose tag names another slot, or
+ * none: from the slot's mark sequence m, in the upper half of the stamp. */
+static inline __attribute__((always_inline)) uint32_t
+stamp_new(const struct seg *s, uint64_t m)
+{
+	return (MARK_SEQ_OF(m) << s->tag_sshift) & s->tag_smask;
+}
+
+/* The compare-and-swap of slot's take, tag `tag`, from tally value w
+ * (whose tag and count the caller checked: the fast paths below), and the
+ * check after it: TAKE_OK (*seen, unless NULL: the count before),
+ * TAKE_BUSY (released meanwhile: undone), or TAKE_MISS (the tally moved:
+ * nothing done). */
+static inline __attribute__((always_inline)) int
+take_swap(struct seg *s, uint32_t slot, uint32_t gen, uint32_t tag, _Atomic uint32_t *count,
+    uint64_t w, uint32_t *seen)
+{
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
+	uint64_t nw = (uint64_t)tag << 32 | ((uint32_t)w + 1), m;
+
+	if (!atomic_compare_exchange_strong(t, &w, nw))
+		return TAKE_MISS;
+	if (seen != NULL)
+		*seen = (uint32_t)w;
+	m = atomic_load(&s->slots[slot].mark);
+	if (__builtin_expect(MARK_GEN(m) != gen || (m & MARK_RELEASED), 0)) {
+		undo(tally(count), nw);
+		return TAKE_BUSY;
+	}
+	return TAKE_OK;
+}
+
+/* A take's fast path for a tally whose tag is 0 (a release untagged it:
+ * nobody to reflect), below lim: take_loop's own steps for that case, with
+ * nothing else live. TAKE_OK (*took: the tag it wrote), TAKE_BUSY
+ * (released meanwhile: undone), or TAKE_MISS (not that case, nothing
+ * done). */
+static inline __attribute__((always_inline)) int
+tally_take_clear(struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_t *count,
+    uint32_t lim, uint32_t *seen, uint32_t *took)
+{
+	uint64_t w = atomic_load((_Atomic uint64_t *)(uintptr_t)count), m;
+
+	/* Untagged and below lim, in one comparison: a tag makes w >= 2^32. */
+	if (__builtin_expect(w >= lim, 0))
+		return TAKE_MISS;
+	m = atomic_load(&s->slots[slot].mark);
+	if (MARK_GEN(m) != gen || (m & (MARK_RELEASED | MARK_HELD(p))))
+		return TAKE_MISS;
+	*took = tag_who(slot, gen) | stamp_new(s, m);
+	return take_swap(s, slot, gen, *took, count, w, seen);
+}
+
+/* A take's fast path (take_loop starts with it): the tally's tag
+ * is the slot's own give (nobody to reflect), its mark m0 says it is not
+ * released, and the count is below lim. TAKE_OK, TAKE_BUSY (released
+ * meanwhile: undone), or TAKE_MISS (not that case, nothing done). */
+static inline __attribute__((always_inline)) int
+tally_take_own(struct seg *s, uint32_t slot, uint64_t m0, _Atomic uint32_t *count, uint32_t lim,
+    uint32_t *seen)
+{
+	uint32_t gen = MARK_GEN(m0), who = tag_who(slot, gen), tag;
+	uint64_t w = atomic_load((_Atomic uint64_t *)(uintptr_t)count);
+
+	tag = (uint32_t)(w >> 32);
+	if (__builtin_expect(tag_names(s, tag, who) && tag_give(tag) && !(m0 & MARK_RELEASED) &&
+	    (uint32_t)w < lim, 1))
+		return take_swap(s, slot, gen, who | stamp_own(s, tag), count, w, seen);
+	return TAKE_MISS;
+}
+
+/* A give's fast path (give_loop starts with it): the tally's tag
+ * is the slot's own take, so the slot holds the permit and nobody needs a
+ * reflection. The tally's new value if it gave (never 0: the caller wakes
+ * waiters), 0 if not that case (nothing done). */
+static inline __attribute__((always_inline)) uint64_t
+tally_give_own(struct seg *s, uint32_t slot, uint32_t gen, _Atomic uint32_t *count)
+{
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)count;
+	uint32_t who = tag_who(slot, gen), tag, cur;
+	uint64_t w = atomic_load(t), nw;
+
+	tag = (uint32_t)(w >> 32);
+	cur = (uint32_t)w;
+	if (!__builtin_expect(cur != 0 && tag_names(s, tag, who) && !tag_give(tag), 1))
+		return 0;
+	nw = (uint64_t)(who | TAG_GIVE | stamp_own(s, tag)) << 32 | (cur - 1);
+	return atomic_compare_exchange_strong(t, &w, nw) ? nw : 0;
 }
 
 /*
@@ -308,11 +374,11 @@ held_at(const struct seg *s, uint32_t slot, uint32_t gen, int p, _Atomic uint32_
 }
 
 bool
-tally_held(const struct seg *s, uint32_t slot, uint32_t gen, int p)
+tally_held(const struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p)
 {
 	if (slot >= s->nslots)
 		return false;
-	return held_at(s, slot, gen, p, count_of(s, &s->slots[slot], p, NULL));
+	return held_at(s, slot, gen, p, count_in(s, c, &s->slots[slot], p, NULL));
 }
 
 bool
@@ -432,12 +498,13 @@ take_at(struct seg *s, uint32_t slot, uint32_t gen, const uint64_t *m0, int p,
 }
 
 static inline __attribute__((always_inline)) int
-take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint64_t deny,
+    uint32_t *seen)
 {
-	_Atomic uint32_t *limit, *count = count_of(s, &s->slots[slot], p, &limit);
+	_Atomic uint32_t *limit, *count = count_in(s, c, &s->slots[slot], p, &limit);
 
 	for (uint64_t d = deny; d != 0; d &= d - 1) {
-		if (tally_held(s, slot, gen, __builtin_ctzll(d)))
+		if (tally_held(s, c, slot, gen, __builtin_ctzll(d)))
 			return TAKE_BUSY;
 	}
 	return take_at(s, slot, gen, NULL, p, count, limit, seen);
@@ -446,19 +513,21 @@ take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t 
 /* Every connect's kind gets a copy of its own (constant masks); a limited
  * request has tally_take_inflight. */
 int
-tally_take(struct seg *s, uint32_t slot, uint32_t gen, int p, uint64_t deny, uint32_t *seen)
+tally_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint64_t deny,
+    uint32_t *seen)
 {
 	if (p == P_CONN)
-		return take(s, slot, gen, P_CONN, deny, seen);
-	return take(s, slot, gen, p, deny, seen);
+		return take(s, c, slot, gen, P_CONN, deny, seen);
+	return take(s, c, slot, gen, p, deny, seen);
 }
 
 int
-tally_take_past(struct seg *s, uint32_t slot, uint32_t gen, int p)
+tally_take_past(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p)
 {
 	uint32_t seen;
 
-	return take_at(s, slot, gen, NULL, p, count_of(s, &s->slots[slot], p, NULL), NULL, &seen);
+	return take_at(s, slot, gen, NULL, p, count_in(s, c, &s->slots[slot], p, NULL), NULL,
+	    &seen);
 }
 
 int
@@ -484,17 +553,47 @@ tally_take_conn(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, 
 }
 
 BS_LTO_INLINE int
-tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen, struct seg_pool *pool, uint32_t *seen)
+tally_take_lent(struct seg *s, uint32_t slot, uint32_t gen, struct seg_pool *pool, uint32_t took,
+    uint32_t *seen)
 {
+	if (took != 0) {
+		/* Right after the compartment's take (tag `took`), which
+		 * found the slot of its generation, not released, after its
+		 * compare-and-swap: the check after this one covers what came
+		 * since, and the slot holds no lent permit (this step alone
+		 * takes one, once an admission). Untagged and below the
+		 * shared part (one comparison, as in tally_take_clear), the
+		 * tally takes that compare-and-swap alone, with the same tag:
+		 * the slot has made no earlier change of this tally to tell
+		 * it from. */
+		uint64_t w = atomic_load(tally(&pool->lent));
+		int r = TAKE_MISS;
+
+		if (__builtin_expect(w < atomic_load(&pool->shared), 1))
+			r = take_swap(s, slot, gen, took, &pool->lent, w, NULL);
+		if (r != TAKE_MISS)
+			return r;
+	}
 	return take_at(s, slot, gen, NULL, P_LENT, &pool->lent, &pool->shared, seen);
 }
-#pragma GCC diagnostic pop
 
-void
-tally_undo(_Atomic uint32_t *count, uint64_t w)
+BS_LTO_INLINE int
+tally_take_inflight_quick(struct seg *s, uint32_t slot, uint64_t m0, struct seg_comp *c,
+    uint32_t *seen)
 {
-	undo(tally(count), w);
+	return tally_take_own(s, slot, m0, &c->inflight, atomic_load(&c->inflight_limit), seen);
 }
+
+BS_LTO_INLINE bool
+tally_give_inflight_quick(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
+{
+	if (!tally_give_own(s, slot, gen, &c->inflight))
+		return false;
+	if (atomic_load(&c->waiting) > 0)
+		futex_wake(&c->inflight);
+	return true;
+}
+#pragma GCC diagnostic pop
 
 /* Gives back permit kind p of slot, counted in count of compartment c, if
  * the slot holds it: one tagged compare-and-swap, then a waiter of c wakes.
@@ -599,32 +698,23 @@ give_at(struct seg *s, uint32_t slot, uint32_t gen, int p, struct seg_comp *c,
 }
 
 static inline __attribute__((always_inline)) bool
-give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+give(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p)
 {
-	struct seg_slot *sl = &s->slots[slot];
-	struct seg_comp *c = seg_slot_comp(s, sl);
-
-	return give_at(s, slot, gen, p, c, count_in(s, c, sl, p, NULL)) != 0;
+	return give_at(s, slot, gen, p, c, count_in(s, c, &s->slots[slot], p, NULL)) != 0;
 }
 
 bool
-tally_give(struct seg *s, uint32_t slot, uint32_t gen, int p)
+tally_give(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p)
 {
 	if (p == P_CONN)
-		return give(s, slot, gen, P_CONN);
-	return give(s, slot, gen, p);
+		return give(s, c, slot, gen, P_CONN);
+	return give(s, c, slot, gen, p);
 }
 
 bool
 tally_give_inflight(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c)
 {
 	return give_at(s, slot, gen, P_INFLIGHT, c, &c->inflight) != 0;
-}
-
-void
-tally_wake_inflight(struct seg_comp *c)
-{
-	futex_wake(&c->inflight);
 }
 
 /* tally_release's give of a kind other than P_CONN. */

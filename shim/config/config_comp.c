@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char cfg_eagain_spin[] = "errno EAGAIN cannot go with max_inflight: a refused send "
+	"would answer EAGAIN, which clients on a blocking socket retry at once, a busy loop; "
+	"use ECONNREFUSED (the default) or ETIMEDOUT";
+
 static const char *const comp_keys[] = {
 	"name", "destinations", "max_connections", "max_inflight", "max_wait_ms", "max_waiting",
 	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", "pool", "guaranteed", "class_guaranteed",
@@ -484,36 +488,12 @@ int cfg_parse_compartments(struct cfg_ctx *c, const config_setting_t *s)
 	return 0;
 }
 
-/* Compares the destinations of two rules: site, then port range. */
-static int dest_cmp(const struct rule *x, const struct rule *y)
-{
-	int k;
-
-	if (x->kind != y->kind)
-		return x->kind < y->kind ? -1 : 1;
-	if (x->kind == RULE_IP) {
-		if (x->prefix != y->prefix)
-			return x->prefix < y->prefix ? -1 : 1;
-		k = memcmp(x->addr, y->addr, 16);
-	} else {
-		k = strcmp(x->kind == RULE_UNIX ? x->path : x->host,
-			   y->kind == RULE_UNIX ? y->path : y->host);
-	}
-	if (k != 0)
-		return k;
-	if (x->port_lo != y->port_lo)
-		return x->port_lo < y->port_lo ? -1 : 1;
-	if (x->port_hi != y->port_hi)
-		return x->port_hi < y->port_hi ? -1 : 1;
-	return 0;
-}
-
 /* Destination, then position, so the first of equal rules comes first. */
 static int dup_cmp(const void *a, const void *b)
 {
 	const struct rule *x = *(const struct rule *const *)a;
 	const struct rule *y = *(const struct rule *const *)b;
-	int k = dest_cmp(x, y);
+	int k = match_rule_cmp(x, y);
 
 	if (k != 0)
 		return k;
@@ -541,7 +521,7 @@ int cfg_check_duplicates(struct cfg_ctx *c)
 	for (size_t i = 0, j; i < n; i = j) {
 		const struct rule *x = order[i];
 
-		for (j = i + 1; j < n && dest_cmp(x, order[j]) == 0; j++) {
+		for (j = i + 1; j < n && match_rule_cmp(x, order[j]) == 0; j++) {
 			const struct rule *y = order[j];
 
 			if (y->comp != x->comp && (size_t)(y - cfg->rules) < later) {

@@ -210,7 +210,7 @@ include_name(const char *line, const char *end, char *name, size_t size)
  * and an absolute name works (libconfig 1.5 puts its include directory
  * before it). A directive counts where libconfig's scanner would see one:
  * outside comments and strings, whose state runs on across files as in its
- * scanner. The spans (shim.h) say where each line of the result came from.
+ * scanner. The spans (config_int.h) say where each line of the result came from.
  */
 enum lex { LEX_CODE, LEX_STRING, LEX_COMMENT, LEX_LINE };
 
@@ -402,7 +402,7 @@ expand_text(struct expand *x, const char *file, const char *text, size_t len, in
 	return rc;
 }
 
-/* See shim.h. */
+/* See config_int.h. */
 int
 cfg_read_file(struct cfg_ctx *c, const char *dir)
 {
@@ -436,32 +436,7 @@ cfg_read_file(struct cfg_ctx *c, const char *dir)
 	return 0;
 }
 
-/* See shim.h. */
-void
-cfg_place(const struct cfg_ctx *c, int line, const char **file, int *at)
-{
-	size_t lo = 0, hi = c->nspan;
-
-	*file = NULL;
-	*at = line;
-	if (c->nspan == 0 || line < 1)
-		return;
-	/* The last span that starts at or before line. */
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (c->span[mid].first <= line)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	if (c->span[lo].first > line)
-		return;
-	*file = c->span[lo].file;
-	*at = c->span[lo].line + (line - c->span[lo].first);
-}
-
-/* See shim.h. */
+/* See config_int.h. */
 void
 cfg_text_free(struct cfg_ctx *c)
 {

@@ -54,11 +54,11 @@ struct cfg_ctx {
  * -errno (-ENOENT, -EISDIR, -EINVAL, -EFBIG...) with the message in c's
  * error buffer; the caller calls cfg_text_free either way. */
 int cfg_read_file(struct cfg_ctx *c, const char *dir);
-/* The file (NULL: the config itself) and line of line `line` of c->text. */
-void cfg_place(const struct cfg_ctx *c, int line, const char **file, int *at);
 void cfg_text_free(struct cfg_ctx *c);
 
 /* config_setting.c: typed access to settings, with messages at FILE:LINE. */
+/* The file (NULL: the config itself) and line of line `line` of c->text. */
+void cfg_place(const struct cfg_ctx *c, int line, const char **file, int *at);
 int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 /* The file (NULL: the config itself) and line where setting s is written. */

@@ -46,7 +46,7 @@ static void vfail(struct cfg_ctx *c, const char *file, int line, const char *fmt
 	vfail_line(c->err + used, c->errlen - used, file ? file : c->path, line, msg);
 }
 
-/* See shim.h. */
+/* See config_int.h. */
 bool cfg_go_on(struct cfg_ctx *c, int rc)
 {
 	if (!c->all || rc == -ENOMEM)
@@ -68,14 +68,38 @@ int cfg_fail_at(struct cfg_ctx *c, const char *file, int line, int rc, const cha
 	return rc;
 }
 
-/* See shim.h. libconfig parses one text (cfg_read_file), so its lines are
+void
+cfg_place(const struct cfg_ctx *c, int line, const char **file, int *at)
+{
+	size_t lo = 0, hi = c->nspan;
+
+	*file = NULL;
+	*at = line;
+	if (c->nspan == 0 || line < 1)
+		return;
+	/* The last span that starts at or before line. */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c->span[mid].first <= line)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (c->span[lo].first > line)
+		return;
+	*file = c->span[lo].file;
+	*at = c->span[lo].line + (line - c->span[lo].first);
+}
+
+/* See config_int.h. libconfig parses one text (cfg_read_file), so its lines are
  * lines of that text, placed in their files by the spans. */
 void cfg_where(const struct cfg_ctx *c, const config_setting_t *s, const char **file, int *line)
 {
 	cfg_place(c, config_setting_source_line(s), file, line);
 }
 
-/* See shim.h. */
+/* See config_int.h. */
 int cfg_line_of(const struct cfg_ctx *c, const config_setting_t *s)
 {
 	const char *file;
@@ -364,4 +388,35 @@ int cfg_check_name(struct cfg_ctx *c, const config_setting_t *s, const char *wha
 					"%s name \"%s\" has a character outside [A-Za-z0-9_.-]",
 					what, name);
 	return 0;
+}
+
+/* The errno values a refusal may answer with (reject_errno). */
+static const struct {
+	const char *name;
+	int value;
+} errno_names[] = {
+	{ "ECONNREFUSED", ECONNREFUSED },
+	{ "EAGAIN", EAGAIN },
+	{ "ETIMEDOUT", ETIMEDOUT },
+	{ "EHOSTUNREACH", EHOSTUNREACH },
+	{ "ENETUNREACH", ENETUNREACH },
+};
+
+/* The errno value of one of the allowed names (ECONNREFUSED, EAGAIN,
+ * ETIMEDOUT, EHOSTUNREACH, ENETUNREACH), or -EINVAL for any other. */
+int cfg_errno_value(const char *name)
+{
+	for (size_t i = 0; name != NULL && i < sizeof(errno_names) / sizeof(errno_names[0]); i++)
+		if (strcmp(name, errno_names[i].name) == 0)
+			return errno_names[i].value;
+	return -EINVAL;
+}
+
+/* The name of an allowed errno value, or NULL for any other value. */
+const char *cfg_errno_name(int value)
+{
+	for (size_t i = 0; i < sizeof(errno_names) / sizeof(errno_names[0]); i++)
+		if (errno_names[i].value == value)
+			return errno_names[i].name;
+	return NULL;
 }

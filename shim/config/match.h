@@ -25,6 +25,11 @@ struct matcher;
 /* Parses one destination string into *r (comp and line are left alone).
  * Returns 0, or -EINVAL with a reason in err. */
 int match_parse(const char *text, struct rule *r, char *err, size_t errlen);
+/* The one order of rules by destination: kind, then site (prefix and
+ * address, unix path or host name), then port range (none for a unix
+ * path). 0 for the same destination, which two compartments may not share
+ * (cfg_check_duplicates) and one may repeat (match_build). */
+int match_rule_cmp(const struct rule *x, const struct rule *y);
 /* Builds the lookup tables for n rules. RULE_HOST rules are kept for
  * match_learn; their resolved addresses are added by the caller as RULE_IP.
  * Returns NULL with a reason in err (out of memory, duplicate rule). */

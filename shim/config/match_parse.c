@@ -1,4 +1,4 @@
-/* match_parse.c - destinations as text: parsing rules, writing rules and addresses back. */
+/* match_parse.c - destinations as text and as keys: parsing rules, writing them back, address keys. */
 #include "config/match_int.h"
 
 #include <arpa/inet.h>
@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/un.h>
 
 #define LABEL_LEN_MAX	63
 #define UNIX_PATH_LEN	(BS_UNIX_PATH_MAX - 1)	/* room for the NUL */
@@ -230,7 +231,7 @@ static int parse_unix(const char *p, struct rule *r, const char *shown, char *er
 	return 0;
 }
 
-/* Parses one destination (see shim.h for the forms). Returns 0, or -EINVAL
+/* Parses one destination (see match.h for the forms). Returns 0, or -EINVAL
  * with a short reason in err. */
 int match_parse(const char *text, struct rule *r, char *err, size_t errlen)
 {
@@ -427,3 +428,93 @@ void match_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t bu
 	put_str(buf, buflen, &pos, ":");
 	put_uint(buf, buflen, &pos, port);
 }
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+/* The lower case of an ASCII letter, any other c unchanged. Locale-free:
+ * match_find and match_learn may run where the locale functions are not
+ * safe, and host names are ASCII anyway. */
+char match_lower(char c)
+{
+	return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+}
+
+/* Clears the bits of addr beyond the first prefix bits; a prefix of 128
+ * leaves it alone. */
+void match_mask_addr(uint8_t *addr, int prefix)
+{
+	int i = prefix / 8;
+
+	if (i >= 16)
+		return;
+	if (prefix % 8)
+		addr[i++] &= (uint8_t)(0xff << (8 - prefix % 8));
+	for (; i < 16; i++)
+		addr[i] = 0;
+}
+
+/* Writes the 4-byte IPv4 address in4 into addr as ::ffff:a.b.c.d. */
+BS_LTO_INLINE void match_map_ipv4(uint8_t addr[16], const void *in4)
+{
+	memset(addr, 0, 10);
+	addr[10] = 0xff;
+	addr[11] = 0xff;
+	memcpy(addr + 12, in4, 4);
+}
+
+/* Reads the 16-byte (IPv4-mapped for AF_INET) address and port of an inet
+ * sockaddr; returns -1 for anything else or a short length. */
+BS_LTO_INLINE int match_inet_key(const struct sockaddr *sa, socklen_t len, uint8_t addr[16],
+    uint16_t *port)
+{
+	sa_family_t family;
+
+	if (sa == NULL || len < (socklen_t)sizeof(sa_family_t))
+		return -1;
+	memcpy(&family, &sa->sa_family, sizeof(family));
+	if (family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+		struct sockaddr_in in;
+
+		memcpy(&in, sa, sizeof(in));
+		match_map_ipv4(addr, &in.sin_addr);
+		*port = ntohs(in.sin_port);
+		return 0;
+	}
+	/* The kernel takes the 24-byte RFC 2133 sockaddr_in6 without a scope. */
+	if (family == AF_INET6 && len >= 24) {
+		struct sockaddr_in6 in6;
+
+		memset(&in6, 0, sizeof(in6));
+		memcpy(&in6, sa, len < sizeof(in6) ? len : sizeof(in6));
+		memcpy(addr, &in6.sin6_addr, 16);
+		*port = ntohs(in6.sin6_port);
+		return 0;
+	}
+	return -1;
+}
+
+/* The unix socket key of sa: the path up to its NUL or len, or for an
+ * abstract socket '@' and the name bytes up to len. Returns its length, or 0. */
+BS_LTO_INLINE size_t match_unix_key(const struct sockaddr *sa, socklen_t len,
+    char key[BS_UNIX_PATH_MAX + 1])
+{
+	size_t off = offsetof(struct sockaddr_un, sun_path), n;
+	const char *path = (const char *)sa + off;
+
+	if (len <= off)
+		return 0;	/* unnamed: nothing to match */
+	n = (size_t)len - off;
+	if (n > BS_UNIX_PATH_MAX)
+		n = BS_UNIX_PATH_MAX;
+	if (path[0] != '\0') {
+		n = strnlen(path, n);
+		memcpy(key, path, n);
+		return n;
+	}
+	if (n < 2)
+		return 0;
+	key[0] = '@';
+	memcpy(key + 1, path + 1, n - 1);
+	return n;
+}
+#pragma GCC diagnostic pop

@@ -28,7 +28,7 @@ shim_blocking(int fd, int flags)
 
 	if (flags & MSG_DONTWAIT)
 		return false;
-	fl = real.fcntl(fd, F_GETFL);
+	fl = sys_fcntl(fd, F_GETFL, NULL);
 	return fl >= 0 && !(fl & O_NONBLOCK);
 }
 
@@ -52,7 +52,7 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 	r.limit = atomic_load(&c->limit);
 	switch (why) {
 	case REASON_FULL:
-		r.limit = ad_limit(c, P_CONN, seg_conn_limit(c));
+		r.limit = ad_limit(c, P_CONN, limit_conn(c));
 		bs_format(msg, sizeof(msg), "%s full (%u/%u%s): %s to %s refused", c->name,
 		    r.in_use, r.limit, ad_limit(c, P_CONN, UINT32_MAX) != UINT32_MAX ? ", adaptive" : "",
 		    what, dest);
@@ -133,7 +133,7 @@ claim_slot(int fd, uint64_t ino, bool *shared)
 		*shared = false;
 		slot = slot_claim(shim.seg, proc_record(shim.seg), ino);
 		if (slot >= 0)
-			fds_drop(fdt_set_valid(fd, (uint32_t)slot));
+			slot_drop(shim.seg, fdt_set_valid(fd, (uint32_t)slot) - 1);
 	}
 	proc_gate_leave(shim.seg);
 	return slot;
@@ -213,7 +213,7 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 			/* Pending, or being admitted by the other process
 			 * sharing it: admit_or_await waits for that verdict. */
 		} else {
-			fds_drop(fdt_take(fd));
+			slot_drop(shim.seg, fdt_take(fd) - 1);
 		}
 	}
 	c = comp >= 0 ? seg_comp(shim.seg, (uint32_t)comp) : NULL;
@@ -243,7 +243,7 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 		 * as it was); one a fork shared stays pending for the process
 		 * it is shared with. */
 		if (!shared)
-			fds_drop(fdt_unclaim(fd, got->fresh));
+			slot_drop(shim.seg, fdt_unclaim(fd, got->fresh) - 1);
 	}
 	match_format(sa, len, dest, sizeof(dest));
 	shim_log_refusal(c, why, what, dest);
@@ -266,24 +266,45 @@ shim_settle(int fd, long r, const struct admitted *got)
 		return;
 	err = errno;
 	if (err != EINPROGRESS && err != EINTR && err != EALREADY && err != EISCONN)
-		fds_drop(fdt_unclaim(fd, got->fresh));
+		slot_drop(shim.seg, fdt_unclaim(fd, got->fresh) - 1);
 	errno = err;
 }
 
-/* A blocking connect (fl: its F_GETFL flags) bounded by the compartment's
- * connect_timeout_ms: made non-blocking for the attempt, then waited for
- * with poll. */
+/*
+ * The connect of fd bounded by compartment c's connect_timeout_ms (timeout,
+ * not 0); errno is restored to saved before the real call. A blocking
+ * socket without a shorter SO_SNDTIMEO of its own (which bounds a
+ * blocking connect on Linux, and wins) is made non-blocking for the
+ * attempt, which is then waited for with poll; *timed_out says that it
+ * ran out (errno ETIMEDOUT), and *aborted that the attempt was undone
+ * then (else it may still connect, and keeps its permit). Any other
+ * socket connects the plain way. The flags are read once, for both.
+ */
 static int
-connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp *c,
-    uint32_t timeout_ms, int fl, bool *aborted)
+connect_bounded(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp *c,
+    uint32_t timeout, int saved, bool *timed_out, bool *aborted)
 {
-	int r, err = 0, saved;
-	uint64_t deadline = now_mono_ms() + timeout_ms, now;
-	socklen_t elen = sizeof(err);
+	struct timeval tv = { 0, 0 };
 	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	socklen_t tvlen = sizeof(tv), elen = sizeof(int);
+	int fl = sys_fcntl(fd, F_GETFL, NULL), r, err = 0;
+	uint64_t own, deadline, now;
 
-	if (real.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+	if (fl < 0 || (fl & O_NONBLOCK)) {
+		errno = saved;
 		return real.connect(fd, sa, len);
+	}
+	own = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tvlen) == 0 ?
+	    (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000 : 0;
+	errno = saved;
+	if (own != 0 && own <= timeout)
+		return real.connect(fd, sa, len);
+	deadline = now_mono_ms() + timeout;
+	if (sys_fcntl(fd, F_SETFL, (void *)(long)(fl | O_NONBLOCK)) < 0) {
+		r = real.connect(fd, sa, len);
+		*timed_out = r < 0 && errno == ETIMEDOUT;
+		return r;
+	}
 	r = real.connect(fd, sa, len);
 	if (r < 0 && errno == EINPROGRESS) {
 		for (;;) {
@@ -314,8 +335,9 @@ connect_timed(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp 
 		}
 	}
 	saved = errno;
-	real.fcntl(fd, F_SETFL, fl);
+	sys_fcntl(fd, F_SETFL, (void *)(long)fl);
 	errno = saved;
+	*timed_out = r < 0 && errno == ETIMEDOUT;
 	return r;
 }
 
@@ -328,13 +350,6 @@ connect_began(int r)
 	return r == 0 || errno == EINPROGRESS || errno == EALREADY || errno == EISCONN;
 }
 
-static void
-connected(int fd, int r)
-{
-	if (connect_began(r))
-		fdt_clear_fresh(fd);
-}
-
 BS_EXPORT int
 connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
@@ -343,7 +358,6 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	struct seg_comp *c;
 	enum take verdict;
 	uint32_t timeout;
-	int fl;
 	bool timed_out = false, aborted = false;
 
 	if (!shim_active())
@@ -355,26 +369,14 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (verdict != TAKE_OK) {
 		errno = saved;
 		r = real.connect(fd, sa, len);
-		connected(fd, r);
+		if (connect_began(r))
+			fdt_clear_fresh(fd);
 		return r;
 	}
 	c = got.c;
 	timeout = atomic_load(&c->connect_timeout_ms);
-	/* SO_SNDTIMEO bounds a blocking connect on Linux: a shorter one that
-	 * the program set itself wins. The flags are read once, for both. */
-	if (timeout != 0 && (fl = real.fcntl(fd, F_GETFL)) >= 0 && !(fl & O_NONBLOCK)) {
-		struct timeval tv = { 0, 0 };
-		socklen_t tvlen = sizeof(tv);
-		uint64_t own = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tvlen) == 0 ?
-		    (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000 : 0;
-
-		errno = saved;
-		if (own != 0 && own <= timeout) {
-			r = real.connect(fd, sa, len);
-		} else {
-			r = connect_timed(fd, sa, len, c, timeout, fl, &aborted);
-			timed_out = r < 0 && errno == ETIMEDOUT;
-		}
+	if (timeout != 0) {
+		r = connect_bounded(fd, sa, len, c, timeout, saved, &timed_out, &aborted);
 	} else {
 		errno = saved;
 		r = real.connect(fd, sa, len);

@@ -12,13 +12,6 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
-void
-fds_drop(uint32_t e)
-{
-	if (e != 0)
-		slot_drop(shim.seg, e - 1);
-}
-
 /* fresh_fd's rare case, out of line. */
 static __attribute__((noinline)) void
 stale_fd(int fd)
@@ -26,7 +19,7 @@ stale_fd(int fd)
 	int saved = errno;
 
 	if (shim_active() && !shim_foreign())
-		fds_drop(fdt_take(fd));
+		slot_drop(shim.seg, fdt_take(fd) - 1);
 	errno = saved;
 }
 
@@ -50,7 +43,7 @@ fds_copy(int oldfd, int newfd)
 		return;
 	if (e != 0)
 		slot_hold(shim.seg, e - 1);
-	fds_drop(e != 0 ? fdt_set(newfd, e - 1) : fdt_take(newfd));
+	slot_drop(shim.seg, (e != 0 ? fdt_set(newfd, e - 1) : fdt_take(newfd)) - 1);
 }
 
 BS_EXPORT int
@@ -69,7 +62,7 @@ close(int fd)
 	e = fdt_take_counted(fd);
 	r = real.close(fd);
 	saved = errno;
-	fds_drop(e);
+	slot_drop(shim.seg, e - 1);
 	errno = saved;
 	return r;
 }
@@ -190,7 +183,7 @@ fds_drop_range(unsigned first, unsigned last)
 		last = high == 0 ? 0 : high - 1;
 	for (unsigned fd = first; fd <= last && fd < high; fd++) {
 		if (fdt_get((int)fd) != 0)
-			fds_drop(fdt_take((int)fd));
+			slot_drop(shim.seg, fdt_take((int)fd) - 1);
 	}
 }
 
@@ -245,7 +238,7 @@ fclose(FILE *fp)
 	e = fdt_take(fd);
 	r = real.fclose(fp);
 	saved = errno;
-	fds_drop(e);
+	slot_drop(shim.seg, e - 1);
 	errno = saved;
 	return r;
 }

@@ -7,7 +7,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "interpose/interpose.h"
+#include "interpose/fdtable.h"
+#include "sys.h"
 
 /*
  * One 64-bit entry per possible descriptor: the segment slot + 1 of the
@@ -17,7 +18,7 @@
  * sized once for the largest descriptor the kernel can hand out
  * (/proc/sys/fs/nr_open, which bounds every RLIMIT_NOFILE) and mapped with
  * MAP_NORESERVE: untouched pages cost nothing, and the hot path is a bounds
- * check and one load (fdt_entry in shim.h).
+ * check and one load (fdt_entry below).
  */
 #define FDT_DEFAULT	(1u << 20)
 #define FDT_CAP		(1u << 24)
@@ -25,8 +26,94 @@
 /* Until the segment is attached, the sequence is this word's 0: no entry
  * carries a verdict before then. */
 static _Atomic uint32_t no_seq;
-struct fdt_tab fdt_tab = { NULL, 0, &no_seq };
-_Atomic int fdt_high_water;
+/* The table: `size` is 0 until the table is mapped; `seq` points to the
+ * segment's settings sequence once attached (no_seq before). Addressed
+ * directly by every wrapper (hidden, as the whole library is). */
+static struct {
+	_Atomic uint64_t *t;
+	_Atomic uint32_t size;
+	_Atomic uint32_t *seq;
+} fdt_tab = { NULL, 0, &no_seq };
+/* One past the highest fd ever recorded (fdt_high). */
+static _Atomic int fdt_high_water;
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE bool
+fdt_valid(int fd)
+{
+	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
+}
+
+BS_LTO_INLINE uint64_t
+fdt_entry_valid(int fd)
+{
+	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
+}
+
+BS_LTO_INLINE uint64_t
+fdt_entry(int fd)
+{
+	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire))
+		return 0;
+	return fdt_entry_valid(fd);
+}
+
+BS_LTO_INLINE uint32_t
+fdt_get(int fd)
+{
+	return (uint32_t)fdt_entry(fd);
+}
+
+BS_LTO_INLINE bool
+fdt_plain(uint64_t e)
+{
+	return (uint32_t)(e >> 32) ==
+	    (FDT_PLAIN | atomic_load_explicit(fdt_tab.seq, memory_order_acquire));
+}
+
+BS_LTO_INLINE void
+fdt_raise_high(int fd)
+{
+	int high = atomic_load_explicit(&fdt_high_water, memory_order_relaxed);
+
+	while (fd >= high && !atomic_compare_exchange_weak(&fdt_high_water, &high, fd + 1))
+		;
+}
+
+BS_LTO_INLINE uint32_t
+fdt_set_valid(int fd, uint32_t slot)
+{
+	fdt_raise_high(fd);
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
+}
+
+BS_LTO_INLINE uint32_t
+fdt_take_counted(int fd)
+{
+	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
+}
+
+BS_LTO_INLINE uint32_t
+fdt_take(int fd)
+{
+	if (fdt_entry(fd) == 0)
+		return 0;
+	return fdt_take_counted(fd);
+}
+
+BS_LTO_INLINE uint32_t
+fdt_seq(void)
+{
+	return atomic_load_explicit(fdt_tab.seq, memory_order_acquire);
+}
+
+BS_LTO_INLINE uint64_t
+fdt_entry_sync(int fd)
+{
+	return atomic_load(&fdt_tab.t[fd]);
+}
+#pragma GCC diagnostic pop
 
 /* Reads /proc/sys/fs/nr_open with raw system calls (init runs before
  * anything else is safe to use); returns 0 if unknown. */
@@ -34,14 +121,9 @@ static uint32_t
 read_nr_open(void)
 {
 	char buf[32];
-	long n, fd;
+	long n = sys_read_small("/proc/sys/fs/nr_open", buf, sizeof(buf));
 	uint32_t v = 0;
 
-	fd = syscall(SYS_openat, AT_FDCWD, "/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-	syscall(SYS_close, fd);
 	for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
 		v = v * 10 + (uint32_t)(buf[i] - '0');
 	return v;

@@ -1,21 +1,23 @@
-/* fdtable.h - private to interpose/: descriptor -> counted socket, a flat array read inline. */
+/* fdtable.h - private to interpose/: descriptor -> counted socket, a flat array read lock-free. */
 #ifndef BULKSHIM_FDTABLE_H
 #define BULKSHIM_FDTABLE_H
 
 #include "bulkshim.h"
 
+/* The accessors that every wrapper reads are inlined into it under LTO
+ * (BS_LTO_INLINE). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+
 /* Sizes the table from /proc/sys/fs/nr_open with mmap. Returns 0 or -errno. */
 int fdt_init(void);
 
-/* The table (fdtable.c): read inline by every wrapper. `size` is 0 until
- * the table is mapped; `seq` points to the segment's settings sequence
- * once attached (a word that stays 0 before). */
-struct fdt_tab {
-	_Atomic uint64_t *t;
-	_Atomic uint32_t size;
-	_Atomic uint32_t *seq;
-};
-extern struct fdt_tab fdt_tab BS_HIDDEN;
+/* The current settings sequence (0 until the segment is attached). */
+BS_LTO_INLINE uint32_t fdt_seq(void);
+/* The whole entry of a descriptor that fdt_valid passed, read with a
+ * sequentially consistent load (a check that must see another thread's
+ * verdict, io.c's drop_plain). */
+BS_LTO_INLINE uint64_t fdt_entry_sync(int fd);
 
 /* The high half of an entry whose socket needs nothing on its I/O: its
  * compartment limits no requests in flight and times out no I/O, as of the
@@ -23,38 +25,19 @@ extern struct fdt_tab fdt_tab BS_HIDDEN;
 #define FDT_PLAIN	0x80000000u
 
 /* fdt_entry of a descriptor that fdt_valid passed: the load alone. */
-static inline uint64_t
-fdt_entry_valid(int fd)
-{
-	return atomic_load_explicit(&fdt_tab.t[fd], memory_order_relaxed);
-}
+BS_LTO_INLINE uint64_t fdt_entry_valid(int fd);
 
 /* The whole entry of fd: slot + 1 in the low half (0: not counted), the
  * cached verdict in the high half; FDT_FRESH for an uncounted socket fresh
  * from socket(). A bounds check and one load. */
-static inline uint64_t
-fdt_entry(int fd)
-{
-	if ((unsigned)fd >= atomic_load_explicit(&fdt_tab.size, memory_order_acquire))
-		return 0;
-	return fdt_entry_valid(fd);
-}
+BS_LTO_INLINE uint64_t fdt_entry(int fd);
 
 /* The slot + 1 recorded for fd, 0 if untracked. */
-static inline uint32_t
-fdt_get(int fd)
-{
-	return (uint32_t)fdt_entry(fd);
-}
+BS_LTO_INLINE uint32_t fdt_get(int fd);
 
 /* True if a counted entry lets its I/O go straight to libc: its verdict is
  * plain as of the current settings sequence. */
-static inline bool
-fdt_plain(uint64_t e)
-{
-	return (uint32_t)(e >> 32) ==
-	    (FDT_PLAIN | atomic_load_explicit(fdt_tab.seq, memory_order_acquire));
-}
+BS_LTO_INLINE bool fdt_plain(uint64_t e);
 
 /* Where the settings sequence is (NULL: nowhere yet). */
 void fdt_set_seq(_Atomic uint32_t *seq);
@@ -62,54 +45,26 @@ void fdt_set_seq(_Atomic uint32_t *seq);
  * is still `was` apart from its verdict. */
 void fdt_verdict(int fd, uint64_t was, uint32_t verdict);
 /* True if fd fits in the table. */
-static inline bool
-fdt_valid(int fd)
-{
-	return fd >= 0 && (uint32_t)fd < atomic_load_explicit(&fdt_tab.size, memory_order_acquire);
-}
-/* One past the highest fd ever recorded (fdt_high). */
-extern _Atomic int fdt_high_water BS_HIDDEN;
+BS_LTO_INLINE bool fdt_valid(int fd);
 /* Records slot for fd (with no verdict) and returns what was recorded
  * before (slot + 1 or 0). */
 uint32_t fdt_set(int fd, uint32_t slot);
 /* Raises the high-water mark (fdt_high) to fd + 1. */
-static inline void
-fdt_raise_high(int fd)
-{
-	int high = atomic_load_explicit(&fdt_high_water, memory_order_relaxed);
-
-	while (fd >= high && !atomic_compare_exchange_weak(&fdt_high_water, &high, fd + 1))
-		;
-}
+BS_LTO_INLINE void fdt_raise_high(int fd);
 /* fdt_set of a descriptor that fdt_valid passed. Inline: every counted
  * connect records its slot. */
-static inline uint32_t
-fdt_set_valid(int fd, uint32_t slot)
-{
-	fdt_raise_high(fd);
-	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], (uint64_t)slot + 1);
-}
+BS_LTO_INLINE uint32_t fdt_set_valid(int fd, uint32_t slot);
 /* fdt_take of a descriptor whose entry fdt_get just read as counted (the
  * table, sized once, never moves). */
-static inline uint32_t
-fdt_take_counted(int fd)
-{
-	return (uint32_t)atomic_exchange(&fdt_tab.t[fd], 0);
-}
+BS_LTO_INLINE uint32_t fdt_take_counted(int fd);
 /* Forgets fd and returns what was recorded (slot + 1 or 0). Inline: every
  * close of a counted socket takes its entry. */
-static inline uint32_t
-fdt_take(int fd)
-{
-	if (fdt_entry(fd) == 0)
-		return 0;
-	return fdt_take_counted(fd);
-}
+BS_LTO_INLINE uint32_t fdt_take(int fd);
 /* One past the highest fd ever recorded, to bound range scans. */
 int fdt_high(void);
 /* The "fresh" mark: the whole entry of a descriptor that is not counted
  * but is a stream socket from socket() not yet connected, which a fork may
- * share before its connect (see fork in interpose.c) and whose connect
+ * share before its connect (see fork in spawn.c) and whose connect
  * need not ask its type. Kept in the entry itself, so that a connect reads
  * it with the descriptor's one lookup, and the slot a counted connect
  * records clears it. Stale marks are harmless: fork checks each
@@ -127,5 +82,7 @@ uint32_t fdt_unclaim(int fd, bool fresh);
 int fdt_next_fresh(int fd);
 /* Forgets fd if its entry is still e (slot + 1); true if it did. */
 bool fdt_take_if(int fd, uint32_t e);
+
+#pragma GCC diagnostic pop
 
 #endif

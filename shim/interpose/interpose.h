@@ -5,6 +5,7 @@
 #include "admit/admit.h"
 #include "config/config.h"
 #include "interpose/fdtable.h"
+#include "interpose/names.h"
 #include "log.h"
 #include "sys.h"
 
@@ -23,47 +24,18 @@ struct msghdr;
 struct mmsghdr;
 struct iovec;
 struct timespec;
+/* One member per name of BS_NAMES (names.h), of its own type. */
+#define REAL_FIELD(kind, field, sym, ret, params, args, fallback) ret (*field) params;
 struct real_fns {
-	int (*connect)(int, const struct sockaddr *, socklen_t);
-	int (*close)(int);
-	int (*dup)(int);
-	int (*dup2)(int, int);
-	int (*dup3)(int, int, int);
-	int (*fcntl)(int, int, ...);
-	int (*fcntl64)(int, int, ...);
-	int (*close_range)(unsigned, unsigned, int);
-	void (*closefrom)(int);
-	int (*fclose)(void *);
-	pid_t (*fork)(void);
-	int (*socket)(int, int, int);
-	int (*accept)(int, struct sockaddr *, socklen_t *);
-	int (*accept4)(int, struct sockaddr *, socklen_t *, int);
-	ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
-	ssize_t (*sendmsg)(int, const struct msghdr *, int);
-	int (*getaddrinfo)(const char *, const char *, const struct addrinfo *,
-			   struct addrinfo **);
-	/* The send and receive families, for requests in flight. */
-	ssize_t (*send)(int, const void *, size_t, int);
-	ssize_t (*write)(int, const void *, size_t);
-	ssize_t (*writev)(int, const struct iovec *, int);
-	int (*sendmmsg)(int, struct mmsghdr *, unsigned, int);
-	ssize_t (*sendfile)(int, int, off_t *, size_t);
-	ssize_t (*sendfile64)(int, int, off_t *, size_t);
-	ssize_t (*recv)(int, void *, size_t, int);
-	ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
-	ssize_t (*recvmsg)(int, struct msghdr *, int);
-	int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *);
-	ssize_t (*read)(int, void *, size_t);
-	ssize_t (*readv)(int, const struct iovec *, int);
-	ssize_t (*recv_chk)(int, void *, size_t, size_t, int);
-	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
-				socklen_t *);
-	ssize_t (*read_chk)(int, void *, size_t, size_t);
-	pid_t (*_Fork)(void);
-	int (*clone)(int (*)(void *), void *, int, void *, ...);
-	void *(*dlopen)(const char *, int);
-	void *(*dlmopen)(long, const char *, int);
+	BS_NAMES(REAL_FIELD)
 };
+#undef REAL_FIELD
+
+/* glibc declares these only for _FORTIFY_SOURCE builds (io.c defines the
+ * wrappers). */
+ssize_t __recv_chk(int, void *, size_t, size_t, int);
+ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+ssize_t __read_chk(int, void *, size_t, size_t);
 
 /* Entries start at trampolines that bind on first use, so none is ever NULL. */
 extern struct real_fns real BS_HIDDEN;
@@ -98,23 +70,18 @@ shim_active(void)
 {
 	return atomic_load_explicit(&shim.ready, memory_order_acquire) != 0;
 }
+/* procid.c: how many ways to make a process the tables must not follow are
+ * under way (the vfork, _Fork and clone wrappers raise it around their
+ * call); while it is 0, no such process can exist. */
 extern _Atomic int shim_unseen BS_HIDDEN;
-/* spawn.c: the pid asked of the kernel and compared with the cached one. */
-bool shim_foreign_ask(void);
 /* True in a process that shares our memory but is not the one the tables
  * describe (a vfork child, a clone), or a copy of it the fork wrapper did
  * not prepare: its descriptors are not ours. A system call only while such
- * a process may exist (spawn.c); one load otherwise, inline. */
-static inline bool
-shim_foreign(void)
-{
-#if defined(__x86_64__)
-	if (__builtin_expect(atomic_load_explicit(&shim_unseen, memory_order_relaxed) == 0, 1))
-		return false;
-#endif
-	/* Elsewhere vfork is not wrapped (spawn.c): always ask. */
-	return shim_foreign_ask();
-}
+ * a process may exist; one load otherwise, inlined under LTO. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE bool shim_foreign(void);
+#pragma GCC diagnostic pop
 /* Registers the fork handler that marks children of unseen forks. */
 void shim_watch_forks(void);
 /* In the child of the fork wrapper: it is seen; shim.pid becomes its pid. */
@@ -149,8 +116,6 @@ void shim_maybe_reload(void);
 
 /* ---- fds.c: descriptors that come and go ---- */
 
-/* Gives back the hold that a table entry (slot + 1, 0: none) stood for. */
-void fds_drop(uint32_t e);
 /* newfd is now a copy of oldfd: it holds the same socket, if any. */
 void fds_copy(int oldfd, int newfd);
 /* Copying a counted descriptor happens inside the fork gate (see fds.c):

@@ -9,11 +9,6 @@
 
 #include "interpose/interpose.h"
 
-/* glibc declares these only for _FORTIFY_SOURCE builds. */
-ssize_t __recv_chk(int, void *, size_t, size_t, int);
-ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
-ssize_t __read_chk(int, void *, size_t, size_t);
-
 /*
  * A counted socket is in flight from its first send after being idle until
  * a receive returns at least one byte, end of file or a hard error (or the
@@ -62,7 +57,7 @@ in_flight(struct seg_slot *sl, struct seg_comp *c)
 static __attribute__((noinline)) bool
 cache_plain_now(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 {
-	uint32_t seq = atomic_load_explicit(fdt_tab.seq, memory_order_acquire);
+	uint32_t seq = fdt_seq();
 
 	if (atomic_load(&c->inflight_limit) != UINT32_MAX || atomic_load(&c->io_timeout_ms) != 0 ||
 	    in_flight(sl, c) ||
@@ -98,7 +93,7 @@ cache_plain(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 static inline __attribute__((always_inline)) void
 drop_plain(int fd, uint64_t e)
 {
-	uint64_t now = atomic_load(&fdt_tab.t[fd]);
+	uint64_t now = fdt_entry_sync(fd);
 
 	if (__builtin_expect((now >> 32 & FDT_PLAIN) != 0, 0) && (uint32_t)now == (uint32_t)e &&
 	    fdt_plain(now))
@@ -159,12 +154,13 @@ wait_ready(int fd, uint32_t e, struct seg_comp *c, int flags, short events)
 	return limit == 0 ? 0 : wait_ready_for(fd, e, c, limit, flags, events);
 }
 
-/* The connect of slot sl is timed at its first use, unless it was already. */
+/* The connect of slot sl (of compartment c) is timed at its first use,
+ * unless it was already. */
 static inline void
-connect_done(struct seg_slot *sl, uint32_t slot)
+connect_done(struct seg_slot *sl, uint32_t slot, struct seg_comp *c)
 {
 	if (atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0)
-		stat_connect_done(shim.seg, slot);
+		stat_connect_time(shim.seg, slot, c);
 }
 
 /* A plain verdict bit at all: its sequence is looked up only then. */
@@ -218,7 +214,7 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 		plain_sample(fd, e, sl);
 		return 0;
 	}
-	connect_done(sl, slot);
+	connect_done(sl, slot, c);
 	if (cache_plain(fd, e, sl, c))
 		return 0;
 	may_wait = atomic_load_explicit(&c->max_wait_ms, memory_order_relaxed) != 0 &&
@@ -327,7 +323,7 @@ recv_end(int fd, uint64_t e, const struct io_recv *q, long r, bool asked)
 
 	if (q->c == NULL)
 		return;
-	connect_done(q->sl, slot);
+	connect_done(q->sl, slot, q->c);
 	/* The common reply first: an untimed request of this socket's own
 	 * ends by the give on its own take (a socket with no request in
 	 * flight finds no such take and goes on). */

@@ -1,6 +1,5 @@
-/* spawn.c - processes made: fork with its bookkeeping, and vfork, _Fork and clone, which the tables must not follow. */
+/* spawn.c - processes made: fork with its bookkeeping; vfork, _Fork and clone raise the unseen count (procid.c). */
 #include <errno.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -9,55 +8,6 @@
 #include <unistd.h>
 
 #include "interpose/interpose.h"
-
-/*
- * The tables describe the process whose pid is shim.pid, cached at start-up
- * and refreshed by the fork wrapper in the child. A process that shares our
- * memory but is not that process (a vfork child, a CLONE_VM child), or a
- * copy of it made without the fork wrapper (_Fork, clone, glibc's internal
- * fork in daemon() or forkpty()), must leave every descriptor alone. Asking
- * the kernel for the pid on every call would cost a system call per
- * connect and per close; instead every way to make such a process raises
- * `unseen` first, and only while it is raised does shim_foreign ask:
- *
- *   - vfork (below): raised in the parent before the child runs, lowered by
- *     the parent when it resumes (the child has exec'd or exited);
- *   - a fork of any kind runs pthread_atfork's child handler, which raises
- *     it in the child's copy for good; the fork wrapper lowers it again in
- *     a child it prepared properly;
- *   - _Fork and clone (which run no fork handlers): raised around the call,
- *     so that the child's copy keeps it; a clone sharing our memory
- *     without CLONE_VFORK keeps it raised in ours too.
- *
- * Raw fork or clone system calls made with syscall() are not seen.
- */
-_Atomic int shim_unseen __attribute__((used));
-
-/* shim_foreign (interpose.h) while `unseen` is raised: ask the kernel. */
-bool
-shim_foreign_ask(void)
-{
-	return sys_getpid() != shim.pid;
-}
-
-static void
-forked_unseen(void)
-{
-	atomic_fetch_add(&shim_unseen, 1);
-}
-
-void
-shim_watch_forks(void)
-{
-	pthread_atfork(NULL, NULL, forked_unseen);
-}
-
-void
-shim_forked_seen(void)
-{
-	atomic_fetch_sub(&shim_unseen, 1);
-	shim.pid = sys_getpid();
-}
 
 #if defined(__x86_64__)
 /* Called by vfork below on failure, with the error number. */
@@ -171,7 +121,7 @@ share_unconnected(void)
 			continue;
 		slot = slot_claim(shim.seg, proc_record(shim.seg), (uint64_t)st.st_ino);
 		if (slot >= 0)
-			fds_drop(fdt_set(fd, (uint32_t)slot));
+			slot_drop(shim.seg, fdt_set(fd, (uint32_t)slot) - 1);
 	}
 }
 

@@ -45,7 +45,7 @@ call_close(long n, const long a[6])
 	e = fdt_take(fd);
 	r = call_forward(n, a);
 	saved = errno;
-	fds_drop(e);
+	slot_drop(shim.seg, e - 1);
 	errno = saved;
 	return r;
 }

@@ -185,7 +185,7 @@ class Host:
         return harness_io.read_segment(self.segment).comp(COMP)
 
     def live_limit(self, c=None):
-        """What admission enforces now, computed as seg_conn_limit does."""
+        """What admission enforces now, computed as limit_conn does."""
         c = c or self.comp()
         if time.monotonic() * 1000 < c["fleet_expiry_ms"]:
             share = c["fleet_share"]

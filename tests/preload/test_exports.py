@@ -1,20 +1,32 @@
 """test_exports.py - the library exports exactly the libc names it interposes."""
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 
 from harness import LIB, ROOT, need_built
 
-INTERPOSED = {"connect", "close", "dup", "dup2", "dup3", "fcntl", "fcntl64", "close_range",
-              "closefrom", "fclose", "fork", "vfork", "_Fork", "clone", "socket", "accept", "accept4", "sendto", "sendmsg",
-              "getaddrinfo",
-              # The send and receive families, for requests in flight.
-              "send", "write", "writev", "sendmmsg", "sendfile", "sendfile64", "recv", "recvfrom",
-              "recvmsg", "recvmmsg", "read", "readv", "__recv_chk", "__recvfrom_chk", "__read_chk",
-              # libuv closes through syscall(); RTLD_DEEPBIND loads are bound back.
-              "syscall", "dlopen", "dlmopen"}
+
+
+def interposed():
+    """The names the library exports, from the one list of them: shim/interpose/names.h's
+    BS_NAMES (the symbol of each X(...) line) and, for this machine, BS_NAMES_ONLY."""
+    with open(os.path.join(ROOT, "shim", "interpose", "names.h")) as f:
+        text = f.read()
+    names = set(re.findall(r"X\((?:TRAMP|HAND),\s*\w+,\s*(\w+),", text))
+    machine = os.uname().machine
+    only = re.search(r"#if defined\(__x86_64__\)\n#define BS_NAMES_ONLY\(Y\)\s*(.*)\n#elif defined"
+                     r"\(__aarch64__\)\n#define BS_NAMES_ONLY\(Y\)\s*(.*)\n", text)
+    assert only, "names.h: BS_NAMES_ONLY not found where the test looks for it"
+    only = only.group(1 if machine == "x86_64" else 2) if machine in ("x86_64", "aarch64") else ""
+    names |= set(re.findall(r"Y\((\w+)\)", only))
+    assert {"connect", "close", "__recv_chk", "syscall"} <= names, "names.h gives only %s" % sorted(names)
+    return names
+
+
+INTERPOSED = interposed()
 # Symbols the linker adds on its own.
 LINKER = {"_init", "_fini", "_edata", "_end", "__bss_start"}
 

@@ -5,6 +5,13 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+/* The compartment that slot i stands in, as admission looks it up. */
+static inline struct seg_comp *
+slot_comp_of(const struct seg *s, uint32_t i)
+{
+	return seg_slot_comp(s, &s->slots[i]);
+}
+
 /* Each test's setup fills cfg, naming a fresh segment with counter. */
 static struct bs_config cfg;
 static char err[BS_ERRLEN];

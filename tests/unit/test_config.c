@@ -1,5 +1,5 @@
 /* test_config.c - unit tests of config parsing, validation, messages and host resolution. */
-#include "../../shim/config/config.c"
+#include "../../shim/config/config_load.c"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

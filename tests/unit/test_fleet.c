@@ -50,18 +50,18 @@ test_live_limit_is_share_while_leased_else_floor(void **state)
 	(void)state;
 	memset(&c, 0, sizeof(c));
 	atomic_store(&c.limit, 20);
-	assert_int_equal(seg_conn_limit(&c), 20);	/* not in a fleet */
+	assert_int_equal(limit_conn(&c), 20);	/* not in a fleet */
 	atomic_store(&c.fleet_limit, 100);
 	atomic_store(&c.fleet_floor, 3);
-	assert_int_equal(seg_conn_limit(&c), 3);	/* no lease yet */
+	assert_int_equal(limit_conn(&c), 3);	/* no lease yet */
 	lease(&c, 7, 10000);
-	assert_int_equal(seg_conn_limit(&c), 7);
+	assert_int_equal(limit_conn(&c), 7);
 	lease(&c, 70, 10000);
-	assert_int_equal(seg_conn_limit(&c), 20);	/* max_connections caps a share */
+	assert_int_equal(limit_conn(&c), 20);	/* max_connections caps a share */
 	lease(&c, 7, -1);
-	assert_int_equal(seg_conn_limit(&c), 3);	/* the lease has passed */
+	assert_int_equal(limit_conn(&c), 3);	/* the lease has passed */
 	atomic_store(&c.fleet_floor, 30);
-	assert_int_equal(seg_conn_limit(&c), 20);	/* and caps a floor */
+	assert_int_equal(limit_conn(&c), 20);	/* and caps a floor */
 }
 
 /* Admission takes the live limit: the share, then the floor after expiry;
@@ -115,7 +115,7 @@ test_reload_keeps_the_lease(void **state)
 	seg_apply_limits(c, &comps[0]);
 	assert_int_equal(atomic_load(&c->fleet_floor), 2);
 	assert_int_equal(atomic_load(&c->fleet_limit), 40);
-	assert_int_equal(seg_conn_limit(c), 4);
+	assert_int_equal(limit_conn(c), 4);
 	seg_close(s);
 }
 

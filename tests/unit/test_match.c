@@ -1,5 +1,6 @@
 /* test_match.c - unit tests of destination parsing, lookup precedence and learning. */
-#include "../../shim/config/match.c"
+#include "../../shim/config/match_table.c"
+#include "../../shim/config/match_learn.c"
 
 #include <pthread.h>
 #include <sched.h>

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "../../shim/admit/permit.c"
+#include "../../shim/admit/tally.c"
 #include "seg_fixture.h"
 
 static struct cfg_compartment comps[1];
@@ -358,28 +359,28 @@ test_a_take_is_whole_at_its_compare_and_swap(void **state)
 	/* Killed after its compare-and-swap, before anything else: the
 	 * permit is the slot's (by the tag), and goes back with it. */
 	b = fresh_slot(s, 11, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_take(s, slot_comp_of(s, b), b, gb, P_CONN, 0, &seen), TAKE_OK);
 	assert_false(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
-	assert_true(tally_held(s, b, gb, P_CONN));
+	assert_true(tally_held(s, slot_comp_of(s, b), b, gb, P_CONN));
 	atomic_store(&s->slots[b].op_pid, dead);
 	slot_resolve(s, b, dead);
 	assert_int_equal(atomic_load(&c->in_use), 1);
 	/* Another slot's take moves the tally away: b's mark says so now. */
 	d = fresh_slot(s, 12, &gd);
-	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_take(s, slot_comp_of(s, d), d, gd, P_CONN, 0, &seen), TAKE_OK);
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
-	assert_true(tally_held(s, b, gb, P_CONN));
+	assert_true(tally_held(s, slot_comp_of(s, b), b, gb, P_CONN));
 	assert_int_equal(atomic_load(&c->in_use), 2);
 	/* The limit (2) holds with both: a third is refused. */
 	assert_int_equal(acq(s, 0, 15, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
 	/* b gives on d's tag: no mark write, the tag overrides the stale
 	 * MARK_HELD; d's next change clears it. */
-	assert_true(tally_give(s, b, gb, P_CONN));
+	assert_true(tally_give(s, slot_comp_of(s, b), b, gb, P_CONN));
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
-	assert_false(tally_held(s, b, gb, P_CONN));
-	assert_false(tally_give(s, b, gb, P_CONN));
+	assert_false(tally_held(s, slot_comp_of(s, b), b, gb, P_CONN));
+	assert_false(tally_give(s, slot_comp_of(s, b), b, gb, P_CONN));
 	assert_int_equal(atomic_load(&c->in_use), 1);
-	assert_true(tally_give(s, d, gd, P_CONN));
+	assert_true(tally_give(s, slot_comp_of(s, d), d, gd, P_CONN));
 	assert_false(atomic_load(&s->slots[b].mark) & MARK_HELD(P_CONN));
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	/* Killed before its compare-and-swap: nothing was counted. */
@@ -389,12 +390,12 @@ test_a_take_is_whole_at_its_compare_and_swap(void **state)
 	/* Held again and released: given back once, then marked released;
 	 * a second release gives nothing. */
 	b = fresh_slot(s, 13, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
-	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b]), NULL),
+	assert_int_equal(tally_take(s, slot_comp_of(s, b), b, gb, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_release(s, b, gb, slot_comp_of(s, b), NULL),
 	    MARK_HELD(P_CONN));
 	assert_true(atomic_load(&s->slots[b].mark) & MARK_RELEASED);
-	assert_int_equal(tally_release(s, b, gb, seg_slot_comp(s, &s->slots[b]), NULL), 0);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_BUSY);
+	assert_int_equal(tally_release(s, b, gb, slot_comp_of(s, b), NULL), 0);
+	assert_int_equal(tally_take(s, slot_comp_of(s, b), b, gb, P_CONN, 0, &seen), TAKE_BUSY);
 	assert_int_equal(atomic_load(&c->in_use), 0);
 	slot_drop(s, b);
 	proc_detach_all(s);
@@ -416,7 +417,7 @@ test_a_release_leaves_no_tag_to_reflect(void **state)
 
 	(void)state;
 	b = fresh_slot(s, 41, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_take(s, slot_comp_of(s, b), b, gb, P_CONN, 0, &seen), TAKE_OK);
 	assert_int_equal(atomic_load(t) >> 32 & s->tag_imask, b + 1);
 	slot_drop(s, b);
 	assert_int_equal(atomic_load(t), 0);
@@ -424,15 +425,15 @@ test_a_release_leaves_no_tag_to_reflect(void **state)
 	 * d's mark first, and b's tag goes after the release. */
 	b = fresh_slot(s, 42, &gb);
 	d = fresh_slot(s, 43, &gd);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
-	assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_take(s, slot_comp_of(s, b), b, gb, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_take(s, slot_comp_of(s, d), d, gd, P_CONN, 0, &seen), TAKE_OK);
 	slot_drop(s, b);
 	assert_int_equal(atomic_load(t), 1);
 	assert_true(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
-	assert_true(tally_held(s, d, gd, P_CONN));
+	assert_true(tally_held(s, slot_comp_of(s, d), d, gd, P_CONN));
 	/* The limit still counts d: one more, not two. */
 	b = fresh_slot(s, 44, &gb);
-	assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
+	assert_int_equal(tally_take(s, slot_comp_of(s, b), b, gb, P_CONN, 0, &seen), TAKE_OK);
 	assert_int_equal(acq(s, 0, 45, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
 	slot_drop(s, b);
 	slot_drop(s, d);
@@ -463,9 +464,9 @@ test_a_take_landing_after_the_release_is_undone(void **state)
 		b = fresh_slot(s, 31, &gb);
 		/* The value b's take leaves in the tally, as its late
 		 * compare-and-swap would write it. */
-		assert_int_equal(tally_take(s, b, gb, P_CONN, 0, &seen), TAKE_OK);
+		assert_int_equal(tally_take(s, slot_comp_of(s, b), b, gb, P_CONN, 0, &seen), TAKE_OK);
 		late = atomic_load(t);
-		assert_true(tally_give(s, b, gb, P_CONN));
+		assert_true(tally_give(s, slot_comp_of(s, b), b, gb, P_CONN));
 		slot_drop(s, b);		/* released and free */
 		assert_int_equal(atomic_load(&c->in_use), 0);
 		atomic_store(t, late);	/* the take lands now */
@@ -482,10 +483,10 @@ test_a_take_landing_after_the_release_is_undone(void **state)
 		/* Two others are admitted under the limit of 2: the orphan
 		 * is undone before the first one's limit check. */
 		d = fresh_slot(s, 33, &gd);
-		assert_int_equal(tally_take(s, d, gd, P_CONN, 0, &seen), TAKE_OK);
+		assert_int_equal(tally_take(s, slot_comp_of(s, d), d, gd, P_CONN, 0, &seen), TAKE_OK);
 		assert_int_equal(atomic_load(&c->in_use), 1);
 		e = fresh_slot(s, 34, &ge);
-		assert_int_equal(tally_take(s, e, ge, P_CONN, 0, &seen), TAKE_OK);
+		assert_int_equal(tally_take(s, slot_comp_of(s, e), e, ge, P_CONN, 0, &seen), TAKE_OK);
 		assert_int_equal(atomic_load(&c->in_use), 2);
 		slot_drop(s, d);
 		slot_drop(s, e);
@@ -519,7 +520,7 @@ test_an_untagged_take_landing_after_the_release_undoes_itself(void **state)
 	assert_int_equal(seen, 0);
 	assert_int_equal(took & s->tag_wmask, tag_who(b, gb));
 	assert_int_equal(atomic_load(t), (uint64_t)took << 32 | 1);
-	assert_true(tally_held(s, b, gb, P_CONN));
+	assert_true(tally_held(s, slot_comp_of(s, b), b, gb, P_CONN));
 	slot_drop(s, b);
 	assert_int_equal(atomic_load(t), 0);
 	/* Checked while the slot was live, released before the swap. */
@@ -544,7 +545,7 @@ test_an_untagged_take_landing_after_the_release_undoes_itself(void **state)
 	assert_int_equal(tally_take_conn(s, b, gb, c, &seen, &took), TAKE_OK);
 	assert_int_equal(seen, 1);
 	assert_true(atomic_load(&s->slots[d].mark) & MARK_HELD(P_CONN));
-	assert_true(tally_held(s, b, gb, P_CONN) && tally_held(s, d, gd, P_CONN));
+	assert_true(tally_held(s, slot_comp_of(s, b), b, gb, P_CONN) && tally_held(s, slot_comp_of(s, d), d, gd, P_CONN));
 	/* At the limit (2): the fast path refuses nothing itself. */
 	assert_int_equal(acq(s, 0, 55, false, &(enum bs_reason){ REASON_MAX }), -EBUSY);
 	slot_drop(s, b);
@@ -604,8 +605,8 @@ test_two_threads_of_one_slot_race_exactly(void **state)
 	for (int i = 0; i < 4; i++)
 		pthread_join(th[i], NULL);
 	assert_int_equal(atomic_load(&over), 0);
-	held = tally_held(s, (uint32_t)a, r[0].gen, P_INFLIGHT) +
-	    tally_held(s, (uint32_t)b, r[3].gen, P_INFLIGHT);
+	held = tally_held(s, slot_comp_of(s, (uint32_t)a), (uint32_t)a, r[0].gen, P_INFLIGHT) +
+	    tally_held(s, slot_comp_of(s, (uint32_t)b), (uint32_t)b, r[3].gen, P_INFLIGHT);
 	assert_int_equal(atomic_load(&c->inflight), held);
 	slot_drop(s, (uint32_t)a);
 	slot_drop(s, (uint32_t)b);

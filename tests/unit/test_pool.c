@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "../../shim/admit/pool.c"
+#include "../../shim/admit/tally.c"
 #include "seg_fixture.h"
 
 /* Pool "pg" of size 12, reserved 2: room 10. "a": guarantee 3, ceiling 6;
@@ -58,7 +59,7 @@ static uint64_t next_ino = 1000;
 
 /* One connection permit of compartment comp, or -EBUSY with *why. */
 static int
-take(struct seg *s, uint32_t comp, bool wait, enum bs_reason *why)
+take_one(struct seg *s, uint32_t comp, bool wait, enum bs_reason *why)
 {
 	return permit_acquire(s, seg_comp(s, comp), 0, next_ino++, wait, why);
 }
@@ -73,7 +74,7 @@ guar_held(struct seg *s, uint32_t comp)
 	for (uint32_t i = 0; i < s->h->nslots; i++) {
 		uint64_t m = atomic_load(&s->slots[i].mark);
 
-		if (atomic_load(&s->slots[i].comp) == comp && tally_held(s, i, MARK_GEN(m), P_CONN) &&
+		if (atomic_load(&s->slots[i].comp) == comp && tally_held(s, slot_comp_of(s, i), i, MARK_GEN(m), P_CONN) &&
 		    (m & MARK_GUARANTEED(SHARE_POOL)))
 			n++;
 	}
@@ -96,9 +97,9 @@ test_the_pool_lends_its_shared_part_and_no_more(void **state)
 	assert_int_equal(atomic_load(&s->h->pools[0].shared), 5);
 	/* c has no guarantee: all it holds is lent, up to the shared 5. */
 	for (int i = 0; i < 5; i++)
-		assert_true(take(s, 2, false, &why) >= 0);
+		assert_true(take_one(s, 2, false, &why) >= 0);
 	assert_int_equal(lent(s), 5);
-	assert_int_equal(take(s, 2, false, &why), -EBUSY);
+	assert_int_equal(take_one(s, 2, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	/* The refusal gave the compartment's permit back. */
 	assert_int_equal(atomic_load(&s->comp[2].in_use), 5);
@@ -125,27 +126,27 @@ test_the_pool_peak_counts_its_members_only(void **state)
 	comps[2].guaranteed = 0;
 	s = attach();
 	for (int i = 0; i < 4; i++)
-		assert_true(take(s, 2, false, &why) >= 0);
+		assert_true(take_one(s, 2, false, &why) >= 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 0);
 	/* Within guarantees: nothing lent, the peak noted all the same. */
 	for (int i = 0; i < 3; i++)
-		assert_true((held[i] = take(s, 0, false, &why)) >= 0);
+		assert_true((held[i] = take_one(s, 0, false, &why)) >= 0);
 	assert_int_equal(lent(s), 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 3);
 	for (int i = 3; i < 6; i++)
-		assert_true((held[i] = take(s, 1, false, &why)) >= 0);
+		assert_true((held[i] = take_one(s, 1, false, &why)) >= 0);
 	assert_int_equal(lent(s), 1);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
 	/* Released: the statistic goes back to 0, the peak stays. */
 	for (int i = 0; i < 6; i++)
 		slot_drop(s, (uint32_t)held[i]);
 	assert_int_equal(atomic_load(&s->h->pools[0].in_use_stat), 0);
-	assert_true((held[0] = take(s, 0, false, &why)) >= 0);
+	assert_true((held[0] = take_one(s, 0, false, &why)) >= 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
 	/* Below 0 (it wraps), as threads killed between a permit's give
 	 * and the statistic leave it, it raises no peak... */
 	atomic_store(&s->h->pools[0].in_use_stat, UINT32_MAX - 1);
-	assert_true((held[1] = take(s, 1, false, &why)) >= 0);
+	assert_true((held[1] = take_one(s, 1, false, &why)) >= 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].peak), 6);
 	/* ... and a reclaim leaves it so while the pool holds permits, and
 	 * sets it to 0 once it holds none. */
@@ -171,8 +172,8 @@ test_a_reset_restarts_the_pool_peak_from_what_is_in_use(void **state)
 
 	(void)state;
 	for (int i = 0; i < 5; i++)
-		assert_true((held[i] = take(s, 2, false, &why)) >= 0);
-	assert_int_equal(take(s, 2, false, &why), -EBUSY);
+		assert_true((held[i] = take_one(s, 2, false, &why)) >= 0);
+	assert_int_equal(take_one(s, 2, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	for (int i = 0; i < 3; i++)
 		slot_drop(s, (uint32_t)held[i]);
@@ -201,14 +202,14 @@ test_a_compartment_below_its_guarantee_is_never_refused_for_the_pool(void **stat
 
 	(void)state;
 	for (int i = 0; i < 5; i++)
-		assert_true(take(s, 2, false, &why) >= 0);
+		assert_true(take_one(s, 2, false, &why) >= 0);
 	/* The shared part is all lent to c; a and b still get their 3 and 2. */
 	for (int i = 0; i < 3; i++)
-		assert_true(take(s, 0, false, &why) >= 0);
+		assert_true(take_one(s, 0, false, &why) >= 0);
 	for (int i = 0; i < 2; i++)
-		assert_true(take(s, 1, false, &why) >= 0);
+		assert_true(take_one(s, 1, false, &why) >= 0);
 	/* Above its guarantee, a must borrow, and nothing is left. */
-	assert_int_equal(take(s, 0, false, &why), -EBUSY);
+	assert_int_equal(take_one(s, 0, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	assert_int_equal(pool_in_use(s, 0, NULL), 10);
 	proc_detach_all(s);
@@ -223,8 +224,8 @@ test_no_compartment_exceeds_its_ceiling(void **state)
 
 	(void)state;
 	for (int i = 0; i < 6; i++)
-		assert_true(take(s, 0, false, &why) >= 0);
-	assert_int_equal(take(s, 0, false, &why), -EBUSY);
+		assert_true(take_one(s, 0, false, &why) >= 0);
+	assert_int_equal(take_one(s, 0, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_FULL);
 	assert_int_equal(guar_held(s, 0), 3);
 	assert_int_equal(lent(s), 3);
@@ -251,20 +252,20 @@ test_a_borrowed_permit_is_taken_and_given_back_exactly(void **state)
 
 	(void)state;
 	/* c (index 2) has no guarantee: each of its permits is borrowed. */
-	assert_true((a = take(s, 2, false, &why)) >= 0);
+	assert_true((a = take_one(s, 2, false, &why)) >= 0);
 	ga = MARK_GEN(atomic_load(&s->slots[a].mark));
 	assert_int_equal(lent(s), 1);
 	assert_int_equal(atomic_load(pt) >> 32, atomic_load(ct) >> 32);
 	assert_int_equal((atomic_load(pt) >> 32) & s->tag_wmask, tag_who((uint32_t)a, ga));
-	assert_true(tally_held(s, (uint32_t)a, ga, P_LENT));
-	assert_true(tally_held(s, (uint32_t)a, ga, P_CONN));
+	assert_true(tally_held(s, slot_comp_of(s, (uint32_t)a), (uint32_t)a, ga, P_LENT));
+	assert_true(tally_held(s, slot_comp_of(s, (uint32_t)a), (uint32_t)a, ga, P_CONN));
 	/* b borrows on a's tag: a's take goes into a's mark first. */
-	assert_true((b = take(s, 2, false, &why)) >= 0);
+	assert_true((b = take_one(s, 2, false, &why)) >= 0);
 	gb = MARK_GEN(atomic_load(&s->slots[b].mark));
 	assert_true(atomic_load(&s->slots[a].mark) & MARK_HELD(P_LENT));
 	assert_int_equal(lent(s), 2);
-	assert_true(tally_held(s, (uint32_t)a, ga, P_LENT));
-	assert_true(tally_held(s, (uint32_t)b, gb, P_LENT));
+	assert_true(tally_held(s, slot_comp_of(s, (uint32_t)a), (uint32_t)a, ga, P_LENT));
+	assert_true(tally_held(s, slot_comp_of(s, (uint32_t)b), (uint32_t)b, gb, P_LENT));
 	slot_drop(s, (uint32_t)b);
 	assert_int_equal(atomic_load(pt), 1);
 	assert_int_equal(atomic_load(ct), 1);
@@ -286,7 +287,7 @@ test_a_freed_guarantee_takes_back_a_lent_permit_at_once(void **state)
 
 	(void)state;
 	for (int i = 0; i < 5; i++)
-		assert_true((slot[i] = take(s, 0, false, &why)) >= 0);
+		assert_true((slot[i] = take_one(s, 0, false, &why)) >= 0);
 	assert_int_equal(lent(s), 2);
 	/* Two of the guaranteed ones go: the two lent ones move onto the
 	 * guarantee and the shared part has both back. */
@@ -318,15 +319,15 @@ test_a_waiter_is_woken_when_another_compartment_frees_the_pool(void **state)
 	/* a holds its 3, c all of the shared 5: a's fourth must wait for the
 	 * pool, which c frees, not a. */
 	for (int i = 0; i < 3; i++)
-		assert_true(take(s, 0, false, &why) >= 0);
+		assert_true(take_one(s, 0, false, &why) >= 0);
 	for (int i = 0; i < 5; i++)
-		assert_true((slot = take(s, 2, false, &why)) >= 0);
+		assert_true((slot = take_one(s, 2, false, &why)) >= 0);
 	atomic_store(&s->comp[0].max_wait_ms, 5000);
 	atomic_store(&s->comp[0].max_waiting, 2);
 	wait_seg = s;
 	pthread_create(&t, NULL, late_release, (void *)(uintptr_t)slot);
 	t0 = now_mono_us();
-	assert_true(take(s, 0, true, &why) >= 0);
+	assert_true(take_one(s, 0, true, &why) >= 0);
 	took = now_mono_us() - t0;
 	pthread_join(t, NULL);
 	/* Woken by the release after ~50 ms, long before the 5 s limit (the
@@ -347,19 +348,19 @@ test_shrinking_the_pool_refuses_until_it_drains(void **state)
 
 	(void)state;
 	for (int i = 0; i < 4; i++)
-		assert_true((slot[i] = take(s, 2, false, &why)) >= 0);
+		assert_true((slot[i] = take_one(s, 2, false, &why)) >= 0);
 	/* Size 8, reserved 2: room 6, guarantees 5, shared 1 < 4 lent. */
 	atomic_store(&s->h->pools[0].size, 8);
 	pool_update_shared(s, 0);
 	assert_int_equal(atomic_load(&s->h->pools[0].shared), 1);
 	assert_int_equal(atomic_load(&s->comp[2].in_use), 4);	/* nothing closed */
-	assert_int_equal(take(s, 2, false, &why), -EBUSY);
+	assert_int_equal(take_one(s, 2, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	for (int i = 0; i < 3; i++)
 		slot_drop(s, (uint32_t)slot[i]);
-	assert_int_equal(take(s, 2, false, &why), -EBUSY);	/* 1 lent of 1 */
+	assert_int_equal(take_one(s, 2, false, &why), -EBUSY);	/* 1 lent of 1 */
 	slot_drop(s, (uint32_t)slot[3]);
-	assert_true(take(s, 2, false, &why) >= 0);
+	assert_true(take_one(s, 2, false, &why) >= 0);
 	proc_detach_all(s);
 	seg_close(s);
 }
@@ -372,7 +373,7 @@ test_a_guarantee_raised_live_takes_lent_permits_onto_it(void **state)
 
 	(void)state;
 	for (int i = 0; i < 3; i++)
-		assert_true(take(s, 2, false, &why) >= 0);
+		assert_true(take_one(s, 2, false, &why) >= 0);
 	assert_int_equal(lent(s), 3);
 	comps[2].guaranteed = 2;
 	comps[0].guaranteed = 1;
@@ -394,18 +395,18 @@ test_a_pool_lent_beyond_its_shared_part_lends_and_guarantees_nothing_until_it_dr
 
 	(void)state;
 	for (int i = 0; i < 5; i++)
-		assert_true((slot[i] = take(s, 2, false, &why)) >= 0);
+		assert_true((slot[i] = take_one(s, 2, false, &why)) >= 0);
 	/* b's guarantee raised live to 5: guarantees 8, shared 2, 5 lent.
 	 * Granting a its guarantee now would put 11 in a pool of 10. */
 	comps[1].guaranteed = 5;
 	pool_apply(s, &cfg, s->cmap, false);
 	assert_int_equal(atomic_load(&s->h->pools[0].shared), 2);
-	assert_int_equal(take(s, 0, false, &why), -EBUSY);
+	assert_int_equal(take_one(s, 0, false, &why), -EBUSY);
 	assert_int_equal(why, REASON_POOL_FULL);
 	for (int i = 0; i < 3; i++)
 		slot_drop(s, (uint32_t)slot[i]);
-	assert_true(take(s, 0, false, &why) >= 0);
-	assert_true(take(s, 1, false, &why) >= 0);
+	assert_true(take_one(s, 0, false, &why) >= 0);
+	assert_true(take_one(s, 1, false, &why) >= 0);
 	proc_detach_all(s);
 	seg_close(s);
 }
@@ -422,7 +423,7 @@ test_a_release_left_by_a_dead_process_without_a_record_is_finished(void **state)
 {
 	struct seg *s = attach();
 	enum bs_reason why = REASON_MAX;
-	int rec, a = take(s, 0, false, &why);
+	int rec, a = take_one(s, 0, false, &why);
 	pid_t dead = fork();
 
 	(void)state;
@@ -694,7 +695,7 @@ cls_guar_held(struct seg *s, uint32_t cls)
 	for (uint32_t i = 0; i < s->h->nslots; i++) {
 		uint64_t m = atomic_load(&s->slots[i].mark);
 
-		if (atomic_load(&s->slots[i].cls) == cls && tally_held(s, i, MARK_GEN(m), P_CLASS) &&
+		if (atomic_load(&s->slots[i].cls) == cls && tally_held(s, slot_comp_of(s, i), i, MARK_GEN(m), P_CLASS) &&
 		    (m & MARK_GUARANTEED(SHARE_CLASS)))
 			n++;
 	}

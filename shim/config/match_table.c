@@ -1,4 +1,4 @@
-/* match.c - destination rules: lookup tables built once, lock-free lookup and learning. */
+/* match_table.c - destination rules: lookup tables built once and read lock-free. */
 #include "config/match_int.h"
 
 #include <arpa/inet.h>
@@ -8,204 +8,8 @@
 #include <string.h>
 #include <sys/un.h>
 
-/* uthash's keys here are 16-byte addresses and short names, hashed on every
- * connect once per prefix length in use: a word-at-a-time multiplicative
- * hash with a final mix (uthash takes the low bits) costs a fraction of
- * uthash's default Jenkins hash. */
-static inline uint32_t key_hash(const void *key, size_t n)
-{
-	const unsigned char *p = key;
-	uint64_t h = 0x243f6a8885a308d3ULL ^ n, w;
-
-	if (n == 16) {
-		/* An address: two multiplies, the high half, folded. */
-		uint64_t a, b;
-		uint32_t x;
-
-		memcpy(&a, p, 8);
-		memcpy(&b, p + 8, 8);
-		x = (uint32_t)(((a * 0x9e3779b97f4a7c15ULL) ^ b) * 0xbf58476d1ce4e5b9ULL >> 32);
-		return x ^ x >> 15;
-	}
-	for (; n >= 8; p += 8, n -= 8) {
-		memcpy(&w, p, 8);
-		h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
-		h ^= h >> 32;
-	}
-	if (n > 0) {
-		w = 0;
-		memcpy(&w, p, n);
-		h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
-	}
-	h ^= h >> 29;
-	h *= 0xbf58476d1ce4e5b9ULL;
-	h ^= h >> 32;
-	return (uint32_t)h;
-}
-#define HASH_FUNCTION(keyptr, keylen, hashv) ((hashv) = key_hash((keyptr), (keylen)))
-
-/* The tables are built at init; running out of memory there must become an
- * error message, not uthash's default exit(). A failed add leaves hh.tbl NULL. */
-#define HASH_NONFATAL_OOM 1
-#include <uthash.h>
-
-#define LEARN_SLOTS	(2 * BS_LEARNED_MAX)	/* power of two, half full at most */
-/* An entry of a memo (below): MEMO_SET, the compartment + 1 (0: none) in
- * bits 48..58, the port and the address in network order below. */
-#define V4MEMO_BITS	8
-#define V4MEMO		(1u << V4MEMO_BITS)
-#define MEMO_SET	(1ULL << 63)
-#define MEMO_KEY	((1ULL << 48) - 1)
-_Static_assert(BS_MAX_COMPARTMENTS < (1 << 11), "a compartment fits a memo entry");
-#define UMEMO_BITS	4
-#define UMEMO		(1u << UMEMO_BITS)
-
-/* Entries direct-mapped by address and port. A learned address can change
- * answers, so match_learn puts a new, empty memo in place of the old one,
- * which stays allocated until match_free: a lookup that began before the
- * learn may still write into it, and nobody reads it. */
-struct memo {
-	struct memo *older;	/* in matcher.retired */
-	_Atomic uint64_t e[V4MEMO];
-};
-
-/* The memo of a matcher that could not allocate a new one: all misses,
- * never written. */
-static struct memo memo_off;
-
-/* One port range of a site; a site's ranges are sorted narrowest first. */
-struct mrange {
-	uint16_t lo, hi;
-	int32_t comp;
-	uint32_t order;		/* position in the caller's rules, breaks ties */
-};
-
-/* An address and prefix length, keyed by the masked 16-byte address. */
-struct ip_site {
-	UT_hash_handle hh;
-	uint8_t addr[16];
-	uint32_t first, count;	/* slice of matcher.ranges */
-};
-
-/* A unix socket path ('@' first for abstract) or a host name. */
-struct name_site {
-	UT_hash_handle hh;
-	char *name;
-	uint32_t first, count;
-};
-
-struct learned_entry {
-	uint8_t addr[16];
-	uint16_t lo, hi;
-	int32_t comp;
-	const char *host;	/* the name it was learned for: a host site's */
-};
-
-/* An address a host name resolved to when the config was loaded: a RULE_IP
- * /128 rule that carries the name (cfg_resolve_hosts). The rule matches it;
- * this keeps the name, for match_carry. */
-struct resolved {
-	const char *host;	/* the name of a host site of this matcher */
-	uint8_t addr[16];
-};
-
-/* Written by match_learn, read by match_find without a lock. An entry is
- * filled first and then published by a release store of its index + 1 into
- * an open-addressing slot; entries are never changed or removed, so a reader
- * that sees a slot also sees the whole entry, and an empty slot ends a probe. */
-struct learned {
-	_Atomic uint32_t reserved;	/* entries claimed by writers */
-	_Atomic uint32_t count;		/* entries published */
-	_Atomic uint32_t slot[LEARN_SLOTS];
-	struct learned_entry e[BS_LEARNED_MAX];
-};
-
 /* The table of every matcher without a host name's rule: always empty. */
 static struct learned no_learned;
-
-/* An exact IPv4 site (/128 of an IPv4-mapped address) in the open-addressing
- * table of exact IPv4 sites: the address in network order, its slice of
- * matcher.ranges; count 0 marks an empty entry. */
-struct v4site {
-	uint32_t addr;
-	uint32_t first, count;
-};
-
-/* Per prefix length: a bit per (hashed) network in use, so that a connect
- * that matches nothing skips most tables after a hash and one load. */
-#define FILTER_BITS	4096u
-#define FILTER_BIT(h)	(((h) >> 20) & (FILTER_BITS - 1))
-
-struct matcher {
-	struct ip_site *ip[129];	/* one table per prefix length */
-	uint64_t mask[129][2];		/* prefix length -> address mask, memory order */
-	uint64_t filter[129][FILTER_BITS / 64];
-	uint8_t prefixes[129];		/* lengths in use below 128, longest first */
-	int nprefixes;
-	/* With many prefix lengths in use: per IPv4 /16 (the first two bytes
-	 * of an IPv4 address), bit q says that some IPv4 rule of prefix
-	 * length q (0..31, as ::ffff:0:0/(96 + q)) covers part of that /16.
-	 * An IPv4 connect then tries only those lengths, and the lengths
-	 * below 96 (IPv6 rules wide enough to hold IPv4-mapped addresses). */
-	uint32_t *v4lens;
-	int nwide;		/* prefixes[nwide..] are the lengths below 96 */
-	/* Every exact IPv4 site, also in ip[128], by address: at most half
-	 * full, 2^v4bits entries (NULL: none). The common connect, to one
-	 * IPv4 address and port, is a multiply and a load or two here. */
-	struct v4site *v4tab;
-	unsigned v4bits;
-	/* With many exact IPv4 sites: per IPv4 /16, whether one lies in it,
-	 * so that an address of another /16 skips v4tab's probe. */
-	uint64_t *v4exact;
-	struct name_site *unix_sites;
-	struct name_site *host_sites;
-	struct mrange *ranges;
-	struct ip_site *ip_store;
-	struct name_site *name_store;
-	char *names;
-	struct learned *learned;
-	struct resolved *resolved;
-	uint32_t nresolved;
-	/* The answers of recent IPv4 lookups (v4_find_memo). A service
-	 * connects to the same few destinations again and again; each is a
-	 * load and a compare here after its first connect. */
-	struct memo *_Atomic memo;
-	struct memo *_Atomic retired;	/* memos replaced, freed with the matcher */
-	/* The unix path sites found last, UMEMO of them by path (unix_find):
-	 * no learning changes them, so they stay right for the matcher's life. */
-	const struct name_site *_Atomic *umemo;
-};
-
-/* The lower case of an ASCII letter, any other c unchanged. Locale-free:
- * match_find and match_learn may run where the locale functions are not
- * safe, and host names are ASCII anyway. */
-char match_lower(char c)
-{
-	return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-}
-
-/* Clears the bits of addr beyond the first prefix bits; a prefix of 128
- * leaves it alone. */
-void match_mask_addr(uint8_t *addr, int prefix)
-{
-	int i = prefix / 8;
-
-	if (i >= 16)
-		return;
-	if (prefix % 8)
-		addr[i++] &= (uint8_t)(0xff << (8 - prefix % 8));
-	for (; i < 16; i++)
-		addr[i] = 0;
-}
-
-/* Writes the 4-byte IPv4 address in4 into addr as ::ffff:a.b.c.d. */
-void match_map_ipv4(uint8_t addr[16], const void *in4)
-{
-	memset(addr, 0, 10);
-	addr[10] = 0xff;
-	addr[11] = 0xff;
-	memcpy(addr + 12, in4, 4);
-}
 
 /* Rejects what match_parse never produces, so that a caller's bug shows up
  * here and not as a rule that silently never matches. */
@@ -240,13 +44,9 @@ static int check_rule(const struct rule *r, size_t i, char *err, size_t errlen)
 	return -EINVAL;
 }
 
-/* Orders rules by site (kind, then address and prefix, path or host), then
- * by port range, then by position, so duplicates end up next to each other
- * and the first of them is the one that came first. */
-static int rule_cmp(const void *a, const void *b)
+/* See match.h. */
+int match_rule_cmp(const struct rule *x, const struct rule *y)
 {
-	const struct rule *x = *(const struct rule *const *)a;
-	const struct rule *y = *(const struct rule *const *)b;
 	int c;
 
 	if (x->kind != y->kind)
@@ -267,6 +67,20 @@ static int rule_cmp(const void *a, const void *b)
 		if (x->port_hi != y->port_hi)
 			return x->port_hi < y->port_hi ? -1 : 1;
 	}
+	return 0;
+}
+
+/* Orders rules by destination (match_rule_cmp), then by position, so
+ * duplicates end up next to each other and the first of them is the one
+ * that came first. */
+static int rule_cmp(const void *a, const void *b)
+{
+	const struct rule *x = *(const struct rule *const *)a;
+	const struct rule *y = *(const struct rule *const *)b;
+	int c = match_rule_cmp(x, y);
+
+	if (c != 0)
+		return c;
 	return x < y ? -1 : (x > y);
 }
 
@@ -333,7 +147,7 @@ static int add_site(struct matcher *m, const struct rule *const *order, size_t i
 	if (a->kind == RULE_IP) {
 		struct ip_site *s = &m->ip_store[(*nip)++];
 
-		uint32_t h = key_hash(a->addr, 16);
+		uint32_t h = match_key_hash(a->addr, 16);
 
 		memcpy(s->addr, a->addr, 16);
 		s->first = first;
@@ -459,26 +273,8 @@ static int build_v4lens(struct matcher *m)
 	return 0;
 }
 
-static const struct name_site *find_host(const struct matcher *m, const char *host);
-
-/* Notes, for match_carry, the RULE_IP rules that carry the host name they
- * were resolved from, under the name of that host's own site. */
-static void keep_resolved(struct matcher *m, const struct rule *rules, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		const struct name_site *s;
-
-		if (rules[i].kind != RULE_IP || rules[i].host[0] == '\0' ||
-		    memchr(rules[i].host, '\0', sizeof(rules[i].host)) == NULL ||
-		    (s = find_host(m, rules[i].host)) == NULL)
-			continue;
-		m->resolved[m->nresolved].host = s->name;
-		memcpy(m->resolved[m->nresolved++].addr, rules[i].addr, 16);
-	}
-}
-
 /* Builds the lookup tables for n rules as match_parse makes them (see
- * shim.h). The same destination twice in one compartment is accepted; in two
+ * match.h). The same destination twice in one compartment is accepted; in two
  * compartments it is an error. Returns NULL with a reason in err. */
 struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_t errlen)
 {
@@ -552,7 +348,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 		goto oom;
 	if (build_v4tab(m) < 0)
 		goto oom;
-	keep_resolved(m, rules, n);
+	match_keep_resolved(m, rules, n);
 	free(order);
 	return m;
 oom:
@@ -580,7 +376,7 @@ void match_free(struct matcher *m)
 		free(m->learned);
 	free(m->resolved);
 	free(m->umemo);
-	if (atomic_load(&m->memo) != &memo_off)
+	if (atomic_load(&m->memo) != &match_memo_off)
 		free(atomic_load(&m->memo));
 	for (struct memo *o = atomic_load(&m->retired), *next; o != NULL; o = next) {
 		next = o->older;
@@ -607,25 +403,12 @@ static int site_range(const struct matcher *m, uint32_t first, uint32_t count, u
 	return -1;
 }
 
-static uint32_t addr_hash(const uint8_t addr[16])
-{
-	uint64_t a, b;
-
-	memcpy(&a, addr, 8);
-	memcpy(&b, addr + 8, 8);
-	a ^= b * 0x9e3779b97f4a7c15ULL;
-	a ^= a >> 31;
-	a *= 0xbf58476d1ce4e5b9ULL;
-	a ^= a >> 29;
-	return (uint32_t)a;
-}
-
 /* The narrowest learned range for addr holding port, or -1. The first
  * entry published wins a tie, like the config order does for rules. */
 static int learned_find(const struct learned *l, const uint8_t addr[16], uint16_t port,
 			unsigned *width)
 {
-	uint32_t h = addr_hash(addr);
+	uint32_t h = match_addr_hash(addr);
 	int best = -1;
 
 	for (uint32_t probe = 0; probe < LEARN_SLOTS; probe++) {
@@ -657,7 +440,7 @@ static inline int find_len(const struct matcher *m, const uint64_t a[2], int p, 
 
 	key[0] = a[0] & m->mask[p][0];
 	key[1] = a[1] & m->mask[p][1];
-	h = key_hash(key, 16);
+	h = match_key_hash(key, 16);
 	if (!(m->filter[p][FILTER_BIT(h) / 64] >> (FILTER_BIT(h) % 64) & 1))
 		return -1;
 	HASH_FIND_BYHASHVALUE(hh, m->ip[p], key, 16, h, s);
@@ -729,60 +512,6 @@ static int find_ip(const struct matcher *m, const uint8_t addr[16], uint16_t por
 	return -1;
 }
 
-/* Reads the 16-byte (IPv4-mapped for AF_INET) address and port of an inet
- * sockaddr; returns -1 for anything else or a short length. */
-int match_inet_key(const struct sockaddr *sa, socklen_t len, uint8_t addr[16], uint16_t *port)
-{
-	sa_family_t family;
-
-	if (sa == NULL || len < (socklen_t)sizeof(sa_family_t))
-		return -1;
-	memcpy(&family, &sa->sa_family, sizeof(family));
-	if (family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
-		struct sockaddr_in in;
-
-		memcpy(&in, sa, sizeof(in));
-		match_map_ipv4(addr, &in.sin_addr);
-		*port = ntohs(in.sin_port);
-		return 0;
-	}
-	/* The kernel takes the 24-byte RFC 2133 sockaddr_in6 without a scope. */
-	if (family == AF_INET6 && len >= 24) {
-		struct sockaddr_in6 in6;
-
-		memset(&in6, 0, sizeof(in6));
-		memcpy(&in6, sa, len < sizeof(in6) ? len : sizeof(in6));
-		memcpy(addr, &in6.sin6_addr, 16);
-		*port = ntohs(in6.sin6_port);
-		return 0;
-	}
-	return -1;
-}
-
-/* The unix socket key of sa: the path up to its NUL or len, or for an
- * abstract socket '@' and the name bytes up to len. Returns its length, or 0. */
-size_t match_unix_key(const struct sockaddr *sa, socklen_t len, char key[BS_UNIX_PATH_MAX + 1])
-{
-	size_t off = offsetof(struct sockaddr_un, sun_path), n;
-	const char *path = (const char *)sa + off;
-
-	if (len <= off)
-		return 0;	/* unnamed: nothing to match */
-	n = (size_t)len - off;
-	if (n > BS_UNIX_PATH_MAX)
-		n = BS_UNIX_PATH_MAX;
-	if (path[0] != '\0') {
-		n = strnlen(path, n);
-		memcpy(key, path, n);
-		return n;
-	}
-	if (n < 2)
-		return 0;
-	key[0] = '@';
-	memcpy(key + 1, path + 1, n - 1);
-	return n;
-}
-
 /* The answer for IPv4 address and port `key` (sa), written into its entry
  * of memo mm (loaded before anything learned was read). */
 static __attribute__((noinline)) int v4_find_memo(const struct matcher *m,
@@ -807,7 +536,7 @@ static __attribute__((noinline)) int v4_find_memo(const struct matcher *m,
 			return -1;
 		c = find_ip(m, addr, port, exact, true);
 	}
-	if (mm != &memo_off)
+	if (mm != &match_memo_off)
 		atomic_store_explicit(memo, MEMO_SET | (uint64_t)(c + 1) << 48 | key,
 		    memory_order_relaxed);
 	return c;
@@ -901,240 +630,4 @@ int match_find(const struct matcher *m, const struct sockaddr *sa, socklen_t len
 	if (sa->sa_family == AF_UNIX)
 		return unix_find(m, sa, len);
 	return inet_find(m, sa, len);
-}
-
-/* Copies host in lower case without one trailing dot; returns its length,
- * or 0 when it cannot name a rule. */
-static size_t host_key(const char *host, char key[BS_HOST_MAX])
-{
-	size_t n;
-
-	if (host == NULL)
-		return 0;
-	n = strnlen(host, HOST_LEN_MAX + 2);
-	if (n > 1 && host[n - 1] == '.')
-		n--;
-	if (n == 0 || n > HOST_LEN_MAX)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		key[i] = match_lower(host[i]);
-	key[n] = '\0';
-	return n;
-}
-
-static const struct name_site *find_host(const struct matcher *m, const char *host)
-{
-	const struct name_site *s = NULL;
-	char key[BS_HOST_MAX];
-	size_t n;
-
-	if (m == NULL || (n = host_key(host, key)) == 0)
-		return NULL;
-	HASH_FIND(hh, m->host_sites, key, n, s);
-	return s;
-}
-
-/* True if some RULE_HOST rule names host, ignoring case and one trailing
- * dot; false also for a NULL matcher or host. */
-bool match_has_host(const struct matcher *m, const char *host)
-{
-	return find_host(m, host) != NULL;
-}
-
-static bool learned_has(const struct learned *l, const uint8_t addr[16], const struct mrange *r,
-			const char *host)
-{
-	uint32_t h = addr_hash(addr);
-
-	for (uint32_t probe = 0; probe < LEARN_SLOTS; probe++) {
-		uint32_t v = atomic_load_explicit(&l->slot[(h + probe) & (LEARN_SLOTS - 1)],
-						  memory_order_acquire);
-		const struct learned_entry *e;
-
-		if (v == 0)
-			return false;
-		e = &l->e[v - 1];
-		if (memcmp(e->addr, addr, 16) == 0 && e->lo == r->lo && e->hi == r->hi &&
-		    e->comp == r->comp && e->host == host)
-			return true;
-	}
-	return false;
-}
-
-/* Claims, fills and publishes one learned entry. Writers never wait for each
- * other: the claim is a CAS on `reserved`, and each entry is published on
- * its own by a release CAS into a free slot. No lock means nothing for a
- * fork in another thread to leave locked. */
-static int learned_add(struct learned *l, const uint8_t addr[16], const struct mrange *r,
-		       const char *host)
-{
-	uint32_t idx = atomic_load_explicit(&l->reserved, memory_order_relaxed);
-	uint32_t h = addr_hash(addr);
-
-	do {
-		if (idx >= BS_LEARNED_MAX)
-			return -ENOSPC;
-	} while (!atomic_compare_exchange_weak_explicit(&l->reserved, &idx, idx + 1,
-							memory_order_relaxed,
-							memory_order_relaxed));
-	memcpy(l->e[idx].addr, addr, 16);
-	l->e[idx].lo = r->lo;
-	l->e[idx].hi = r->hi;
-	l->e[idx].comp = r->comp;
-	l->e[idx].host = host;
-	/* At most BS_LEARNED_MAX of the 2 * BS_LEARNED_MAX slots are ever
-	 * used, so a free slot is always found. */
-	for (uint32_t probe = 0;; probe++) {
-		uint32_t zero = 0;
-
-		if (atomic_compare_exchange_strong_explicit(
-			    &l->slot[(h + probe) & (LEARN_SLOTS - 1)], &zero, idx + 1,
-			    memory_order_release, memory_order_relaxed))
-			break;
-	}
-	atomic_fetch_add_explicit(&l->count, 1, memory_order_release);
-	return 0;
-}
-
-/* Puts an empty memo in place of m's, after a learned address was
- * published: a lookup that loads the new memo sees the address (the
- * exchanges of concurrent learners form one release sequence). Without the
- * memory for one, lookups go without (memo_off) until the next learn. */
-static void memo_renew(struct matcher *m)
-{
-	struct memo *mm = calloc(1, sizeof(*mm)), *old;
-
-	old = atomic_exchange(&m->memo, mm != NULL ? mm : &memo_off);
-	if (old == &memo_off)
-		return;
-	old->older = atomic_load(&m->retired);
-	while (!atomic_compare_exchange_weak(&m->retired, &old->older, old))
-		;
-}
-
-/* Adds addr, for the host site s, with each port range of s; *added is set
- * when an entry is new. Returns 0, or -ENOSPC when the table is full. */
-static int learn_site(struct matcher *m, const struct name_site *s, const uint8_t addr[16],
-		      bool *added)
-{
-	for (uint32_t i = s->first; i < s->first + s->count; i++) {
-		const struct mrange *r = &m->ranges[i];
-
-		if (learned_has(m->learned, addr, r, s->name))
-			continue;
-		if (learned_add(m->learned, addr, r, s->name) < 0)
-			return -ENOSPC;
-		*added = true;
-	}
-	return 0;
-}
-
-/* Records that host resolved to sa (AF_INET or AF_INET6; its port is not
- * used): sa then matches with the port range of every RULE_HOST rule that
- * names host, ranking as an exact /128 rule. Safe against concurrent
- * match_find and match_learn calls; two threads learning the same address
- * at once may both add it, which costs a slot and changes no answer.
- * Returns the compartment of the host's first rule, -1 if no rule names host
- * (or an argument is NULL or not inet), or -ENOSPC when the table is full. */
-int match_learn(struct matcher *m, const char *host, const struct sockaddr *sa)
-{
-	const struct name_site *s = find_host(m, host);
-	bool added = false;
-	uint8_t addr[16];
-	uint16_t port;
-	socklen_t len;
-	int rc;
-
-	if (s == NULL || sa == NULL)
-		return -1;
-	len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-	if (match_inet_key(sa, len, addr, &port) < 0)
-		return -1;
-	rc = learn_site(m, s, addr, &added);
-	/* Also when the table filled part way: what was added is seen. */
-	if (added)
-		memo_renew(m);
-	return rc < 0 ? rc : m->ranges[s->first].comp;
-}
-
-/* Learns into `to` that host resolved to addr (16 bytes), without renewing
- * its memo. Returns 1, 0 when no rule of `to` names host, or -ENOSPC. */
-static int carry_one(struct matcher *to, const char *host, const uint8_t addr[16], bool *added)
-{
-	const struct name_site *s = find_host(to, host);
-
-	if (s == NULL)
-		return 0;
-	return learn_site(to, s, addr, added) < 0 ? -ENOSPC : 1;
-}
-
-/* See shim.h. */
-int match_carry(struct matcher *to, const struct matcher *from)
-{
-	bool added = false;
-	int n = 0, r = 0;
-
-	if (to == NULL || from == NULL || to == from)
-		return 0;
-	for (uint32_t i = 0; i < from->nresolved && r >= 0; i++) {
-		r = carry_one(to, from->resolved[i].host, from->resolved[i].addr, &added);
-		n += r > 0;
-	}
-	/* Published entries only: a slot names an entry filled before it. */
-	for (uint32_t i = 0; i < LEARN_SLOTS && r >= 0; i++) {
-		uint32_t v = atomic_load_explicit(&from->learned->slot[i], memory_order_acquire);
-
-		if (v == 0)
-			continue;
-		r = carry_one(to, from->learned->e[v - 1].host, from->learned->e[v - 1].addr, &added);
-		n += r > 0;
-	}
-	/* One new memo for all of it (each is kept until match_free). */
-	if (added)
-		memo_renew(to);
-	return r < 0 ? -ENOSPC : n;
-}
-
-/*
- * A reload and the program's lookups meet here. A learner that loaded the
- * old rules may add to them after the carry read them; so the reloader
- * names the new rules in *next before the carry, and a learner, after its
- * learn, learns into *next too, and into *cur if that changed meanwhile.
- * The two fences order each side's write before its read: either the carry
- * reads the learner's entry, or the learner reads *next or the new *cur.
- * So the new rules have every address learned before the reload, from the
- * moment they are in place, and every later one once its learn returns.
- */
-
-/* See shim.h. */
-int match_publish(_Atomic(struct matcher *) *cur, _Atomic(struct matcher *) *next,
-		  struct matcher *m)
-{
-	struct matcher *old = atomic_load(cur);
-	int n;
-
-	atomic_store(next, m);
-	atomic_thread_fence(memory_order_seq_cst);
-	n = match_carry(m, old);
-	atomic_store(cur, m);
-	atomic_store(next, NULL);
-	return n;
-}
-
-/* See shim.h. */
-int match_learn_in(_Atomic(struct matcher *) *cur, _Atomic(struct matcher *) *next,
-		   const char *host, const struct sockaddr *sa)
-{
-	struct matcher *m = atomic_load(cur), *n, *now;
-	int r;
-
-	for (;;) {
-		r = match_learn(m, host, sa);
-		atomic_thread_fence(memory_order_seq_cst);
-		if ((n = atomic_load(next)) != NULL && n != m)
-			r = match_learn(n, host, sa);
-		if ((now = atomic_load(cur)) == m)
-			return r;
-		m = now;
-	}
 }

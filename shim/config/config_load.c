@@ -1,4 +1,4 @@
-/* config.c - loads and validates the libconfig file into struct bs_config, at init only. */
+/* config_load.c - loads and validates the libconfig file into struct bs_config, at init only. */
 #include "config/config_int.h"
 #include "log.h"
 
@@ -29,20 +29,6 @@ static const char *const top_keys[] = {
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 
-const char cfg_eagain_spin[] = "errno EAGAIN cannot go with max_inflight: a refused send "
-	"would answer EAGAIN, which clients on a blocking socket retry at once, a busy loop; "
-	"use ECONNREFUSED (the default) or ETIMEDOUT";
-
-static const struct {
-	const char *name;
-	int value;
-} errno_names[] = {
-	{ "ECONNREFUSED", ECONNREFUSED },
-	{ "EAGAIN", EAGAIN },
-	{ "ETIMEDOUT", ETIMEDOUT },
-	{ "EHOSTUNREACH", EHOSTUNREACH },
-	{ "ENETUNREACH", ENETUNREACH },
-};
 
 static int parse_segment(struct cfg_ctx *c, const config_setting_t *s)
 {
@@ -530,7 +516,7 @@ static int syntax_error(struct cfg_ctx *c, const config_t *lc)
 			   "group, and so may each class in \"classes\" and \"class_limits\"");
 }
 
-/* Loads and validates path into *cfg (see shim.h for the format). Returns
+/* Loads and validates path into *cfg (see config.h for the format). Returns
  * 0; -ENOENT when the file does not exist; -EINVAL (or -EACCES, -EISDIR,
  * -ENOMEM...) with one message "FILE:LINE: what is wrong" in err, after
  * which *cfg is zeroed with nothing to free. */
@@ -539,7 +525,7 @@ int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, s
 	return load_file(path, cfg, resolve, false, err, errlen);
 }
 
-/* See shim.h. */
+/* See config.h. */
 int cfg_load_all(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen)
 {
 	return load_file(path, cfg, resolve, true, err, errlen);
@@ -689,7 +675,7 @@ bool cfg_wants_strict(const char *path)
 	return strict;
 }
 
-/* See shim.h. A string "segment" that is a valid name wins; anything else
+/* See config.h. A string "segment" that is a valid name wins; anything else
  * (no file, a syntax error, a bad name) gives the default from the path. */
 void cfg_segment_of(const char *path, char *out, size_t outlen)
 {
@@ -734,25 +720,6 @@ void cfg_default_segment(const char *path, char *out, size_t outlen)
 	for (i = 0; i < n; i++)
 		out[i] = cfg_name_char(base[i]) ? base[i] : '_';
 	out[i] = '\0';
-}
-
-/* The errno value of one of the allowed names (ECONNREFUSED, EAGAIN,
- * ETIMEDOUT, EHOSTUNREACH, ENETUNREACH), or -EINVAL for any other. */
-int cfg_errno_value(const char *name)
-{
-	for (size_t i = 0; name != NULL && i < sizeof(errno_names) / sizeof(errno_names[0]); i++)
-		if (strcmp(name, errno_names[i].name) == 0)
-			return errno_names[i].value;
-	return -EINVAL;
-}
-
-/* The name of an allowed errno value, or NULL for any other value. */
-const char *cfg_errno_name(int value)
-{
-	for (size_t i = 0; i < sizeof(errno_names) / sizeof(errno_names[0]); i++)
-		if (errno_names[i].value == value)
-			return errno_names[i].name;
-	return NULL;
 }
 
 /* Frees what cfg_load allocated and zeroes cfg; a zeroed or NULL cfg is

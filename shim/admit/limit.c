@@ -1,0 +1,59 @@
+/* limit.c - the limit a take is held to now: the static limit, a fleet host's lease, the adaptive limit. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "admit/admit.h"
+#include "log.h"
+
+/*
+ * A limit is a word of the compartment, written by the config, `bulkshim
+ * set` or `reload`; two more may lower it while admission runs: in a
+ * fleet budget the host's share of the fleet's limit (written by the fleet
+ * agent, good while its lease lasts), and the adaptive limit (adaptive.c).
+ * A take compares its count with what these say at that moment.
+ */
+
+/* limit_conn's fleet part, out of line: its clock read would
+ * otherwise cost every take registers it does not need without a fleet. */
+static __attribute__((noinline)) uint32_t
+fleet_limit(const struct seg_comp *c, uint32_t lim)
+{
+	uint32_t share;
+
+	if (now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire))
+		share = atomic_load_explicit(&c->fleet_share, memory_order_relaxed);
+	else
+		share = atomic_load_explicit(&c->fleet_floor, memory_order_relaxed);
+	return share < lim ? share : lim;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wattributes"
+BS_LTO_INLINE uint32_t
+limit_conn(const struct seg_comp *c)
+{
+	uint32_t lim = atomic_load_explicit(&c->limit, memory_order_relaxed);
+
+	if (__builtin_expect(atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) == 0, 1))
+		return lim;
+	return fleet_limit(c, lim);
+}
+
+BS_LTO_INLINE uint32_t
+limit_now(_Atomic uint32_t *limit, int p)
+{
+	uint32_t v = atomic_load(limit);
+
+	if (p == P_INFLIGHT)
+		return ad_limit((const struct seg_comp *)((uintptr_t)limit -
+		    offsetof(struct seg_comp, inflight_limit)), p, v);
+	if (p == P_CONN) {
+		/* A fleet lease may lower the static limit (limit_conn). */
+		const struct seg_comp *c = (const struct seg_comp *)((uintptr_t)limit -
+		    offsetof(struct seg_comp, limit));
+
+		return ad_limit(c, p, limit_conn(c));
+	}
+	return v;
+}
+#pragma GCC diagnostic pop
