@@ -106,6 +106,17 @@ void cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, 
 
 /* ---- cli_common.c ---- */
 
+/* One subcommand, as bulkshim.c's command table lists it: what dispatch
+ * calls and what usage and help print. */
+struct cli_command {
+	const char *name;
+	int (*run)(int argc, char **argv);	/* see "the subcommands" below */
+	const char *synopsis;	/* its usage line, after "bulkshim " */
+	const char *help;	/* what `bulkshim NAME --help` adds to it */
+};
+/* Hands usage and help the command table (n entries, in the order of the
+ * man page's SYNOPSIS); main calls it first. Cannot fail. */
+void cli_commands(const struct cli_command *table, size_t n);
 /* Prints a subcommand's synopsis and help to f and returns status; an
  * unknown name prints the whole usage. */
 int cli_help(const char *cmd, FILE *f, int status);
