@@ -86,6 +86,20 @@ struct cli_hist {
 	uint64_t sum_us;
 };
 
+/* ---- cli_format.c: text helpers of every view ---- */
+
+/* Writes s as a JSON string literal; write errors are left to the stream. */
+void cli_json_string(FILE *f, const char *s);
+/* Writes "#####....." of `width` cells for used/limit into buf (width + 1
+ * bytes); an unlimited limit gives all dots. Cannot fail. */
+void cli_bar(char *buf, size_t width, uint64_t used, uint64_t limit, char ch);
+/* A limit as text: "-" for none; returns buf (cut to len, never overrun). */
+const char *cli_limit_text(uint32_t limit, char *buf, size_t len);
+/* "1.5s ago", "42s ago" or "-" for a CLOCK_REALTIME time in ms; cut to len. */
+void cli_format_ago(uint64_t when_ms, char *buf, size_t len);
+/* Parses a whole decimal number into *out; false on junk or overflow. */
+bool cli_parse_u64(const char *s, uint64_t *out);
+
 /* ---- cli_adaptive.c ---- */
 
 void cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a);
@@ -148,17 +162,6 @@ uint64_t cli_hist_quantile_us(const struct cli_hist *h, unsigned permille);
 /* Processes in state PROC_LIVE whose PID is alive with its start time;
  * a record that cannot be checked counts as alive (see seg_pid_alive). */
 uint32_t cli_live_processes(const struct seg *s);
-/* Writes s as a JSON string literal; write errors are left to the stream. */
-void cli_json_string(FILE *f, const char *s);
-/* Writes "#####....." of `width` cells for used/limit into buf (width + 1
- * bytes); an unlimited limit gives all dots. */
-void cli_bar(char *buf, size_t width, uint64_t used, uint64_t limit, char ch);
-/* A limit as text: "-" for none. */
-const char *cli_limit_text(uint32_t limit, char *buf, size_t len);
-/* "1.5s ago", "42s ago" or "-" for a CLOCK_REALTIME time in ms. */
-void cli_format_ago(uint64_t when_ms, char *buf, size_t len);
-/* Parses a whole decimal number into *out; false on junk or overflow. */
-bool cli_parse_u64(const char *s, uint64_t *out);
 
 /* ---- cli_pool.c: pools in status, watch and metrics ---- */
 
