@@ -207,14 +207,6 @@ void cli_reload_pools(struct seg *s, const struct bs_config *cfg, const int *cma
 
 /* `bulkshim check`: each pool's size, reserve, guarantees and shared part. */
 void cli_check_pools(const struct bs_config *cfg);
-/* ---- cli_attach.c ---- */
-
-/* Writes the keys "attached", "unprotected", "unprotected_last_ms",
- * "unprotected_last" and "config" of s (no braces, no leading comma). */
-void cli_json_attach(FILE *f, const struct seg *s);
-/* A WARNING line when processes ran without limits; nothing otherwise. */
-void cli_print_unprotected(FILE *f, const struct seg *s);
-
 /* ---- run_check.c ---- */
 
 /* Prints cfg_load_all's errors, one "bulkshim: FILE:LINE: ..." line each
@@ -272,7 +264,7 @@ void cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n);
 /* "postgres fleet 12/500 (floor 4), lease 1.2s, redis ok, 3 hosts" into buf. */
 void cli_fleet_line(const struct cli_comp *c, char *buf, size_t len);
 
-/* ---- bulkshim.c ---- */
+/* ---- cmd_status.c ---- */
 
 /* Writes `status` of s to f: the table, or the JSON object when json. Out
  * of memory, it writes nothing and says so on stderr. */
@@ -283,6 +275,7 @@ void cli_print_status(FILE *f, const struct seg *s, bool json);
  * and returns the exit status: 0, 1 on an error (said on stderr), 2 on a
  * usage error (the synopsis on stderr). --help prints the help on stdout. */
 
+int cmd_status(int argc, char **argv);	/* cmd_status.c */
 int cmd_check(int argc, char **argv);	/* cmd_check.c */
 int cmd_list(int argc, char **argv);
 int cmd_set(int argc, char **argv);	/* cmd_live.c */
