@@ -1,4 +1,4 @@
-/* cmd_status.c - `bulkshim status`: every compartment of a segment as a table or one JSON object. */
+/* cmd_status.c - `bulkshim status`: a snapshot of a segment as a table or one JSON object. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,48 +7,31 @@
 
 /* ---- who attached, and who ran without limits ---- */
 
-/* The reason a process left, read with its bound: the segment is shared
- * and may hold anything. */
-static void
-last_why(const struct seg_header *h, char *buf, size_t len)
-{
-	size_t n = strnlen(h->unprotected_why, sizeof(h->unprotected_why));
-
-	snprintf(buf, len, "%.*s", (int)n, h->unprotected_why);
-}
-
 /* The keys "attached", "unprotected", "unprotected_last_ms",
- * "unprotected_last" and "config" of s (no braces, no leading comma). */
+ * "unprotected_last" and "config" (no braces, no leading comma). */
 static void
-json_attach(FILE *f, const struct seg *s)
+json_attach(FILE *f, const struct cli_snap *snap)
 {
-	const struct seg_header *h = seg_header(s);
-	char why[sizeof(h->unprotected_why) + 1];
-
-	last_why(h, why, sizeof(why));
 	fprintf(f, "\"attached\": %llu, \"unprotected\": %llu, \"unprotected_last_ms\": %llu, "
-	    "\"unprotected_last\": ", (unsigned long long)atomic_load(&h->attaches),
-	    (unsigned long long)atomic_load(&h->unprotected),
-	    (unsigned long long)atomic_load(&h->unprotected_ms));
-	cli_json_string(f, why);
+	    "\"unprotected_last\": ", (unsigned long long)snap->attaches,
+	    (unsigned long long)snap->unprotected, (unsigned long long)snap->unprotected_ms);
+	cli_json_string(f, snap->unprotected_why);
 	fputs(", \"config\": ", f);
-	cli_json_string(f, h->config_path);
+	cli_json_string(f, snap->config_path);
 }
 
 /* A WARNING line when processes ran without limits; nothing otherwise. */
 static void
-print_unprotected(FILE *f, const struct seg *s)
+text_unprotected(FILE *f, const struct cli_snap *snap)
 {
-	const struct seg_header *h = seg_header(s);
-	uint64_t n = atomic_load(&h->unprotected);
-	char why[sizeof(h->unprotected_why) + 1], ago[32];
+	char ago[32];
 
-	if (n == 0)
+	if (snap->unprotected == 0)
 		return;
-	last_why(h, why, sizeof(why));
-	cli_format_ago(atomic_load(&h->unprotected_ms), ago, sizeof(ago));
+	cli_format_ago(snap->unprotected_ms, ago, sizeof(ago));
 	fprintf(f, "WARNING: %llu process%s tried to attach and ran WITHOUT LIMITS; the last, %s: "
-	    "%s\n", (unsigned long long)n, n == 1 ? "" : "es", ago, why);
+	    "%s\n", (unsigned long long)snap->unprotected, snap->unprotected == 1 ? "" : "es", ago,
+	    snap->unprotected_why);
 }
 
 /* ---- the compartments ---- */
@@ -167,52 +150,43 @@ text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
 	}
 }
 
-/* `status --json` adds what host names resolve to now (not `serve`, whose
- * scrapes must not wait for DNS). */
-static bool status_hosts;
+/* ---- status ---- */
 
 void
-cli_print_status(FILE *f, const struct seg *s, bool json)
+cli_status_json(FILE *f, const struct cli_snap *snap, bool hosts)
 {
-	const struct seg_header *h = seg_header(s);
-	uint32_t procs = cli_live_processes(s);
-	struct cli_comp *all = calloc(s->ncomp, sizeof(*all));
+	fputs("{\"segment\": ", f);
+	cli_json_string(f, snap->name);
+	fprintf(f, ", \"processes\": %u, \"generation\": %u, ", snap->processes, snap->generation);
+	json_attach(f, snap);
+	if (hosts)
+		cli_json_hosts(f, snap->config_path);
+	fputs(", \"compartments\": [", f);
+	for (uint32_t i = 0; i < snap->ncomp; i++) {
+		if (i)
+			fputs(", ", f);
+		json_comp(f, &snap->comp[i]);
+	}
+	fputc(']', f);
+	cli_json_pools(f, snap);
+	fputs("}\n", f);
+}
+
+void
+cli_status_text(FILE *f, const struct cli_snap *snap)
+{
+	const struct cli_comp *all = snap->comp;
+	uint32_t n = snap->ncomp, procs = snap->processes;
 	char ago[32], lim[16];
 	bool extra = false;
 
-	if (all == NULL) {
-		fprintf(stderr, "bulkshim: out of memory\n");
-		return;
-	}
-	for (uint32_t i = 0; i < s->ncomp; i++)
-		cli_read_comp(s, i, &all[i]);
-	if (json) {
-		fputs("{\"segment\": ", f);
-		cli_json_string(f, h->name);
-		fprintf(f, ", \"processes\": %u, \"generation\": %u, ", procs,
-		    atomic_load(&seg_header(s)->generation));
-		json_attach(f, s);
-		if (status_hosts)
-			cli_json_hosts(f, s);
-		fputs(", \"compartments\": [", f);
-		for (uint32_t i = 0; i < s->ncomp; i++) {
-			if (i)
-				fputs(", ", f);
-			json_comp(f, &all[i]);
-		}
-		fputc(']', f);
-		cli_json_pools(f, s);
-		fputs("}\n", f);
-		free(all);
-		return;
-	}
 	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits now, "
-	    "%llu attached since it was created\n", h->name, h->name, procs, procs == 1 ? "" : "es",
-	    (unsigned long long)atomic_load(&h->attaches));
-	print_unprotected(f, s);
+	    "%llu attached since it was created\n", snap->name, snap->name, procs,
+	    procs == 1 ? "" : "es", (unsigned long long)snap->attaches);
+	text_unprotected(f, snap);
 	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
 	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
-	for (uint32_t i = 0; i < s->ncomp; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_comp *c = &all[i];
 
 		cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
@@ -224,13 +198,13 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
 		    c->nclass > 0;
 	}
-	text_inflight(f, all, s->ncomp);
-	cli_text_pools(f, s, "");
-	cli_adaptive_text(f, all, s->ncomp);
-	cli_text_fleet(f, all, s->ncomp);
+	text_inflight(f, all, n);
+	cli_text_pools(f, snap, "");
+	cli_adaptive_text(f, all, n);
+	cli_text_fleet(f, all, n);
 	if (extra)
 		fputc('\n', f);
-	for (uint32_t i = 0; i < s->ncomp; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_comp *c = &all[i];
 
 		text_reasons(f, c->name, "rejected:", c->rejected_by);
@@ -244,13 +218,13 @@ cli_print_status(FILE *f, const struct seg *s, bool json)
 			fputc('\n', f);
 		}
 	}
-	free(all);
 }
 
 int
 cmd_status(int argc, char **argv)
 {
 	struct cli_target t = { NULL, NULL };
+	struct cli_snap snap;
 	struct seg *s;
 	bool json = false;
 	int r;
@@ -259,8 +233,18 @@ cmd_status(int argc, char **argv)
 		return r;
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
-	status_hosts = true;
-	cli_print_status(stdout, s, json);
+	r = cli_snap_read(s, &snap);
 	seg_close(s);
+	if (r < 0) {
+		/* Said on stderr; the exit status stays 0. */
+		fprintf(stderr, "bulkshim: out of memory\n");
+		return 0;
+	}
+	/* Only `status --json` waits for DNS: `serve`'s scrapes must not. */
+	if (json)
+		cli_status_json(stdout, &snap, true);
+	else
+		cli_status_text(stdout, &snap);
+	cli_snap_free(&snap);
 	return 0;
 }
