@@ -140,8 +140,8 @@ deb-test: deb
 	@python3 tests/ops/test_package.py $$(ls $(B)/deb/bulkshim_*.deb | grep -v dbgsym | head -1)
 
 # Fragments of the demo, the hardening runs and the benchmarks.
--include tools/demo/demo.mk
--include tools/demo/fleet.mk
+-include demo/demo.mk
+-include demo/fleet.mk
 -include tests/hardening.mk
 -include tests/model/model.mk
 -include bench/bench.mk

@@ -1,4 +1,4 @@
-/* bulkshim.c - the operator's CLI: dispatch, `run` and `status`; the rest in cmd_*.c. */
+/* bulkshim.c - the operator's CLI: the command table, dispatch and `run`; the other commands in cmd_*.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -103,248 +103,119 @@ cmd_run(int argc, char **argv)
 	return 127;
 }
 
-/* ---- status ---- */
+/* ---- the commands ---- */
 
-static void
-json_reasons(FILE *f, const char *key, const uint64_t *n)
-{
-	fprintf(f, ", \"%s\": {", key);
-	for (int r = 0; r < REASON_MAX; r++)
-		fprintf(f, "%s\"%s\": %llu", r ? ", " : "", stat_reason_name((enum bs_reason)r),
-		    (unsigned long long)n[r]);
-	fputc('}', f);
-}
-
-static void
-json_comp(FILE *f, const struct cli_comp *c)
-{
-	const char *en = cfg_errno_name(c->reject_errno);
-
-	fputs("{\"name\": ", f);
-	cli_json_string(f, c->name);
-	/* The keys up to "errno" are the stable interface of the first
-	 * release; the rest were added after them. */
-	fprintf(f, ", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
-	    "\"rejected\": %llu, \"waiting\": %u, \"last_rejection_ms\": %llu, "
-	    "\"reclaimed\": %llu, \"errno\": \"%s\"",
-	    c->limit == UINT32_MAX ? 0 : c->limit, c->in_use, c->peak,
-	    (unsigned long long)c->admitted, (unsigned long long)c->rejected, c->waiting,
-	    (unsigned long long)c->last_rejection_ms, (unsigned long long)c->reclaimed,
-	    en != NULL ? en : "ECONNREFUSED");
-	fprintf(f, ", \"unlimited\": %s, \"over\": %u, \"inflight\": %u, \"inflight_limit\": %u, "
-	    "\"inflight_unlimited\": %s, \"inflight_peak\": %u, \"enforce\": %s, \"hot\": %s",
-	    c->limit == UINT32_MAX ? "true" : "false", c->over, c->inflight,
-	    c->inflight_limit == UINT32_MAX ? 0 : c->inflight_limit,
-	    c->inflight_limit == UINT32_MAX ? "true" : "false", c->inflight_peak,
-	    c->enforce ? "true" : "false", c->hot ? "true" : "false");
-	fprintf(f, ", \"max_wait_ms\": %u, \"max_waiting\": %u, \"connect_timeout_ms\": %u, "
-	    "\"io_timeout_ms\": %u, \"connect_timeouts\": %llu, \"io_timeouts\": %llu",
-	    c->max_wait_ms, c->max_waiting, c->connect_timeout_ms, c->io_timeout_ms,
-	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
-	fprintf(f, ", \"reconciled\": %llu", (unsigned long long)c->reconciled);
-	cli_json_fleet(f, c);
-	fprintf(f, ", \"kernel\": %s, \"kernel_in_use\": %u", c->kernel ? "true" : "false",
-	    c->kernel_in_use);
-	json_reasons(f, "rejected_by", c->rejected_by);
-	json_reasons(f, "would_reject", c->would_reject);
-	cli_json_comp_pool(f, c);
-	cli_adaptive_json(f, &c->ad);
-	fputs(", \"classes\": [", f);
-	for (size_t k = 0; k < c->nclass; k++) {
-		const struct cli_class *cc = &c->cls[k];
-
-		fputs(k ? ", {\"name\": " : "{\"name\": ", f);
-		cli_json_string(f, cc->name);
-		fprintf(f, ", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
-		    "\"rejected\": %llu", cc->limit, cc->in_use, cc->peak,
-		    (unsigned long long)cc->admitted, (unsigned long long)cc->rejected);
-		cli_json_class_share(f, cc);
-		fputc('}', f);
-	}
-	fputs("]}", f);
-}
-
-static bool
-any_reason(const uint64_t *n)
-{
-	for (int r = 0; r < REASON_MAX; r++) {
-		if (n[r] != 0)
-			return true;
-	}
-	return false;
-}
-
-static void
-text_reasons(FILE *f, const char *name, const char *what, const uint64_t *n)
-{
-	bool first = true;
-
-	if (!any_reason(n))
-		return;
-	fprintf(f, "  %s %s", name, what);
-	for (int r = 0; r < REASON_MAX; r++) {
-		if (n[r] == 0)
-			continue;
-		fprintf(f, "%s %s %llu", first ? "" : ",", stat_reason_name((enum bs_reason)r),
-		    (unsigned long long)n[r]);
-		first = false;
-	}
-	fputc('\n', f);
-}
-
-/* The second table, for compartments that count requests in flight, wait
- * or time out; printed only when one does. */
-static void
-text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
-{
-	char lim[16], wait[16];
-	bool any = false;
-
-	for (uint32_t i = 0; i < n; i++)
-		any = any || all[i].inflight_limit != UINT32_MAX || all[i].max_wait_ms != 0 ||
-		    all[i].connect_timeout_ms != 0 || all[i].io_timeout_ms != 0 ||
-		    all[i].inflight_admitted != 0;
-	if (!any)
-		return;
-	fprintf(f, "\n%-24s %9s %7s %7s %7s %8s %10s %10s\n", "COMPARTMENT", "IN FLIGHT", "LIMIT",
-	    "PEAK", "WAITING", "MAX WAIT", "CONNECT TO", "IO TO");
-	for (uint32_t i = 0; i < n; i++) {
-		const struct cli_comp *c = &all[i];
-
-		snprintf(wait, sizeof(wait), "%ums", c->max_wait_ms);
-		fprintf(f, "%-24s %9u %7s %7u %7u %8s %10llu %10llu\n", c->name, c->inflight,
-		    cli_limit_text(c->inflight_limit, lim, sizeof(lim)), c->inflight_peak,
-		    c->waiting, c->max_wait_ms ? wait : "-",
-		    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
-	}
-}
-
-/* `status --json` adds what host names resolve to now (not `serve`, whose
- * scrapes must not wait for DNS). */
-static bool status_hosts;
-
-void
-cli_print_status(FILE *f, const struct seg *s, bool json)
-{
-	const struct seg_header *h = seg_header(s);
-	uint32_t procs = cli_live_processes(s);
-	struct cli_comp *all = calloc(s->ncomp, sizeof(*all));
-	char ago[32], lim[16];
-	bool extra = false;
-
-	if (all == NULL) {
-		fprintf(stderr, "bulkshim: out of memory\n");
-		return;
-	}
-	for (uint32_t i = 0; i < s->ncomp; i++)
-		cli_read_comp(s, i, &all[i]);
-	if (json) {
-		fputs("{\"segment\": ", f);
-		cli_json_string(f, h->name);
-		fprintf(f, ", \"processes\": %u, \"generation\": %u, ", procs,
-		    atomic_load(&seg_header(s)->generation));
-		cli_json_attach(f, s);
-		if (status_hosts)
-			cli_json_hosts(f, s);
-		fputs(", \"compartments\": [", f);
-		for (uint32_t i = 0; i < s->ncomp; i++) {
-			if (i)
-				fputs(", ", f);
-			json_comp(f, &all[i]);
-		}
-		fputc(']', f);
-		cli_json_pools(f, s);
-		fputs("}\n", f);
-		free(all);
-		return;
-	}
-	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits now, "
-	    "%llu attached since it was created\n", h->name, h->name, procs, procs == 1 ? "" : "es",
-	    (unsigned long long)atomic_load(&h->attaches));
-	cli_print_unprotected(f, s);
-	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
-	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		const struct cli_comp *c = &all[i];
-
-		cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
-		fprintf(f, "%-24s %7u %7s %7u %10llu %10llu %10llu  %s%s%s%s\n", c->name, c->in_use,
-		    cli_limit_text(c->limit, lim, sizeof(lim)), c->peak,
-		    (unsigned long long)c->admitted, (unsigned long long)c->rejected,
-		    (unsigned long long)c->reclaimed, ago, c->hot ? "  HOT" : "",
-		    c->enforce ? "" : "  OBSERVE", c->kernel ? "  KERNEL" : "");
-		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
-		    c->nclass > 0;
-	}
-	text_inflight(f, all, s->ncomp);
-	cli_text_pools(f, s, "");
-	cli_adaptive_text(f, all, s->ncomp);
-	cli_text_fleet(f, all, s->ncomp);
-	if (extra)
-		fputc('\n', f);
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		const struct cli_comp *c = &all[i];
-
-		text_reasons(f, c->name, "rejected:", c->rejected_by);
-		text_reasons(f, c->name, "would have rejected (observe mode):", c->would_reject);
-		for (size_t k = 0; k < c->nclass; k++) {
-			fprintf(f, "  %s class %s: %u/%u in use, peak %u, admitted %llu, "
-			    "rejected %llu", c->name, c->cls[k].name, c->cls[k].in_use,
-			    c->cls[k].limit, c->cls[k].peak, (unsigned long long)c->cls[k].admitted,
-			    (unsigned long long)c->cls[k].rejected);
-			cli_text_class_share(f, &c->cls[k]);
-			fputc('\n', f);
-		}
-	}
-	free(all);
-}
-
-static int
-cmd_status(int argc, char **argv)
-{
-	struct cli_target t = { NULL, NULL };
-	struct seg *s;
-	bool json = false;
-	int r;
-
-	if ((r = cli_parse_view(argc, argv, "status", &t, &json)) >= 0)
-		return r;
-	if (cli_open(&t, false, &s) < 0)
-		return 1;
-	status_hosts = true;
-	cli_print_status(stdout, s, json);
-	seg_close(s);
-	return 0;
-}
-
-/* ---- dispatch ---- */
-
-static const struct {
-	const char *name;
-	int (*fn)(int, char **);
-} table[] = {
-	{ "run", cmd_run },
-	{ "status", cmd_status },
-	{ "watch", cmd_watch },
-	{ "metrics", cmd_metrics },
-	{ "serve", cmd_serve },
-	{ "check", cmd_check },
-	{ "set", cmd_set },
-	{ "reload", cmd_reload },
-	{ "reset", cmd_reset },
-	{ "size", cmd_size },
-	{ "suggest", cmd_suggest },
-	{ "list", cmd_list },
-	{ "rm", cmd_rm },
-	{ "prune", cmd_prune },
-	{ "fleet", cmd_fleet },
-	{ "attach", cmd_attach },
-	{ "detach", cmd_detach },
+/*
+ * Each command once: its name, its handler, its synopsis and what
+ * `bulkshim NAME --help` adds. The synopses in this order are usage(), the
+ * man page's SYNOPSIS line for line (a test compares them).
+ */
+static const struct cli_command commands[] = {
+	{ "run", cmd_run,
+	  "run [--kernel [--cgroup PATH]] [-c FILE] [--force] [--] COMMAND [ARG...]",
+	  "Runs COMMAND with libbulkshim.so preloaded and BULKSHIM_CONFIG set to FILE.\n"
+	  "  -c FILE    the configuration (default: $BULKSHIM_CONFIG, else " BS_DEFAULT_CONFIG ")\n"
+	  "  --force    start a program the shim cannot see (static, Go, setuid, setgid, file\n"
+	  "             capabilities) anyway, with a warning\n"
+	  "  --kernel   no preload: a cgroup of its own (or --cgroup PATH) with the kernel\n"
+	  "             engine attached, for Go, static, setuid and io_uring programs; root\n"
+	  "Exit status 78 without starting COMMAND when the configuration is missing or not\n"
+	  "valid, or the shim cannot see COMMAND's calls; else COMMAND's own.\n" },
+	{ "attach", cmd_attach,
+	  "attach [-c FILE] --cgroup PATH",
+	  "Attaches the kernel engine (eBPF) for FILE's compartments to a cgroup v2: every\n"
+	  "connect of every process in it is counted, whatever made it. Needs root or\n"
+	  "CAP_BPF + CAP_NET_ADMIN, Linux 5.9 (5.18 to refuse with the config's errno).\n"
+	  "  --cgroup PATH  absolute, or relative to the cgroup v2 mount\n" },
+	{ "detach", cmd_detach,
+	  "detach [-c FILE | -s SEGMENT] [--cgroup PATH]",
+	  "Detaches the kernel engine from PATH (default: from every cgroup); unloads it\n"
+	  "when no cgroup is left.\n" },
+	{ "status", cmd_status,
+	  "status [-c FILE | -s SEGMENT] [--json]",
+	  "Shows every compartment of a segment, HOT when at or above 80 % of a limit.\n"
+	  "  -c FILE      the segment that FILE names\n"
+	  "  -s SEGMENT   the segment /dev/shm/bulkshim.SEGMENT\n"
+	  "  --json       one JSON object instead of the table\n" },
+	{ "watch", cmd_watch,
+	  "watch [-c FILE | -s SEGMENT] [-i SECONDS] [-n COUNT]",
+	  "A live view: connections, requests in flight, waiters and rejections per second.\n"
+	  "  -i SECONDS   refresh interval (default 1; fractions allowed)\n"
+	  "  -n COUNT     stop after COUNT refreshes\n"
+	  "  q quits. A pipe or TERM=dumb gets plain lines instead of escape codes.\n" },
+	{ "metrics", cmd_metrics,
+	  "metrics [-c FILE | -s SEGMENT] [--no-histograms] [--compartment PATTERN]...",
+	  "Prints the segment's counters in the Prometheus text exposition format.\n"
+	  "  --no-histograms          leave the latency histograms out (most of the lines)\n"
+	  "  --compartment PATTERN    only compartments matching the glob (repeatable)\n" },
+	{ "serve", cmd_serve,
+	  "serve [-c FILE | -s SEGMENT | --all]... [--listen ADDR:PORT]",
+	  "Serves the live web page at /, /metrics (Prometheus) and /status.json over HTTP,\n"
+	  "read-only, until SIGTERM or SIGINT. -c and -s may repeat to show several segments.\n"
+	  "  --all                every segment in /dev/shm this user may read\n"
+	  "  --listen ADDR:PORT   where to listen (default 127.0.0.1:9464; port 0 picks one)\n" },
+	{ "check", cmd_check,
+	  "check [-q] FILE",
+	  "Validates FILE exactly as the library does and prints the budget as bars.\n"
+	  "  -q   print nothing but errors\n"
+	  "Exit status: 0 valid, 1 not valid, 2 usage error.\n" },
+	{ "set", cmd_set,
+	  "set [-c FILE | -s SEGMENT] {COMPARTMENT | --all} KEY VALUE",
+	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
+	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
+	  "io_timeout_ms, errno, enforce (on or off), adaptive (off pins the adaptive limit,\n"
+	  "on resumes it), class.NAME (a class limit, 0 = none) or guaranteed (its share of\n"
+	  "its pool); for a pool, COMPARTMENT is the pool's name and KEY is size or reserved.\n"
+	  "KEY=VALUE works too.\n"
+	  "  --all   every compartment of the segment (`set --all enforce off`: the kill switch)\n"
+	  "errno EAGAIN is refused for a compartment with max_inflight (clients would spin).\n" },
+	{ "reload", cmd_reload,
+	  "reload -c FILE [-s SEGMENT] [--dry-run]",
+	  "Applies an edited FILE to the live segment: limits at once, destinations at each\n"
+	  "running process's next connect. New compartments or classes need a restart.\n"
+	  "Prints every setting it changes, marking those that undo a live `bulkshim set`.\n"
+	  "  --dry-run   print what would change; change nothing\n" },
+	{ "reset", cmd_reset,
+	  "reset [-c FILE | -s SEGMENT] [COMPARTMENT | POOL]",
+	  "Zeroes the counters (admitted, rejected, histograms, rates, peaks), not the permits.\n"
+	  "Without an argument, every compartment and every pool (its peak and pool_full\n"
+	  "refusals); POOL, a pool's name no compartment has, resets that pool alone.\n" },
+	{ "size", cmd_size,
+	  "size --rps R --latency L [--headroom H] [--retries K] [--json]",
+	  "Little's law: permits = ceil(R x L x H x (1 + K)).\n"
+	  "  --rps R        requests per second\n"
+	  "  --latency L    latency: 0.25, 0.25s, 250ms or 250us\n"
+	  "  --headroom H   default 2\n"
+	  "  --retries K    retries per request, default 0\n" },
+	{ "suggest", cmd_suggest,
+	  "suggest [-c FILE | -s SEGMENT] [--window SECONDS] [--json]",
+	  "Sizes each compartment from what the shim recorded: peak admission rate, p50/p99\n"
+	  "latency, Little's law with headroom 2, refusals, and a verdict.\n" },
+	{ "list", cmd_list,
+	  "list [--json]",
+	  "Lists the segments in /dev/shm: owner, size, live processes, compartments (the\n"
+	  "names that fit on the row, then their number; --json names every one).\n" },
+	{ "rm", cmd_rm,
+	  "rm [--force] SEGMENT...",
+	  "Removes segments. One that live processes hold permits in is kept unless --force;\n"
+	  "a damaged one is removed (programs facing it would run without limits).\n" },
+	{ "prune", cmd_prune,
+	  "prune [--older-than AGE] [--dry-run] [PATTERN...]",
+	  "Removes the segments (matching the globs) that no live process holds and that were\n"
+	  "created more than AGE ago (90s, 15m, 2h, 7d; default 1h), damaged ones included.\n"
+	  "  --dry-run   say what would be removed; remove nothing\n" },
+	{ "fleet", cmd_fleet,
+	  "fleet [-c FILE] [-v] [--status [--json]]",
+	  "Runs this host's fleet agent in the foreground: leases its share of each\n"
+	  "compartment's fleet_limit from Redis and writes it into the segment as the live\n"
+	  "limit. --status lists every host's share and demand as Redis sees them.\n"
+	  "  -v   log every change of a share\n" },
 };
 
 int
 main(int argc, char **argv)
 {
+	cli_commands(commands, sizeof(commands) / sizeof(commands[0]));
 	if (argc < 2)
 		return cli_usage(stderr, 2);
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
@@ -360,15 +231,15 @@ main(int argc, char **argv)
 		printf("bulkshim %s\n", BS_VERSION);
 		return 0;
 	}
-	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
-		if (strcmp(argv[1], table[i].name) == 0) {
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(argv[1], commands[i].name) == 0) {
 			char name[32];
 			int r;
 
 			/* getopt's messages then begin "bulkshim status: ...". */
-			snprintf(name, sizeof(name), "bulkshim %s", table[i].name);
+			snprintf(name, sizeof(name), "bulkshim %s", commands[i].name);
 			argv[1] = name;
-			r = table[i].fn(argc - 1, argv + 1);
+			r = commands[i].run(argc - 1, argv + 1);
 
 			if (fflush(stdout) != 0 && r == 0) {
 				fprintf(stderr, "bulkshim: cannot write the output: %s\n",

@@ -1,7 +1,8 @@
-/* cli.h - what the files of the bulkshim CLI share: targets, snapshots, help, output. */
+/* cli.h - what the files of the bulkshim CLI share: the snapshot of a segment, help, targets, output. */
 #ifndef BULKSHIM_CLI_H
 #define BULKSHIM_CLI_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,7 +11,53 @@
 #include "log.h"
 #include "sys.h"
 
+/*
+ * The files call downward only: main and the command table (bulkshim.c)
+ * call the commands (cmd_*.c, fleet.c). The views among them (status,
+ * watch, metrics, serve, suggest) print a snapshot: snapshot.c reads the
+ * figures they show, with the readers of the features below it
+ * (cli_adaptive.c, cli_pool.c, fleet_view.c, cmd_kernel.c). Everything may
+ * call help, targets and opening (cli_common.c) and the text helpers
+ * (cli_format.c), which call nothing of the CLI.
+ *
+ * A function that writes to a FILE leaves write errors to the stream:
+ * main checks stdout once, after the command.
+ */
+
 #define CLI_HOT_PERCENT	80	/* a compartment this full is flagged HOT */
+
+/* ---- cli_format.c: text helpers of every view ---- */
+
+/* Writes s as a JSON string literal; write errors are left to the stream. */
+void cli_json_string(FILE *f, const char *s);
+/* Writes "#####....." of `width` cells for used/limit into buf (width + 1
+ * bytes); an unlimited limit gives all dots. Cannot fail. */
+void cli_bar(char *buf, size_t width, uint64_t used, uint64_t limit, char ch);
+/* A limit as text: "-" for none; returns buf (cut to len, never overrun). */
+const char *cli_limit_text(uint32_t limit, char *buf, size_t len);
+/* "1.5s ago", "42s ago" or "-" for a CLOCK_REALTIME time in ms; cut to len. */
+void cli_format_ago(uint64_t when_ms, char *buf, size_t len);
+/* Parses a whole decimal number into *out; false on junk or overflow. */
+bool cli_parse_u64(const char *s, uint64_t *out);
+
+/* ---- cli_common.c: help, targets, opening a segment ---- */
+
+/* One subcommand, as bulkshim.c's command table lists it: what dispatch
+ * calls and what usage and help print. */
+struct cli_command {
+	const char *name;
+	int (*run)(int argc, char **argv);	/* see "the subcommands" below */
+	const char *synopsis;	/* its usage line, after "bulkshim " */
+	const char *help;	/* what `bulkshim NAME --help` adds to it */
+};
+/* Hands usage and help the command table (n entries, in the order of the
+ * man page's SYNOPSIS); main calls it first. Cannot fail. */
+void cli_commands(const struct cli_command *table, size_t n);
+/* Prints a subcommand's synopsis and help to f and returns status; an
+ * unknown name prints the whole usage. */
+int cli_help(const char *cmd, FILE *f, int status);
+/* The whole usage text (the man page's SYNOPSIS) to f; returns status. */
+int cli_usage(FILE *f, int status);
 
 /* Which segment a subcommand works on: -s SEGMENT, else the segment that
  * -c FILE (or BULKSHIM_CONFIG, or the default config) names. */
@@ -18,9 +65,25 @@ struct cli_target {
 	const char *config;
 	const char *segment;
 };
+/* Handles a -c or -s option of a subcommand; returns false for other options. */
+bool cli_target_opt(struct cli_target *t, int opt, const char *arg);
+/* Parses what the reporting subcommands take: [-c FILE | -s SEGMENT]
+ * [--json] [--help]. Returns -1 to go on, or the exit status to return
+ * (0 after --help, 2 on a usage error, with the help printed). */
+int cli_parse_view(int argc, char **argv, const char *name, struct cli_target *t, bool *json);
+/* The segment name a target means, into out. Prints the error and returns
+ * -1 when the config cannot be read or the name is not valid. */
+int cli_segment_name(const struct cli_target *t, char *out, size_t len);
+/* Opens the target's segment. writable: for changes, with a clear error on
+ * a segment this user may not write; otherwise read-write when allowed (to
+ * reclaim the permits of dead processes first) and read-only else. Prints
+ * the error and returns -1 on failure. */
+int cli_open(const struct cli_target *t, bool writable, struct seg **out);
 
-/* One compartment's figures, read once with atomic loads so that a report
- * is consistent with itself. Limits are UINT32_MAX for "none". */
+/* ---- snapshot.c: a segment read once, for the views to print ---- */
+
+/* One class of a compartment, with a limit there. Limits are UINT32_MAX
+ * for "none". */
 struct cli_class {
 	char name[BS_CLASS_NAME_MAX];
 	uint32_t limit, in_use, peak;
@@ -33,25 +96,39 @@ struct cli_class {
 	uint32_t index;		/* the class's index in the segment */
 };
 
-/* The adaptive limit of a compartment, read once (cli_adaptive.c). */
+/* The adaptive limit of a compartment (read by cli_adaptive.c). */
 struct cli_adaptive {
 	uint32_t mode, kind, limit, min, max, window_ms, tolerance_pct, baseline_us;
 	uint32_t last_from, last_to, last_reason;
 	uint64_t sample_us, sample_conc16, windows, changes, last_change_ms;
 };
 
+/* A histogram: its buckets, their total, the sum, and the histogram's own
+ * count (bumped after its bucket, so it may lag the total). */
+struct cli_hist {
+	uint64_t bucket[BS_HIST_BUCKETS];
+	uint64_t total;
+	uint64_t sum_us;
+	uint64_t count;
+};
+
+/* One compartment's figures. Limits are UINT32_MAX for "none". */
 struct cli_comp {
 	uint32_t index;
 	char name[BS_NAME_MAX];
 	uint32_t limit, in_use, over, peak, waiting;
 	uint32_t inflight_limit, inflight, inflight_over, inflight_peak;
+	uint32_t inflight_limit_now;	/* what admission enforces now: the adaptive limit if lower */
 	uint32_t max_wait_ms, max_waiting, connect_timeout_ms, io_timeout_ms;
 	int reject_errno;
 	bool enforce;
 	bool hot;		/* at or above CLI_HOT_PERCENT of either limit */
 	uint64_t admitted, rejected, last_rejection_ms, reclaimed, inflight_admitted;
 	uint64_t connect_timeouts, io_timeouts, peak_rate;
+	uint64_t recent_rate;	/* highest admissions/s in the last BS_RATE_SECONDS s */
 	uint64_t rejected_by[REASON_MAX], would_reject[REASON_MAX];
+	struct cli_hist h_connect, h_reply, h_wait;
+	bool shares;		/* the classes split the compartment */
 	size_t nclass;		/* classes with a limit */
 	struct cli_class cls[BS_MAX_CLASSES];
 	/* In a pool (pool >= 0): the guarantee, and how much of in_use is
@@ -62,8 +139,8 @@ struct cli_comp {
 	uint32_t class_lent;	/* permits lent to classes beyond their guarantees */
 	struct cli_adaptive ad;
 	uint64_t reconciled;	/* permits of sockets found closed unseen */
-	/* A fleet budget (fleet_view.c); fleet_limit 0 = none. */
-	uint32_t live_limit;	/* what admission enforces now (limit_conn) */
+	/* A fleet budget (read by fleet_view.c); fleet_limit 0 = none. */
+	uint32_t live_limit;	/* what admission enforces now (limit_conn, adaptive) */
 	uint32_t fleet_limit, fleet_floor, fleet_share, fleet_hosts, fleet_state;
 	int32_t fleet_agent_pid;
 	bool fleet_lease;	/* the lease is valid now */
@@ -81,19 +158,44 @@ struct cli_pool {
 	uint64_t rejected;
 };
 
-/* A histogram read once: buckets, their total, and the sum. */
-struct cli_hist {
-	uint64_t bucket[BS_HIST_BUCKETS];
-	uint64_t total;
-	uint64_t sum_us;
+/* A whole segment: its header's figures, every compartment (the kernel
+ * engine's counts merged in) and every pool. */
+struct cli_snap {
+	char name[BS_NAME_MAX];
+	char config_path[PATH_MAX];	/* the config it was last set up from */
+	uint32_t generation;
+	uint32_t processes;		/* live processes holding permits */
+	uint64_t attaches;		/* processes that attached since its creation */
+	uint64_t unprotected;		/* processes that meant to and ran without limits */
+	uint64_t unprotected_ms;	/* CLOCK_REALTIME of the last of them */
+	char unprotected_why[sizeof(((struct seg_header *)0)->unprotected_why) + 1];
+	uint32_t ncomp;
+	struct cli_comp *comp;		/* ncomp of them, in the segment's order */
+	uint32_t npools;
+	struct cli_pool pool[BS_MAX_POOLS];
 };
 
-/* ---- cli_adaptive.c ---- */
+/* Reads every figure of s into *snap, at one pass. Returns 0, or -ENOMEM
+ * (with *snap empty, nothing to free). */
+int cli_snap_read(const struct seg *s, struct cli_snap *snap);
+/* Frees what cli_snap_read allocated; cannot fail. */
+void cli_snap_free(struct cli_snap *snap);
+/* Processes in state PROC_LIVE whose PID is alive with its start time;
+ * a record that cannot be checked counts as alive (see sys_pid_alive).
+ * Cannot fail. */
+uint32_t cli_live_processes(const struct seg *s);
+/* Requests in flight in compartment i (< ncomp) of s now, those observe
+ * mode let past included: a snapshot's inflight, for sampling. Cannot fail. */
+uint32_t cli_inflight_now(const struct seg *s, uint32_t i);
+/* The upper bound in microseconds of the bucket holding the quantile
+ * permille/1000 of h (500: p50, 990: p99); 0 when h is empty. Bucket i holds
+ * values below 2^i us, so this is an upper bound of the true quantile. */
+uint64_t cli_hist_quantile_us(const struct cli_hist *h, unsigned permille);
 
+/* ---- cli_adaptive.c: the adaptive limit, read and shown ---- */
+
+/* Reads the adaptive limit of sc into *a (mode AD_NONE: none); cannot fail. */
 void cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a);
-/* The limit of requests in flight admission enforces now: max_inflight,
- * or the adaptive limit when it moves that one and is lower. */
-uint32_t cli_inflight_limit_now(const struct cli_comp *c);
 /* "inflight" or "connections": the limit the adaptive one moves. */
 const char *cli_adaptive_applies(const struct cli_adaptive *a);
 /* `, "adaptive": {...}` (null when the compartment is not adaptive). */
@@ -106,69 +208,25 @@ void cli_adaptive_watch(FILE *f, const struct cli_comp *c, bool ansi);
 void cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n,
     void (*labels)(FILE *, const char *, const char *, const char *, const char *));
 
-/* ---- cli_common.c ---- */
-
-/* Prints a subcommand's synopsis and help to f and returns status; an
- * unknown name prints the whole usage. */
-int cli_help(const char *cmd, FILE *f, int status);
-/* The whole usage text (the man page's SYNOPSIS) to f; returns status. */
-int cli_usage(FILE *f, int status);
-/* Handles a -c or -s option of a subcommand; returns false for other options. */
-bool cli_target_opt(struct cli_target *t, int opt, const char *arg);
-/* Parses what the reporting subcommands take: [-c FILE | -s SEGMENT]
- * [--json] [--help]. Returns -1 to go on, or the exit status to return
- * (0 after --help, 2 on a usage error, with the help printed). */
-int cli_parse_view(int argc, char **argv, const char *name, struct cli_target *t, bool *json);
-/* The segment name a target means, into out. Prints the error and returns
- * -1 when the config cannot be read or the name is not valid. */
-int cli_segment_name(const struct cli_target *t, char *out, size_t len);
-/* Opens the target's segment. writable: for changes, with a clear error on
- * a segment this user may not write; otherwise read-write when allowed (to
- * reclaim the permits of dead processes first) and read-only else. Prints
- * the error and returns -1 on failure. */
-int cli_open(const struct cli_target *t, bool writable, struct seg **out);
-/* Reads compartment i (< ncomp) of s into *c; cannot fail. */
-void cli_read_comp(const struct seg *s, uint32_t i, struct cli_comp *c);
-/* Reads a histogram into *out; total is the sum of the buckets read, so
- * that the buckets and the total agree; cannot fail. */
-void cli_read_hist(const struct seg_hist *h, struct cli_hist *out);
-/* The upper bound in microseconds of the bucket holding the quantile
- * permille/1000 of h (500: p50, 990: p99); 0 when h is empty. Bucket i holds
- * values below 2^i us, so this is an upper bound of the true quantile. */
-uint64_t cli_hist_quantile_us(const struct cli_hist *h, unsigned permille);
-/* Processes in state PROC_LIVE whose PID is alive with its start time;
- * a record that cannot be checked counts as alive (see sys_pid_alive). */
-uint32_t cli_live_processes(const struct seg *s);
-/* Writes s as a JSON string literal; write errors are left to the stream. */
-void cli_json_string(FILE *f, const char *s);
-/* Writes "#####....." of `width` cells for used/limit into buf (width + 1
- * bytes); an unlimited limit gives all dots. */
-void cli_bar(char *buf, size_t width, uint64_t used, uint64_t limit, char ch);
-/* A limit as text: "-" for none. */
-const char *cli_limit_text(uint32_t limit, char *buf, size_t len);
-/* "1.5s ago", "42s ago" or "-" for a CLOCK_REALTIME time in ms. */
-void cli_format_ago(uint64_t when_ms, char *buf, size_t len);
-/* Parses a whole decimal number into *out; false on junk or overflow. */
-bool cli_parse_u64(const char *s, uint64_t *out);
-
-/* ---- cli_pool.c: pools in status, watch and metrics ---- */
+/* ---- cli_pool.c: pools and class shares, read, shown, set and checked ---- */
 
 /* Reads pool p (< npools) of s into *out; cannot fail. */
 void cli_read_pool(const struct seg *s, uint32_t p, struct cli_pool *out);
-/* Fills the pool fields of c (compartment c->index of s). */
+/* Fills the pool fields of c (compartment c->index of s); cannot fail. */
 void cli_read_comp_pool(const struct seg *s, struct cli_comp *c);
 /* `, "pools": [...]` for status --json. */
-void cli_json_pools(FILE *f, const struct seg *s);
+void cli_json_pools(FILE *f, const struct cli_snap *snap);
 /* The pool keys of a compartment for status --json. */
 void cli_json_comp_pool(FILE *f, const struct cli_comp *c);
-/* The pool table of status and watch; nothing if the segment has none. */
-void cli_text_pools(FILE *f, const struct seg *s, const char *eol);
-/* The pool series of the metrics exposition. */
-void cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n);
+/* The class-share and pool tables of status and watch, each line ended by
+ * eol before its newline; nothing for a segment with neither. */
+void cli_text_pools(FILE *f, const struct cli_snap *snap, const char *eol);
+/* The class-share and pool series of the metrics exposition, for the
+ * compartments all[0..n) of snap and every pool. */
+void cli_metrics_pools(FILE *f, const struct cli_snap *snap, const struct cli_comp *all,
+    uint32_t n);
 /* Adds a class's guaranteed share to its status line and JSON object. */
 void cli_text_class_share(FILE *f, const struct cli_class *cc);
-/* The table of compartments whose classes split them (status, watch). */
-void cli_text_class_shares(FILE *f, const struct seg *s, const char *eol);
 void cli_json_class_share(FILE *f, const struct cli_class *cc);
 /* `suggest`: per class of a compartment its classes split, a proposed
  * guarantee and ceiling from the class's peak and refusals (text lines, or
@@ -195,13 +253,50 @@ void cli_reload_pools(struct seg *s, const struct bs_config *cfg, const int *cma
 
 /* `bulkshim check`: each pool's size, reserve, guarantees and shared part. */
 void cli_check_pools(const struct bs_config *cfg);
-/* ---- cli_attach.c ---- */
 
-/* Writes the keys "attached", "unprotected", "unprotected_last_ms",
- * "unprotected_last" and "config" of s (no braces, no leading comma). */
-void cli_json_attach(FILE *f, const struct seg *s);
-/* A WARNING line when processes ran without limits; nothing otherwise. */
-void cli_print_unprotected(FILE *f, const struct seg *s);
+/* ---- fleet_view.c: a compartment's fleet budget, read and shown ---- */
+
+/* Reads the fleet words of sc into c (live_limit too); cannot fail. */
+void cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c);
+/* The fleet keys of a compartment's status --json object, each after ", ". */
+void cli_json_fleet(FILE *f, const struct cli_comp *c);
+/* The table of fleet compartments for `status`, if any has a fleet budget. */
+void cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n);
+/* "postgres fleet 12/500 (floor 4), lease 1.2s, redis ok, 3 hosts" into buf. */
+void cli_fleet_line(const struct cli_comp *c, char *buf, size_t len);
+
+/* ---- cmd_kernel.c: the kernel engine from the CLI ---- */
+
+/* True if `run`'s argv asks for the kernel engine (--kernel). */
+bool cli_run_wants_kernel(int argc, char **argv);
+/* Adds the kernel engine's counts of s's compartments all[0..n) (those it
+ * has) to them. When the engine's counts cannot be read for lack of
+ * privilege it says so on stderr, once per process, and adds nothing. */
+void cli_kernel_merge(const struct seg *s, struct cli_comp *all, uint32_t n);
+/* Copies each compartment's limit, enforce and errno from the segment into
+ * the kernel engine's map, if one is loaded for the segment. */
+void cli_kernel_sync(const struct seg *s);
+/* Writes cfg's rules and limits into the kernel engine loaded for its
+ * segment, if any. Returns 0, or -1 after printing the error. */
+int cli_kernel_reload(const struct bs_config *cfg);
+/* Zeroes the kernel engine's statistics of compartment name (NULL: all),
+ * as stat_reset does: never a count in use or a limit. */
+void cli_kernel_reset(const struct seg *s, const char *name);
+
+/* ---- cmd_status.c: `status` ---- */
+
+/* Writes `status` of snap to f as the table; write errors are left to f. */
+void cli_status_text(FILE *f, const struct cli_snap *snap);
+/* Writes `status --json` of snap to f: one object and a newline; hosts adds
+ * what the config's host names resolve to now (blocking on DNS; a config
+ * that cannot be read adds an empty list). Write errors are left to f. */
+void cli_status_json(FILE *f, const struct cli_snap *snap, bool hosts);
+
+/* ---- cmd_metrics.c: `metrics` ---- */
+
+/* Writes the Prometheus text exposition of snap to f, the latency
+ * histograms unless !histograms; write errors are left to the stream. */
+void cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms);
 
 /* ---- run_check.c ---- */
 
@@ -246,31 +341,16 @@ size_t cli_resolve_hosts(const struct bs_config *cfg, void (*fn)(const struct cl
     void *arg);
 /* Why a host did not resolve, in words. */
 const char *cli_host_error(const struct cli_host *h);
-/* Writes ", \"hosts\": [...]" for the config the segment was last set up
- * from (nothing in the array when it cannot be read). */
-void cli_json_hosts(FILE *f, const struct seg *s);
-/* ---- fleet_view.c: a compartment's fleet budget in status, watch and metrics ---- */
-
-/* Reads the fleet words of sc into c (live_limit too); cannot fail. */
-void cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c);
-/* The fleet keys of a compartment's status --json object, each after ", ". */
-void cli_json_fleet(FILE *f, const struct cli_comp *c);
-/* The table of fleet compartments for `status`, if any has a fleet budget. */
-void cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n);
-/* "postgres fleet 12/500 (floor 4), lease 1.2s, redis ok, 3 hosts" into buf. */
-void cli_fleet_line(const struct cli_comp *c, char *buf, size_t len);
-
-/* ---- bulkshim.c ---- */
-
-/* Writes `status` of s to f: the table, or the JSON object when json. Out
- * of memory, it writes nothing and says so on stderr. */
-void cli_print_status(FILE *f, const struct seg *s, bool json);
+/* Writes ", \"hosts\": [...]" for the config at path (nothing in the array
+ * when it is empty or cannot be read). */
+void cli_json_hosts(FILE *f, const char *path);
 
 /* ---- the subcommands ----
  * Each takes its own argv (argv[0] is "bulkshim NAME", for getopt's messages)
  * and returns the exit status: 0, 1 on an error (said on stderr), 2 on a
  * usage error (the synopsis on stderr). --help prints the help on stdout. */
 
+int cmd_status(int argc, char **argv);	/* cmd_status.c */
 int cmd_check(int argc, char **argv);	/* cmd_check.c */
 int cmd_list(int argc, char **argv);
 int cmd_set(int argc, char **argv);	/* cmd_live.c */
@@ -278,9 +358,6 @@ int cmd_reload(int argc, char **argv);
 int cmd_reset(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);	/* cmd_metrics.c */
 int cmd_serve(int argc, char **argv);	/* cmd_serve.c */
-/* Writes the Prometheus text exposition of s to f. Out of memory, it
- * writes nothing. */
-void cli_write_metrics(FILE *f, const struct seg *s);
 int cmd_watch(int argc, char **argv);	/* cmd_watch.c */
 int cmd_size(int argc, char **argv);	/* cmd_size.c */
 int cmd_suggest(int argc, char **argv);
@@ -290,18 +367,5 @@ int cmd_fleet(int argc, char **argv);	/* fleet.c */
 int cmd_attach(int argc, char **argv);	/* cmd_kernel.c */
 int cmd_detach(int argc, char **argv);
 int cmd_run_kernel(int argc, char **argv);
-/* True if `run`'s argv asks for the kernel engine (--kernel). */
-bool cli_run_wants_kernel(int argc, char **argv);
-/* Adds the kernel engine's counts of c's compartment (if it has any) to c. */
-void cli_kernel_merge(const struct seg *s, struct cli_comp *c);
-/* Copies each compartment's limit, enforce and errno from the segment into
- * the kernel engine's map, if one is loaded for the segment. */
-void cli_kernel_sync(const struct seg *s);
-/* Writes cfg's rules and limits into the kernel engine loaded for its
- * segment, if any. Returns 0, or -1 after printing the error. */
-int cli_kernel_reload(const struct bs_config *cfg);
-/* Zeroes the kernel engine's statistics of compartment name (NULL: all),
- * as stat_reset does: never a count in use or a limit. */
-void cli_kernel_reset(const struct seg *s, const char *name);
 
 #endif

@@ -1,4 +1,4 @@
-/* cli_adaptive.c - the adaptive limit as status, status --json, watch and metrics show it. */
+/* cli_adaptive.c - the adaptive limit: read for the snapshot, shown by status, status --json, watch and metrics. */
 #include <stdio.h>
 #include <string.h>
 
@@ -30,14 +30,6 @@ cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a)
 	a->last_from = atomic_load(&d->last_from);
 	a->last_to = atomic_load(&d->last_to);
 	a->last_reason = atomic_load(&d->last_reason);
-}
-
-uint32_t
-cli_inflight_limit_now(const struct cli_comp *c)
-{
-	if (c->ad.mode == AD_ON && c->ad.kind == P_INFLIGHT && c->ad.limit < c->inflight_limit)
-		return c->ad.limit;
-	return c->inflight_limit;
 }
 
 const char *

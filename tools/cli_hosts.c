@@ -97,15 +97,12 @@ json_host(const struct cli_host *h, void *arg)
 }
 
 void
-cli_json_hosts(FILE *f, const struct seg *s)
+cli_json_hosts(FILE *f, const char *path)
 {
-	const struct seg_header *h = seg_header(s);
-	char path[sizeof(h->config_path) + 1], err[BS_ERRLEN];
 	struct json_out o = { f, true };
 	struct bs_config cfg;
+	char err[BS_ERRLEN];
 
-	snprintf(path, sizeof(path), "%.*s", (int)strnlen(h->config_path, sizeof(h->config_path)),
-	    h->config_path);
 	fputs(", \"hosts\": [", f);
 	if (path[0] != '\0' && cfg_load(path, &cfg, false, err, sizeof(err)) == 0) {
 		cli_resolve_hosts(&cfg, json_host, &o);

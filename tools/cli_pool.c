@@ -1,4 +1,4 @@
-/* cli_pool.c - pools in `status`, `watch` and `metrics`: size, reserve, in use, borrowed, free; each compartment's guarantee and ceiling. */
+/* cli_pool.c - pools and class shares: read for the snapshot, shown by status, watch and metrics, changed by set and reload. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,21 +52,18 @@ cli_read_comp_pool(const struct seg *s, struct cli_comp *c)
 }
 
 void
-cli_json_pools(FILE *f, const struct seg *s)
+cli_json_pools(FILE *f, const struct cli_snap *snap)
 {
-	const struct seg_header *h = seg_header(s);
-
 	fputs(", \"pools\": [", f);
-	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
-		struct cli_pool v;
+	for (uint32_t p = 0; p < snap->npools; p++) {
+		const struct cli_pool *v = &snap->pool[p];
 
-		cli_read_pool(s, p, &v);
 		fputs(p ? ", {\"name\": " : "{\"name\": ", f);
-		cli_json_string(f, v.name);
+		cli_json_string(f, v->name);
 		fprintf(f, ", \"size\": %u, \"reserved\": %u, \"in_use\": %u, \"borrowed\": %u, "
 		    "\"free\": %u, \"guaranteed\": %u, \"shared\": %u, \"lent\": %u, \"peak\": %u, "
-		    "\"rejected\": %llu}", v.size, v.reserved, v.in_use, v.borrowed, v.free,
-		    v.guaranteed, v.shared, v.lent, v.peak, (unsigned long long)v.rejected);
+		    "\"rejected\": %llu}", v->size, v->reserved, v->in_use, v->borrowed, v->free,
+		    v->guaranteed, v->shared, v->lent, v->peak, (unsigned long long)v->rejected);
 	}
 	fputc(']', f);
 }
@@ -84,56 +81,54 @@ cli_json_comp_pool(FILE *f, const struct cli_comp *c)
 	    c->limit == UINT32_MAX ? 0 : c->limit, c->borrowed);
 }
 
-void
-cli_text_pools(FILE *f, const struct seg *s, const char *eol)
-{
-	const struct seg_header *h = seg_header(s);
-	char bar[21];
-
-	cli_text_class_shares(f, s, eol);
-	if (h->npools == 0)
-		return;
-	fprintf(f, "%s\n%-24s %7s %8s %7s %8s %7s %10s %7s%s\n", eol, "POOL", "SIZE", "RESERVED",
-	    "IN USE", "BORROWED", "FREE", "GUARANTEED", "PEAK", eol);
-	for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
-		struct cli_pool v;
-
-		cli_read_pool(s, p, &v);
-		fprintf(f, "%-24s %7u %8u %7u %8u %7u %10u %7u", v.name, v.size, v.reserved,
-		    v.in_use, v.borrowed, v.free, v.guaranteed, v.peak);
-		cli_bar(bar, 20, v.in_use, v.size > v.reserved ? v.size - v.reserved : 0, '#');
-		fprintf(f, "  [%s]%s\n", bar, eol);
-		for (uint32_t i = 0; i < s->ncomp; i++) {
-			struct cli_comp c;
-
-			if (atomic_load(&seg_comp(s, i)->pool) != p + 1)
-				continue;
-			cli_read_comp(s, i, &c);
-			fprintf(f, "  %-22s in use %u of ceiling %u, guaranteed %u, borrowed %u%s\n",
-			    c.name, c.in_use, c.limit == UINT32_MAX ? 0 : c.limit, c.guaranteed,
-			    c.borrowed, eol);
-		}
-	}}
-
-void
-cli_text_class_shares(FILE *f, const struct seg *s, const char *eol)
+/* The table of compartments whose classes split them (status, watch). */
+static void
+text_class_shares(FILE *f, const struct cli_snap *snap, const char *eol)
 {
 	bool head = false;
 
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		struct cli_comp c;
+	for (uint32_t i = 0; i < snap->ncomp; i++) {
+		const struct cli_comp *c = &snap->comp[i];
 
-		if (!atomic_load(&seg_comp(s, i)->cls_shares))
+		if (!c->shares)
 			continue;
-		cli_read_comp(s, i, &c);
 		if (!head)
 			fprintf(f, "%s\n%-24s %-14s %7s %7s %10s %8s%s\n", eol, "CLASSES SHARING",
 			    "CLASS", "IN USE", "CEILING", "GUARANTEED", "BORROWED", eol);
 		head = true;
-		for (size_t k = 0; k < c.nclass; k++)
-			fprintf(f, "%-24s %-14s %7u %7u %10u %8u%s\n", k == 0 ? c.name : "",
-			    c.cls[k].name, c.cls[k].in_use, c.cls[k].limit, c.cls[k].guaranteed,
-			    c.cls[k].borrowed, eol);
+		for (size_t k = 0; k < c->nclass; k++)
+			fprintf(f, "%-24s %-14s %7u %7u %10u %8u%s\n", k == 0 ? c->name : "",
+			    c->cls[k].name, c->cls[k].in_use, c->cls[k].limit, c->cls[k].guaranteed,
+			    c->cls[k].borrowed, eol);
+	}
+}
+
+void
+cli_text_pools(FILE *f, const struct cli_snap *snap, const char *eol)
+{
+	char bar[21];
+
+	text_class_shares(f, snap, eol);
+	if (snap->npools == 0)
+		return;
+	fprintf(f, "%s\n%-24s %7s %8s %7s %8s %7s %10s %7s%s\n", eol, "POOL", "SIZE", "RESERVED",
+	    "IN USE", "BORROWED", "FREE", "GUARANTEED", "PEAK", eol);
+	for (uint32_t p = 0; p < snap->npools; p++) {
+		const struct cli_pool *v = &snap->pool[p];
+
+		fprintf(f, "%-24s %7u %8u %7u %8u %7u %10u %7u", v->name, v->size, v->reserved,
+		    v->in_use, v->borrowed, v->free, v->guaranteed, v->peak);
+		cli_bar(bar, 20, v->in_use, v->size > v->reserved ? v->size - v->reserved : 0, '#');
+		fprintf(f, "  [%s]%s\n", bar, eol);
+		for (uint32_t i = 0; i < snap->ncomp; i++) {
+			const struct cli_comp *c = &snap->comp[i];
+
+			if (c->pool != (int)p)
+				continue;
+			fprintf(f, "  %-22s in use %u of ceiling %u, guaranteed %u, borrowed %u%s\n",
+			    c->name, c->in_use, c->limit == UINT32_MAX ? 0 : c->limit, c->guaranteed,
+			    c->borrowed, eol);
+		}
 	}
 }
 
@@ -146,7 +141,7 @@ gauge(FILE *f, const char *name, const char *help)
 /* The classes' guaranteed shares of their compartments: guarantee,
  * ceiling, borrowed, for compartments whose classes split them. */
 static void
-class_metrics(FILE *f, const struct seg_header *h, const struct cli_comp *all, uint32_t n)
+class_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n)
 {
 	static const char *const fam[3][2] = {
 		{ "bulkshim_class_guaranteed", "Permits of its compartment guaranteed to the class." },
@@ -168,14 +163,15 @@ class_metrics(FILE *f, const struct seg_header *h, const struct cli_comp *all, u
 				if (!cc->shares)
 					continue;
 				fprintf(f, "%s{segment=\"%s\",compartment=\"%s\",class=\"%s\"} %u\n",
-				    fam[m][0], h->name, all[i].name, cc->name,
+				    fam[m][0], seg, all[i].name, cc->name,
 				    m == 0 ? cc->guaranteed : m == 1 ? cc->limit : cc->borrowed);
 			}
 	}
 }
 
 void
-cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n)
+cli_metrics_pools(FILE *f, const struct cli_snap *snap, const struct cli_comp *all,
+    uint32_t n)
 {
 	static const struct {
 		const char *name, *help;
@@ -188,10 +184,8 @@ cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint
 		{ "bulkshim_pool_rejections_total", "Connects refused because the pool had lent "
 		    "its shared part (pool_full)." },
 	};
-	const struct seg_header *h = seg_header(s);
-
-	class_metrics(f, h, all, n);
-	if (h->npools == 0)
+	class_metrics(f, snap->name, all, n);
+	if (snap->npools == 0)
 		return;
 	for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
 		if (k == 5)
@@ -199,27 +193,26 @@ cli_metrics_pools(FILE *f, const struct seg *s, const struct cli_comp *all, uint
 			    fam[k].name);
 		else
 			gauge(f, fam[k].name, fam[k].help);
-		for (uint32_t p = 0; p < h->npools && p < BS_MAX_POOLS; p++) {
-			struct cli_pool v;
+		for (uint32_t p = 0; p < snap->npools; p++) {
+			const struct cli_pool *v = &snap->pool[p];
 			unsigned long long x;
 
-			cli_read_pool(s, p, &v);
-			x = k == 0 ? v.size : k == 1 ? v.reserved : k == 2 ? v.in_use :
-			    k == 3 ? v.borrowed : k == 4 ? v.free : v.rejected;
-			fprintf(f, "%s{segment=\"%s\",pool=\"%s\"} %llu\n", fam[k].name, h->name,
-			    v.name, x);
+			x = k == 0 ? v->size : k == 1 ? v->reserved : k == 2 ? v->in_use :
+			    k == 3 ? v->borrowed : k == 4 ? v->free : v->rejected;
+			fprintf(f, "%s{segment=\"%s\",pool=\"%s\"} %llu\n", fam[k].name, snap->name,
+			    v->name, x);
 		}
 	}
 	gauge(f, "bulkshim_guaranteed", "Permits of its pool guaranteed to the compartment.");
 	for (uint32_t i = 0; i < n; i++)
 		if (all[i].pool >= 0)
 			fprintf(f, "bulkshim_guaranteed{segment=\"%s\",compartment=\"%s\",pool=\"%s\"} "
-			    "%u\n", h->name, all[i].name, all[i].pool_name, all[i].guaranteed);
+			    "%u\n", snap->name, all[i].name, all[i].pool_name, all[i].guaranteed);
 	gauge(f, "bulkshim_borrowed", "Permits the compartment holds above its guarantee.");
 	for (uint32_t i = 0; i < n; i++)
 		if (all[i].pool >= 0)
 			fprintf(f, "bulkshim_borrowed{segment=\"%s\",compartment=\"%s\",pool=\"%s\"} "
-			    "%u\n", h->name, all[i].name, all[i].pool_name, all[i].borrowed);
+			    "%u\n", snap->name, all[i].name, all[i].pool_name, all[i].borrowed);
 }
 
 /* ---- set and reload ---- */

@@ -358,15 +358,42 @@ cli_run_wants_kernel(int argc, char **argv)
 
 /* ---- the engine's counts in status, watch, metrics, serve; set and reload ---- */
 
+/* Adds the engine's entry k to the compartment's figures: its connections
+ * in use (and let past in observe mode), admissions and refusals. */
+static void
+merge_one(const struct kern_comp *k, struct cli_comp *c)
+{
+	uint32_t in_use = __atomic_load_n(&k->in_use, __ATOMIC_RELAXED);
+	uint32_t over = __atomic_load_n(&k->over, __ATOMIC_RELAXED);
+	uint32_t peak = __atomic_load_n(&k->peak, __ATOMIC_RELAXED);
+	uint64_t rej = __atomic_load_n(&k->rejected, __ATOMIC_RELAXED);
+	uint64_t would = __atomic_load_n(&k->would_reject, __ATOMIC_RELAXED);
+	unsigned long long last;
+
+	c->kernel = true;
+	c->kernel_in_use = in_use + over;
+	c->in_use += in_use + over;
+	c->over += over;
+	c->peak = peak > c->peak ? peak : c->peak;
+	c->admitted += __atomic_load_n(&k->admitted, __ATOMIC_RELAXED);
+	c->rejected += rej;
+	c->rejected_by[REASON_FULL] += rej;
+	c->would_reject[REASON_FULL] += would;
+	last = kern_boot_to_real_ms(__atomic_load_n(&k->last_rejection_ns, __ATOMIC_RELAXED));
+	if (last > c->last_rejection_ms)
+		c->last_rejection_ms = last;
+}
+
 void
-cli_kernel_merge(const struct seg *s, struct cli_comp *c)
+cli_kernel_merge(const struct seg *s, struct cli_comp *all, uint32_t n)
 {
 	static bool warned;
 	struct kern_view v;
-	const struct kern_comp *k;
-	unsigned long long last;
-	int r = kern_view_open(seg_header(s)->name, false, &v);
+	int r;
 
+	if (n == 0)
+		return;
+	r = kern_view_open(seg_header(s)->name, false, &v);
 	if (r == -EACCES || r == -EPERM) {
 		/* The figures would be short without saying so. */
 		if (!warned)
@@ -377,26 +404,11 @@ cli_kernel_merge(const struct seg *s, struct cli_comp *c)
 	}
 	if (r < 0)
 		return;
-	if ((k = kern_view_find(&v, c->name)) != NULL) {
-		uint32_t in_use = __atomic_load_n(&k->in_use, __ATOMIC_RELAXED);
-		uint32_t over = __atomic_load_n(&k->over, __ATOMIC_RELAXED);
-		uint32_t peak = __atomic_load_n(&k->peak, __ATOMIC_RELAXED);
-		uint64_t rej = __atomic_load_n(&k->rejected, __ATOMIC_RELAXED);
-		uint64_t would = __atomic_load_n(&k->would_reject, __ATOMIC_RELAXED);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct kern_comp *k = kern_view_find(&v, all[i].name);
 
-		c->kernel = true;
-		c->kernel_in_use = in_use + over;
-		c->in_use += in_use + over;
-		c->over += over;
-		c->peak = peak > c->peak ? peak : c->peak;
-		c->admitted += __atomic_load_n(&k->admitted, __ATOMIC_RELAXED);
-		c->rejected += rej;
-		c->rejected_by[REASON_FULL] += rej;
-		c->would_reject[REASON_FULL] += would;
-		last = kern_boot_to_real_ms(__atomic_load_n(&k->last_rejection_ns,
-		    __ATOMIC_RELAXED));
-		if (last > c->last_rejection_ms)
-			c->last_rejection_ms = last;
+		if (k != NULL)
+			merge_one(k, &all[i]);
 	}
 	kern_view_close(&v);
 }

@@ -1,4 +1,4 @@
-/* cmd_metrics.c - `bulkshim metrics`: a segment in the Prometheus text format. */
+/* cmd_metrics.c - `bulkshim metrics`: a snapshot of a segment in the Prometheus text format. */
 #include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -151,7 +151,7 @@ bound_seconds(char *buf, size_t len, uint64_t us)
 enum hist_kind { H_CONNECT, H_REPLY, H_WAIT };
 
 static void
-histogram(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n,
+histogram(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n,
     enum hist_kind kind)
 {
 	static const char *const names[] = {
@@ -162,21 +162,18 @@ histogram(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n,
 		"From a request's first send to the first byte of its reply.",
 		"How long callers waited for a permit.",
 	};
-	const char *seg = seg_header(s)->name;
 	char le[32];
 
 	family(f, names[kind], "histogram", helps[kind]);
 	for (uint32_t i = 0; i < n; i++) {
-		struct seg_comp *sc = seg_comp(s, all[i].index);
-		struct cli_hist h;
+		const struct cli_hist *h = kind == H_CONNECT ? &all[i].h_connect :
+		    kind == H_REPLY ? &all[i].h_reply : &all[i].h_wait;
 		uint64_t cum = 0;
 
-		cli_read_hist(kind == H_CONNECT ? &sc->h_connect : kind == H_REPLY ?
-		    &sc->h_reply : &sc->h_wait, &h);
 		/* Bucket i holds values below 2^i us; the last one holds
 		 * everything above and is +Inf. */
 		for (int b = 0; b < BS_HIST_BUCKETS - 1; b++) {
-			cum += h.bucket[b];
+			cum += h->bucket[b];
 			bound_seconds(le, sizeof(le), 1ULL << b);
 			fprintf(f, "%s_bucket", names[kind]);
 			labels(f, seg, all[i].name, "le", le);
@@ -184,14 +181,14 @@ histogram(FILE *f, const struct seg *s, const struct cli_comp *all, uint32_t n,
 		}
 		fprintf(f, "%s_bucket", names[kind]);
 		labels(f, seg, all[i].name, "le", "+Inf");
-		fprintf(f, " %llu\n", (unsigned long long)h.total);
+		fprintf(f, " %llu\n", (unsigned long long)h->total);
 		fprintf(f, "%s_sum", names[kind]);
 		labels(f, seg, all[i].name, NULL, NULL);
-		fprintf(f, " %llu.%06llu\n", (unsigned long long)(h.sum_us / 1000000),
-		    (unsigned long long)(h.sum_us % 1000000));
+		fprintf(f, " %llu.%06llu\n", (unsigned long long)(h->sum_us / 1000000),
+		    (unsigned long long)(h->sum_us % 1000000));
 		fprintf(f, "%s_count", names[kind]);
 		labels(f, seg, all[i].name, NULL, NULL);
-		fprintf(f, " %llu\n", (unsigned long long)h.total);
+		fprintf(f, " %llu\n", (unsigned long long)h->total);
 	}
 }
 
@@ -210,53 +207,29 @@ by_reason(FILE *f, const char *name, const char *help, const char *seg,
 	}
 }
 
-/* `metrics --compartment PATTERN... --no-histograms`: what a scrape of
- * 1,000 compartments can leave out. `serve` writes everything. */
-static struct {
-	char **patterns;
-	size_t npatterns;
-	bool no_histograms;
-} only;
-
-static bool
-wanted(const char *name)
-{
-	for (size_t k = 0; k < only.npatterns; k++)
-		if (fnmatch(only.patterns[k], name, 0) == 0)
-			return true;
-	return only.npatterns == 0;
-}
-
 void
-cli_write_metrics(FILE *f, const struct seg *s)
+cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms)
 {
-	const struct seg_header *h = seg_header(s);
-	struct cli_comp *all = calloc(s->ncomp, sizeof(*all));
-	const char *seg = h->name;
-	uint32_t n = 0;
+	const struct cli_comp *all = snap->comp;
+	const char *seg = snap->name;
+	uint32_t n = snap->ncomp;
 
-	if (all == NULL)
-		return;
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		cli_read_comp(s, i, &all[n]);
-		n += wanted(all[n].name);
-	}
 	family(f, "bulkshim_processes", "gauge", "Live processes attached to the segment.");
 	fputs("bulkshim_processes", f);
 	labels(f, seg, NULL, NULL, NULL);
-	fprintf(f, " %u\n", cli_live_processes(s));
+	fprintf(f, " %u\n", snap->processes);
 	/* What `status` says on its first line, for alerts: processes that
 	 * attached, and those that meant to and ran without limits. */
 	family(f, "bulkshim_attaches_total", "counter",
 	    "Processes that attached to the segment since it was created.");
 	fputs("bulkshim_attaches_total", f);
 	labels(f, seg, NULL, NULL, NULL);
-	fprintf(f, " %llu\n", (unsigned long long)atomic_load(&h->attaches));
+	fprintf(f, " %llu\n", (unsigned long long)snap->attaches);
 	family(f, "bulkshim_unprotected_processes_total", "counter",
 	    "Processes that meant to attach to the segment and ran without limits.");
 	fputs("bulkshim_unprotected_processes_total", f);
 	labels(f, seg, NULL, NULL, NULL);
-	fprintf(f, " %llu\n", (unsigned long long)atomic_load(&h->unprotected));
+	fprintf(f, " %llu\n", (unsigned long long)snap->unprotected);
 	for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++) {
 		family(f, simple[k].name, simple[k].type, simple[k].help);
 		for (uint32_t i = 0; i < n; i++) {
@@ -273,7 +246,7 @@ cli_write_metrics(FILE *f, const struct seg *s)
 	    n, false);
 	by_reason(f, "bulkshim_would_reject_total", "Calls observe mode let through that "
 	    "enforcing would have refused, by reason.", seg, all, n, true);
-	cli_metrics_pools(f, s, all, n);
+	cli_metrics_pools(f, snap, all, n);
 	family(f, "bulkshim_timeouts_total", "counter", "Calls that gave up with ETIMEDOUT "
 	    "(connect_timeout_ms, io_timeout_ms).");
 	for (uint32_t i = 0; i < n; i++) {
@@ -284,13 +257,33 @@ cli_write_metrics(FILE *f, const struct seg *s)
 		labels(f, seg, all[i].name, "kind", "io");
 		fprintf(f, " %llu\n", (unsigned long long)all[i].io_timeouts);
 	}
-	if (!only.no_histograms) {
-		histogram(f, s, all, n, H_CONNECT);
-		histogram(f, s, all, n, H_REPLY);
-		histogram(f, s, all, n, H_WAIT);
+	if (histograms) {
+		histogram(f, seg, all, n, H_CONNECT);
+		histogram(f, seg, all, n, H_REPLY);
+		histogram(f, seg, all, n, H_WAIT);
 	}
 	cli_adaptive_metrics(f, seg, all, n, labels);
-	free(all);
+}
+
+/* `metrics --compartment PATTERN...`: what a scrape of 1,000 compartments
+ * can leave out (`serve` writes everything). Keeps in snap the compartments
+ * whose names match one of the patterns (all of them without a pattern),
+ * in their order; the pools stay whole. */
+static void
+keep_wanted(struct cli_snap *snap, char **patterns, size_t npatterns)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < snap->ncomp; i++) {
+		bool want = npatterns == 0;
+
+		for (size_t k = 0; k < npatterns && !want; k++)
+			want = fnmatch(patterns[k], snap->comp[i].name, 0) == 0;
+		if (want && n != i)
+			snap->comp[n] = snap->comp[i];
+		n += want;
+	}
+	snap->ncomp = n;
 }
 
 int
@@ -303,33 +296,48 @@ cmd_metrics(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
+	struct cli_snap snap;
+	bool histograms = true;
+	size_t npatterns = 0;
+	char **patterns;
 	struct seg *s;
 	int c;
 
 	optind = 1;
-	only.patterns = calloc((size_t)argc, sizeof(*only.patterns));
-	if (only.patterns == NULL)
+	patterns = calloc((size_t)argc, sizeof(*patterns));
+	if (patterns == NULL)
 		return 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
 		if (cli_target_opt(&t, c, optarg))
 			continue;
 		if (c == 'H') {
-			only.no_histograms = true;
+			histograms = false;
 			continue;
 		}
 		if (c == 'C') {
-			only.patterns[only.npatterns++] = optarg;
+			patterns[npatterns++] = optarg;
 			continue;
 		}
+		free(patterns);
 		if (c == 'h')
 			return cli_help("metrics", stdout, 0);
 		return cli_help("metrics", stderr, 2);
 	}
-	if (optind != argc || (t.config != NULL && t.segment != NULL))
+	if (optind != argc || (t.config != NULL && t.segment != NULL)) {
+		free(patterns);
 		return cli_help("metrics", stderr, 2);
-	if (cli_open(&t, false, &s) < 0)
+	}
+	if (cli_open(&t, false, &s) < 0) {
+		free(patterns);
 		return 1;
-	cli_write_metrics(stdout, s);
+	}
+	/* Out of memory, nothing is written. */
+	if (cli_snap_read(s, &snap) == 0) {
+		keep_wanted(&snap, patterns, npatterns);
+		cli_write_metrics(stdout, &snap, histograms);
+		cli_snap_free(&snap);
+	}
 	seg_close(s);
+	free(patterns);
 	return 0;
 }

@@ -1,4 +1,4 @@
-/* cmd_size.c - Little's law: `bulkshim size` from given figures, `suggest` from recorded ones. */
+/* cmd_size.c - Little's law: `bulkshim size` from given figures, `suggest` from a snapshot's. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,9 +210,8 @@ struct inflight_advice {
 };
 
 struct advice {
-	struct cli_comp c;
+	const struct cli_comp *c;
 	struct inflight_advice in;
-	uint64_t recent_rate;	/* highest admissions/s in the last BS_RATE_SECONDS s */
 	const char *source;	/* "reply", "connect" or NULL without samples */
 	uint64_t samples, p50_us, p99_us, suggested;
 	uint32_t limit;		/* the limit compared with, UINT32_MAX = none */
@@ -232,38 +231,30 @@ inflight_refusals(const struct cli_comp *c)
 	return c->rejected_by[REASON_INFLIGHT_FULL];
 }
 
-/* Counters of compartment i at the start of a window. */
+/* Watches every compartment with max_inflight for `seconds` from the
+ * snapshot start, sampling how many requests are in flight every 10 ms. */
 static void
-window_start(const struct seg *s, uint32_t i, struct window *w)
-{
-	struct seg_comp *sc = seg_comp(s, i);
-	struct cli_comp c;
-
-	cli_read_comp(s, i, &c);
-	w->begun = c.inflight_admitted;
-	w->refused = inflight_refusals(&c);
-	w->replies = atomic_load(&sc->h_reply.count);
-	w->reply_us = atomic_load(&sc->h_reply.sum_us);
-	w->peak = c.inflight;	/* cli_read_comp counts the overs in */
-}
-
-/* Watches every compartment with max_inflight for `seconds`, sampling how
- * many requests are in flight every 10 ms. */
-static void
-watch_window(const struct seg *s, struct window *w, double seconds)
+watch_window(const struct seg *s, const struct cli_snap *start, struct window *w,
+    double seconds)
 {
 	uint64_t end = now_mono_ms() + (uint64_t)(seconds * 1000);
-	uint32_t n = s->ncomp;
+	uint32_t n = start->ncomp;
 
-	for (uint32_t i = 0; i < n; i++)
-		window_start(s, i, &w[i]);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct cli_comp *c = &start->comp[i];
+
+		w[i].begun = c->inflight_admitted;
+		w[i].refused = inflight_refusals(c);
+		w[i].replies = c->h_reply.count;
+		w[i].reply_us = c->h_reply.sum_us;
+		w[i].peak = c->inflight;	/* the overs counted in */
+	}
 	while (now_mono_ms() < end) {
 		struct timespec ts = { 0, 10 * 1000000L };
 
 		nanosleep(&ts, NULL);
 		for (uint32_t i = 0; i < n; i++) {
-			struct seg_comp *sc = seg_comp(s, i);
-			uint32_t now = atomic_load(&sc->inflight) + atomic_load(&sc->inflight_over);
+			uint32_t now = cli_inflight_now(s, i);
 
 			if (now > w[i].peak)
 				w[i].peak = now;
@@ -273,24 +264,23 @@ watch_window(const struct seg *s, struct window *w, double seconds)
 
 /* The in-flight half of the advice, from the window w (NULL: none). */
 static void
-advise_inflight(const struct seg *s, uint32_t i, const struct window *w, double seconds,
-    struct advice *a)
+advise_inflight(const struct window *w, double seconds, struct advice *a)
 {
-	struct seg_comp *sc = seg_comp(s, i);
+	const struct cli_comp *c = a->c;
 	struct inflight_advice *in = &a->in;
-	uint64_t replies = atomic_load(&sc->h_reply.count), sum = atomic_load(&sc->h_reply.sum_us);
+	uint64_t replies = c->h_reply.count, sum = c->h_reply.sum_us;
 
-	in->counted = a->c.inflight_limit != UINT32_MAX;
+	in->counted = c->inflight_limit != UINT32_MAX;
 	if (!in->counted || w == NULL || seconds <= 0)
 		return;
 	in->seconds = seconds;
-	in->refused = inflight_refusals(&a->c) - w->refused;
-	in->rate = (double)(a->c.inflight_admitted - w->begun + in->refused) / seconds;
+	in->refused = inflight_refusals(c) - w->refused;
+	in->rate = (double)(c->inflight_admitted - w->begun + in->refused) / seconds;
 	if (replies > w->replies)
 		in->mean_us = (double)(sum - w->reply_us) / (double)(replies - w->replies);
 	else if (replies > 0)
 		in->mean_us = (double)sum / (double)replies;
-	in->peak = w->peak > a->c.inflight_peak ? w->peak : a->c.inflight_peak;
+	in->peak = w->peak > c->inflight_peak ? w->peak : c->inflight_peak;
 	/* Rounded, not ceil: it estimates a mean, and the window's edges
 	 * make the rate a little off either way. The peak bounds it below. */
 	in->little = (uint64_t)(in->rate * in->mean_us / 1e6 + 0.5);
@@ -298,54 +288,46 @@ advise_inflight(const struct seg *s, uint32_t i, const struct window *w, double 
 }
 
 static void
-advise(const struct seg *s, uint32_t i, const struct window *w, double seconds, struct advice *a)
+advise(const struct cli_comp *c, const struct window *w, double seconds, struct advice *a)
 {
-	struct seg_comp *sc = seg_comp(s, i);
-	uint64_t now = (now_mono_ms() / 1000) & 0xffffffff;
-	struct cli_hist h;
+	const struct cli_hist *h;
 	bool by_requests;
 
 	memset(a, 0, sizeof(*a));
-	cli_read_comp(s, i, &a->c);
-	for (int k = 0; k < BS_RATE_SECONDS; k++) {
-		uint64_t e = atomic_load(&sc->rate[k]), sec = e >> 32;
-
-		if (sec <= now && now - sec < BS_RATE_SECONDS && (e & 0xffffffff) > a->recent_rate)
-			a->recent_rate = e & 0xffffffff;
-	}
+	a->c = c;
 	/* Request latency when requests were seen, else connect() time. */
-	cli_read_hist(&sc->h_reply, &h);
+	h = &c->h_reply;
 	a->source = "reply";
-	if (h.total == 0) {
-		cli_read_hist(&sc->h_connect, &h);
+	if (h->total == 0) {
+		h = &c->h_connect;
 		a->source = "connect";
 	}
-	if (h.total == 0)
+	if (h->total == 0)
 		a->source = NULL;
-	a->samples = h.total;
-	a->p50_us = cli_hist_quantile_us(&h, 500);
-	a->p99_us = cli_hist_quantile_us(&h, 990);
-	a->suggested = (uint64_t)(((u128)a->c.peak_rate * a->p99_us * 2 + 999999) / 1000000);
-	a->limit = a->c.limit != UINT32_MAX ? a->c.limit : a->c.inflight_limit;
-	a->limit_key = a->c.limit != UINT32_MAX ? "max_connections" : "max_inflight";
+	a->samples = h->total;
+	a->p50_us = cli_hist_quantile_us(h, 500);
+	a->p99_us = cli_hist_quantile_us(h, 990);
+	a->suggested = (uint64_t)(((u128)c->peak_rate * a->p99_us * 2 + 999999) / 1000000);
+	a->limit = c->limit != UINT32_MAX ? c->limit : c->inflight_limit;
+	a->limit_key = c->limit != UINT32_MAX ? "max_connections" : "max_inflight";
 	/* Calls the limits refused, or would have: a full socket table
 	 * (no_slot) is the segment's size, not the limit's. */
 	for (int r = 0; r < REASON_MAX; r++) {
 		if (r != REASON_NO_SLOT)
-			a->refused += a->c.rejected_by[r] + a->c.would_reject[r];
+			a->refused += c->rejected_by[r] + c->would_reject[r];
 	}
-	advise_inflight(s, i, w, seconds, a);
-	a->guar = (uint64_t)(((u128)a->c.peak_rate * a->p50_us * 2 + 999999) / 1000000);
-	a->ceiling = a->suggested > a->c.peak ? a->suggested : a->c.peak;
+	advise_inflight(w, seconds, a);
+	a->guar = (uint64_t)(((u128)c->peak_rate * a->p50_us * 2 + 999999) / 1000000);
+	a->ceiling = a->suggested > c->peak ? a->suggested : c->peak;
 	if (a->guar > a->ceiling)
 		a->guar = a->ceiling;
 	/* A compartment that counts only requests in flight is judged by
 	 * them, not by its connect rate. */
-	by_requests = a->c.limit == UINT32_MAX && a->in.counted;
+	by_requests = c->limit == UINT32_MAX && a->in.counted;
 	if (by_requests)
 		a->suggested = a->in.demand;
 	if (by_requests ? a->in.rate == 0 && a->in.peak == 0 :
-	    a->c.peak_rate == 0 || a->source == NULL)
+	    c->peak_rate == 0 || a->source == NULL)
 		a->verdict = "no data";
 	else if (a->limit == UINT32_MAX)
 		a->verdict = "no limit";
@@ -370,10 +352,10 @@ print_advice(const struct advice *a)
 
 	seconds(a->p50_us, p50, sizeof(p50));
 	seconds(a->p99_us, p99, sizeof(p99));
-	printf("\n%s\n", a->c.name);
+	printf("\n%s\n", a->c->name);
 	printf("  %-20s %llu/s (highest in the last %d s: %llu/s)\n", "peak admission rate",
-	    (unsigned long long)a->c.peak_rate, BS_RATE_SECONDS,
-	    (unsigned long long)a->recent_rate);
+	    (unsigned long long)a->c->peak_rate, BS_RATE_SECONDS,
+	    (unsigned long long)a->c->recent_rate);
 	if (a->in.counted && a->in.seconds > 0) {
 		printf("  %-20s %.1f/s over %g s (%llu refused), mean reply %.6f s, peak %u in "
 		    "flight\n", "requests", a->in.rate, a->in.seconds,
@@ -383,7 +365,7 @@ print_advice(const struct advice *a)
 		    (unsigned long long)a->in.little, a->in.peak, (unsigned long long)a->in.little,
 		    (unsigned long long)a->in.demand);
 	}
-	if (a->c.limit == UINT32_MAX && a->in.counted) {
+	if (a->c->limit == UINT32_MAX && a->in.counted) {
 		/* The connect-rate formula says nothing of requests. */
 	} else if (a->source == NULL) {
 		printf("  %-20s no samples yet\n", "latency");
@@ -391,14 +373,14 @@ print_advice(const struct advice *a)
 		printf("  %-20s p50 <= %s s, p99 <= %s s (%s, %llu sample%s)\n", "latency", p50,
 		    p99, a->source, (unsigned long long)a->samples, a->samples == 1 ? "" : "s");
 		printf("  %-20s ceil(%llu/s \u00d7 %s s \u00d7 2) = %llu permit%s\n", "Little's law",
-		    (unsigned long long)a->c.peak_rate, p99, (unsigned long long)a->suggested,
+		    (unsigned long long)a->c->peak_rate, p99, (unsigned long long)a->suggested,
 		    a->suggested == 1 ? "" : "s");
 	}
 	if (a->limit == UINT32_MAX)
 		printf("  %-20s none\n", "limit");
 	else
 		printf("  %-20s %u (%s); %s %llu call%s\n", "limit", a->limit, a->limit_key,
-		    a->c.enforce ? "refused" : "would have refused (observe mode)",
+		    a->c->enforce ? "refused" : "would have refused (observe mode)",
 		    (unsigned long long)a->refused, a->refused == 1 ? "" : "s");
 	if (strcmp(a->verdict, "too small") == 0)
 		printf("  %-20s too small: raise %s to %llu\n", "verdict", a->limit_key,
@@ -411,13 +393,13 @@ print_advice(const struct advice *a)
 		    (unsigned long long)a->suggested);
 	else
 		printf("  %-20s %s\n", "verdict", a->verdict);
-	if (a->c.pool >= 0 && a->source != NULL)
+	if (a->c->pool >= 0 && a->source != NULL)
 		printf("  %-20s %s: guaranteed %u, propose %llu (rate \u00d7 p50 \u00d7 2); ceiling %u, "
 		    "propose %llu (the larger of Little's law and the peak %u)\n", "pool",
-		    a->c.pool_name, a->c.guaranteed, (unsigned long long)a->guar,
-		    a->c.limit == UINT32_MAX ? 0 : a->c.limit, (unsigned long long)a->ceiling,
-		    a->c.peak);
-	cli_suggest_classes(stdout, &a->c, false);
+		    a->c->pool_name, a->c->guaranteed, (unsigned long long)a->guar,
+		    a->c->limit == UINT32_MAX ? 0 : a->c->limit, (unsigned long long)a->ceiling,
+		    a->c->peak);
+	cli_suggest_classes(stdout, a->c, false);
 }
 
 static void
@@ -428,9 +410,9 @@ json_advice(const struct advice *a)
 	seconds(a->p50_us, p50, sizeof(p50));
 	seconds(a->p99_us, p99, sizeof(p99));
 	fputs("{\"name\": ", stdout);
-	cli_json_string(stdout, a->c.name);
+	cli_json_string(stdout, a->c->name);
 	printf(", \"peak_rate\": %llu, \"recent_peak_rate\": %llu, \"latency_source\": ",
-	    (unsigned long long)a->c.peak_rate, (unsigned long long)a->recent_rate);
+	    (unsigned long long)a->c->peak_rate, (unsigned long long)a->c->recent_rate);
 	if (a->source != NULL)
 		printf("\"%s\"", a->source);
 	else
@@ -439,13 +421,13 @@ json_advice(const struct advice *a)
 	    "\"limit\": %u, \"limit_key\": \"%s\", \"unlimited\": %s, \"enforce\": %s, "
 	    "\"refused\": %llu, \"verdict\": \"%s\"", (unsigned long long)a->samples, p50, p99,
 	    (unsigned long long)a->suggested, a->limit == UINT32_MAX ? 0 : a->limit, a->limit_key,
-	    a->limit == UINT32_MAX ? "true" : "false", a->c.enforce ? "true" : "false",
+	    a->limit == UINT32_MAX ? "true" : "false", a->c->enforce ? "true" : "false",
 	    (unsigned long long)a->refused, a->verdict);
-	if (a->c.pool >= 0)
+	if (a->c->pool >= 0)
 		printf(", \"pool\": \"%s\", \"suggested_guaranteed\": %llu, \"suggested_ceiling\": "
-		    "%llu", a->c.pool_name, (unsigned long long)a->guar,
+		    "%llu", a->c->pool_name, (unsigned long long)a->guar,
 		    (unsigned long long)a->ceiling);
-	cli_suggest_classes(stdout, &a->c, true);
+	cli_suggest_classes(stdout, a->c, true);
 	if (a->in.counted && a->in.seconds > 0)
 		printf(", \"inflight\": {\"window_s\": %g, \"rate\": %.3f, \"mean_reply_s\": %.6f, "
 		    "\"peak\": %u, \"little\": %llu, \"demand\": %llu, \"refused\": %llu}",
@@ -467,6 +449,7 @@ cmd_suggest(int argc, char **argv)
 	struct cli_target t = { NULL, NULL };
 	struct window *w = NULL;
 	double seconds = 1.0;
+	struct cli_snap snap;
 	struct advice a;
 	struct seg *s;
 	bool json = false, any = false;
@@ -496,21 +479,30 @@ cmd_suggest(int argc, char **argv)
 		return cli_help("suggest", stderr, 2);
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
-	for (uint32_t i = 0; i < s->ncomp; i++)
-		any = any || atomic_load(&seg_comp(s, i)->inflight_limit) != UINT32_MAX;
-	if (any && seconds > 0 && (w = calloc(s->ncomp, sizeof(*w))) != NULL)
-		watch_window(s, w, seconds);
+	if (cli_snap_read(s, &snap) < 0)
+		goto nomem;
+	for (uint32_t i = 0; i < snap.ncomp; i++)
+		any = any || snap.comp[i].inflight_limit != UINT32_MAX;
+	/* With requests in flight to size, the advice is of a window: from
+	 * this snapshot to one taken at its end. */
+	if (any && seconds > 0 && (w = calloc(snap.ncomp, sizeof(*w))) != NULL) {
+		watch_window(s, &snap, w, seconds);
+		cli_snap_free(&snap);
+		if (cli_snap_read(s, &snap) < 0)
+			goto nomem;
+	}
+	seg_close(s);
 	if (json) {
 		fputs("{\"segment\": ", stdout);
-		cli_json_string(stdout, seg_header(s)->name);
+		cli_json_string(stdout, snap.name);
 		fputs(", \"headroom\": 2, \"compartments\": [", stdout);
 	} else {
 		printf("segment %s: permits by Little's law from the recorded peak admission rate "
 		    "and p99 latency, headroom 2\n(latencies are upper bounds of log2 histogram "
-		    "buckets)\n", seg_header(s)->name);
+		    "buckets)\n", snap.name);
 	}
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		advise(s, i, w != NULL ? &w[i] : NULL, seconds, &a);
+	for (uint32_t i = 0; i < snap.ncomp; i++) {
+		advise(&snap.comp[i], w != NULL ? &w[i] : NULL, seconds, &a);
 		if (json) {
 			if (i)
 				fputs(", ", stdout);
@@ -522,6 +514,11 @@ cmd_suggest(int argc, char **argv)
 	if (json)
 		fputs("]}\n", stdout);
 	free(w);
-	seg_close(s);
+	cli_snap_free(&snap);
 	return 0;
+nomem:
+	fprintf(stderr, "bulkshim: out of memory\n");
+	free(w);
+	seg_close(s);
+	return 1;
 }

@@ -228,10 +228,10 @@ row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
 	cli_bar(bar1, bw, c->in_use, c->live_limit, '#');
 	/* Both bars against what admission enforces now (live_limit has
 	 * the fleet share and an adaptive connection limit in it). */
-	cli_bar(bar2, bw, c->inflight, cli_inflight_limit_now(c), '#');
+	cli_bar(bar2, bw, c->inflight, c->inflight_limit_now, '#');
 	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->live_limit, lim, sizeof(lim)));
 	snprintf(n2, sizeof(n2), "%u/%s", c->inflight,
-	    cli_limit_text(cli_inflight_limit_now(c), lim, sizeof(lim)));
+	    cli_limit_text(c->inflight_limit_now, lim, sizeof(lim)));
 	if (b->rate < 0)
 		snprintf(rate, sizeof(rate), "-");
 	else
@@ -263,23 +263,18 @@ remember(struct view *v, const struct cli_comp *all, uint32_t n, uint64_t now)
 }
 
 static void
-frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
+frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 {
-	const struct seg_header *h = seg_header(s);
-	uint32_t n = s->ncomp, procs = cli_live_processes(s);
-	struct cli_comp *all = calloc(n, sizeof(*all));
+	const struct cli_comp *all = snap->comp;
+	uint32_t n = snap->ncomp, procs = snap->processes;
 	struct busy *order = calloc(n ? n : 1, sizeof(*order));
 	int namew = NAME_MIN, cols = columns(v->ansi), room = lines(v->ansi), avail;
 	long shown, top;
 	size_t bw;
 
-	if (all == NULL || order == NULL) {
-		free(all);
-		free(order);
+	if (order == NULL)
 		return;
-	}
 	for (uint32_t i = 0; i < n; i++) {
-		cli_read_comp(s, i, &all[i]);
 		if ((int)strlen(all[i].name) > namew)
 			namew = (int)strlen(all[i].name);
 	}
@@ -293,7 +288,7 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 		namew = NAME_FLOOR;
 	avail = (cols - namew - ROW_FIXED) / 2;
 	bw = avail < BAR_MIN ? BAR_MIN : avail > BAR_MAX ? BAR_MAX : (size_t)avail;
-	fprintf(f, "segment %s, %u process%s holding permits%s\n", h->name, procs,
+	fprintf(f, "segment %s, %u process%s holding permits%s\n", snap->name, procs,
 	    procs == 1 ? "" : "es", v->ansi ? "\033[K" : "");
 	fprintf(f, "%-*s %-3s %-*s %-*s %7s %7s%s\n", namew, "COMPARTMENT", "", (int)bw + 3 +
 	    COUNT_WIDTH, "CONNECTIONS", (int)bw + 3 + COUNT_WIDTH, "IN FLIGHT", "WAITING",
@@ -302,8 +297,8 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 		order[i].c = &all[i];
 		order[i].rate = rate_of(v, &all[i], now);
 		order[i].fill = fill_of(all[i].in_use, all[i].live_limit);
-		if (fill_of(all[i].inflight, cli_inflight_limit_now(&all[i])) > order[i].fill)
-			order[i].fill = fill_of(all[i].inflight, cli_inflight_limit_now(&all[i]));
+		if (fill_of(all[i].inflight, all[i].inflight_limit_now) > order[i].fill)
+			order[i].fill = fill_of(all[i].inflight, all[i].inflight_limit_now);
 	}
 	qsort(order, n, sizeof(*order), busiest_first);
 	/* More rows than the screen: the busiest first, a page at a time,
@@ -329,14 +324,13 @@ frame_body(FILE *f, struct view *v, const struct seg *s, uint64_t now)
 		cli_fleet_line(&all[i], line, sizeof(line));
 		fprintf(f, "  %s%s\n", line, v->ansi ? "\033[K" : "");
 	}
-	cli_text_pools(f, s, v->ansi ? "\033[K" : "");
+	cli_text_pools(f, snap, v->ansi ? "\033[K" : "");
 	if ((long)n > shown)
 		/* The screen's last line: no newline, or the screen scrolls. */
 		fprintf(f, "rows %ld-%ld of %u, busiest first; j/k, space/b scroll%s", top + 1,
 		    top + shown < (long)n ? top + shown : (long)n, n, v->ansi ? "\033[K" : "\n");
 	remember(v, all, n, now);
 	free(order);
-	free(all);
 }
 
 /* Opens the segment for one frame, read-write when allowed so that the
@@ -360,6 +354,7 @@ frame(struct view *v)
 	size_t len = 0;
 	uint64_t now = now_mono_ms();
 	time_t t = time(NULL);
+	struct cli_snap snap;
 	struct seg *s;
 	FILE *f = open_memstream(&buf, &len);
 	int r;
@@ -374,7 +369,11 @@ frame(struct view *v)
 		fprintf(f, "%s ", when);
 	r = open_quiet(v->segment, &s, err, sizeof(err));
 	if (r == 0) {
-		frame_body(f, v, s, now);
+		/* Out of memory, the frame has its title only. */
+		if (cli_snap_read(s, &snap) == 0) {
+			frame_body(f, v, &snap, now);
+			cli_snap_free(&snap);
+		}
 		seg_close(s);
 	} else if (r == -ENOENT) {
 		fprintf(f, "waiting for segment %s: no program has attached to it yet%s\n",

@@ -1,4 +1,4 @@
-/* fleet_view.c - a compartment's fleet budget as status, watch and metrics show it. */
+/* fleet_view.c - a compartment's fleet budget: read for the snapshot, shown by status, watch and metrics. */
 #include <stdio.h>
 #include <string.h>
 

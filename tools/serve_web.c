@@ -86,9 +86,9 @@ open_for_request(const char *name, struct seg **s, char *err, size_t errlen)
 /* The config that made segment name: the -c FILE that named it, else
  * the absolute path the segment's creator recorded. */
 static const char *
-config_of(const struct serve_set *set, const char *name, const struct seg *s)
+config_of(const struct serve_set *set, const char *name, const struct cli_snap *snap)
 {
-	const char *path = seg_header(s)->config_path;
+	const char *path = snap->config_path;
 
 	for (size_t i = 0; !set->all && i < set->n; i++) {
 		if (set->config[i] != NULL && strcmp(set->name[i], name) == 0)
@@ -122,28 +122,31 @@ write_budget(FILE *f, const char *path)
 	cfg_free(&cfg);
 }
 
-/* The object `status --json` prints, with "budget" added before its end. */
+/* The object `status --json` prints (without what host names resolve to),
+ * with "budget" added before its end. */
 static void
 write_status(FILE *f, const struct serve_set *set, const char *name, const struct seg *s)
 {
+	struct cli_snap snap;
 	char *buf = NULL;
 	size_t len = 0;
-	FILE *m = open_memstream(&buf, &len);
+	FILE *m;
 
-	if (m != NULL) {
-		cli_print_status(m, s, true);
+	if (cli_snap_read(s, &snap) == 0 && (m = open_memstream(&buf, &len)) != NULL) {
+		cli_status_json(m, &snap, false);
 		if (fclose(m) != 0)
 			len = 0;
 	}
 	if (buf != NULL && len >= 2 && buf[len - 2] == '}') {
 		fwrite(buf, 1, len - 2, f);
-		write_budget(f, config_of(set, name, s));
+		write_budget(f, config_of(set, name, &snap));
 		fputs("}\n", f);
 	} else {
 		fputs("{\"segment\": ", f);
 		cli_json_string(f, name);
 		fputs(", \"error\": \"out of memory\"}", f);
 	}
+	cli_snap_free(&snap);
 	free(buf);
 }
 
@@ -313,7 +316,13 @@ web_metrics(FILE *f, const struct serve_set *set, char *err, size_t errlen)
 			continue;
 		m = open_memstream(&text[got], &len);
 		if (m != NULL) {
-			cli_write_metrics(m, s);
+			struct cli_snap snap;
+
+			/* Out of memory, the segment has no samples. */
+			if (cli_snap_read(s, &snap) == 0) {
+				cli_write_metrics(m, &snap, true);
+				cli_snap_free(&snap);
+			}
 			if (fclose(m) == 0)
 				got++;
 			else

@@ -13,7 +13,7 @@ from harness import (CLI, Agent, Server, clean_env, new_segment, run, shim_env, 
                      status_json, wait_until, write_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
+sys.path.insert(0, os.path.join(ROOT, "demo"))
 import pools  # noqa: E402  (its witness: a server counting open connections)
 from test_pools import FLOOD, leak_then_connect, run_pools_demo  # noqa: E402
 

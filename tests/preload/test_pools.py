@@ -12,7 +12,7 @@ from harness import (CLI, Agent, LineProc, Server, clean_env, helper, new_segmen
                      shim_env, shim_lines, status_json, wait_until, write_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools", "demo"))
+sys.path.insert(0, os.path.join(ROOT, "demo"))
 import pools  # noqa: E402  (the demo's scenario and its witness)
 
 
@@ -70,7 +70,7 @@ def cli(*args, timeout=20):
 def run_pools_demo(*extra):
     """make demo's stranded capacity, short (pools.py --test and extra): its figures per mode."""
     out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "pools-%d.json" % os.getpid())
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo", "pools.py"), "--test",
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "demo", "pools.py"), "--test",
                         "--build", os.path.join(ROOT, "build"), "--json", out] + list(extra),
                        capture_output=True, text=True, timeout=150)
     try:

@@ -1,7 +1,7 @@
 # demo.mk - `make demo` (the incident, replayed with and without bulkshim, then stranded capacity: static compartments against a pool, static classes against shared ones) and `make demo-test`.
 #
 # Included by the main Makefile after $(B), $(CC) and $(CFLAGS) are set. The
-# programs are tools/demo/DEMO.md's shop, backend and load generator.
+# programs are demo/DEMO.md's shop, backend and load generator.
 
 DEMO_BIN := $(B)/demo/shop $(B)/demo/backend $(B)/demo/load
 
@@ -9,7 +9,7 @@ DEMO_BIN := $(B)/demo/shop $(B)/demo/backend $(B)/demo/load
 
 demo-bin: $(DEMO_BIN)
 
-$(DEMO_BIN): $(B)/demo/%: tools/demo/%.c tools/demo/demo.h | $(B)/demo
+$(DEMO_BIN): $(B)/demo/%: demo/%.c demo/demo.h | $(B)/demo
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
 
 $(B)/demo:
@@ -35,10 +35,10 @@ demo-deps:
 # A second make, as for `make test`, so that pkg-config sees new packages.
 demo: demo-deps
 	$(MAKE) --no-print-directory all demo-bin
-	BULKSHIM_BUILD=$(B) bash tools/demo/demo.sh
-	python3 tools/demo/pools.py --build $(B)
-	python3 tools/demo/pools.py --build $(B) --level class
+	BULKSHIM_BUILD=$(B) bash demo/demo.sh
+	python3 demo/pools.py --build $(B)
+	python3 demo/pools.py --build $(B) --level class
 
 # The same scenario, a few seconds each way; fails unless it proves its point.
 demo-test: all demo-bin
-	BULKSHIM_BUILD=$(B) bash tools/demo/demo.sh --test
+	BULKSHIM_BUILD=$(B) bash demo/demo.sh --test

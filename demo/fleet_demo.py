@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 TESTS = os.path.join(ROOT, "tests", "fleet")
 HOSTS, DB_LIMIT, PER_HOST, FLOOR, LEASE_MS, HOLD_MS = 5, 50, 24, 2, 1500, 150
 

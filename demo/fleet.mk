@@ -6,4 +6,4 @@
 .PHONY: demo-fleet
 demo-fleet: demo-deps
 	$(MAKE) --no-print-directory all
-	python3 tools/demo/fleet_demo.py --build $(B) --out $(B)/demo-fleet
+	python3 demo/fleet_demo.py --build $(B) --out $(B)/demo-fleet

@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ("a", "b", "c")
 POOL_SIZE, GUARANTEE, CEILING, STATIC = 70, 10, 40, 23
 BASE, BURST = 10, 40

@@ -3,11 +3,11 @@
 #
 # Builds nothing (make demo does). Everything runs on 127.0.0.1 with ports the
 # kernel picks. Every process it starts gets its own process group, and all of
-# them are stopped on exit, Ctrl-C or SIGTERM. See tools/demo/DEMO.md.
+# them are stopped on exit, Ctrl-C or SIGTERM. See demo/DEMO.md.
 
 set -u
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 usage() {
 	cat <<EOF
@@ -263,7 +263,7 @@ run() {
 		-w "$WORKERS" -p "$OUT/$mode.shop.port")
 	if [ "$mode" = shim ]; then
 		cat >"$OUT/demo.cfg" <<EOF
-# demo.cfg - written by tools/demo/demo.sh for one run; the ports are the ones the kernel picked.
+# demo.cfg - written by demo/demo.sh for one run; the ports are the ones the kernel picked.
 segment = "$SEG";
 compartments = (
   { name = "recommendations"; destinations = [ "127.0.0.1:$rport" ]; max_connections = $RECS_LIMIT; },
