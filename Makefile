@@ -41,7 +41,7 @@ CLI_O   := $(COMMON:%=$(B)/cli/%.o) $(patsubst tools/%.c,$(B)/cli/%.o,$(wildcard
 HELPERS := $(patsubst tests/helpers/%.c,$(B)/tests/%,$(wildcard tests/helpers/*.c))
 UNITS   := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all test check deps unit preload clean install uninstall deb deb-test
+.PHONY: all test check deps unit integration clean install uninstall deb deb-test
 all: $(B)/libbulkshim.so $(B)/bulkshim
 
 # The library is built with link-time optimisation: one counted call runs
@@ -91,11 +91,13 @@ $(B) $(B)/shim $(B)/cli $(B)/tests:
 test: deps
 	$(MAKE) --no-print-directory all $(UNITS) $(HELPERS)
 	$(MAKE) --no-print-directory check
-check: unit preload demo-test chaos-short deb-test
+check: unit integration demo-test chaos-short deb-test
 unit: $(UNITS)
 	@sh tests/run-units.sh $(UNITS)
-preload: all $(HELPERS)
-	@python3 tests/preload/run.py
+# Real programs, by subject: tests/{preload,cli,kernel,fleet,web,docs}; TESTS= passes folders
+# and name filters to the runner (make integration TESTS="tests/cli test_hostile").
+integration: all $(HELPERS)
+	@python3 tests/lib/run.py $(TESTS)
 deps:
 	@sh tests/deps.sh
 

@@ -1,4 +1,4 @@
-"""harness.py - what the preload tests share: paths, configs, segments, servers, children.
+"""harness.py - what the integration tests share: paths, configs, segments, servers, children.
 
 Every test runs in its own process (see run.py), so the module-level state
 here (the cleanup list, the segment counter) belongs to exactly one test.
