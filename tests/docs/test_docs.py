@@ -1,10 +1,12 @@
-"""test_docs.py - the documentation keeps up with the code: config keys, example configs."""
+"""test_docs.py - the documentation keeps up with the code: config keys, example configs, the
+usage text against bulkshim(1)."""
 
 import glob
 import os
 import re
 
-from harness import CLI, ROOT, clean_env, need_built, run
+from harness import CLI, ROOT, clean_env, need_built, new_segment, run
+from harness_cli import cli, cli_fails
 
 KEY_ARRAY = re.compile(r"static const char \*const (\w+_keys)\[\] = \{(.*?)\};", re.S)
 
@@ -41,3 +43,37 @@ def test_every_example_config_is_valid():
         r = run([CLI, "check", "-q", path], clean_env(), timeout=30)
         assert r.returncode == 0, "%s does not pass `bulkshim check`: %s" % (
             os.path.basename(path), (r.stderr or r.stdout).strip())
+
+
+def _man_synopsis():
+    """The SYNOPSIS lines of man/bulkshim.1 as plain text."""
+    text = open(os.path.join(ROOT, "man", "bulkshim.1")).read()
+    body = text.split(".SH SYNOPSIS\n", 1)[1].split("\n.SH ", 1)[0]
+    body = body.split(".nf\n", 1)[1].split("\n.fi", 1)[0]
+    lines = []
+    for l in body.splitlines():
+        l = re.sub(r"\\f[BIRP]", "", l).replace("\\-", "-").replace("\\&", "").replace("\\e", "\\")
+        lines.append(l.strip())
+    return lines
+
+
+def test_usage_matches_man_synopsis_and_every_command_has_help():
+    r = cli("--help")
+    assert r.returncode == 0, "bulkshim --help exited %d" % r.returncode
+    usage = [l.strip() for l in re.sub(r"^usage:", "", r.stdout).splitlines()]
+    man = _man_synopsis()
+    assert usage == man, "usage() and the SYNOPSIS of bulkshim(1) differ:\nusage: %r\nman:   %r" % (
+        usage, man)
+    commands = [l.split()[1] for l in usage if not l.startswith("bulkshim --")]
+    assert set(commands) >= {"run", "status", "watch", "metrics", "serve", "check", "set", "reload",
+                             "reset", "size", "suggest", "list"}, commands
+    for cmd in commands:
+        h = cli(cmd, "--help")
+        assert h.returncode == 0, "bulkshim %s --help exited %d: %r" % (cmd, h.returncode, h.stderr)
+        first = h.stdout.splitlines()[0].replace("usage: ", "")
+        assert first in usage, "bulkshim %s --help says %r, not a usage line" % (cmd, first)
+    cli_fails(status=2, want=r"usage: bulkshim run")
+    cli_fails("frobnicate", status=2, want=r"unknown command \"frobnicate\"")
+    cli_fails("status", "--bogus", status=2, want=r"usage: bulkshim status")
+    err = cli_fails("status", "-s", new_segment(), status=1, want=r"cannot open segment")
+    assert "usage" not in err

@@ -524,6 +524,28 @@ def run_py(code, env, timeout=20, args=()):
     return run([PY, "-c", code] + list(args), env, timeout)
 
 
+# Python for a program under the shim: three connects to port argv[1], each
+# socket kept; prints one JSON line (what each connect did, LD_PRELOAD, the
+# variable BS_MARKER, whether libbulkshim.so is mapped) and exits 3.
+CONNECT_PROBE = """
+import json, os, socket, sys
+port = int(sys.argv[1])
+res = []
+for i in range(3):
+    s = socket.socket()
+    try:
+        s.connect(('127.0.0.1', port))
+        res.append('ok')
+        s.detach()
+    except ConnectionRefusedError:
+        res.append('refused')
+maps = open('/proc/self/maps').read()
+print(json.dumps({'res': res, 'preload': os.environ.get('LD_PRELOAD', ''),
+                  'marker': os.environ.get('BS_MARKER'), 'mapped': 'libbulkshim.so' in maps}))
+sys.exit(3)
+"""
+
+
 def shim_lines(stderr):
     """The lines the shim wrote to a child's stderr."""
     return [l for l in stderr.splitlines() if re.match(r"bulkshim\[\d+\]: ", l)]

@@ -316,6 +316,20 @@ class Tmux:
             raise AssertionError("tmux pane never showed %s; it showed:\n%s" % (what, seen[0]))
 
 
+# ---- metrics ----
+
+def sample(text, name, **labels):
+    """The value of the first sample of metric name whose labels include
+    labels, in the text exposition format; AssertionError if none."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if all(got.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no sample %s%r in:\n%s" % (name, labels, text[:2000]))
+
+
 # ---- serve ----
 
 class Serve:
