@@ -1,12 +1,13 @@
 """test_docs.py - the documentation keeps up with the code: config keys, example configs, the
-usage text against bulkshim(1)."""
+usage text against bulkshim(1), the README's commands, how bulkshim.conf(5) says to change a
+limit."""
 
 import glob
 import os
 import re
 
 from harness import CLI, ROOT, clean_env, need_built, new_segment, run
-from harness_cli import cli, cli_fails
+from harness_cli import cli, cli_fails, config_file, create_segment
 
 KEY_ARRAY = re.compile(r"static const char \*const (\w+_keys)\[\] = \{(.*?)\};", re.S)
 
@@ -77,3 +78,41 @@ def test_usage_matches_man_synopsis_and_every_command_has_help():
     cli_fails("status", "--bogus", status=2, want=r"usage: bulkshim status")
     err = cli_fails("status", "-s", new_segment(), status=1, want=r"cannot open segment")
     assert "usage" not in err
+
+
+def test_readme_set_and_reload_examples_run():
+    """Each `set ...`/`reload ...` the README shows parses (against a live segment)."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    spans = sorted(set(re.findall(r"`((?:set|reset|reload|status|suggest|metrics|rm|prune) "
+                                  r"[^`]*)`", text)))
+    assert any(s.startswith("set ") for s in spans), spans
+    seg = new_segment()
+    config = config_file(seg, [{"name": n, "destinations": ["127.0.0.%d:1" % (i + 2)],
+                         "max_connections": 30} for i, n in enumerate(
+                             ("payments", "recommendations", "COMPARTMENT"))])
+    create_segment(config)
+    for span in spans:
+        if span.startswith(("rm ", "prune ")) or "FILE" in span and "-c FILE" not in span:
+            continue
+        words = span.replace("-s shop", "-s " + seg).replace("-c FILE", "-c " + config).split()
+        if words[0] in ("set", "reset", "status", "suggest", "metrics") and "-s" not in words \
+                and "-c" not in words:
+            words.insert(1, "-s")
+            words.insert(2, seg)
+        if words[0] == "reload" and "-c" not in words:
+            continue
+        words = [w.replace("on|off", "on") for w in words]
+        if "KEY" in words or "SEGMENT" in words:
+            continue
+        r = cli(*words)
+        assert r.returncode != 2, "the README's `%s` is a usage error: %s" % (span, r.stderr)
+
+
+def test_conf5_says_how_to_change_a_limit_live():
+    """bulkshim.conf(5) points at reload and set, not only at a restart."""
+    page = open(os.path.join(ROOT, "man", "bulkshim.conf.5")).read()
+    files = page.split(".SH FILES", 1)[1].split("\n.SH ", 1)[0]
+    assert "change the file and restart" not in page.replace("\n", " ")
+    assert "bulkshim reload" in files and "bulkshim set" in files, files
+    seg = page.split("\n.B segment\n", 1)[1].split("\n.TP", 1)[0]
+    assert "/etc/a/bulkshim.cfg" in seg and "warns" in seg, "the naming rule is not documented"

@@ -243,6 +243,25 @@ def config_text(compartments, segment, top=None):
     return "\n".join(lines) + "\n"
 
 
+def config_file(segment, comps, top=None, name=None, where=None):
+    """A config file of config_text(comps, segment, top), named name (or a
+    unique name), in where (readable by all) or the test's directory."""
+    text = config_text(comps, segment, top)
+    if where is None:
+        return harness.write_file(text, name)
+    path = os.path.join(where, name or harness.unique("cfg") + ".cfg")
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
+    return path
+
+
+def attach(config, extra=None):
+    """Runs one python that does nothing under the shim with config, so that
+    it attaches; returns the CompletedProcess."""
+    return harness.run([harness.PY, "-c", "pass"], harness.shim_env(config, extra=extra))
+
+
 # ---- tools that may have to be installed ----
 
 def need_tool(tool, package, budget=40):
