@@ -1,4 +1,4 @@
-# hardening.mk - chaos runs, sanitizer builds and fuzzing (issue 7).
+# hardening.mk - chaos runs, sanitizer builds and fuzzing.
 #
 # Included by the main Makefile after $(B), $(CFLAGS), the pkg-config flags
 # and the object lists are set. Sanitized objects live in $(B)/asan and

@@ -535,7 +535,7 @@ def test_make_install_and_uninstall_honour_prefix_and_destdir():
             "share/man/man5/bulkshim.conf.5", "share/man/man7/libbulkshim.7"]
     for w in want:
         assert os.path.isfile(os.path.join(prefix, w)), "make install did not install %s" % w
-    # The man pages name the paths of this install, not /usr/local (issue 12, item 15).
+    # The man pages name the paths of this install, not /usr/local.
     for w in want[2:]:
         page = open(os.path.join(prefix, w)).read()
         assert "/usr/local/lib/bulkshim" not in page and \

@@ -1836,8 +1836,8 @@ static void pool_mistakes_are_errors_at_their_line(void **state)
 		     "unknown key \"sise\" in a pool", "(did you mean \"size\"?)");
 }
 
-/* Issue 12, item 3: libconfig wraps integers written without L at 32 bits;
- * they are read whole from the text and range-checked. */
+/* libconfig wraps integers written without L at 32 bits; they are read
+ * whole from the text and range-checked. */
 static void integers_above_32_bits_are_read_whole(void **state)
 {
 	(void)state;
@@ -1850,7 +1850,7 @@ static void integers_above_32_bits_are_read_whole(void **state)
 	expect_error(COMPS "owner = 4294967296;\n", ":2: ", "bad user id 4294967296", NULL);
 }
 
-/* Item 10: cfg_load_all reports every error, one per line; cfg_load the first. */
+/* cfg_load_all reports every error, one per line; cfg_load the first. */
 static void load_all_reports_every_error(void **state)
 {
 	const char *text = "max_sockets = 3;\ncompartments = (\n"
@@ -1876,7 +1876,7 @@ static void load_all_reports_every_error(void **state)
 	unlink(path);
 }
 
-/* Item 10: a bare "syntax error" gets a hint when the cause is common. */
+/* A bare "syntax error" gets a hint when the cause is common. */
 static void syntax_errors_get_hints(void **state)
 {
 	(void)state;
@@ -1886,7 +1886,7 @@ static void syntax_errors_get_hints(void **state)
 	expect_error("segment = \"x\";\n" COMPS "max_sockets = ;\n", ":3: ", "syntax error", NULL);
 }
 
-/* Item 1: errno EAGAIN cannot go with max_inflight. */
+/* errno EAGAIN cannot go with max_inflight: a refused request would spin. */
 static void eagain_with_max_inflight_is_an_error(void **state)
 {
 	(void)state;
@@ -1895,7 +1895,7 @@ static void eagain_with_max_inflight_is_an_error(void **state)
 		     "max_inflight", "busy loop");
 }
 
-/* Item 7: the segment of a file with errors, for the unprotected count. */
+/* The segment of a file with errors, which the unprotected count is kept in. */
 static void segment_of_a_broken_file(void **state)
 {
 	char seg[BS_NAME_MAX];
