@@ -83,6 +83,14 @@ $(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< $(filter-out $(B)/cli/$*.o,$(COMMON:%=$(B)/cli/%.o)) \
 		$(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 
+# The fleet lease unit drives the agent's Redis calls against a redis-server of its own: it
+# links the CLI's fleet objects and hiredis instead of the shim's shared code.
+FLEET_LEASE_O = $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o
+$(B)/tests/test_fleet_lease: tests/unit/test_fleet_lease.c $(FLEET_LEASE_O) tools/fleet.h shim/shim.h \
+		| $(B)/tests
+	$(CC) $(CFLAGS) -Ishim -Itools $(PC_CFLAGS) -o $@ $< $(FLEET_LEASE_O) $(HIREDIS_LIBS) \
+		$(CMOCKA_LIBS)
+
 $(B) $(B)/shim $(B)/cli $(B)/tests:
 	mkdir -p $@
 
