@@ -86,8 +86,8 @@ $(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B
 # The fleet lease unit drives the agent's Redis calls against a redis-server of its own: it
 # links the CLI's fleet objects and hiredis instead of the shim's shared code.
 FLEET_LEASE_O = $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o
-$(B)/tests/test_fleet_lease: tests/unit/test_fleet_lease.c $(FLEET_LEASE_O) tools/fleet.h shim/shim.h \
-		| $(B)/tests
+$(B)/tests/test_fleet_lease: tests/unit/test_fleet_lease.c $(FLEET_LEASE_O) tools/fleet.h \
+		$(wildcard shim/*.h shim/*/*.h) | $(B)/tests
 	$(CC) $(CFLAGS) -Ishim -Itools $(PC_CFLAGS) -o $@ $< $(FLEET_LEASE_O) $(HIREDIS_LIBS) \
 		$(CMOCKA_LIBS)
 

@@ -76,12 +76,6 @@ $(A)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(A)/cli/%.o) shim/shim.h | $(
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
 		$(filter-out $(A)/cli/$*.o,$(COMMON:%=$(A)/cli/%.o)) $(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 
-# As in the Makefile: the fleet lease unit links the CLI's fleet objects and hiredis.
-$(A)/tests/test_fleet_lease: tests/unit/test_fleet_lease.c $(A)/cli/fleet_redis.o \
-		$(A)/cli/fleet_script.o tools/fleet.h shim/shim.h | $(A)/tests
-	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim -Itools $(PC_CFLAGS) -o $@ $< $(A)/cli/fleet_redis.o \
-		$(A)/cli/fleet_script.o $(HIREDIS_LIBS) $(CMOCKA_LIBS)
-
 $(T)/cli/%.o: %.c shim/shim.h | $(T)/cli
 	$(CC) $(CFLAGS) $(TSAN_FLAGS) -Ishim $(PC_CFLAGS) -c -o $@ $<
 $(T)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(T)/cli/%.o) shim/shim.h | $(T)/tests
@@ -90,6 +84,12 @@ $(T)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(T)/cli/%.o) shim/shim.h | $(
 
 $(A)/shim $(A)/cli $(A)/tests $(T)/cli $(T)/tests:
 	mkdir -p $@
+
+# As in the Makefile: the fleet lease unit links the CLI's fleet objects and hiredis.
+$(A)/tests/test_fleet_lease: tests/unit/test_fleet_lease.c $(A)/cli/fleet_redis.o \
+		$(A)/cli/fleet_script.o tools/fleet.h $(wildcard shim/*.h shim/*/*.h) | $(A)/tests
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim -Itools $(PC_CFLAGS) -o $@ $< $(A)/cli/fleet_redis.o \
+		$(A)/cli/fleet_script.o $(HIREDIS_LIBS) $(CMOCKA_LIBS)
 
 # Objects reached only through pattern rules are kept between runs.
 .SECONDARY: $(ASAN_SHIM_O) $(ASAN_CLI_O) $(COMMON:%=$(T)/cli/%.o)
