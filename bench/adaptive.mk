@@ -12,5 +12,5 @@ bench-adaptive:
 	/usr/bin/python3 bench/adaptive.py --build $(B) $(ADAPTIVE_ARGS)
 
 # The benchmark's client in C: no interpreter in every latency.
-$(B)/tests/legacy_client: tests/adaptive/legacy_client.c | $(B)/tests
+$(B)/tests/legacy_client: tests/preload/legacy_client.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread

@@ -5,7 +5,7 @@ known capacity, driven by a legacy thread-per-request client.
 usage: adaptive.py [--build DIR] [--out bench/adaptive.md] [--png build/adaptive.png]
                    [--long SECONDS] [--quick] [--client c|py]
 
-The backend (tests/adaptive/capserver.py) serves at most C requests at once
+The backend (tests/preload/capserver.py) serves at most C requests at once
 for S ms each and queues the rest. The client (legacy_client.c, or the
 preload tests' legacy_client.py with --client py; under the shim) runs N
 threads, one request per connection at a time, no timeouts;
@@ -27,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests", "adaptive"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "preload"))
 
 C, S = 16, 40               # capacity, service time in ms
 N = 6 * C                   # offered concurrency (client threads)
@@ -212,7 +212,7 @@ def main():
     ap.add_argument("--long", type=float, default=300.0)
     ap.add_argument("--quick", action="store_true", help="short phases, for a try")
     ap.add_argument("--client", choices=("c", "py"), default="c",
-                    help="legacy client: tests/adaptive/legacy_client.c (default) or .py")
+                    help="legacy client: tests/preload/legacy_client.c (default) or .py")
     args = ap.parse_args()
     os.environ["BULKSHIM_BUILD"] = os.path.abspath(args.build)
     cbin = os.path.join(os.path.abspath(args.build), "tests", "legacy_client")
@@ -304,11 +304,11 @@ def main():
     lines.append("`make bench-adaptive` (bench/adaptive.py), run %s on the 2-core shared "
                  "machine." % started)
     lines.append("Backend: capacity C = %d requests at once, %d ms each, the rest queued "
-                 "(tests/adaptive/capserver.py). Client: %s, %d threads (%dC), one request per "
+                 "(tests/preload/capserver.py). Client: %s, %d threads (%dC), one request per "
                  "connection at a time, no timeouts; a refused thread pauses 50 ms. Schedule per "
                  "row: C for %.0f s (statistics from %.0f s to %.0f s), then C/4 for %.0f s, then "
-                 "C for %.0f s." % (C, S, "tests/adaptive/legacy_client.c" if args.client == "c"
-                                    else "tests/adaptive/legacy_client.py", N, N // C, STEADY,
+                 "C for %.0f s." % (C, S, "tests/preload/legacy_client.c" if args.client == "c"
+                                    else "tests/preload/legacy_client.py", N, N // C, STEADY,
                                     WARM, STEADY, DOWN, UP))
     lines.append("")
     lines.append("| configuration | goodput/s | refusals/s | p50 ms | p99 ms | limit reached "

@@ -46,7 +46,7 @@ GO_SRC := tests/kernel/goclient/main.go tests/kernel/goclient/go.mod
 
 .PHONY: kernel-helpers chaos-kernel chaos-kernel-short
 kernel-helpers: $(KERN_HELPERS)
-preload check-sanitize: kernel-helpers
+integration check-sanitize: kernel-helpers
 chaos: chaos-kernel
 chaos-short: chaos-kernel-short
 

@@ -10,10 +10,10 @@ if [ $# -eq 0 ]; then
 	# tests/preload/test_runtimes.py: the real-program matrix.
 	set -- "$@" nodejs php-cli php-curl php-pgsql postgresql nginx ruby perl wrk \
 		default-jdk-headless
-	# make deb-test and tests/preload/test_web.py: packaging and the browser.
+	# make deb-test and tests/web/test_web.py: packaging and the browser.
 	set -- "$@" build-essential dpkg-dev debhelper lintian adduser systemd chromium chromium-driver \
 		python3-selenium
-	# tests/preload/test_kernel.py and chaos -k: the kernel engine and its clients.
+	# tests/kernel/test_kernel.py and chaos -k: the kernel engine and its clients.
 	set -- "$@" clang libbpf-dev bpftool golang-go liburing-dev
 fi
 for p in "$@"; do

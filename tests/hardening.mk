@@ -1,4 +1,4 @@
-# hardening.mk - chaos runs, sanitizer builds and fuzzing (issue 7).
+# hardening.mk - chaos runs, sanitizer builds and fuzzing.
 #
 # Included by the main Makefile after $(B), $(CFLAGS), the pkg-config flags
 # and the object lists are set. Sanitized objects live in $(B)/asan and
@@ -8,7 +8,7 @@
 #   make chaos           8 processes x 16 threads, kills, forks and execs, 20 s; again
 #                        with the three compartments in one pool (-P)
 #   make chaos-short     the same for a few seconds (part of `make test`)
-#   make check-sanitize  units + preload suite under ASan/UBSan, threaded units under TSan
+#   make check-sanitize  units + integration suite under ASan/UBSan, threaded units under TSan
 #   make fuzz            each libFuzzer target for FUZZ_SECONDS (default 60)
 #   make fuzz-regress    every stored fuzz input once (crash regressions)
 
@@ -44,7 +44,7 @@ chaos-short: chaos-bin
 
 # The hostile-segment and permission tests alone.
 hostile: all $(HELPERS)
-	@python3 tests/preload/run.py test_hostile test_permissions
+	@python3 tests/lib/run.py test_hostile test_permissions
 
 # ---- sanitizers ----
 
@@ -87,6 +87,12 @@ $(T)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(T)/cli/%.o) $(SHIM_H) | $(T)
 $(A)/shim $(A)/cli $(A)/tests $(T)/cli $(T)/tests:
 	mkdir -p $@
 
+# As in the Makefile: the fleet lease unit links the CLI's fleet objects and hiredis.
+$(A)/tests/test_fleet_lease: tests/unit/test_fleet_lease.c $(A)/cli/fleet_redis.o \
+		$(A)/cli/fleet_script.o tools/fleet.h $(wildcard shim/*.h shim/*/*.h) | $(A)/tests
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -Ishim -Itools $(PC_CFLAGS) -o $@ $< $(A)/cli/fleet_redis.o \
+		$(A)/cli/fleet_script.o $(HIREDIS_LIBS) $(CMOCKA_LIBS)
+
 # Objects reached only through pattern rules are kept between runs.
 .SECONDARY: $(ASAN_SHIM_O) $(ASAN_CLI_O) $(COMMON:%=$(T)/cli/%.o)
 
@@ -94,7 +100,7 @@ asan-bin: $(A)/libbulkshim.so $(A)/bulkshim $(ASAN_UNITS) $(ASAN_HELPERS)
 tsan-bin: $(TSAN_UNITS)
 
 # A preloaded ASan library needs the ASan runtime ahead of everything in
-# LD_PRELOAD; BULKSHIM_PRELOAD_PREFIX asks the preload harness for that.
+# LD_PRELOAD; BULKSHIM_PRELOAD_PREFIX asks the test harness for that.
 # Python is not built with ASan, so its own leaks are not ours to report.
 SAN_ENV := UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0:abort_on_error=0 \
@@ -107,8 +113,8 @@ check-sanitize: all asan-bin tsan-bin
 		sh tests/run-units.sh $(ASAN_UNITS)
 	@echo "== units under TSan"
 	@TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 sh tests/run-units.sh $(TSAN_UNITS)
-	@echo "== preload suite with the ASan+UBSan library"
-	@$(SAN_ENV) python3 tests/preload/run.py
+	@echo "== integration suite with the ASan+UBSan library"
+	@$(SAN_ENV) python3 tests/lib/run.py
 
 # ---- fuzzing ----
 

@@ -61,8 +61,8 @@
  * each binding its sockets to a source address of its own, and the witness
  * checks each class's open connections to c0 against its ceiling.
  *
- * With -A the compartments are adaptive (issue 15: `adaptive = { window_ms
- * = 10; }`, so that windows close every few milliseconds, on the
+ * With -A the compartments are adaptive (`adaptive = { window_ms = 10; }`,
+ * so that windows close every few milliseconds, on the
  * connection releases of workers that are being killed), and a window
  * closer (chaos_adclose.c) that spends nearly all its time closing windows
  * is SIGKILLed every few milliseconds and restarted: kills land inside

@@ -1,17 +1,14 @@
 """test_adaptive.py - adaptive limits against a backend of known capacity, with CPython threads and curl."""
 
-import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 
 import harness
 from harness_io import IoShim
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "adaptive"))
-import scenario  # noqa: E402
+import scenario
 
 C, S = 8, 20        # capacity and service time (ms) of the test backend
 

@@ -67,16 +67,26 @@ def test_two_processes_share_one_compartment():
         "process B got a fourth connection past the limit of 3: %r" % nxt
     by_a = a("attempt(('127.0.0.1', %d))" % srv.port)
     assert not by_a["ok"], "process A got a fourth connection: %r" % by_a
+    # The server holds the three connections, two of A's and one of B's:
+    # status, read now, must count both processes as attached.
+    srv.wait_live(3)
     st = shim.status()
     c = [x for x in st["compartments"] if x["name"] == "shared"][0]
     assert (c["in_use"], c["admitted"], c["rejected"]) == (3, 3, 2), c
-    assert st.get("processes", 2) >= 2, "status counts %r processes, want >= 2" % st.get("processes")
-    srv.wait_live(3)
+    assert "processes" in st, "status --json has no processes count: %r" % sorted(st)
+    assert st["processes"] == 2, "status counts %r processes, want 2 (A and B, each holding " \
+        "connections)" % st["processes"]
     a.call("close(%d)" % held_a[0])
     again = b("attempt(('127.0.0.1', %d))" % srv.port)
     assert again["ok"], "B refused after A gave one back: %r" % again
     shim.expect("shared", in_use=3)
     assert a.finish() == 0
+    srv.wait_live(2)
+    st = shim.status()
+    assert st["processes"] == 1, "A exited, B holds 2: status counts %r processes, want 1" % (
+        st["processes"])
     shim.expect("shared", in_use=2)
     assert b.finish() == 0
+    srv.wait_live(0)
+    assert shim.status()["processes"] == 0, "both exited, yet status counts processes"
     shim.expect("shared", in_use=0, reclaimed=0)

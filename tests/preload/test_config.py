@@ -1,11 +1,10 @@
-"""test_config.py - bad configs fail open (or exit 78 when strict); `bulkshim run` preloads and limits."""
+"""test_config.py - bad configs fail open (or exit 78 when strict); includes are read by the shim."""
 
 import json
 import os
-import subprocess
 
-from harness import (CLI, LIB, PY, Server, Shim, clean_env, need_built, new_segment, run, run_py,
-                     shim_env, shim_lines, tmpdir, write_file)
+from harness import (CONNECT_PROBE, Server, Shim, new_segment, run_py, shim_env, shim_lines, tmpdir,
+                     write_file)
 
 # Connects three times to argv[1] and keeps them; a limit of 1 would refuse two.
 CONNECT3 = """
@@ -120,7 +119,7 @@ def test_a_config_given_by_its_full_path_includes_a_file_by_its_full_path():
     svc = os.path.join(d, "svc.cfg")
     with open(svc, "w") as f:
         f.write('segment = "%s";\n@include "%s"   # the compartments\n' % (seg, comps))
-    r = run_py(RUN_PROBE, shim_env(svc), args=[str(srv.port)])
+    r = run_py(CONNECT_PROBE, shim_env(svc), args=[str(srv.port)])
     assert r.returncode == 3, "exit %d (stderr %r)" % (r.returncode, r.stderr)
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["res"] == ["ok", "refused", "refused"], \
@@ -151,55 +150,3 @@ def test_valid_config_is_silent_when_nothing_is_refused():
     assert r.returncode == 0 and r.stdout.strip() == "ran 3", (r.returncode, r.stdout, r.stderr)
     assert r.stderr == "", "a good config and no refusal still wrote %r" % r.stderr
     shim.expect("a", in_use=0, admitted=3, rejected=0, peak=3)
-
-
-# Run by `bulkshim run`: reports what it got and exits 3.
-RUN_PROBE = """
-import json, os, socket, sys
-port = int(sys.argv[1])
-res = []
-for i in range(3):
-    s = socket.socket()
-    try:
-        s.connect(('127.0.0.1', port))
-        res.append('ok')
-        s.detach()
-    except ConnectionRefusedError:
-        res.append('refused')
-maps = open('/proc/self/maps').read()
-print(json.dumps({'res': res, 'preload': os.environ.get('LD_PRELOAD', ''),
-                  'marker': os.environ.get('BS_MARKER'), 'mapped': 'libbulkshim.so' in maps}))
-sys.exit(3)
-"""
-
-MARKER_C = """
-#include <stdlib.h>
-__attribute__((constructor)) static void marker(void) { setenv("BS_MARKER", "loaded", 1); }
-"""
-
-
-def test_bulkshim_run_preloads_limits_and_returns_status():
-    need_built(CLI, LIB)
-    srv = Server()
-    shim = Shim([{"name": "run", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 2}])
-    src = write_file(MARKER_C, suffix=".c")
-    marker = os.path.join(tmpdir(), "marker.so")
-    cc = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", marker, src],
-                        capture_output=True, text=True)
-    assert cc.returncode == 0, "cannot build the marker library: %s" % cc.stderr
-    env = clean_env()
-    env["LD_PRELOAD"] = marker
-    env["BULKSHIM_LOG"] = "off"
-    script = write_file(RUN_PROBE, suffix=".py")
-    for argv in ([CLI, "run", "-c", shim.config, "--", PY, "-c", RUN_PROBE, str(srv.port)],
-                 [CLI, "run", "-c", shim.config, PY, script, str(srv.port)]):
-        r = run(argv, env)
-        assert r.returncode == 3, "%s: exit %d, want the command's 3 (stderr %r)" % (
-            " ".join(argv[:5]), r.returncode, r.stderr)
-        got = json.loads(r.stdout.strip().splitlines()[-1])
-        assert got["res"] == ["ok", "ok", "refused"], "not limited under bulkshim run: %r" % got
-        assert got["mapped"], "libbulkshim.so not mapped in the command"
-        assert marker in got["preload"].replace(":", " ").split(), \
-            "the pre-existing LD_PRELOAD entry was dropped: %r" % got["preload"]
-        assert got["marker"] == "loaded", "the pre-existing preload did not load"
-        shim.expect("run", in_use=0, rejected=1 if argv[4] == "--" else 2)

@@ -1,25 +1,43 @@
 """test_procid.py - the cached pid: processes made behind the fork wrapper's back leave the parent's permits alone."""
 
-from harness import Agent, FdOps, Server, Shim, run
+import errno
+
+from harness import Agent, FdOps, Server, Shim
 
 
 def _setup():
+    """A server and a compartment of one connection to it: while the parent
+    holds its permit, any other connect is refused."""
     srv = Server()
-    shim = Shim([{"name": "p", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 4}])
+    shim = Shim([{"name": "p", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 1}])
     return srv, shim
 
 
 def _child_closes_copy(how):
     """A child made by `how` closes its copy of a counted socket: the
-    parent's permit stays until the parent closes it."""
+    parent's permit stays until the parent closes it. The parent's next
+    connect says whether it does (refused at the limit of 1), before any
+    status read could reconcile a permit given back by mistake."""
     srv, shim = _setup()
     f = FdOps(shim.env(log="off"))
     fd = f.do("tcp", "127.0.0.1", srv.port)
-    assert shim.comp("p")["in_use"] == 1
-    f.do(how, fd)
-    c = shim.wait("p", "in_use", 1)
-    assert c["in_use"] == 1, "after %s the parent's permit is gone: %r" % (how, c)
+    srv.wait_live(1)
+    f.do(how, fd)  # returns once the child has exited
+    try:
+        extra = f.do("tcp", "127.0.0.1", srv.port)
+    except OSError as e:
+        assert e.errno == errno.ECONNREFUSED, "the connect past the limit: %s" % e
+    else:
+        raise AssertionError("after %s a second connect was admitted (fd %d): the child's close "
+                             "gave the parent's permit back" % (how, extra))
+    assert srv.live == 1, "the server holds %d connections, want the parent's one" % srv.live
+    shim.expect("p", in_use=1, admitted=1, rejected=1)
     f.do("close", fd)
+    srv.wait_live(0)
+    # The parent's close gave the permit back once: one connect gets it.
+    again = f.do("tcp", "127.0.0.1", srv.port)
+    shim.expect("p", in_use=1, admitted=2, rejected=1)
+    f.do("close", again)
     shim.wait("p", "in_use", 0, timeout=3)
     assert f.exit(0) == 0
 
@@ -68,14 +86,14 @@ def test_a_python_subprocess_leaves_the_parents_permit():
     srv, shim = _setup()
     a = Agent(shim.env(log="off"))
     a.call("s = socket.create_connection(('127.0.0.1', %d))" % srv.port)
-    assert shim.comp("p")["in_use"] == 1
+    srv.wait_live(1)
     assert a("__import__('subprocess').run(['true'], close_fds=True).returncode") == 0
-    c = shim.wait("p", "in_use", 1)
-    assert c["in_use"] == 1, "after a subprocess the parent's permit is gone: %r" % c
+    t = a("attempt(('127.0.0.1', %d))" % srv.port)
+    assert not t["ok"] and t["errno"] == errno.ECONNREFUSED, \
+        "after a subprocess a second connect got %r: the parent's permit is gone" % t
+    assert srv.live == 1, "the server holds %d connections, want the parent's one" % srv.live
+    shim.expect("p", in_use=1, admitted=1, rejected=1)
     a.call("s.close()")
+    srv.wait_live(0)
     shim.wait("p", "in_use", 0, timeout=3)
     assert a.finish() == 0
-
-
-if __name__ == "__main__":
-    run(globals())

@@ -4,8 +4,7 @@ and the kernel reconcile (a leak made on purpose, a socket inherited by an unpre
 
 Every program gets a compartment smaller than its concurrency, and must see at most the limit
 connect, the rest refused at once, and `in_use` back at 0 within 1 s of closing its sockets
-while it still runs. The numbers each test measures are printed (run.py shows them with -v),
-and the closing note of issue 11 tabulates them.
+while it still runs. The numbers each test measures are printed (run.py shows them with -v).
 """
 
 import errno
@@ -273,8 +272,8 @@ function conn() {
 
 
 def test_node_destroy_then_open_files_does_not_lock_out():
-    """The issue's reproduction: limit 4, net.connect x4, destroy() all, open 4 files (which
-    take the freed numbers), connect: it must be admitted, and in_use must be 0 after."""
+    """Limit 4, net.connect x4, destroy() all, open 4 files (which take the freed
+    numbers), connect: it must be admitted, and in_use must be 0 after."""
     need("node")
     w = Witness(delay=None)
     shim = shim_for(w.port, 4)

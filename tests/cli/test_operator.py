@@ -1,33 +1,19 @@
-"""test_operator.py - no silent surprises for operators (issue 12): running without limits is
-loud, reloads say what they change, numbers are read whole, and the rough edges of the CLI.
+"""test_operator.py - the CLI leaves operators no silent surprises: status counts who runs
+without limits, `run` refuses what the shim could not limit, reloads say what they change,
+numbers are read whole, check reports every error, and the rough edges of set, rm, prune,
+metrics, watch and suggest."""
 
-Each test names the item of issue 12 it covers in its docstring."""
-
-import json
 import os
 import re
-import socket
-import stat
 import subprocess
 import time
 
 import harness
 from harness import (CLI, PY, Server, clean_env, new_segment, run, shim_env, shim_lines,
                      status_json, tmpdir, unique, write_file)
-from harness_cli import cli, cli_fails, cli_json, cli_ok, config_text, create_segment, poke
-from harness_hard import as_nobody, is_root, shared_dir
-
-
-def _cfg(segment, comps, top=None, name=None, where=None):
-    """A config file from compartment dicts (any keys), in where or the test's directory."""
-    text = config_text(comps, segment, top)
-    if where is None:
-        return write_file(text, name)
-    path = os.path.join(where, name or unique("cfg") + ".cfg")
-    with open(path, "w") as f:
-        f.write(text)
-    os.chmod(path, 0o644)
-    return path
+from harness_cli import (attach, cli, cli_fails, cli_json, cli_ok, config_file, create_segment,
+                         poke)
+from harness_hard import is_root
 
 
 def _web(port, limit=2, **more):
@@ -43,30 +29,7 @@ def _connect_py(port, n):
             "    except OSError: pass\nprint(ok)\n" % (n, port))
 
 
-def _attach(config, extra=None):
-    """Runs one process under the shim with config; returns CompletedProcess."""
-    return run([PY, "-c", "pass"], shim_env(config, extra=extra))
-
-
-# ---- 7: permission denied names the fix; limits that differ; attached and unprotected ----
-
-def test_permission_denied_names_the_fix():
-    """Item 7: a non-root process facing root's 0600 segment is told the lines to add."""
-    assert is_root(), "this test runs a program as nobody: run it as root"
-    srv = Server()
-    seg = new_segment()
-    config = _cfg(seg, [_web(srv.port)], where=shared_dir())
-    r = _attach(config)
-    assert r.returncode == 0 and not shim_lines(r.stderr), r.stderr
-    r = run(*as_nobody([PY, "-c", "pass"], shim_env(config)))
-    lines = shim_lines(r.stderr)
-    text = "\n".join(lines)
-    assert "Permission denied" in text and "running without limits" in text, text
-    fix = [l for l in lines if ": fix: " in l]
-    assert any("mode 0600" in l and "root" in l for l in fix), \
-        "want the owner and mode of the segment: %r" % lines
-    assert any('mode = "0660"; group = "nogroup";' in l and config in l and
-               "bulkshim rm %s" % seg in l for l in fix), "want the lines to add: %r" % lines
+# ---- processes attached and unprotected ----
 
 
 def _holder(config, other):
@@ -81,43 +44,18 @@ def _holder(config, other):
     return p
 
 
-def test_mismatched_limits_are_said_once():
-    """Item 7: a process whose file says other limits than the live segment says so, once."""
-    srv = Server()
-    seg = new_segment()
-    a = _cfg(seg, [_web(srv.port, 4)])
-    holder = subprocess.Popen([PY, "-c", "import socket,sys,time; s=socket.create_connection("
-                               "('127.0.0.1',%d)); print('up',flush=True); sys.stdin.read()"
-                               % srv.port], env=shim_env(a), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    harness.defer(holder.kill)
-    assert holder.stdout.readline().strip() == "up"
-    b = _cfg(seg, [_web(srv.port, 8)])
-    script = write_file("#!/bin/sh\nfor i in 1 2 3 4 5; do %s -c pass; done\n" % PY, suffix=".sh")
-    os.chmod(script, 0o755)
-    r = run([script], shim_env(b))
-    warn = [l for l in shim_lines(r.stderr) if "runs with limits other than" in l]
-    assert len(warn) == 1, "want one warning for five processes: %r" % r.stderr
-    assert "web max_connections 8 (segment: 4)" in warn[0] and "bulkshim reload -c" in warn[0], warn
-    # The file that made the segment, with the same limits, says nothing.
-    r = _attach(a)
-    assert not shim_lines(r.stderr), r.stderr
-    holder.stdin.close()
-    holder.wait(10)
-
-
 def test_status_counts_attached_and_unprotected_processes():
-    """Item 7: status shows how many attached and how many ran without limits, and why."""
+    """status shows how many attached and how many ran without limits, and why."""
     srv = Server()
     seg = new_segment()
-    good = _cfg(seg, [_web(srv.port)])
+    good = config_file(seg, [_web(srv.port)])
     for _ in range(3):
-        assert _attach(good).returncode == 0
+        assert attach(good).returncode == 0
     st = status_json(seg)
     assert st["attached"] == 3 and st["unprotected"] == 0, st
     # The same segment from a file with a typo: the process runs inert and says so there.
     bad = write_file(open(good).read().replace("max_connections", "max_conections"))
-    r = _attach(bad)
+    r = attach(bad)
     assert "running without limits" in r.stderr
     st = status_json(seg)
     assert st["unprotected"] == 1 and "max_conections" in st["unprotected_last"], st
@@ -126,52 +64,7 @@ def test_status_counts_attached_and_unprotected_processes():
     assert "3 attached" in text, text
 
 
-# ---- 9: two files on one segment ----
-
-def test_two_config_files_on_one_segment_warn():
-    """Item 9: /etc/a/bulkshim.cfg and /etc/b/bulkshim.cfg share a segment by name: warn."""
-    srv = Server()
-    seg = unique("bulkshim")
-    harness.defer(lambda: os.path.exists("/dev/shm/bulkshim." + seg) and
-                  os.unlink("/dev/shm/bulkshim." + seg))
-    da, db = os.path.join(tmpdir(), "a"), os.path.join(tmpdir(), "b")
-    os.mkdir(da)
-    os.mkdir(db)
-    # Neither names its segment: both get the base name of the file.
-    fa = os.path.join(da, seg + ".cfg")
-    fb = os.path.join(db, seg + ".cfg")
-    for f in (fa, fb):
-        with open(f, "w") as out:
-            out.write(config_text([_web(srv.port)], seg).replace('segment = "%s";' % seg, ""))
-    assert "segment %s" % seg in cli_ok("check", fa)
-    r = _attach(fa)
-    assert not shim_lines(r.stderr), r.stderr
-    r = _attach(fb)
-    warn = [l for l in shim_lines(r.stderr) if "another file" in l]
-    assert len(warn) == 1 and fa in warn[0] and fb in warn[0], r.stderr
-    r = _attach(fa)
-    assert not shim_lines(r.stderr), r.stderr
-    # The same path saved by an editor that writes a new file (a new inode) is no other file.
-    with open(fa + ".new", "w") as out:
-        out.write(open(fa).read())
-    os.rename(fa + ".new", fa)
-    r = _attach(fa)
-    assert not shim_lines(r.stderr), r.stderr
-
-
-# ---- 14: the no-config warning once per process tree ----
-
-def test_no_config_warning_once_per_process_tree():
-    """Item 14: a wrapper script that starts many programs prints the warning once."""
-    missing = os.path.join(tmpdir(), "nope.cfg")
-    script = write_file("#!/bin/sh\nfor i in $(seq 12); do %s -c pass; done\n" % PY, suffix=".sh")
-    os.chmod(script, 0o755)
-    r = run([script], shim_env(missing))
-    warn = [l for l in shim_lines(r.stderr) if "no config file" in l]
-    assert len(warn) == 1, "want one warning for 12 programs, got %d: %r" % (len(warn), r.stderr)
-
-
-# ---- 6 and 8: `bulkshim run` refuses what would run unprotected ----
+# ---- `bulkshim run` refuses what would run unprotected ----
 
 CONNECT_C = r'''
 #include <arpa/inet.h>
@@ -204,10 +97,10 @@ def _compile(name, *flags):
 
 
 def test_run_refuses_an_invalid_config():
-    """Item 6: `run -c typo.cfg` does not start the program (today it runs unlimited, rc 0)."""
+    """`run -c typo.cfg` does not start the program: it exits 78 naming the error."""
     srv = Server()
     seg = new_segment()
-    good = _cfg(seg, [_web(srv.port, 4)])
+    good = config_file(seg, [_web(srv.port, 4)])
     typo = write_file(open(good).read().replace("max_connections", "max_conection"))
     marker = os.path.join(tmpdir(), "ran")
     r = cli("run", "-c", typo, "--", "touch", marker)
@@ -231,10 +124,10 @@ def _blind(prog, want, port, config):
 
 
 def test_run_refuses_programs_the_shim_cannot_see():
-    """Item 8: static, Go, setuid, setgid and file-capability programs exit 78 unless --force."""
+    """static, Go, setuid, setgid and file-capability programs exit 78 unless --force."""
     assert is_root(), "this test makes setuid files owned by nobody: run it as root"
     srv = Server()
-    config = _cfg(new_segment(), [_web(srv.port, 4)])
+    config = config_file(new_segment(), [_web(srv.port, 4)])
     _blind(_compile("static", "-static"), "statically linked", srv.port, config)
     # Found through PATH, too.
     r = cli("run", "-c", config, "--", "static", srv.port,
@@ -274,7 +167,7 @@ def test_run_refuses_programs_the_shim_cannot_see():
 
 
 def test_run_refuses_a_real_go_program():
-    """Item 8: a program built by the Go toolchain (skipped where there is none)."""
+    """A program built by the Go toolchain (skipped where there is none)."""
     go = __import__("shutil").which("go")
     if go is None:
         raise harness.Skip("no Go toolchain (golang-go)")
@@ -286,26 +179,26 @@ def test_run_refuses_a_real_go_program():
     r = subprocess.run([go, "build", "-o", os.path.join(d, "gonet"), "main.go"], cwd=d, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    config = _cfg(new_segment(), [_web(9, 4)])
+    config = config_file(new_segment(), [_web(9, 4)])
     r = cli("run", "-c", config, "--", os.path.join(d, "gonet"))
     assert r.returncode == 78 and "a Go program" in r.stderr, r.stderr
 
 
-# ---- 1: EAGAIN cannot turn fail-fast into a spin ----
+# ---- EAGAIN cannot turn fail-fast into a spin ----
 
 def test_eagain_with_max_inflight_is_refused_everywhere():
-    """Item 1: the combination is refused by check (and so run and reload) and by set."""
+    """errno EAGAIN with max_inflight is refused by check (and so run and reload) and by set."""
     srv = Server()
     seg = new_segment()
-    bad = _cfg(seg, [_web(srv.port, 4, max_inflight=2, errno="EAGAIN")])
+    bad = config_file(seg, [_web(srv.port, 4, max_inflight=2, errno="EAGAIN")])
     cli_fails("check", bad, want=r":\d+: errno EAGAIN cannot go with max_inflight.*busy loop")
     r = cli("run", "-c", bad, "--", "true")
     assert r.returncode == 78, r.stderr
-    good = _cfg(seg, [_web(srv.port, 4, max_inflight=2),
+    good = config_file(seg, [_web(srv.port, 4, max_inflight=2),
                       {"name": "conn", "destinations": ["127.0.0.2:1"], "max_connections": 2,
                        "errno": "EAGAIN"}])
     cli_ok("check", "-q", good)
-    assert _attach(good).returncode == 0
+    assert attach(good).returncode == 0
     cli_fails("set", "-s", seg, "web", "errno", "EAGAIN", want=r"EAGAIN cannot go with max_inflight")
     cli_fails("set", "-s", seg, "conn", "max_inflight", "3", want=r"EAGAIN cannot go with")
     cli_fails("reload", "-c", bad, "-s", seg, want=r"EAGAIN cannot go with max_inflight")
@@ -314,16 +207,16 @@ def test_eagain_with_max_inflight_is_refused_everywhere():
     assert web["errno"] == "ECONNREFUSED", web
 
 
-# ---- 2: reload says everything it changes, and which live sets it undoes ----
+# ---- reload says everything it changes, and which live sets it undoes ----
 
 def test_reload_prints_every_change_and_the_live_sets_it_reverts():
-    """Item 2: set errno/enforce/max_wait_ms, then reload: every setting, --dry-run first."""
+    """set errno/enforce/max_wait_ms, then reload: every setting, --dry-run first."""
     srv, other = Server(), Server()
     seg = new_segment()
-    config = _cfg(seg, [_web(srv.port, 4),
+    config = config_file(seg, [_web(srv.port, 4),
                         {"name": "slow", "destinations": ["127.0.0.1:%d" % other.port],
                          "max_connections": 3}])
-    assert _attach(config).returncode == 0
+    assert attach(config).returncode == 0
     cli_ok("set", "-s", seg, "slow", "errno", "EAGAIN")
     cli_ok("set", "-s", seg, "slow", "enforce", "off")
     cli_ok("set", "-s", seg, "slow", "max_wait_ms", "100")
@@ -350,10 +243,10 @@ def test_reload_prints_every_change_and_the_live_sets_it_reverts():
     assert "no setting changes" in again and "reverts" not in again, again
 
 
-# ---- 3: integers are read whole ----
+# ---- integers are read whole ----
 
 def test_integers_above_2_to_the_31_are_range_checked_not_wrapped():
-    """Item 3: 4294967297 is not 1, 4294967306 is not 10, 99999999999 is itself."""
+    """4294967297 is not 1, 4294967306 is not 10, 99999999999 is itself."""
     srv = Server()
     seg = new_segment()
     for value, want in (("4294967297", r":4: max_connections of \"web\" is 4294967297"),
@@ -363,16 +256,16 @@ def test_integers_above_2_to_the_31_are_range_checked_not_wrapped():
         path = write_file('segment = "%s";\ncompartments = (\n  { name = "web"; destinations = '
                           '[ "127.0.0.1:%d" ];\nmax_connections = %s; }\n);\n' % (seg, srv.port, value))
         cli_fails("check", path, want=want)
-    path = _cfg(seg, [_web(srv.port, 4)], top={"budget": {"pool": 4294967306}})
+    path = config_file(seg, [_web(srv.port, 4)], top={"budget": {"pool": 4294967306}})
     cli_fails("check", path, want=r":2: budget pool must be between 1 and 4294967295, not 4294967306")
-    path = _cfg(seg, [_web(srv.port, 4)], top={"max_processes": 4294967297})
+    path = config_file(seg, [_web(srv.port, 4)], top={"max_processes": 4294967297})
     cli_fails("check", path, want=r"\"max_processes\" must be between 1 and 65536, not 4294967297")
 
 
-# ---- 10: check finds what fails at run time, and every error ----
+# ---- check finds what fails at run time, and every error ----
 
 def test_check_reports_every_error_max_sockets_and_unresolvable_hosts():
-    """Item 10: all errors in one run; max_sockets below the limits; a name resolving to nothing."""
+    """All errors in one run; max_sockets below the limits; a name resolving to nothing."""
     srv = Server()
     seg = new_segment()
     path = write_file(
@@ -388,26 +281,26 @@ def test_check_reports_every_error_max_sockets_and_unresolvable_hosts():
     assert ":6: " in lines[2] and "max_inflight" in lines[2], lines
     assert ":2: max_sockets = 10 is below the 16 connections" in lines[3] and "no_slot" in lines[3]
     # The library still says one thing: the first error.
-    r = _attach(path)
+    r = attach(path)
     inert = [l for l in shim_lines(r.stderr) if "running without limits" in l]
     assert len(inert) == 1 and "bogus" in inert[0], r.stderr
     # Host names: what they resolve to, and an error for one that resolves to nothing.
-    hosts = _cfg(seg, [{"name": "db", "destinations": ["localhost:%d" % srv.port],
+    hosts = config_file(seg, [{"name": "db", "destinations": ["localhost:%d" % srv.port],
                         "max_connections": 2}])
     out = cli_ok("check", hosts)
     assert re.search(r"host localhost:%d \(db\) -> .*127\.0\.0\.1" % srv.port, out), out
-    nowhere = _cfg(seg, [{"name": "db", "destinations": ["nowhere.invalid:80"],
+    nowhere = config_file(seg, [{"name": "db", "destinations": ["nowhere.invalid:80"],
                           "max_connections": 2}])
     cli_fails("check", nowhere, want=r':\d+: host "nowhere.invalid" of compartment "db" '
               r'resolves to nothing')
-    assert _attach(hosts).returncode == 0
+    assert attach(hosts).returncode == 0
     st = status_json(seg)
     assert st["hosts"] and st["hosts"][0]["host"] == "localhost" and \
         "127.0.0.1" in st["hosts"][0]["addresses"] and st["hosts"][0]["error"] is None, st["hosts"]
 
 
 def test_syntax_errors_get_a_hint_for_common_causes():
-    """Item 10: libconfig's bare "syntax error" names a trailing comma, a missing comma or "="."""
+    """libconfig's bare "syntax error" names a trailing comma, a missing comma or "="."""
     cases = [
         ('segment = "x";\ncompartments = (\n { name = "a"; destinations = [ "127.0.0.1:1" ];'
          ' max_connections = 1; },\n);\n', r":4: syntax error: a comma before \"\)\""),
@@ -423,17 +316,17 @@ def test_syntax_errors_get_a_hint_for_common_causes():
         cli_fails("check", write_file(text), want=want)
 
 
-# ---- 12: the kill switch ----
+# ---- the kill switch ----
 
 def test_set_all_enforce_off_and_on():
-    """Item 12: `set --all enforce off` turns every compartment to observe mode, and back."""
+    """`set --all enforce off` turns every compartment to observe mode, and back."""
     srv = Server()
     seg = new_segment()
     keep = Server()
     comps = [_web(srv.port, 1)] + [{"name": "c%d" % i, "destinations": ["127.0.0.%d:1" % (i + 2)],
                                      "max_connections": 1} for i in range(4)] + [
         {"name": "keep", "destinations": ["127.0.0.1:%d" % keep.port], "max_connections": 5}]
-    config = _cfg(seg, comps)
+    config = config_file(seg, comps)
     # A process stays attached holding a permit, so that the segment is live
     # (a segment nobody holds takes its file's settings from the next start).
     holder = _holder(config, other=keep.port)
@@ -453,19 +346,19 @@ def test_set_all_enforce_off_and_on():
     holder.wait(10)
 
 
-# ---- 13: an unknown compartment names the closest one ----
+# ---- an unknown compartment names the closest one ----
 
 def _thousand_compartments():
     """A new segment of 1,000 compartments svc0000..svc0999, nobody attached."""
     seg = new_segment()
     comps = [{"name": "svc%04d" % i, "destinations": ["127.1.%d.%d:1" % (i // 250, i % 250 + 1)],
               "max_connections": 1} for i in range(1000)]
-    create_segment(_cfg(seg, comps))
+    create_segment(config_file(seg, comps))
     return seg
 
 
 def test_unknown_compartment_names_the_closest_match():
-    """Item 13: with 1,000 compartments the error names one, not all."""
+    """With 1,000 compartments the error names one, not all."""
     seg = _thousand_compartments()
     err = cli_fails("set", "-s", seg, "svc0O42", "max_connections", "2",
                     want=r'no compartment "svc0O42" in segment \S+ \(did you mean "svc0042"\?\)')
@@ -474,17 +367,17 @@ def test_unknown_compartment_names_the_closest_match():
     assert len(err) < 300, err
 
 
-# ---- 11: cleaning up ----
+# ---- cleaning up ----
 
 def _shm(seg):
     return "/dev/shm/bulkshim." + seg
 
 
 def test_rm_removes_idle_and_damaged_segments_and_keeps_one_in_use():
-    """Item 11: `bulkshim rm` refuses a segment in use without --force; removes a damaged one."""
+    """`bulkshim rm` refuses a segment in use without --force; removes a damaged one."""
     srv = Server()
     seg = new_segment()
-    config = _cfg(seg, [_web(srv.port, 2)])
+    config = config_file(seg, [_web(srv.port, 2)])
     holder = _holder(config, other=srv.port)
     err = cli_fails("rm", seg, want=r"in use by 1 process holding permits; not removed")
     assert os.path.exists(_shm(seg)), err
@@ -514,7 +407,7 @@ def test_rm_removes_idle_and_damaged_segments_and_keeps_one_in_use():
 
 
 def test_prune_removes_stale_segments_only():
-    """Item 11: `bulkshim prune` removes what no live process holds, older than the age given."""
+    """`bulkshim prune` removes what no live process holds, older than the age given."""
     srv = Server()
     tag = unique("prune")
     segs = []
@@ -522,9 +415,9 @@ def test_prune_removes_stale_segments_only():
         seg = "%s_%d" % (tag, i)
         harness.defer(lambda p=_shm(seg): os.path.exists(p) and os.unlink(p))
         segs.append(seg)
-    idle = _cfg(segs[0], [_web(srv.port, 2)])
+    idle = config_file(segs[0], [_web(srv.port, 2)])
     create_segment(idle)
-    busy = _cfg(segs[1], [_web(srv.port, 2)])
+    busy = config_file(segs[1], [_web(srv.port, 2)])
     holder = _holder(busy, other=srv.port)
     with open(_shm(segs[2]), "wb") as f:
         f.write(b"junk")
@@ -542,10 +435,10 @@ def test_prune_removes_stale_segments_only():
     holder.wait(10)
 
 
-# ---- 13: many compartments ----
+# ---- many compartments ----
 
 def test_metrics_filters_and_list_stays_one_line_with_1000_compartments():
-    """Item 13: metrics without histograms or for some compartments; list rows fit."""
+    """metrics without histograms or for some compartments; list rows fit."""
     seg = _thousand_compartments()
     full = cli_ok("metrics", "-s", seg)
     slim = cli_ok("metrics", "-s", seg, "--no-histograms")
@@ -563,10 +456,10 @@ def test_metrics_filters_and_list_stays_one_line_with_1000_compartments():
     assert len(mine["compartments"]) == 1000
 
 
-# ---- 5: watch fits 80x24, busiest first, and scrolls ----
+# ---- watch fits 80x24, busiest first, and scrolls ----
 
 def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
-    """Item 5: no wrapped rows at 80x24; 1,000 compartments keep the header, busiest first."""
+    """No wrapped rows at 80x24; 1,000 compartments keep the header, busiest first."""
     from harness_cli import Tmux, need_tool
     tmux = need_tool("tmux", "tmux")
     assert tmux, "tmux is needed (tests/deps.sh installs it)"
@@ -577,7 +470,7 @@ def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
               "max_connections": 100, "max_inflight": 50} for i in range(999)]
     comps.append({"name": "the-busy-one", "destinations": ["127.0.0.1:%d" % srv.port],
                   "max_connections": 4})
-    config = _cfg(seg, comps)
+    config = config_file(seg, comps)
     holder = subprocess.Popen([PY, "-c", "import socket,sys; h=[socket.create_connection("
                                "('127.0.0.1',%d)) for _ in range(3)]; print('up',flush=True); "
                                "sys.stdin.read()" % srv.port], env=shim_env(config),
@@ -611,23 +504,23 @@ def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
 
 
 def test_watch_waits_for_a_segment_that_does_not_exist_yet():
-    """Item 15: `watch -s X` waits for X like `serve` does, instead of exiting."""
+    """`watch -s X` waits for X like `serve` does, instead of exiting."""
     srv = Server()
     seg = new_segment()
-    config = _cfg(seg, [_web(srv.port, 2)])
+    config = config_file(seg, [_web(srv.port, 2)])
     p = subprocess.Popen([CLI, "watch", "-s", seg, "-i", "0.2", "-n", "30"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=clean_env())
     harness.defer(p.kill)
     time.sleep(1.0)
     assert p.poll() is None, "watch exited: %r" % (p.communicate(),)
-    assert _attach(config).returncode == 0
+    assert attach(config).returncode == 0
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert "waiting for segment %s" % seg in out and re.search(r"\nweb +", out), out[-800:]
     cli_fails("watch", "-s", "bad/name", want=r"segment")
 
 
-# ---- 4: suggest sizes max_inflight from requests, against a known answer ----
+# ---- suggest sizes max_inflight from requests, against a known answer ----
 
 SLOW_SERVER = r'''
 import socket, sys, threading, time
@@ -674,7 +567,7 @@ def _known_workload(enforce):
     harness.defer(srv.kill)
     port = int(srv.stdout.readline())
     seg = new_segment()
-    config = _cfg(seg, [{"name": "api", "destinations": ["127.0.0.1:%d" % port],
+    config = config_file(seg, [{"name": "api", "destinations": ["127.0.0.1:%d" % port],
                          "max_inflight": 2, "enforce": enforce}])
     load = subprocess.Popen([PY, "-c", CLIENTS, str(port), "6", "6"], env=shim_env(config),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -687,7 +580,7 @@ def _known_workload(enforce):
 
 
 def test_suggest_max_inflight_from_a_workload_with_a_known_answer():
-    """Item 4: 6 threads each with a request in flight, 0.1 s replies: the answer is 6."""
+    """6 threads each with a request in flight, 0.1 s replies: the answer is 6."""
     for enforce in (False, True):
         api, text = _known_workload(enforce)
         inf = api["inflight"]
@@ -699,59 +592,3 @@ def test_suggest_max_inflight_from_a_workload_with_a_known_answer():
         if not enforce:
             assert inf["peak"] == 6, inf
         assert "too small: raise max_inflight to 6" in text, text
-
-
-# ---- 15: the README's commands are commands ----
-
-def test_readme_set_and_reload_examples_run():
-    """Item 15: each `set ...`/`reload ...` the README shows parses (against a live segment)."""
-    text = open(os.path.join(harness.ROOT, "README.md")).read()
-    spans = sorted(set(re.findall(r"`((?:set|reset|reload|status|suggest|metrics|rm|prune) "
-                                  r"[^`]*)`", text)))
-    assert any(s.startswith("set ") for s in spans), spans
-    seg = new_segment()
-    config = _cfg(seg, [{"name": n, "destinations": ["127.0.0.%d:1" % (i + 2)],
-                         "max_connections": 30} for i, n in enumerate(
-                             ("payments", "recommendations", "COMPARTMENT"))])
-    create_segment(config)
-    for span in spans:
-        if span.startswith(("rm ", "prune ")) or "FILE" in span and "-c FILE" not in span:
-            continue
-        words = span.replace("-s shop", "-s " + seg).replace("-c FILE", "-c " + config).split()
-        if words[0] in ("set", "reset", "status", "suggest", "metrics") and "-s" not in words \
-                and "-c" not in words:
-            words.insert(1, "-s")
-            words.insert(2, seg)
-        if words[0] == "reload" and "-c" not in words:
-            continue
-        words = [w.replace("on|off", "on") for w in words]
-        if "KEY" in words or "SEGMENT" in words:
-            continue
-        r = cli(*words)
-        assert r.returncode != 2, "the README's `%s` is a usage error: %s" % (span, r.stderr)
-
-
-def test_a_restart_that_undoes_live_sets_says_so():
-    """Items 2 and 12: when nobody holds the segment, the next start applies the file again;
-    the live changes it replaces (a kill switch!) are named, not dropped silently."""
-    srv = Server()
-    seg = new_segment()
-    config = _cfg(seg, [_web(srv.port, 2)])
-    assert _attach(config).returncode == 0
-    cli_ok("set", "-s", seg, "--all", "enforce", "off")
-    r = run([PY, "-c", _connect_py(srv.port, 1)], shim_env(config))
-    warn = [l for l in shim_lines(r.stderr) if "replace what `bulkshim set` had changed" in l]
-    assert len(warn) == 1 and "web enforce" in warn[0], r.stderr
-    assert status_json(seg)["compartments"][0]["enforce"] is True
-    r = run([PY, "-c", _connect_py(srv.port, 1)], shim_env(config))
-    assert not shim_lines(r.stderr), r.stderr
-
-
-def test_conf5_says_how_to_change_a_limit_live():
-    """Item 15: bulkshim.conf(5) points at reload and set, not only at a restart."""
-    page = open(os.path.join(harness.ROOT, "man", "bulkshim.conf.5")).read()
-    files = page.split(".SH FILES", 1)[1].split("\n.SH ", 1)[0]
-    assert "change the file and restart" not in page.replace("\n", " ")
-    assert "bulkshim reload" in files and "bulkshim set" in files, files
-    seg = page.split("\n.B segment\n", 1)[1].split("\n.TP", 1)[0]
-    assert "/etc/a/bulkshim.cfg" in seg and "warns" in seg, "the naming rule is not documented"

@@ -1,4 +1,4 @@
-"""test_fleet.py - fleet budgets: one limit across hosts, leased from a real Redis (issue 16).
+"""test_fleet.py - fleet budgets: one limit across hosts, leased from a real Redis.
 
 Three or more hosts on this machine (a segment, a `bulkshim fleet` agent and
 a client program under the shim each) share fleet_limit; the witness server

@@ -1,16 +1,21 @@
 """test_web.py - the live page of `bulkshim serve` in a real browser: Debian's chromium, headless,
-driven by python3-selenium through chromium-driver; and what serve answers for several segments."""
+driven by python3-selenium through chromium-driver; and what serve answers: metrics, status and
+the page, for one segment or several, to curl and to garbage."""
 
+import errno
 import json
 import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
 
 import harness
 from harness import Agent, Server, Shim, Skip, tmpdir, wait_until
-from harness_cli import Serve, config_text, need_tool
+from harness_cli import Serve, config_text, need_tool, sample
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -210,3 +215,40 @@ def test_serve_several_segments_status_metrics_and_read_only():
     assert {one.segment, two.segment, three.segment} <= set(names), names
     for a in (a1, a2, a3):
         assert a.finish() == 0
+
+
+def test_serve_answers_curl_and_garbage_and_stops_on_sigterm():
+    srv = Server()
+    shim = Shim([{"name": "x", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 2}])
+    a = Agent(shim.env(log="off"))
+    for _ in range(2):
+        a("tcp(%d)" % srv.port)
+    for _ in range(3):
+        t = a("attempt(('127.0.0.1', %d))" % srv.port)
+        assert not t["ok"] and t["errno"] == errno.ECONNREFUSED, t
+    s = Serve("-s", shim.segment)
+    code, ctype, body = s.get("/metrics")
+    assert code == 200 and ctype.startswith("text/plain; version=0.0.4"), (code, ctype)
+    assert sample(body, "bulkshim_rejections_total", segment=shim.segment, compartment="x",
+                   reason="full") == 3
+    code, ctype, body = s.get("/status.json")
+    assert code == 200 and ctype == "application/json", (code, ctype)
+    assert harness.comp_of(json.loads(body), "x")["in_use"] == 2
+    assert s.get("/nope")[0] == 404
+    assert s.get("/")[0] == 200  # the web page
+    assert s.get("/metrics", method="POST")[0] == 405
+    for junk in (b"\x00\xff\xfe garbage\r\n\r\n", b"GET\r\n\r\n", b"A" * 20000,
+                 b"GET /metrics HTTP/1.0 extra words\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as c:
+            try:
+                c.sendall(junk)
+                reply = c.recv(100)
+            except ConnectionResetError:
+                reply = b""
+        assert reply == b"" or re.match(rb"HTTP/1\.0 4\d\d ", reply), reply
+    with socket.create_connection(("127.0.0.1", s.port), timeout=5):
+        pass  # a client that says nothing and leaves
+    code, _, body = s.get("/metrics")
+    assert code == 200 and s.p.poll() is None, "serve died on garbage"
+    assert s.stop(signal.SIGTERM) == 0
+    assert a.finish() == 0

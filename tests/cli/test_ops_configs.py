@@ -73,7 +73,7 @@ def test_grafana_dashboard_queries_only_name_metrics_bulkshim_exports():
     for v in ("segment", "compartment"):
         names = set(METRIC.findall(variables[v]["definition"]))
         assert names and names <= exported, (v, names)
-    # What the issue asks the dashboard to show.
+    # The dashboard shows what is in use, the refusals, the waits and the replies.
     for want in ("bulkshim_compartment_in_use", "bulkshim_rejections_total",
                  "bulkshim_wait_seconds_bucket", "bulkshim_reply_seconds_bucket"):
         assert want in used, "the dashboard does not show %s" % want

@@ -1,4 +1,4 @@
-"""harness.py - what the preload tests share: paths, configs, segments, servers, children.
+"""harness.py - what the integration tests share: paths, configs, segments, servers, children.
 
 Every test runs in its own process (see run.py), so the module-level state
 here (the cleanup list, the segment counter) belongs to exactly one test.
@@ -522,6 +522,28 @@ def run(argv, env, timeout=20, input=None):
 def run_py(code, env, timeout=20, args=()):
     """Runs a python snippet (under the shim when env says so)."""
     return run([PY, "-c", code] + list(args), env, timeout)
+
+
+# Python for a program under the shim: three connects to port argv[1], each
+# socket kept; prints one JSON line (what each connect did, LD_PRELOAD, the
+# variable BS_MARKER, whether libbulkshim.so is mapped) and exits 3.
+CONNECT_PROBE = """
+import json, os, socket, sys
+port = int(sys.argv[1])
+res = []
+for i in range(3):
+    s = socket.socket()
+    try:
+        s.connect(('127.0.0.1', port))
+        res.append('ok')
+        s.detach()
+    except ConnectionRefusedError:
+        res.append('refused')
+maps = open('/proc/self/maps').read()
+print(json.dumps({'res': res, 'preload': os.environ.get('LD_PRELOAD', ''),
+                  'marker': os.environ.get('BS_MARKER'), 'mapped': 'libbulkshim.so' in maps}))
+sys.exit(3)
+"""
 
 
 def shim_lines(stderr):

@@ -1,20 +1,18 @@
-"""test_cli.py - the operator's CLI against live segments: status, watch, metrics, serve, check,
-set, reload, reset, size, suggest, list, the usage text and `make install`."""
+"""test_cli.py - the operator's CLI against live segments: status, set, reload, reset, watch,
+metrics, check, size, suggest, list, run, and `make install`."""
 
 import errno
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 
 import harness
-from harness import (CLI, ROOT, Agent, Server, Shim, clean_env, new_segment, tmpdir, wait_until,
-                     write_file)
-from harness_cli import (Serve, Tmux, cli, cli_fails, cli_json, cli_ok, config_text,
-                         create_segment, need_tool, poke)
+from harness import (CLI, CONNECT_PROBE, LIB, PY, ROOT, Agent, Server, Shim, clean_env,
+                     need_built, new_segment, run, tmpdir, wait_until, write_file)
+from harness_cli import (Tmux, cli, cli_fails, cli_json, cli_ok, config_text, create_segment,
+                         need_tool, poke, sample)
 
 
 def _one(limit, name="x", **more):
@@ -27,42 +25,6 @@ def _one(limit, name="x", **more):
 
 def _refused(t):
     return not t["ok"] and t["errno"] == errno.ECONNREFUSED
-
-
-# ---- usage and help ----
-
-def _man_synopsis():
-    """The SYNOPSIS lines of man/bulkshim.1 as plain text."""
-    text = open(os.path.join(ROOT, "man", "bulkshim.1")).read()
-    body = text.split(".SH SYNOPSIS\n", 1)[1].split("\n.SH ", 1)[0]
-    body = body.split(".nf\n", 1)[1].split("\n.fi", 1)[0]
-    lines = []
-    for l in body.splitlines():
-        l = re.sub(r"\\f[BIRP]", "", l).replace("\\-", "-").replace("\\&", "").replace("\\e", "\\")
-        lines.append(l.strip())
-    return lines
-
-
-def test_usage_matches_man_synopsis_and_every_command_has_help():
-    r = cli("--help")
-    assert r.returncode == 0, "bulkshim --help exited %d" % r.returncode
-    usage = [l.strip() for l in re.sub(r"^usage:", "", r.stdout).splitlines()]
-    man = _man_synopsis()
-    assert usage == man, "usage() and the SYNOPSIS of bulkshim(1) differ:\nusage: %r\nman:   %r" % (
-        usage, man)
-    commands = [l.split()[1] for l in usage if not l.startswith("bulkshim --")]
-    assert set(commands) >= {"run", "status", "watch", "metrics", "serve", "check", "set", "reload",
-                             "reset", "size", "suggest", "list"}, commands
-    for cmd in commands:
-        h = cli(cmd, "--help")
-        assert h.returncode == 0, "bulkshim %s --help exited %d: %r" % (cmd, h.returncode, h.stderr)
-        first = h.stdout.splitlines()[0].replace("usage: ", "")
-        assert first in usage, "bulkshim %s --help says %r, not a usage line" % (cmd, first)
-    cli_fails(status=2, want=r"usage: bulkshim run")
-    cli_fails("frobnicate", status=2, want=r"unknown command \"frobnicate\"")
-    cli_fails("status", "--bogus", status=2, want=r"usage: bulkshim status")
-    err = cli_fails("status", "-s", new_segment(), status=1, want=r"cannot open segment")
-    assert "usage" not in err
 
 
 # ---- status ----
@@ -234,221 +196,6 @@ def test_set_refused_on_a_segment_this_user_cannot_write():
 
 # ---- reload ----
 
-def test_reload_changes_a_destination_of_a_running_process():
-    p1, p2 = Server(), Server()
-    seg = new_segment()
-    path = os.path.join(tmpdir(), "reload.cfg")
-    with open(path, "w") as f:
-        f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p1.port],
-                              "max_connections": 1}], seg))
-    a = Agent(harness.shim_env(path, log="off"))
-    fd = a("tcp(%d)" % p1.port)
-    assert _refused(a("attempt(('127.0.0.1', %d))" % p1.port)), "P1 is not counted before reload"
-    a.call("close(%d)" % fd)
-    assert all(a("attempt(('127.0.0.1', %d))" % p2.port)["ok"] for _ in range(2)), \
-        "P2 is limited before reload"
-    before = harness.comp_of(harness.status_json(seg), "x")
-
-    with open(path, "w") as f:
-        f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p2.port],
-                              "max_connections": 1}], seg))
-    out = cli_ok("reload", "-c", path)
-    assert "generation 1" in out, out
-    st = harness.status_json(seg)
-    assert st["generation"] == 1, st
-
-    first = a("attempt(('127.0.0.1', %d))" % p2.port)
-    second = a("attempt(('127.0.0.1', %d))" % p2.port)
-    assert first["ok"] and _refused(second), \
-        "after reload, P2 should be counted with limit 1: got %r then %r" % (first, second)
-    assert all(a("attempt(('127.0.0.1', %d))" % p1.port)["ok"] for _ in range(3)), \
-        "after reload, P1 is still limited"
-    x = harness.comp_of(harness.status_json(seg), "x")
-    assert x["admitted"] == before["admitted"] + 1 and x["rejected"] == before["rejected"] + 1, \
-        "before %s, after %s" % (json.dumps(before), json.dumps(x))
-    assert a.finish() == 0
-
-
-def test_a_reload_on_a_thread_with_a_small_stack_does_not_crash_it():
-    """A reload runs on whichever thread of the program connects next. Here
-    that is a thread with a 64 KiB stack, and the new config includes files
-    ten deep: the reload applies, the thread's connect is counted by it, and
-    the program lives (the config it loads is 43 KB, which the reload once
-    kept on that stack beside libconfig's parser)."""
-    p1, p2 = Server(), Server()
-    seg = new_segment()
-    d = tmpdir()
-    path = os.path.join(d, "small-stack.cfg")
-    with open(path, "w") as f:
-        f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p1.port],
-                              "max_connections": 4}], seg))
-    a = Agent(harness.shim_env(path, log="off"))
-    a.call("import threading")
-    assert a("attempt(('127.0.0.1', %d))" % p1.port)["ok"]
-
-    for i in range(9):
-        with open(os.path.join(d, "inc%d.cfg" % i), "w") as f:
-            f.write('@include "inc%d.cfg"\n' % (i + 1))
-    with open(os.path.join(d, "inc9.cfg"), "w") as f:
-        f.write(harness.config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p2.port],
-                                      "max_connections": 4}]))
-    with open(path, "w") as f:
-        f.write('segment = "%s";\n@include "inc0.cfg"\n' % seg)
-    cli_ok("reload", "-c", path)
-    before = harness.comp_of(harness.status_json(seg), "x")["admitted"]
-    got = a.call("out = []\n"
-                 "threading.stack_size(64 << 10)\n"
-                 "t = threading.Thread(target=lambda: out.append("
-                 "attempt(('127.0.0.1', %d))))\n"
-                 "t.start()\n"
-                 "t.join()\n"
-                 "threading.stack_size(0)" % p2.port, "out")
-    assert got and got[0]["ok"], "the small thread's connect: %r" % got
-    after = harness.comp_of(harness.status_json(seg), "x")["admitted"]
-    assert after == before + 1, "P2 is not counted after the reload: %d then %d" % (before, after)
-    assert a("attempt(('127.0.0.1', %d))" % p1.port)["ok"]
-    assert harness.comp_of(harness.status_json(seg), "x")["admitted"] == after, \
-        "P1 is still counted after the reload"
-    assert a.finish() == 0
-
-
-def test_a_fork_during_a_reload_leaves_the_child_able_to_reload():
-    """A thread's connect reloads (a 15 MiB file, so it takes a while) while
-    the main thread forks. The child has no thread reloading, and must
-    reload itself at its next connect: once a fork in that window left the
-    child's reload flag raised for good, and it kept the old destinations."""
-    p1, p2 = Server(), Server()
-    seg = new_segment()
-    path = os.path.join(tmpdir(), "slow-reload.cfg")
-    pad = "# " + "p" * 77 + "\n"
-    for round_ in range(4):
-        with open(path, "w") as f:
-            f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p1.port],
-                                  "max_connections": 50}], seg))
-        a = Agent(harness.shim_env(path, log="off"), timeout=30)
-        a.call("import threading, time")
-        with open(path, "w") as f:
-            f.write(config_text([{"name": "x", "destinations": ["127.0.0.1:%d" % p2.port],
-                                  "max_connections": 50}], seg))
-            f.write(pad * ((15 << 20) // len(pad)))
-        cli_ok("reload", "-c", path)
-        pid = a.call("t = threading.Thread(target=attempt, args=(('127.0.0.1', %d),))\n"
-                     "t.start()\n"
-                     "time.sleep(0.02 * %d)\n"
-                     "pid = fork()\n"
-                     "t.join()" % (p1.port, round_ + 1), "pid")
-        before = harness.comp_of(harness.status_json(seg), "x")["admitted"]
-        got = a("child(%d, expr=\"attempt(('127.0.0.1', %d))\")" % (pid, p2.port), timeout=30)
-        after = harness.comp_of(harness.status_json(seg), "x")["admitted"]
-        assert got["ok"], got
-        assert after == before + 1, \
-            "round %d: the child forked during the reload does not count the new " \
-            "destination (admitted %d then %d)" % (round_, before, after)
-        a("child_exit(%d)" % pid)
-        assert a.finish() == 0
-
-
-def test_reloads_that_change_only_limits_keep_the_rules_and_their_memory():
-    """Sixty reloads of a 2,001-destination file that change only the limit.
-    An old set of rules is never freed (another thread may be reading it),
-    so each rebuild stayed allocated: 22.7 MB of RSS in this test before.
-    Unchanged destinations are now kept as they are."""
-    srv = Server()
-    seg = new_segment()
-    path = os.path.join(tmpdir(), "limits-only.cfg")
-    dests = ["127.0.0.1:%d" % srv.port] + \
-        ["10.%d.%d.%d:80" % (i // 65536, (i // 256) % 256, i % 256) for i in range(2000)]
-
-    def write(limit):
-        with open(path, "w") as f:
-            f.write(config_text([{"name": "x", "destinations": dests,
-                                  "max_connections": limit}], seg))
-
-    def rss_kb():
-        with open("/proc/%d/status" % a.pid) as f:
-            return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-
-    write(10)
-    a = Agent(harness.shim_env(path, log="info"))
-    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
-    before = rss_kb()
-    for i in range(60):
-        write(11 + i % 2)
-        cli_ok("reload", "-c", path)
-        a("close(attempt(('127.0.0.1', %d))['fd'])" % srv.port)
-    grown = rss_kb() - before
-    # A sanitizer's quarantine keeps freed memory: RSS says nothing there.
-    if not os.environ.get("BULKSHIM_PRELOAD_PREFIX"):
-        assert grown < 6 << 10, "60 limit-only reloads grew RSS by %d KB" % grown
-    unchanged = [l for l in a.stderr().splitlines() if "destinations in %s are unchanged" % path in l]
-    assert len(unchanged) == 60, "want 60 'unchanged' lines, got %d" % len(unchanged)
-    # The rules still count, with the last limit (12), one socket held.
-    assert harness.comp_of(harness.status_json(seg), "x")["limit"] == 12
-    fds = [a("tcp(%d)" % srv.port) for _ in range(11)]
-    assert _refused(a("attempt(('127.0.0.1', %d))" % srv.port)), "the 13th was not refused"
-    a.call("close(*%r)" % fds)
-    assert a.finish() == 0
-
-
-def _host_cfg(path, seg, host, port, limit, more=()):
-    with open(path, "w") as f:
-        f.write(config_text([{"name": "byname", "destinations": ["%s:%d" % (host, port)] +
-                              list(more), "max_connections": limit}], seg))
-
-
-def _admitted(seg):
-    return harness.comp_of(harness.status_json(seg), "byname")["admitted"]
-
-
-def test_a_reload_keeps_counting_the_addresses_a_host_name_resolved_to():
-    """A reload that changes the destinations rebuilds the rules without
-    resolving anything. The addresses a kept host name resolved to at
-    start-up stay counted, though the program does not look the name up
-    again (as a pool that reconnects to the address it has does)."""
-    srv = Server()
-    seg = new_segment()
-    path = os.path.join(tmpdir(), "byname.cfg")
-    _host_cfg(path, seg, "localhost", srv.port, 2)
-    a = Agent(harness.shim_env(path, log="off"))
-    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
-    assert _admitted(seg) == 1, "localhost:%d does not count 127.0.0.1 at start" % srv.port
-    _host_cfg(path, seg, "localhost", srv.port, 3, ["127.0.0.9:9"])
-    cli_ok("reload", "-c", path)
-    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
-    assert _admitted(seg) == 2, "after a reload 127.0.0.1 is no longer counted"
-    # Two held (attempt keeps its socket): the third is the last.
-    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
-    assert _refused(a("attempt(('127.0.0.1', %d))" % srv.port)), \
-        "the reloaded limit of 3 does not hold for localhost's address"
-    assert a.finish() == 0
-
-
-def test_a_reload_keeps_counting_the_addresses_the_program_looked_up():
-    """What the program's own getaddrinfo found for a name since start-up is
-    kept across a reload too, as is what start-up found."""
-    srv = Server()
-    seg = new_segment()
-    path = os.path.join(tmpdir(), "moving.cfg")
-    _host_cfg(path, seg, "bs-moving-host", srv.port, 4)
-    a, hosts = harness.agent_with_hosts(harness.shim_env(path, log="off"),
-                                        "127.0.0.1 localhost\n127.0.0.2 bs-moving-host\n")
-    with open(hosts, "w") as f:  # same inode, so the bind mount shows it
-        f.write("127.0.0.1 localhost\n127.0.0.1 bs-moving-host\n")
-    code = "ai = socket.getaddrinfo('bs-moving-host', %d, socket.AF_INET, socket.SOCK_STREAM)" \
-        % srv.port
-    assert a.call(code, "ai[0][4]") == ["127.0.0.1", srv.port], "the name did not move"
-    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
-    assert _admitted(seg) == 1, "the address the program looked up is not counted"
-    _host_cfg(path, seg, "bs-moving-host", srv.port, 5, ["127.0.0.9:9"])
-    cli_ok("reload", "-c", path)
-    assert a("attempt(('127.0.0.1', %d))" % srv.port)["ok"]
-    assert _admitted(seg) == 2, "after a reload the looked-up 127.0.0.1 is no longer counted"
-    # 127.0.0.2, found at start-up, still counts: nobody listens there.
-    a("attempt(('127.0.0.2', %d))" % srv.port)
-    assert _admitted(seg) == 3, "after a reload 127.0.0.2 (found at start) is no longer counted"
-    assert a.finish() == 0
-
-
 def test_reload_applies_limits_and_refuses_new_compartments():
     srv, shim = _one(2)
     a = Agent(shim.env(log="off"))
@@ -565,7 +312,7 @@ def test_watch_into_a_pipe_prints_plain_lines():
     assert a.finish() == 0
 
 
-# ---- metrics and serve ----
+# ---- metrics ----
 
 def _live_segment_with_rejections():
     srv, shim = _one(2)
@@ -577,34 +324,24 @@ def _live_segment_with_rejections():
     return srv, shim, a
 
 
-def _sample(text, name, **labels):
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        if all(got.get(k) == v for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no sample %s%r in:\n%s" % (name, labels, text[:2000]))
-
-
 def test_metrics_pass_promtool_with_the_live_values():
     promtool = need_tool("promtool", "prometheus")
     srv, shim, a = _live_segment_with_rejections()
     text = cli_ok("metrics", "-s", shim.segment)
     lab = {"segment": shim.segment, "compartment": "x"}
-    assert _sample(text, "bulkshim_compartment_in_use", **lab) == 2
-    assert _sample(text, "bulkshim_compartment_limit", **lab) == 2
-    assert _sample(text, "bulkshim_admitted_total", **lab) == 2
-    assert _sample(text, "bulkshim_rejections_total", reason="full", **lab) == 3
-    assert _sample(text, "bulkshim_rejections_total", reason="wait_timeout", **lab) == 0
-    assert _sample(text, "bulkshim_timeouts_total", kind="io", **lab) == 0
-    assert _sample(text, "bulkshim_processes", segment=shim.segment) == 1
+    assert sample(text, "bulkshim_compartment_in_use", **lab) == 2
+    assert sample(text, "bulkshim_compartment_limit", **lab) == 2
+    assert sample(text, "bulkshim_admitted_total", **lab) == 2
+    assert sample(text, "bulkshim_rejections_total", reason="full", **lab) == 3
+    assert sample(text, "bulkshim_rejections_total", reason="wait_timeout", **lab) == 0
+    assert sample(text, "bulkshim_timeouts_total", kind="io", **lab) == 0
+    assert sample(text, "bulkshim_processes", segment=shim.segment) == 1
     for h in ("bulkshim_connect_seconds", "bulkshim_reply_seconds", "bulkshim_wait_seconds"):
         assert "# TYPE %s histogram" % h in text, h
         buckets = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
                    if l.startswith(h + "_bucket{")]
         assert buckets == sorted(buckets), "%s buckets are not cumulative" % h
-        assert buckets[-1] == _sample(text, h + "_count", **lab)
+        assert buckets[-1] == sample(text, h + "_count", **lab)
     assert 'bulkshim_connect_seconds_bucket{segment="%s",compartment="x",le="+Inf"} 2' % (
         shim.segment) in text
     assert 'le="0.000001"' in text and 'le="1.048576"' in text
@@ -613,36 +350,6 @@ def test_metrics_pass_promtool_with_the_live_values():
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 0, "promtool check metrics: %s%s" % (r.stdout, r.stderr)
-    assert a.finish() == 0
-
-
-def test_serve_answers_curl_and_garbage_and_stops_on_sigterm():
-    srv, shim, a = _live_segment_with_rejections()
-    s = Serve("-s", shim.segment)
-    code, ctype, body = s.get("/metrics")
-    assert code == 200 and ctype.startswith("text/plain; version=0.0.4"), (code, ctype)
-    assert _sample(body, "bulkshim_rejections_total", segment=shim.segment, compartment="x",
-                   reason="full") == 3
-    code, ctype, body = s.get("/status.json")
-    assert code == 200 and ctype == "application/json", (code, ctype)
-    assert harness.comp_of(json.loads(body), "x")["in_use"] == 2
-    assert s.get("/nope")[0] == 404
-    assert s.get("/")[0] == 200  # the web page (test_web.py)
-    assert s.get("/metrics", method="POST")[0] == 405
-    for junk in (b"\x00\xff\xfe garbage\r\n\r\n", b"GET\r\n\r\n", b"A" * 20000,
-                 b"GET /metrics HTTP/1.0 extra words\r\n\r\n"):
-        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as c:
-            try:
-                c.sendall(junk)
-                reply = c.recv(100)
-            except ConnectionResetError:
-                reply = b""
-        assert reply == b"" or re.match(rb"HTTP/1\.0 4\d\d ", reply), reply
-    with socket.create_connection(("127.0.0.1", s.port), timeout=5):
-        pass  # a client that says nothing and leaves
-    code, _, body = s.get("/metrics")
-    assert code == 200 and s.p.poll() is None, "serve died on garbage"
-    assert s.stop(signal.SIGTERM) == 0
     assert a.finish() == 0
 
 
@@ -773,6 +480,41 @@ def test_list_shows_live_segments_and_invalid_ones():
     assert mine["processes"] == 0, "the agent exited: %r" % mine
 
 
+# ---- run ----
+
+MARKER_C = """
+#include <stdlib.h>
+__attribute__((constructor)) static void marker(void) { setenv("BS_MARKER", "loaded", 1); }
+"""
+
+
+def test_bulkshim_run_preloads_limits_and_returns_status():
+    need_built(CLI, LIB)
+    srv = Server()
+    shim = Shim([{"name": "run", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 2}])
+    src = write_file(MARKER_C, suffix=".c")
+    marker = os.path.join(tmpdir(), "marker.so")
+    cc = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", marker, src],
+                        capture_output=True, text=True)
+    assert cc.returncode == 0, "cannot build the marker library: %s" % cc.stderr
+    env = clean_env()
+    env["LD_PRELOAD"] = marker
+    env["BULKSHIM_LOG"] = "off"
+    script = write_file(CONNECT_PROBE, suffix=".py")
+    for argv in ([CLI, "run", "-c", shim.config, "--", PY, "-c", CONNECT_PROBE, str(srv.port)],
+                 [CLI, "run", "-c", shim.config, PY, script, str(srv.port)]):
+        r = run(argv, env)
+        assert r.returncode == 3, "%s: exit %d, want the command's 3 (stderr %r)" % (
+            " ".join(argv[:5]), r.returncode, r.stderr)
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert got["res"] == ["ok", "ok", "refused"], "not limited under bulkshim run: %r" % got
+        assert got["mapped"], "libbulkshim.so not mapped in the command"
+        assert marker in got["preload"].replace(":", " ").split(), \
+            "the pre-existing LD_PRELOAD entry was dropped: %r" % got["preload"]
+        assert got["marker"] == "loaded", "the pre-existing preload did not load"
+        shim.expect("run", in_use=0, rejected=1 if argv[4] == "--" else 2)
+
+
 # ---- install ----
 
 def test_make_install_and_uninstall_honour_prefix_and_destdir():
@@ -793,7 +535,7 @@ def test_make_install_and_uninstall_honour_prefix_and_destdir():
             "share/man/man5/bulkshim.conf.5", "share/man/man7/libbulkshim.7"]
     for w in want:
         assert os.path.isfile(os.path.join(prefix, w)), "make install did not install %s" % w
-    # The man pages name the paths of this install, not /usr/local (issue 12, item 15).
+    # The man pages name the paths of this install, not /usr/local.
     for w in want[2:]:
         page = open(os.path.join(prefix, w)).read()
         assert "/usr/local/lib/bulkshim" not in page and \

@@ -2,9 +2,10 @@
 
 Built on harness.py (cleanup, temporary files, children, servers): a reader
 of the shared segment that decodes every counter of struct seg_comp straight
-from /dev/shm (the CLI prints only some of them), configs with the keys of
-issue 3, a slow keep-alive HTTP backend whose replies the test releases, and
-an address whose connects never complete.
+from /dev/shm (the CLI prints only some of them), configs with any key
+(max_inflight, waits, timeouts, classes, enforce), a slow keep-alive HTTP
+backend whose replies the test releases, and an address whose connects never
+complete.
 """
 
 import json
@@ -276,7 +277,7 @@ def brief(c):
     return json.dumps(d)
 
 
-# ---- configs with the keys of issue 3 ----
+# ---- configs with any key ----
 
 def _value(v):
     """A libconfig value for a python one."""

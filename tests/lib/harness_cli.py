@@ -244,6 +244,25 @@ def config_text(compartments, segment, top=None):
     return "\n".join(lines) + "\n"
 
 
+def config_file(segment, comps, top=None, name=None, where=None):
+    """A config file of config_text(comps, segment, top), named name (or a
+    unique name), in where (readable by all) or the test's directory."""
+    text = config_text(comps, segment, top)
+    if where is None:
+        return harness.write_file(text, name)
+    path = os.path.join(where, name or harness.unique("cfg") + ".cfg")
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
+    return path
+
+
+def attach(config, extra=None):
+    """Runs one python that does nothing under the shim with config, so that
+    it attaches; returns the CompletedProcess."""
+    return harness.run([harness.PY, "-c", "pass"], harness.shim_env(config, extra=extra))
+
+
 # ---- tools that may have to be installed ----
 
 def need_tool(tool, package, budget=40):
@@ -315,6 +334,20 @@ class Tmux:
             return harness.wait_until(ok, timeout, 0.1, what)
         except AssertionError:
             raise AssertionError("tmux pane never showed %s; it showed:\n%s" % (what, seen[0]))
+
+
+# ---- metrics ----
+
+def sample(text, name, **labels):
+    """The value of the first sample of metric name whose labels include
+    labels, in the text exposition format; AssertionError if none."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if all(got.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no sample %s%r in:\n%s" % (name, labels, text[:2000]))
 
 
 # ---- serve ----

@@ -178,7 +178,7 @@ def test_kernel_preload_cannot_see_go():
     srv = h.Server()
     s = h.Shim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
                  "max_connections": 2}])
-    # --force: `run` refuses a program the shim cannot see (issue 12).
+    # --force: `run` refuses a program the shim cannot see.
     c = Client([h.CLI, "run", "-c", s.config, "--force", "--", helper("goclient_static"),
                 "127.0.0.1:%d" % srv.port, "5"])
     ok, errs = c.until_held()

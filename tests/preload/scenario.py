@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "preload"))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 
 import harness  # noqa: E402
 from harness_io import read_segment  # noqa: E402
