@@ -324,7 +324,7 @@ def main():
     lines.append("Settle: seconds until the sampled limit is within 30 % of the new capacity "
                  "and stays within 50 % for the next second (sampled every 50 ms).")
     lines.append("")
-    lines.append("## Against the targets of issue 15")
+    lines.append("## Against the targets")
     lines.append("")
     lim = ad["limit"]
     lines.append("- Target 1, steady: limit mean %.1f (%.0f %% of C; range %d..%d); goodput "

@@ -2,7 +2,7 @@
 # Included by the main Makefile; never part of `make test`. Writes bench/results.md.
 
 # "Today": the library of this commit, built from git, measured beside the
-# tree's own in the issue-13 table (bench/results.md). A fixed commit, so
+# tree's own in the per-call table (bench/results.md). A fixed commit, so
 # that the column means the same in every run.
 BENCH_BASE  ?= 43d7058
 TODAY_DIR   := $(B)/bench/today-$(BENCH_BASE)

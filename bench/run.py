@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """run.py - `make bench`: what the shim costs per call, at scale and against an HAProxy hop.
 
-Runs every measurement of issue 6 in one go (about four minutes on two cores)
+Runs every measurement in one go (about four minutes on two cores)
 and writes bench/results.md. Programs (built by bench/bench.mk into
 build/bench/):
   client       the measured program, run with and without the shim preloaded;
@@ -275,20 +275,20 @@ class Bench:
                  for i in range(63)]
         comps.append(("c63", [target] + many_destinations(15, None, seed=63), LIMIT, None))
         self.cfg["c64"] = mk("c64", comps)
-        # The same stubbed connect in a compartment in a pool (issue 14).
+        # The same stubbed connect in a compartment in a pool.
         self.cfg["pool_guar"] = self.pool_config("poolguar", target, LIMIT)
         self.cfg["pool_lent"] = self.pool_config("poollent", target, 0)
         # 10,000 rules and the connect matches none of them: every prefix
         # length in use is looked up.
         self.cfg["d10000_miss"] = mk("d10000miss", [("b", many_destinations(
             10000, None, seed=99), LIMIT, None)])
-        # A unix socket's path name: its own lookup (match.c's unix_find).
+        # A unix socket's path name: its own lookup (match_table.c's unix_find).
         self.cfg["unix1"] = mk("unix1", [("b", ["unix:" + UNIX_PATH], LIMIT, None)])
         for path in self.cfg.values():
             self.check_config(path)
         # The library without LTO measures the same stubbed connects, and
         # the library of the "today" column (an older segment layout) the
-        # issue-13 loops, each on segments of its own.
+        # per-call target loops, each on segments of its own.
         self.cfg_nolto = self.renamed(("d1", "pool_lent"), "nolto")
         self.cfg_floor = self.renamed(("connect", "d1"), "floor")
         self.cfg_today = self.renamed(("connect", "pp_conn", "pp_inflight", "pp_unmatched",
@@ -512,10 +512,10 @@ class Bench:
                 "max_connections" if key == "pp_conn" else "+ max_inflight"),
                 "send %+.0f, recv %+.0f" % (es, er), es < 100 and er < 100)
 
-    def issue13(self):
-        """The table of issue 13: each target row with today's library (the
-        commit the issue started from) and this tree's, side by side with no
-        shim. Goes first in results.md."""
+    def per_call_targets(self):
+        """The table of the per-call targets: each target row with the base
+        library (BENCH_BASE, the tree before the per-call work) and this
+        tree's, side by side with no shim. Goes first in results.md."""
         if not self.today:
             return
 
@@ -566,10 +566,10 @@ class Bench:
         rows.append(("one-CPU ping-pong throughput, shim / none, counted socket",
                      "%.3f" % rt_today, "%.3f (control %.3f)" % (rt_new, ctl), "≥ 0.99",
                      rt_new >= 0.99))
-        md = ["## Issue 13: the cost per call, today and now", "",
+        md = ["## The cost per call, then and now", "",
               "Extra user-space instructions (callgrind Ir, as in 1b) over the same loop "
               "without the shim, per iteration. *Today* is the library built from commit "
-              "`%s` (the tree before issue 13, `BENCH_BASE` in bench/bench.mk), run in this "
+              "`%s` (the tree before the per-call work, `BENCH_BASE` in bench/bench.mk), run in this "
               "same bench on segments of its own; *new* is this tree's. Extra system calls "
               "leave out `clock_gettime`, a vDSO call natively (under valgrind a system "
               "call). Throughput is the one-CPU ping-pong of table 1, both libraries in the "
@@ -578,7 +578,7 @@ class Bench:
         for label, t, n, target, met in rows:
             md.append("| %s | %s | %s | %s | %s |" % (label, t, n, target,
                                                      "**met**" if met else "**missed**"))
-            self.target("issue 13: %s %s" % (label, target), "today %s, new %s" % (t, n), met)
+            self.target("per call: %s %s" % (label, target), "today %s, new %s" % (t, n), met)
         md += ["", self.floor_paragraph(floor)]
         self.md.insert(0, "\n".join(md))
 
@@ -684,7 +684,7 @@ class Bench:
         self.target("connect overhead flat from 1 to 10,000 destinations",
                     "%+.0f ns / %+.0f Ir (1) vs %+.0f ns / %+.0f Ir (10,000)" % (
                         a1, i1, a10k, i10k), flat)
-        # Issue 14: a connect in a pool costs at most a few tens of
+        # A connect in a pool costs at most a few tens of
         # instructions more than one outside. Within the guarantee that is
         # one mark flag (share.c); a borrowed permit also takes and gives a
         # permit of the pool's shared part (a second tally).
@@ -1022,7 +1022,7 @@ class Bench:
         fixes = []
         if getpid >= 1:
             fixes.append(
-                "`shim_foreign` (interpose.c) "
+                "`shim_foreign` (procid.c) "
                 "makes a getpid system call on every counted connect and close, and on "
                 "every socket(): keep the "
                 "pid in a `__thread` variable refreshed by the fork wrapper and a "
@@ -1031,14 +1031,14 @@ class Bench:
                 "per connect + close." % (getpid, getpid * sc["getpid_ns"]))
         if fstat > 0 and gso > 0:
             fixes.append(
-                "`shim_admit` (interpose.c) makes an `fstat` (for the inode) and a "
+                "`shim_admit` (connect.c) makes an `fstat` (for the inode) and a "
                 "`getsockopt(SO_TYPE)`. `getsockopt` alone fails with ENOTSOCK on a "
                 "non-socket, and `SO_COOKIE` names a socket uniquely host-wide like "
                 "`st_ino`: keyed by cookie, the segment would need one system call here "
                 "(%.0f ns less)." % sc["fstat_ns"])
         if mf > 60:
             fixes.append(
-                "`match_find`/`find_ip` (match.c): %.0f Ir for one rule, most of it the "
+                "`match_find`/`find_ip` (match_table.c): %.0f Ir for one rule, most of it the "
                 "sockaddr decoding and uthash's bucket walk; a flat open-addressing table "
                 "of 16-byte keys would halve it." % mf)
         if excl_ir(ppi, "wait_ready") > 0:
@@ -1049,10 +1049,10 @@ class Bench:
         cross = sum(excl_ir(ppi, f) for f in ("seg_slot", "seg_comp", "fdt_get")) / n_pp
         if cross > 0:
             fixes.append(
-                "`seg_slot`, `seg_comp`, `fdt_get` (segment.c, fdtable.c) are calls "
+                "`seg_slot`, `seg_comp`, `fdt_get` (admit.h, fdtable.c) are calls "
                 "across files on every send and recv (%.0f Ir per round trip with their "
-                "call overhead): make them static inline in shim.h, and let `send_begin` "
-                "hand the compartment it already has to `permit_inflight_begin`." % cross)
+                "call overhead): this build did not inline them, which a build with "
+                "link-time optimisation does." % cross)
         if clk_pp >= 1:
             fixes.append(
                 "`permit_inflight_begin`/`inflight_finish` (permit.c, tally.c), with "
@@ -1064,7 +1064,7 @@ class Bench:
                 "latency in such compartments." % clk_pp)
         if clk_conn >= 3:
             fixes.append(
-                "`connect` (interpose.c) reads the clock %.0f times per connect (the "
+                "`connect` (connect.c) reads the clock %.0f times per connect (the "
                 "admission rate in `note_rate` and the connect-time histogram): one read "
                 "can serve them all." % clk_conn)
         L += ["%d. %s" % (k + 1, f) for k, f in enumerate(fixes)]
@@ -1097,7 +1097,7 @@ class Bench:
             return ""
         return (" Cut down to the record that keeps the count exact (bench/floor.patch), the "
                 "same stubbed connect + close costs %+.0f Ir: the floor of this design, "
-                "above the issue-13 target of 500." % self.floor_stub)
+                "above the per-call target of 500." % self.floor_stub)
 
     def steps_sentence(self):
         """The three largest steps of the connect + close (without LTO)."""
@@ -1296,39 +1296,40 @@ def syscalls_by_fn(ann):
 # make them up (a function's name without GCC's .isra/.part suffixes).
 CONNECT_STEPS = [
     ("the wrappers: socket, connect and close (errno kept, the real call made)",
-     {"socket", "connect", "close", "fresh_fd", "drop_entry", "shim_maybe_reload",
-      "connected", "shim_settle", "shim_active", "__errno_location"}),
-    ("the rule lookup (match.c)", {"match_find"}),
+     {"socket", "connect", "close", "fresh_fd", "shim_maybe_reload", "shim_settle",
+      "shim_active", "shim_foreign", "connect_began", "__errno_location"}),
+    ("the rule lookup (match_table.c)", {"match_find", "match_inet_key"}),
     ("the socket's identity: fstat, the descriptor table (fdtable.c)",
      {"fstat", "fstatat", "fstat64", "fstatat64", "fdt_get", "fdt_set", "fdt_take",
       "fdt_valid", "fdt_mark_fresh", "fdt_clear_fresh", "fdt_unclaim", "fdt_entry",
-      "fdt_entry_valid"}),
+      "fdt_entry_valid", "fdt_set_valid", "fdt_take_counted", "fdt_raise_high"}),
     ("the fork gate (socket and slot claim)", {"proc_gate_enter", "proc_gate_leave"}),
     ("the slot's claim: a free slot, a new generation, the sole hold",
-     {"alloc_slot", "seg_pending_slot", "hold_first", "proc_record", "claim_slot"}),
+     {"slot_alloc", "slot_claim", "hold_first", "proc_record", "claim_slot"}),
     ("the permits' takes (tally.c): the compartment's, and a borrowed permit's from a tally "
      "another slot tagged",
      {"tally_take_conn", "tally_take_lent", "tally_take", "take_loop", "reflect", "take_at"}),
     ("admission: the own code of shim_admit and admit_slot and what they inline (the "
      "class, pool, adaptive, fleet and observe checks, a borrowed permit's take from an "
-     "untagged tally; peak, admitted, rate)", {"shim_admit", "admit_slot", "permit_admit",
-                        "share_pool_full", "share_classes_full", "note_rate", "raise_peak",
-                        "pool_note_use", "pool_take", "ad_tick", "admit_class",
-                        "admit_refused"}),
+     "untagged tally; peak, admitted, rate)", {"shim_admit", "admit_or_await",
+                        "take_permits", "permit_admit", "take_step", "share_pool_full",
+                        "share_classes_full", "note_rate", "raise_peak", "pool_note_use",
+                        "pool_take", "tick", "permit_tick", "admit_class", "admit_refused",
+                        "limit_conn", "limit_now", "ad_limit", "tally_mark_change"}),
     ("the clock and the connect-time histogram",
      {"now_mono_us", "now_mono_s", "clock_gettime", "stat_connect_done_in", "stat_connect_time",
       "stat_hist_add", "stat_hist_add_n"}),
-    ("the hold's drop at close (procs.c)", {"slot_drop", "slot_drop_hold"}),
+    ("the hold's drop at close (slot.c)", {"slot_drop", "slot_drop_hold"}),
     ("the release: every permit given back, the slot freed",
      {"slot_release", "release_claimed", "tally_release", "release_all", "give_at",
       "give_own", "give_kind", "give_loop", "release_kind", "adaptive_conn_done", "pool_wake",
-      "pool_note_release"}),
+      "pool_note_release", "share_released", "untag"}),
 ]
 STEP_OTHER = "other functions of the shim"
 STEP_LOOP = "the loop itself and libc's socket, setsockopt, close (as without the shim)"
 # libc functions only the shim calls on this path.
 SHIM_LIBC = {"fstat", "fstatat", "fstat64", "fstatat64", "clock_gettime", "__errno_location"}
-STEP_FILES = {"match.c": "the rule lookup (match.c)",
+STEP_FILES = {"match_table.c": "the rule lookup (match_table.c)",
               "fdtable.c": "the socket's identity: fstat, the descriptor table (fdtable.c)"}
 
 
@@ -1371,7 +1372,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.md"))
     ap.add_argument("--quick", action="store_true", help="a smoke run, fewer rounds")
     ap.add_argument("--command", default="make bench")
-    ap.add_argument("--today", help="the library to measure as \"today\" (issue 13 table)")
+    ap.add_argument("--today", help="the library to measure as \"today\" (the per-call table)")
     ap.add_argument("--today-rev", help="the commit that library was built from")
     ap.add_argument("--nolto", help="this tree's library built without link-time "
                     "optimisation, for the per-step profile of a connect")
@@ -1410,7 +1411,7 @@ def run_all(b, opts):
     log("   %.0f s so far" % b.elapsed())
     b.proxy()
     b.profile()
-    b.issue13()
+    b.per_call_targets()
     b.write(opts.out, opts.command)
     log("wrote %s in %.0f s" % (opts.out, b.elapsed()))
     for what, value, met in b.targets:
