@@ -488,18 +488,6 @@ int cfg_parse_compartments(struct cfg_ctx *c, const config_setting_t *s)
 	return 0;
 }
 
-/* Destination, then position, so the first of equal rules comes first. */
-static int dup_cmp(const void *a, const void *b)
-{
-	const struct rule *x = *(const struct rule *const *)a;
-	const struct rule *y = *(const struct rule *const *)b;
-	int k = match_rule_cmp(x, y);
-
-	if (k != 0)
-		return k;
-	return x < y ? -1 : (x > y);
-}
-
 /* Finds the same destination in two compartments before match_build does,
  * to name both compartments; of several, the one seen first in the file is
  * reported. A destination repeated inside one compartment is harmless.
@@ -517,7 +505,7 @@ int cfg_check_duplicates(struct cfg_ctx *c)
 		return cfg_fail(c, NULL, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++)
 		order[i] = &cfg->rules[i];
-	qsort(order, n, sizeof(*order), dup_cmp);
+	qsort(order, n, sizeof(*order), match_rule_order);
 	for (size_t i = 0, j; i < n; i = j) {
 		const struct rule *x = order[i];
 

@@ -30,6 +30,10 @@ int match_parse(const char *text, struct rule *r, char *err, size_t errlen);
  * path). 0 for the same destination, which two compartments may not share
  * (cfg_check_duplicates) and one may repeat (match_build). */
 int match_rule_cmp(const struct rule *x, const struct rule *y);
+/* qsort's comparator of an array of const struct rule *: by destination
+ * (match_rule_cmp), then by position, so duplicates end up next to each
+ * other and the first of them is the one that came first. */
+int match_rule_order(const void *a, const void *b);
 /* Builds the lookup tables for n rules. RULE_HOST rules are kept for
  * match_learn; their resolved addresses are added by the caller as RULE_IP.
  * Returns NULL with a reason in err (out of memory, duplicate rule). */

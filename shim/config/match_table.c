@@ -70,10 +70,8 @@ int match_rule_cmp(const struct rule *x, const struct rule *y)
 	return 0;
 }
 
-/* Orders rules by destination (match_rule_cmp), then by position, so
- * duplicates end up next to each other and the first of them is the one
- * that came first. */
-static int rule_cmp(const void *a, const void *b)
+/* See match.h. */
+int match_rule_order(const void *a, const void *b)
 {
 	const struct rule *x = *(const struct rule *const *)a;
 	const struct rule *y = *(const struct rule *const *)b;
@@ -330,7 +328,7 @@ struct matcher *match_build(const struct rule *rules, size_t n, char *err, size_
 	}
 	for (size_t i = 0; i < n; i++)
 		order[i] = &rules[i];
-	qsort(order, n, sizeof(*order), rule_cmp);
+	qsort(order, n, sizeof(*order), match_rule_order);
 	nip = nname = 0;
 	for (size_t i = 0, j; i < n; i = j) {
 		for (j = i + 1; j < n && same_site(order[i], order[j]); j++)

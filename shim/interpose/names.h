@@ -19,7 +19,8 @@
  *             of the parameters. Defined by the includer.
  * BS_NAMES_ONLY(Y) lists the names exported without a `real` entry: Y(symbol).
  * Nothing else is exported: the library is built hidden (BS_EXPORT marks
- * these), and tests/preload/test_exports.py holds `nm -D` to this file.
+ * these), and tests/preload/test_exports.py holds `nm -D` and the list in
+ * libbulkshim(7) to this file.
  */
 #define BS_NAMES(X)								\
 	X(TRAMP, connect, connect, int, (int fd, const struct sockaddr *sa, socklen_t len),	\

@@ -11,22 +11,9 @@ import time
 import harness
 from harness import (CLI, PY, Server, clean_env, new_segment, run, shim_env, shim_lines,
                      status_json, tmpdir, unique, write_file)
-from harness_cli import (attach, cli, cli_fails, cli_json, cli_ok, config_file, create_segment,
-                         poke)
+from harness_cli import (attach, cli, cli_fails, cli_json, cli_ok, config_file, connect_py,
+                         create_segment, poke, web_comp)
 from harness_hard import is_root
-
-
-def _web(port, limit=2, **more):
-    c = {"name": "web", "destinations": ["127.0.0.1:%d" % port], "max_connections": limit}
-    c.update(more)
-    return c
-
-
-def _connect_py(port, n):
-    """Python that makes n connections to port, prints how many succeeded."""
-    return ("import socket\nok=0\nh=[]\nfor _ in range(%d):\n"
-            "    try:\n        h.append(socket.create_connection(('127.0.0.1',%d))); ok+=1\n"
-            "    except OSError: pass\nprint(ok)\n" % (n, port))
 
 
 # ---- processes attached and unprotected ----
@@ -48,7 +35,7 @@ def test_status_counts_attached_and_unprotected_processes():
     """status shows how many attached and how many ran without limits, and why."""
     srv = Server()
     seg = new_segment()
-    good = config_file(seg, [_web(srv.port)])
+    good = config_file(seg, [web_comp(srv.port)])
     for _ in range(3):
         assert attach(good).returncode == 0
     st = status_json(seg)
@@ -100,7 +87,7 @@ def test_run_refuses_an_invalid_config():
     """`run -c typo.cfg` does not start the program: it exits 78 naming the error."""
     srv = Server()
     seg = new_segment()
-    good = config_file(seg, [_web(srv.port, 4)])
+    good = config_file(seg, [web_comp(srv.port, 4)])
     typo = write_file(open(good).read().replace("max_connections", "max_conection"))
     marker = os.path.join(tmpdir(), "ran")
     r = cli("run", "-c", typo, "--", "touch", marker)
@@ -127,7 +114,7 @@ def test_run_refuses_programs_the_shim_cannot_see():
     """static, Go, setuid, setgid and file-capability programs exit 78 unless --force."""
     assert is_root(), "this test makes setuid files owned by nobody: run it as root"
     srv = Server()
-    config = config_file(new_segment(), [_web(srv.port, 4)])
+    config = config_file(new_segment(), [web_comp(srv.port, 4)])
     _blind(_compile("static", "-static"), "statically linked", srv.port, config)
     # Found through PATH, too.
     r = cli("run", "-c", config, "--", "static", srv.port,
@@ -179,7 +166,7 @@ def test_run_refuses_a_real_go_program():
     r = subprocess.run([go, "build", "-o", os.path.join(d, "gonet"), "main.go"], cwd=d, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    config = config_file(new_segment(), [_web(9, 4)])
+    config = config_file(new_segment(), [web_comp(9, 4)])
     r = cli("run", "-c", config, "--", os.path.join(d, "gonet"))
     assert r.returncode == 78 and "a Go program" in r.stderr, r.stderr
 
@@ -190,11 +177,11 @@ def test_eagain_with_max_inflight_is_refused_everywhere():
     """errno EAGAIN with max_inflight is refused by check (and so run and reload) and by set."""
     srv = Server()
     seg = new_segment()
-    bad = config_file(seg, [_web(srv.port, 4, max_inflight=2, errno="EAGAIN")])
+    bad = config_file(seg, [web_comp(srv.port, 4, max_inflight=2, errno="EAGAIN")])
     cli_fails("check", bad, want=r":\d+: errno EAGAIN cannot go with max_inflight.*busy loop")
     r = cli("run", "-c", bad, "--", "true")
     assert r.returncode == 78, r.stderr
-    good = config_file(seg, [_web(srv.port, 4, max_inflight=2),
+    good = config_file(seg, [web_comp(srv.port, 4, max_inflight=2),
                       {"name": "conn", "destinations": ["127.0.0.2:1"], "max_connections": 2,
                        "errno": "EAGAIN"}])
     cli_ok("check", "-q", good)
@@ -213,7 +200,7 @@ def test_reload_prints_every_change_and_the_live_sets_it_reverts():
     """set errno/enforce/max_wait_ms, then reload: every setting, --dry-run first."""
     srv, other = Server(), Server()
     seg = new_segment()
-    config = config_file(seg, [_web(srv.port, 4),
+    config = config_file(seg, [web_comp(srv.port, 4),
                         {"name": "slow", "destinations": ["127.0.0.1:%d" % other.port],
                          "max_connections": 3}])
     assert attach(config).returncode == 0
@@ -256,9 +243,9 @@ def test_integers_above_2_to_the_31_are_range_checked_not_wrapped():
         path = write_file('segment = "%s";\ncompartments = (\n  { name = "web"; destinations = '
                           '[ "127.0.0.1:%d" ];\nmax_connections = %s; }\n);\n' % (seg, srv.port, value))
         cli_fails("check", path, want=want)
-    path = config_file(seg, [_web(srv.port, 4)], top={"budget": {"pool": 4294967306}})
+    path = config_file(seg, [web_comp(srv.port, 4)], top={"budget": {"pool": 4294967306}})
     cli_fails("check", path, want=r":2: budget pool must be between 1 and 4294967295, not 4294967306")
-    path = config_file(seg, [_web(srv.port, 4)], top={"max_processes": 4294967297})
+    path = config_file(seg, [web_comp(srv.port, 4)], top={"max_processes": 4294967297})
     cli_fails("check", path, want=r"\"max_processes\" must be between 1 and 65536, not 4294967297")
 
 
@@ -323,23 +310,23 @@ def test_set_all_enforce_off_and_on():
     srv = Server()
     seg = new_segment()
     keep = Server()
-    comps = [_web(srv.port, 1)] + [{"name": "c%d" % i, "destinations": ["127.0.0.%d:1" % (i + 2)],
+    comps = [web_comp(srv.port, 1)] + [{"name": "c%d" % i, "destinations": ["127.0.0.%d:1" % (i + 2)],
                                      "max_connections": 1} for i in range(4)] + [
         {"name": "keep", "destinations": ["127.0.0.1:%d" % keep.port], "max_connections": 5}]
     config = config_file(seg, comps)
     # A process stays attached holding a permit, so that the segment is live
     # (a segment nobody holds takes its file's settings from the next start).
     holder = _holder(config, other=keep.port)
-    r = run([PY, "-c", _connect_py(srv.port, 3)], shim_env(config))
+    r = run([PY, "-c", connect_py(srv.port, 3)], shim_env(config))
     assert r.stdout.strip() == "1", (r.stdout, r.stderr)
     out = cli_ok("set", "-s", seg, "--all", "enforce", "off")
     assert out.count("enforce on -> off") == 6, out
     assert all(not c["enforce"] for c in status_json(seg)["compartments"])
-    r = run([PY, "-c", _connect_py(srv.port, 3)], shim_env(config))
+    r = run([PY, "-c", connect_py(srv.port, 3)], shim_env(config))
     assert r.stdout.strip() == "3", "observe mode refused: %r" % r.stdout
     cli_ok("set", "-s", seg, "--all", "enforce", "on")
     assert all(c["enforce"] for c in status_json(seg)["compartments"])
-    r = run([PY, "-c", _connect_py(srv.port, 3)], shim_env(config))
+    r = run([PY, "-c", connect_py(srv.port, 3)], shim_env(config))
     assert r.stdout.strip() == "1", r.stdout
     cli_fails("set", "-s", seg, "--all", "web", "enforce", "on", status=2)
     holder.stdin.close()
@@ -377,7 +364,7 @@ def test_rm_removes_idle_and_damaged_segments_and_keeps_one_in_use():
     """`bulkshim rm` refuses a segment in use without --force; removes a damaged one."""
     srv = Server()
     seg = new_segment()
-    config = config_file(seg, [_web(srv.port, 2)])
+    config = config_file(seg, [web_comp(srv.port, 2)])
     holder = _holder(config, other=srv.port)
     err = cli_fails("rm", seg, want=r"in use by 1 process holding permits; not removed")
     assert os.path.exists(_shm(seg)), err
@@ -390,11 +377,11 @@ def test_rm_removes_idle_and_damaged_segments_and_keeps_one_in_use():
     # A damaged segment makes programs run without limits; rm takes it away.
     with open(_shm(seg), "wb") as f:
         f.write(b"\0" * 8192)
-    r = run([PY, "-c", _connect_py(srv.port, 4)], shim_env(config))
+    r = run([PY, "-c", connect_py(srv.port, 4)], shim_env(config))
     assert r.stdout.strip() == "4" and "running without limits" in r.stderr, (r.stdout, r.stderr)
     out = cli_ok("rm", seg)
     assert "damaged" in out and not os.path.exists(_shm(seg)), out
-    r = run([PY, "-c", _connect_py(srv.port, 4)], shim_env(config))
+    r = run([PY, "-c", connect_py(srv.port, 4)], shim_env(config))
     assert r.stdout.strip() == "2", (r.stdout, r.stderr)
     # In use, with --force.
     holder = _holder(config, other=srv.port)
@@ -415,9 +402,9 @@ def test_prune_removes_stale_segments_only():
         seg = "%s_%d" % (tag, i)
         harness.defer(lambda p=_shm(seg): os.path.exists(p) and os.unlink(p))
         segs.append(seg)
-    idle = config_file(segs[0], [_web(srv.port, 2)])
+    idle = config_file(segs[0], [web_comp(srv.port, 2)])
     create_segment(idle)
-    busy = config_file(segs[1], [_web(srv.port, 2)])
+    busy = config_file(segs[1], [web_comp(srv.port, 2)])
     holder = _holder(busy, other=srv.port)
     with open(_shm(segs[2]), "wb") as f:
         f.write(b"junk")
@@ -507,7 +494,7 @@ def test_watch_waits_for_a_segment_that_does_not_exist_yet():
     """`watch -s X` waits for X like `serve` does, instead of exiting."""
     srv = Server()
     seg = new_segment()
-    config = config_file(seg, [_web(srv.port, 2)])
+    config = config_file(seg, [web_comp(srv.port, 2)])
     p = subprocess.Popen([CLI, "watch", "-s", seg, "-i", "0.2", "-n", "30"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=clean_env())
     harness.defer(p.kill)

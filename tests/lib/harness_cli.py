@@ -402,3 +402,17 @@ def wait_gone(p, timeout=5):
     while p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     return p.poll()
+
+
+def web_comp(port, limit=2, **more):
+    """A compartment "web" for 127.0.0.1:port, with max_connections limit and more keys."""
+    c = {"name": "web", "destinations": ["127.0.0.1:%d" % port], "max_connections": limit}
+    c.update(more)
+    return c
+
+
+def connect_py(port, n):
+    """Python that makes n connections to port, prints how many succeeded."""
+    return ("import socket\nok=0\nh=[]\nfor _ in range(%d):\n"
+            "    try:\n        h.append(socket.create_connection(('127.0.0.1',%d))); ok+=1\n"
+            "    except OSError: pass\nprint(ok)\n" % (n, port))

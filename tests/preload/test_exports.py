@@ -10,11 +10,15 @@ from harness import LIB, ROOT, need_built
 
 
 
+def names_h():
+    with open(os.path.join(ROOT, "shim", "interpose", "names.h")) as f:
+        return f.read()
+
+
 def interposed():
     """The names the library exports, from the one list of them: shim/interpose/names.h's
     BS_NAMES (the symbol of each X(...) line) and, for this machine, BS_NAMES_ONLY."""
-    with open(os.path.join(ROOT, "shim", "interpose", "names.h")) as f:
-        text = f.read()
+    text = names_h()
     names = set(re.findall(r"X\((?:TRAMP|HAND),\s*\w+,\s*(\w+),", text))
     machine = os.uname().machine
     only = re.search(r"#if defined\(__x86_64__\)\n#define BS_NAMES_ONLY\(Y\)\s*(.*)\n#elif defined"
@@ -48,6 +52,21 @@ def test_library_exports_only_interposed_names():
     notfunc = sorted(n for n in INTERPOSED if names[n] not in ("T", "W", "i"))
     assert not notfunc, "exported but not as functions: %s" % ", ".join(
         "%s (%s)" % (n, names[n]) for n in notfunc)
+
+
+def test_man_page_lists_exactly_the_interposed_names():
+    """libbulkshim(7)'s "Interposed functions" names what names.h lists, on any machine."""
+    text = names_h()
+    every = set(re.findall(r"X\((?:TRAMP|HAND),\s*\w+,\s*(\w+),", text))
+    for line in re.findall(r"#define BS_NAMES_ONLY\(Y\)(.*)", text):
+        every |= set(re.findall(r"Y\((\w+)\)", line))
+    with open(os.path.join(ROOT, "man", "libbulkshim.7")) as f:
+        page = f.read()
+    section = re.search(r"^\.SS Interposed functions\n(.*?)^\.S[HS] ", page, re.S | re.M)
+    assert section, "libbulkshim.7: no .SS Interposed functions section"
+    listed = set(re.findall(r"^\.BR? (\w+)", section.group(1), re.M))
+    assert listed == every, "libbulkshim.7 lists %s more and %s fewer than names.h" % (
+        sorted(listed - every), sorted(every - listed))
 
 
 def test_cflags_given_on_the_command_line_still_build_the_library_cleanly():

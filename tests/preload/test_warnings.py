@@ -7,21 +7,8 @@ import subprocess
 import harness
 from harness import (PY, Server, new_segment, run, shim_env, shim_lines, status_json, tmpdir,
                      unique, write_file)
-from harness_cli import attach, cli_ok, config_file, config_text
+from harness_cli import (attach, cli_ok, config_file, config_text, connect_py, web_comp)
 from harness_hard import as_nobody, is_root, shared_dir
-
-
-def _web(port, limit=2, **more):
-    c = {"name": "web", "destinations": ["127.0.0.1:%d" % port], "max_connections": limit}
-    c.update(more)
-    return c
-
-
-def _connect_py(port, n):
-    """Python that makes n connections to port, prints how many succeeded."""
-    return ("import socket\nok=0\nh=[]\nfor _ in range(%d):\n"
-            "    try:\n        h.append(socket.create_connection(('127.0.0.1',%d))); ok+=1\n"
-            "    except OSError: pass\nprint(ok)\n" % (n, port))
 
 
 def test_permission_denied_names_the_fix():
@@ -29,7 +16,7 @@ def test_permission_denied_names_the_fix():
     assert is_root(), "this test runs a program as nobody: run it as root"
     srv = Server()
     seg = new_segment()
-    config = config_file(seg, [_web(srv.port)], where=shared_dir())
+    config = config_file(seg, [web_comp(srv.port)], where=shared_dir())
     r = attach(config)
     assert r.returncode == 0 and not shim_lines(r.stderr), r.stderr
     r = run(*as_nobody([PY, "-c", "pass"], shim_env(config)))
@@ -47,14 +34,14 @@ def test_mismatched_limits_are_said_once():
     """A process whose file says other limits than the live segment says so, once."""
     srv = Server()
     seg = new_segment()
-    a = config_file(seg, [_web(srv.port, 4)])
+    a = config_file(seg, [web_comp(srv.port, 4)])
     holder = subprocess.Popen([PY, "-c", "import socket,sys,time; s=socket.create_connection("
                                "('127.0.0.1',%d)); print('up',flush=True); sys.stdin.read()"
                                % srv.port], env=shim_env(a), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     harness.defer(holder.kill)
     assert holder.stdout.readline().strip() == "up"
-    b = config_file(seg, [_web(srv.port, 8)])
+    b = config_file(seg, [web_comp(srv.port, 8)])
     script = write_file("#!/bin/sh\nfor i in 1 2 3 4 5; do %s -c pass; done\n" % PY, suffix=".sh")
     os.chmod(script, 0o755)
     r = run([script], shim_env(b))
@@ -82,7 +69,7 @@ def test_two_config_files_on_one_segment_warn():
     fb = os.path.join(db, seg + ".cfg")
     for f in (fa, fb):
         with open(f, "w") as out:
-            out.write(config_text([_web(srv.port)], seg).replace('segment = "%s";' % seg, ""))
+            out.write(config_text([web_comp(srv.port)], seg).replace('segment = "%s";' % seg, ""))
     assert "segment %s" % seg in cli_ok("check", fa)
     r = attach(fa)
     assert not shim_lines(r.stderr), r.stderr
@@ -114,12 +101,12 @@ def test_a_restart_that_undoes_live_sets_says_so():
     the live changes it replaces (a kill switch!) are named, not dropped silently."""
     srv = Server()
     seg = new_segment()
-    config = config_file(seg, [_web(srv.port, 2)])
+    config = config_file(seg, [web_comp(srv.port, 2)])
     assert attach(config).returncode == 0
     cli_ok("set", "-s", seg, "--all", "enforce", "off")
-    r = run([PY, "-c", _connect_py(srv.port, 1)], shim_env(config))
+    r = run([PY, "-c", connect_py(srv.port, 1)], shim_env(config))
     warn = [l for l in shim_lines(r.stderr) if "replace what `bulkshim set` had changed" in l]
     assert len(warn) == 1 and "web enforce" in warn[0], r.stderr
     assert status_json(seg)["compartments"][0]["enforce"] is True
-    r = run([PY, "-c", _connect_py(srv.port, 1)], shim_env(config))
+    r = run([PY, "-c", connect_py(srv.port, 1)], shim_env(config))
     assert not shim_lines(r.stderr), r.stderr
