@@ -1309,7 +1309,7 @@ CONNECT_STEPS = [
     ("the permits' takes (tally.c): the compartment's, and a borrowed permit's from a tally "
      "another slot tagged",
      {"tally_take_conn", "tally_take_lent", "tally_take", "take_loop", "reflect", "take_at"}),
-    ("admission: the own code of shim_admit and admit_slot and what they inline (the "
+    ("admission: the own code of shim_admit and permit_admit and what they inline (the "
      "class, pool, adaptive, fleet and observe checks, a borrowed permit's take from an "
      "untagged tally; peak, admitted, rate)", {"shim_admit", "admit_or_await",
                         "take_permits", "permit_admit", "take_step", "share_pool_full",
