@@ -2,11 +2,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -23,7 +21,7 @@
 static void
 wake_all(_Atomic uint32_t *word)
 {
-	syscall(SYS_futex, (uint32_t *)(uintptr_t)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	sys_futex_wake(word, INT_MAX);
 }
 
 static int

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "interpose/interpose.h"
@@ -318,7 +317,7 @@ shim_init(void)
 	int r;
 
 	real_bind();
-	shim.pid = (pid_t)syscall(SYS_getpid);
+	shim.pid = sys_getpid();
 	shim_watch_forks();
 	pthread_atfork(NULL, NULL, reload_forked);
 	/* In secure execution the environment belongs to someone else. */
