@@ -368,4 +368,7 @@ int cmd_attach(int argc, char **argv);	/* cmd_kernel.c */
 int cmd_detach(int argc, char **argv);
 int cmd_run_kernel(int argc, char **argv);
 
+/* cli_guard.c: SIGBUS of a segment that shrinks while it is read. */
+void cli_guard_start(void);
+
 #endif
