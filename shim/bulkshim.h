@@ -42,4 +42,13 @@
 #define BS_EX_CONFIG		78	/* sysexits.h EX_CONFIG */
 #define BS_ERRLEN		1024
 
+/* The characters of a compartment, class, pool or segment name, as a config
+ * accepts them: [A-Za-z0-9_.-] (class names also leave out '.'). */
+static inline bool
+bs_name_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	    ch == '_' || ch == '.' || ch == '-';
+}
+
 #endif

@@ -142,8 +142,9 @@ put_uint(char *buf, size_t len, size_t *pos, unsigned long long v, unsigned base
 }
 
 /* A JSON string of s, its escaped text cut at max bytes (then ending in
- * "..."): quotes, backslashes and control characters escaped, other bytes as
- * they are. */
+ * "..."): quotes and backslashes escaped, control characters replaced by
+ * '?' (escaped, they would come back whole to whoever decodes the line and
+ * prints it), other bytes as they are (write_line scrubs them). */
 static void
 put_json_str(char *buf, size_t len, size_t *pos, const char *s, size_t max)
 {
@@ -158,19 +159,9 @@ put_json_str(char *buf, size_t len, size_t *pos, const char *s, size_t max)
 			put_str(buf, len, pos, "...");
 			break;
 		}
-		if (c == '"' || c == '\\') {
+		if (c == '"' || c == '\\')
 			put_char(buf, len, pos, '\\');
-			put_char(buf, len, pos, (char)c);
-		} else if (c == '\n' || c == '\t' || c == '\r') {
-			put_char(buf, len, pos, '\\');
-			put_char(buf, len, pos, c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
-		} else if (c < 0x20 || c == 0x7f) {
-			put_str(buf, len, pos, "\\u00");
-			put_char(buf, len, pos, "0123456789abcdef"[c >> 4]);
-			put_char(buf, len, pos, "0123456789abcdef"[c & 15]);
-		} else {
-			put_char(buf, len, pos, (char)c);
-		}
+		put_char(buf, len, pos, c < 0x20 || c == 0x7f ? '?' : (char)c);
 	}
 	put_char(buf, len, pos, '"');
 }
@@ -303,14 +294,101 @@ bs_format(char *buf, size_t len, const char *fmt, ...)
 	return n;
 }
 
+/* The length of the UTF-8 sequence at s (n > 0 bytes left) when it is well
+ * formed and encodes printable text; 0 for a control character (C0, DEL,
+ * C1), a line or paragraph separator, or a byte of malformed UTF-8 (a lone
+ * 0x9b is CSI to a terminal that reads 8-bit controls). */
+static size_t
+printable_len(const unsigned char *s, size_t n)
+{
+	unsigned c = s[0];
+	uint32_t cp;
+	size_t len;
+
+	if (c < 0x80)
+		return c >= 0x20 && c != 0x7f;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		cp = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		cp = c & 0x0f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* Overlong forms, surrogates and what lies beyond U+10FFFF are
+	 * malformed; U+0080..U+009F are the C1 controls. */
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp <= 0x9f || cp == 0x2028 || cp == 0x2029)
+		return 0;
+	return len;
+}
+
+void
+log_scrub(char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t k = printable_len((const unsigned char *)s + i, n - i);
+
+		if (k == 0)
+			s[i++] = '?';
+		else
+			i += k;
+	}
+}
+
+bool
+log_name(char *out, size_t len, const char *field, size_t size)
+{
+	/* Each byte read once: another process may be writing the name. */
+	const volatile char *f = field;
+	bool ok = true;
+	size_t i;
+
+	if (len == 0)
+		return false;
+	for (i = 0; i < size; i++) {
+		char ch = f[i];
+
+		if (ch == '\0')
+			break;
+		if (i + 1 == len) {
+			ok = false;
+			break;
+		}
+		ok = ok && bs_name_char(ch);
+		out[i] = bs_name_char(ch) ? ch : '?';
+	}
+	if (i == size)
+		ok = false;
+	if (i == 0 && len > 1) {
+		out[i++] = '?';
+		ok = false;
+	}
+	out[i] = '\0';
+	return ok;
+}
+
 /* Writes line (n bytes, room for one more) and a newline with the raw
  * system call: the shim's own write wrapper (if any) must not see it, and
- * stdio is not signal-safe. */
+ * stdio is not signal-safe. Whatever the arguments held, the line is one
+ * line of printable text: text from the shared segment is anybody's. */
 static void
 write_line(char *line, size_t n)
 {
 	int saved = errno;
 
+	log_scrub(line, n);
 	line[n++] = '\n';
 	sys_call(SYS_write, 2, (long)line, (long)n, 0, 0, 0);
 	errno = saved;

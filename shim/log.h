@@ -11,7 +11,8 @@ int log_set_level(const char *word);
 int log_get_level(void);
 /* Writes "bulkshim[pid]: <message>\n" to stderr with one write(2) if level is
  * enabled. Supports %s %d %u %ld %lu %lld %llu %x %c %%; async-signal-safe.
- * Overlong messages are cut and end in "...". */
+ * Overlong messages are cut and end in "...". Every line, text or JSON, is
+ * scrubbed as log_scrub does before it is written. */
 void bs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same formatter into a buffer; returns the length written (without NUL). */
 size_t bs_format(char *buf, size_t len, const char *fmt, ...)
@@ -20,6 +21,18 @@ size_t bs_format(char *buf, size_t len, const char *fmt, ...)
  * compartment, with the count of the lines it suppressed since the last one. */
 void log_rejection(unsigned comp, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Replaces in s[0..n) with '?' every byte that is not printable text: C0
+ * and C1 control characters and DEL (raw or UTF-8 encoded), the Unicode line
+ * and paragraph separators, and each byte of malformed UTF-8. The length
+ * stays n. Async-signal-safe; cannot fail. */
+void log_scrub(char *s, size_t n);
+/* A name read from the shared segment, fit to log or print: the bytes of
+ * field (size bytes, whose NUL is not trusted) up to its first NUL, each one
+ * outside the characters a config accepts in names (bs_name_char) replaced
+ * by '?', cut to len - 1 bytes; an empty name gives "?". out may be field.
+ * Returns true if the name is one a config can give (not empty, terminated,
+ * every character allowed, not cut). Async-signal-safe; leaves errno. */
+bool log_name(char *out, size_t len, const char *field, size_t size);
 /* BULKSHIM_LOG_FORMAT and the config's log_format: "text" (the default,
  * "bulkshim[pid]: message") or "json" (one object a line); -EINVAL else. */
 int log_set_format(const char *word);

@@ -28,6 +28,42 @@
 
 /* ---- cli_format.c: text helpers of every view ---- */
 
+/*
+ * The values of a snapshot that cannot be true (snapshot.c decides): one bit
+ * per field in the `damaged` mask of a compartment, class, pool or of the
+ * segment itself, each named as its key in `status --json`. A damaged value
+ * is never printed as a number: the text views say "damaged", JSON has null
+ * and a "damaged" list of the names, metrics leave its sample out.
+ */
+enum cli_field {
+	CF_NAME, CF_LIMIT, CF_LIVE_LIMIT, CF_IN_USE, CF_OVER, CF_PEAK, CF_WAITING, CF_INFLIGHT,
+	CF_INFLIGHT_LIMIT, CF_INFLIGHT_PEAK, CF_MAX_WAIT_MS, CF_MAX_WAITING,
+	CF_CONNECT_TIMEOUT_MS, CF_IO_TIMEOUT_MS, CF_ERRNO, CF_ADMITTED, CF_REJECTED,
+	CF_LAST_REJECTION_MS, CF_RECLAIMED, CF_RECONCILED, CF_INFLIGHT_ADMITTED,
+	CF_CONNECT_TIMEOUTS, CF_IO_TIMEOUTS, CF_PEAK_RATE, CF_REJECTED_BY, CF_WOULD_REJECT,
+	CF_H_CONNECT, CF_H_REPLY, CF_H_WAIT, CF_GUARANTEED, CF_BORROWED, CF_CLASS_LENT,
+	CF_SIZE, CF_RESERVED, CF_SHARED, CF_LENT, CF_FREE, CF_ADAPTIVE, CF_FLEET_LIMIT,
+	CF_SEGMENT, CF_ATTACHED, CF_UNPROTECTED, CF_UNPROTECTED_LAST_MS, CF_TRUNCATED,
+	CF_FIELDS
+};
+#define CLI_DAMAGED(mask, field)	((((mask) >> (field)) & 1) != 0)
+#define CLI_DAMAGED_TEXT		"damaged"
+
+/* The key of field f in `status --json` ("in_use"); cannot fail. */
+const char *cli_field_name(enum cli_field f);
+/* v in decimal, or "damaged" when bad; returns buf (cut to len). */
+const char *cli_count_text(uint64_t v, bool bad, char *buf, size_t len);
+/* `, "KEY": v`, or `, "KEY": null` when bad; write errors are left to f. */
+void cli_json_value(FILE *f, const char *key, uint64_t v, bool bad);
+/* cli_json_value with the field's name for KEY, bad when mask has it. */
+void cli_json_field(FILE *f, uint64_t mask, enum cli_field field, uint64_t v);
+/* `, "damaged": [names of the fields of mask]`. */
+void cli_json_damaged(FILE *f, uint64_t mask);
+/* Appends to the text in buf (*pos bytes of len) prefix and the names of
+ * mask's fields ("compartment web: in_use, peak"), after "; " unless it is
+ * the first; cut with "..." at len; nothing for an empty mask. */
+void cli_damage_list(char *buf, size_t len, size_t *pos, const char *prefix, uint64_t mask);
+
 /* Writes s as a JSON string literal; write errors are left to the stream. */
 void cli_json_string(FILE *f, const char *s);
 /* Writes "#####....." of `width` cells for used/limit into buf (width + 1
@@ -94,6 +130,7 @@ struct cli_class {
 	bool shares;
 	uint32_t guaranteed, borrowed;
 	uint32_t index;		/* the class's index in the segment */
+	uint64_t damaged;	/* bits 1 << enum cli_field */
 };
 
 /* The adaptive limit of a compartment (read by cli_adaptive.c). */
@@ -148,6 +185,10 @@ struct cli_comp {
 	uint64_t fleet_lease_age_ms;	/* since the last renewal; UINT64_MAX: never */
 	bool kernel;		/* the kernel engine counts this compartment too */
 	uint32_t kernel_in_use;	/* of in_use, the kernel engine's */
+	/* Its values that cannot be true, bits 1 << enum cli_field (their
+	 * numbers are 0, a limit none); classes have their own. */
+	uint64_t damaged;
+	uint32_t ndamaged;	/* damaged values of the compartment and its classes */
 };
 
 /* One pool's figures; in_use and borrowed are derived from its
@@ -156,6 +197,7 @@ struct cli_pool {
 	char name[BS_NAME_MAX];
 	uint32_t size, reserved, guaranteed, shared, lent, in_use, borrowed, free, peak, sleepers;
 	uint64_t rejected;
+	uint64_t damaged;	/* bits 1 << enum cli_field */
 };
 
 /* A whole segment: its header's figures, every compartment (the kernel
@@ -173,10 +215,15 @@ struct cli_snap {
 	struct cli_comp *comp;		/* ncomp of them, in the segment's order */
 	uint32_t npools;
 	struct cli_pool pool[BS_MAX_POOLS];
+	uint64_t damaged;		/* the header's values that cannot be true */
+	uint32_t ndamaged;		/* damaged values in all: header, compartments, classes, pools */
 };
 
-/* Reads every figure of s into *snap, at one pass. Returns 0, or -ENOMEM
- * (with *snap empty, nothing to free). */
+/* Reads every figure of s into *snap, at one pass. Every name is as
+ * log_name makes it and every text as log_scrub does (a name that no config
+ * can give counts as damaged), and every value that cannot be true is
+ * flagged in its damaged mask instead of kept (see enum cli_field). Returns
+ * 0, or -ENOMEM (with *snap empty, nothing to free). */
 int cli_snap_read(const struct seg *s, struct cli_snap *snap);
 /* Frees what cli_snap_read allocated; cannot fail. */
 void cli_snap_free(struct cli_snap *snap);
@@ -287,6 +334,9 @@ void cli_kernel_reset(const struct seg *s, const char *name);
 
 /* Writes `status` of snap to f as the table; write errors are left to f. */
 void cli_status_text(FILE *f, const struct cli_snap *snap);
+/* The one WARNING line naming the segment and each of its damaged values,
+ * ended by eol before its newline; nothing when none is. */
+void cli_text_damaged(FILE *f, const struct cli_snap *snap, const char *eol);
 /* Writes `status --json` of snap to f: one object and a newline; hosts adds
  * what the config's host names resolve to now (blocking on DNS; a config
  * that cannot be read adds an empty list). Write errors are left to f. */

@@ -9,6 +9,100 @@
 /* Nothing here reads a segment or calls another file of the CLI: the
  * views, the commands and the fleet agent all call it. */
 
+/* ---- damaged values ---- */
+
+static const char *const field_names[CF_FIELDS] = {
+	[CF_NAME] = "name", [CF_LIMIT] = "limit", [CF_LIVE_LIMIT] = "live_limit",
+	[CF_IN_USE] = "in_use", [CF_OVER] = "over", [CF_PEAK] = "peak", [CF_WAITING] = "waiting",
+	[CF_INFLIGHT] = "inflight", [CF_INFLIGHT_LIMIT] = "inflight_limit",
+	[CF_INFLIGHT_PEAK] = "inflight_peak", [CF_MAX_WAIT_MS] = "max_wait_ms",
+	[CF_MAX_WAITING] = "max_waiting", [CF_CONNECT_TIMEOUT_MS] = "connect_timeout_ms",
+	[CF_IO_TIMEOUT_MS] = "io_timeout_ms", [CF_ERRNO] = "errno", [CF_ADMITTED] = "admitted",
+	[CF_REJECTED] = "rejected", [CF_LAST_REJECTION_MS] = "last_rejection_ms",
+	[CF_RECLAIMED] = "reclaimed", [CF_RECONCILED] = "reconciled",
+	[CF_INFLIGHT_ADMITTED] = "inflight_admitted", [CF_CONNECT_TIMEOUTS] = "connect_timeouts",
+	[CF_IO_TIMEOUTS] = "io_timeouts", [CF_PEAK_RATE] = "peak_rate",
+	[CF_REJECTED_BY] = "rejected_by", [CF_WOULD_REJECT] = "would_reject",
+	[CF_H_CONNECT] = "connect_seconds", [CF_H_REPLY] = "reply_seconds",
+	[CF_H_WAIT] = "wait_seconds", [CF_GUARANTEED] = "guaranteed", [CF_BORROWED] = "borrowed",
+	[CF_CLASS_LENT] = "class_lent", [CF_SIZE] = "size", [CF_RESERVED] = "reserved",
+	[CF_SHARED] = "shared", [CF_LENT] = "lent", [CF_FREE] = "free",
+	[CF_ADAPTIVE] = "adaptive", [CF_FLEET_LIMIT] = "fleet_limit", [CF_SEGMENT] = "segment",
+	[CF_ATTACHED] = "attached", [CF_UNPROTECTED] = "unprotected",
+	[CF_UNPROTECTED_LAST_MS] = "unprotected_last_ms", [CF_TRUNCATED] = "truncated",
+};
+_Static_assert(CF_FIELDS <= 64, "a damaged mask has a bit for every field");
+
+const char *
+cli_field_name(enum cli_field f)
+{
+	return f < CF_FIELDS && field_names[f] != NULL ? field_names[f] : "?";
+}
+
+const char *
+cli_count_text(uint64_t v, bool bad, char *buf, size_t len)
+{
+	if (bad)
+		snprintf(buf, len, "%s", CLI_DAMAGED_TEXT);
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
+
+void
+cli_json_value(FILE *f, const char *key, uint64_t v, bool bad)
+{
+	if (bad)
+		fprintf(f, ", \"%s\": null", key);
+	else
+		fprintf(f, ", \"%s\": %llu", key, (unsigned long long)v);
+}
+
+void
+cli_json_field(FILE *f, uint64_t mask, enum cli_field field, uint64_t v)
+{
+	cli_json_value(f, cli_field_name(field), v, CLI_DAMAGED(mask, field));
+}
+
+void
+cli_json_damaged(FILE *f, uint64_t mask)
+{
+	bool first = true;
+
+	fputs(", \"damaged\": [", f);
+	for (int k = 0; k < CF_FIELDS; k++) {
+		if (!CLI_DAMAGED(mask, k))
+			continue;
+		fprintf(f, "%s\"%s\"", first ? "" : ", ", cli_field_name((enum cli_field)k));
+		first = false;
+	}
+	fputc(']', f);
+}
+
+void
+cli_damage_list(char *buf, size_t len, size_t *pos, const char *prefix, uint64_t mask)
+{
+	bool first = true;
+
+	for (int k = 0; k < CF_FIELDS && *pos < len; k++) {
+		const char *name = cli_field_name((enum cli_field)k);
+		int n;
+
+		if (!CLI_DAMAGED(mask, k))
+			continue;
+		if (first)
+			n = snprintf(buf + *pos, len - *pos, "%s%s%s", *pos > 0 ? "; " : "", prefix, name);
+		else
+			n = snprintf(buf + *pos, len - *pos, ", %s", name);
+		*pos += n > 0 ? (size_t)n : 0;
+		first = false;
+	}
+	if (*pos >= len && len > 4) {
+		memcpy(buf + len - 4, "...", 4);
+		*pos = len - 1;
+	}
+}
+
 void
 cli_json_string(FILE *f, const char *s)
 {

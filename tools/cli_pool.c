@@ -60,10 +60,18 @@ cli_json_pools(FILE *f, const struct cli_snap *snap)
 
 		fputs(p ? ", {\"name\": " : "{\"name\": ", f);
 		cli_json_string(f, v->name);
-		fprintf(f, ", \"size\": %u, \"reserved\": %u, \"in_use\": %u, \"borrowed\": %u, "
-		    "\"free\": %u, \"guaranteed\": %u, \"shared\": %u, \"lent\": %u, \"peak\": %u, "
-		    "\"rejected\": %llu}", v->size, v->reserved, v->in_use, v->borrowed, v->free,
-		    v->guaranteed, v->shared, v->lent, v->peak, (unsigned long long)v->rejected);
+		cli_json_field(f, v->damaged, CF_SIZE, v->size);
+		cli_json_field(f, v->damaged, CF_RESERVED, v->reserved);
+		cli_json_field(f, v->damaged, CF_IN_USE, v->in_use);
+		cli_json_field(f, v->damaged, CF_BORROWED, v->borrowed);
+		cli_json_field(f, v->damaged, CF_FREE, v->free);
+		cli_json_field(f, v->damaged, CF_GUARANTEED, v->guaranteed);
+		cli_json_field(f, v->damaged, CF_SHARED, v->shared);
+		cli_json_field(f, v->damaged, CF_LENT, v->lent);
+		cli_json_field(f, v->damaged, CF_PEAK, v->peak);
+		cli_json_field(f, v->damaged, CF_REJECTED, v->rejected);
+		cli_json_damaged(f, v->damaged);
+		fputc('}', f);
 	}
 	fputc(']', f);
 }
@@ -71,14 +79,24 @@ cli_json_pools(FILE *f, const struct cli_snap *snap)
 void
 cli_json_comp_pool(FILE *f, const struct cli_comp *c)
 {
-	fprintf(f, ", \"class_lent\": %u, \"pool\": ", c->class_lent);
+	cli_json_field(f, c->damaged, CF_CLASS_LENT, c->class_lent);
+	fputs(", \"pool\": ", f);
 	if (c->pool < 0) {
 		fputs("null", f);
 		return;
 	}
 	cli_json_string(f, c->pool_name);
-	fprintf(f, ", \"guaranteed\": %u, \"ceiling\": %u, \"borrowed\": %u", c->guaranteed,
-	    c->limit == UINT32_MAX ? 0 : c->limit, c->borrowed);
+	cli_json_field(f, c->damaged, CF_GUARANTEED, c->guaranteed);
+	cli_json_value(f, "ceiling", c->limit == UINT32_MAX ? 0 : c->limit,
+	    CLI_DAMAGED(c->damaged, CF_LIMIT));
+	cli_json_field(f, c->damaged, CF_BORROWED, c->borrowed);
+}
+
+/* A cell of a class, compartment or pool (mask its damaged values). */
+static const char *
+cell(char *buf, size_t len, uint64_t mask, enum cli_field field, uint64_t v)
+{
+	return cli_count_text(v, CLI_DAMAGED(mask, field), buf, len);
 }
 
 /* The table of compartments whose classes split them (status, watch). */
@@ -96,10 +114,16 @@ text_class_shares(FILE *f, const struct cli_snap *snap, const char *eol)
 			fprintf(f, "%s\n%-24s %-14s %7s %7s %10s %8s%s\n", eol, "CLASSES SHARING",
 			    "CLASS", "IN USE", "CEILING", "GUARANTEED", "BORROWED", eol);
 		head = true;
-		for (size_t k = 0; k < c->nclass; k++)
-			fprintf(f, "%-24s %-14s %7u %7u %10u %8u%s\n", k == 0 ? c->name : "",
-			    c->cls[k].name, c->cls[k].in_use, c->cls[k].limit, c->cls[k].guaranteed,
-			    c->cls[k].borrowed, eol);
+		for (size_t k = 0; k < c->nclass; k++) {
+			const struct cli_class *cc = &c->cls[k];
+			char v[4][24];
+
+			fprintf(f, "%-24s %-14s %7s %7s %10s %8s%s\n", k == 0 ? c->name : "", cc->name,
+			    cell(v[0], sizeof(v[0]), cc->damaged, CF_IN_USE, cc->in_use),
+			    cell(v[1], sizeof(v[1]), cc->damaged, CF_LIMIT, cc->limit),
+			    cell(v[2], sizeof(v[2]), cc->damaged, CF_GUARANTEED, cc->guaranteed),
+			    cell(v[3], sizeof(v[3]), cc->damaged, CF_BORROWED, cc->borrowed), eol);
+		}
 	}
 }
 
@@ -115,19 +139,34 @@ cli_text_pools(FILE *f, const struct cli_snap *snap, const char *eol)
 	    "IN USE", "BORROWED", "FREE", "GUARANTEED", "PEAK", eol);
 	for (uint32_t p = 0; p < snap->npools; p++) {
 		const struct cli_pool *v = &snap->pool[p];
+		const uint64_t m = v->damaged;
+		char n[7][24];
 
-		fprintf(f, "%-24s %7u %8u %7u %8u %7u %10u %7u", v->name, v->size, v->reserved,
-		    v->in_use, v->borrowed, v->free, v->guaranteed, v->peak);
-		cli_bar(bar, 20, v->in_use, v->size > v->reserved ? v->size - v->reserved : 0, '#');
+		fprintf(f, "%-24s %7s %8s %7s %8s %7s %10s %7s", v->name,
+		    cell(n[0], sizeof(n[0]), m, CF_SIZE, v->size),
+		    cell(n[1], sizeof(n[1]), m, CF_RESERVED, v->reserved),
+		    cell(n[2], sizeof(n[2]), m, CF_IN_USE, v->in_use),
+		    cell(n[3], sizeof(n[3]), m, CF_BORROWED, v->borrowed),
+		    cell(n[4], sizeof(n[4]), m, CF_FREE, v->free),
+		    cell(n[5], sizeof(n[5]), m, CF_GUARANTEED, v->guaranteed),
+		    cell(n[6], sizeof(n[6]), m, CF_PEAK, v->peak));
+		if (m & (1ULL << CF_IN_USE | 1ULL << CF_SIZE | 1ULL << CF_RESERVED))
+			cli_bar(bar, 20, 1, 1, '?');
+		else
+			cli_bar(bar, 20, v->in_use, v->size > v->reserved ? v->size - v->reserved : 0,
+			    '#');
 		fprintf(f, "  [%s]%s\n", bar, eol);
 		for (uint32_t i = 0; i < snap->ncomp; i++) {
 			const struct cli_comp *c = &snap->comp[i];
 
 			if (c->pool != (int)p)
 				continue;
-			fprintf(f, "  %-22s in use %u of ceiling %u, guaranteed %u, borrowed %u%s\n",
-			    c->name, c->in_use, c->limit == UINT32_MAX ? 0 : c->limit, c->guaranteed,
-			    c->borrowed, eol);
+			fprintf(f, "  %-22s in use %s of ceiling %s, guaranteed %s, borrowed %s%s\n",
+			    c->name, cell(n[0], sizeof(n[0]), c->damaged, CF_IN_USE, c->in_use),
+			    cell(n[1], sizeof(n[1]), c->damaged, CF_LIMIT,
+			    c->limit == UINT32_MAX ? 0 : c->limit),
+			    cell(n[2], sizeof(n[2]), c->damaged, CF_GUARANTEED, c->guaranteed),
+			    cell(n[3], sizeof(n[3]), c->damaged, CF_BORROWED, c->borrowed), eol);
 		}
 	}
 }
@@ -160,7 +199,8 @@ class_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n)
 			for (size_t k = 0; k < all[i].nclass; k++) {
 				const struct cli_class *cc = &all[i].cls[k];
 
-				if (!cc->shares)
+				if (!cc->shares || CLI_DAMAGED(cc->damaged, m == 0 ? CF_GUARANTEED :
+				    m == 1 ? CF_LIMIT : CF_BORROWED))
 					continue;
 				fprintf(f, "%s{segment=\"%s\",compartment=\"%s\",class=\"%s\"} %u\n",
 				    fam[m][0], seg, all[i].name, cc->name,
@@ -194,9 +234,13 @@ cli_metrics_pools(FILE *f, const struct cli_snap *snap, const struct cli_comp *a
 		else
 			gauge(f, fam[k].name, fam[k].help);
 		for (uint32_t p = 0; p < snap->npools; p++) {
+			static const enum cli_field field[] = { CF_SIZE, CF_RESERVED, CF_IN_USE,
+				CF_BORROWED, CF_FREE, CF_REJECTED };
 			const struct cli_pool *v = &snap->pool[p];
 			unsigned long long x;
 
+			if (CLI_DAMAGED(v->damaged, field[k]))
+				continue;
 			x = k == 0 ? v->size : k == 1 ? v->reserved : k == 2 ? v->in_use :
 			    k == 3 ? v->borrowed : k == 4 ? v->free : v->rejected;
 			fprintf(f, "%s{segment=\"%s\",pool=\"%s\"} %llu\n", fam[k].name, snap->name,
@@ -205,12 +249,12 @@ cli_metrics_pools(FILE *f, const struct cli_snap *snap, const struct cli_comp *a
 	}
 	gauge(f, "bulkshim_guaranteed", "Permits of its pool guaranteed to the compartment.");
 	for (uint32_t i = 0; i < n; i++)
-		if (all[i].pool >= 0)
+		if (all[i].pool >= 0 && !CLI_DAMAGED(all[i].damaged, CF_GUARANTEED))
 			fprintf(f, "bulkshim_guaranteed{segment=\"%s\",compartment=\"%s\",pool=\"%s\"} "
 			    "%u\n", snap->name, all[i].name, all[i].pool_name, all[i].guaranteed);
 	gauge(f, "bulkshim_borrowed", "Permits the compartment holds above its guarantee.");
 	for (uint32_t i = 0; i < n; i++)
-		if (all[i].pool >= 0)
+		if (all[i].pool >= 0 && !CLI_DAMAGED(all[i].damaged, CF_BORROWED))
 			fprintf(f, "bulkshim_borrowed{segment=\"%s\",compartment=\"%s\",pool=\"%s\"} "
 			    "%u\n", snap->name, all[i].name, all[i].pool_name, all[i].borrowed);
 }
@@ -372,16 +416,21 @@ cli_set_class_guaranteed(struct seg *s, uint32_t i, uint32_t k, uint32_t v)
 void
 cli_text_class_share(FILE *f, const struct cli_class *cc)
 {
+	char g[24], b[24];
+
 	if (cc->shares)
-		fprintf(f, ", guaranteed %u, borrowed %u", cc->guaranteed, cc->borrowed);
+		fprintf(f, ", guaranteed %s, borrowed %s",
+		    cell(g, sizeof(g), cc->damaged, CF_GUARANTEED, cc->guaranteed),
+		    cell(b, sizeof(b), cc->damaged, CF_BORROWED, cc->borrowed));
 }
 
 void
 cli_json_class_share(FILE *f, const struct cli_class *cc)
 {
 	/* Without shares: guarantee 0, every permit below the ceiling. */
-	fprintf(f, ", \"guaranteed\": %u, \"ceiling\": %u, \"borrowed\": %u",
-	    cc->guaranteed, cc->limit, cc->borrowed);
+	cli_json_field(f, cc->damaged, CF_GUARANTEED, cc->guaranteed);
+	cli_json_value(f, "ceiling", cc->limit, CLI_DAMAGED(cc->damaged, CF_LIMIT));
+	cli_json_field(f, cc->damaged, CF_BORROWED, cc->borrowed);
 }
 
 void

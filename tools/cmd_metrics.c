@@ -63,44 +63,48 @@ enum field {
 	F_LIVE_LIMIT, F_FLEET_LIMIT, F_FLEET_SHARE, F_FLEET_LEASE, F_FLEET_LEASE_AGE, F_FLEET_REDIS,
 };
 
+/* Each family with the field of enum cli_field its value is (CF_FIELDS:
+ * none that can be damaged): a compartment whose value is damaged has no
+ * sample in the family. */
 static const struct {
 	const char *name, *type, *help;
 	enum field field;
+	enum cli_field damage;
 } simple[] = {
 	{ "bulkshim_compartment_limit", "gauge", "Connections a compartment admits at once "
-	  "(max_connections; +Inf when it has none).", F_LIMIT },
+	  "(max_connections; +Inf when it has none).", F_LIMIT, CF_LIMIT },
 	{ "bulkshim_compartment_in_use", "gauge", "Connections open now, including those let "
-	  "past a full limit in observe mode.", F_IN_USE },
+	  "past a full limit in observe mode.", F_IN_USE, CF_IN_USE },
 	{ "bulkshim_compartment_peak", "gauge", "Most connections open at once since the last "
-	  "reset.", F_PEAK },
+	  "reset.", F_PEAK, CF_PEAK },
 	{ "bulkshim_compartment_over", "gauge", "Connections open now that observe mode let past "
-	  "a full limit.", F_OVER },
+	  "a full limit.", F_OVER, CF_OVER },
 	{ "bulkshim_compartment_inflight", "gauge", "Requests in flight now (sent, reply not yet "
-	  "begun).", F_INFLIGHT },
+	  "begun).", F_INFLIGHT, CF_INFLIGHT },
 	{ "bulkshim_compartment_inflight_limit", "gauge", "Requests a compartment lets be in "
-	  "flight at once (max_inflight; +Inf when it has none).", F_INFLIGHT_LIMIT },
+	  "flight at once (max_inflight; +Inf when it has none).", F_INFLIGHT_LIMIT, CF_INFLIGHT_LIMIT },
 	{ "bulkshim_compartment_inflight_peak", "gauge", "Most requests in flight at once since "
-	  "the last reset.", F_INFLIGHT_PEAK },
-	{ "bulkshim_compartment_waiting", "gauge", "Callers waiting for a permit now.", F_WAITING },
+	  "the last reset.", F_INFLIGHT_PEAK, CF_INFLIGHT_PEAK },
+	{ "bulkshim_compartment_waiting", "gauge", "Callers waiting for a permit now.", F_WAITING, CF_WAITING },
 	{ "bulkshim_compartment_enforce", "gauge", "1 when the compartment refuses calls, 0 in "
-	  "observe mode.", F_ENFORCE },
+	  "observe mode.", F_ENFORCE, CF_FIELDS },
 	{ "bulkshim_compartment_peak_rate", "gauge", "Most admissions seen in one second.",
-	  F_PEAK_RATE },
-	{ "bulkshim_admitted_total", "counter", "Connections admitted.", F_ADMITTED },
+	  F_PEAK_RATE, CF_PEAK_RATE },
+	{ "bulkshim_admitted_total", "counter", "Connections admitted.", F_ADMITTED, CF_ADMITTED },
 	{ "bulkshim_reclaimed_total", "counter", "Permits taken back from processes that died "
-	  "holding them.", F_RECLAIMED },
+	  "holding them.", F_RECLAIMED, CF_RECLAIMED },
 	{ "bulkshim_compartment_live_limit", "gauge", "Connections admitted at once now: "
-	  "max_connections, or the fleet share, or the fleet floor without a lease.", F_LIVE_LIMIT },
+	  "max_connections, or the fleet share, or the fleet floor without a lease.", F_LIVE_LIMIT, CF_LIVE_LIMIT },
 	{ "bulkshim_fleet_limit", "gauge", "The compartment's fleet_limit across all hosts "
-	  "(0: not in a fleet).", F_FLEET_LIMIT },
+	  "(0: not in a fleet).", F_FLEET_LIMIT, CF_FIELDS },
 	{ "bulkshim_fleet_share", "gauge", "This host's share of the fleet limit, as last "
-	  "leased.", F_FLEET_SHARE },
+	  "leased.", F_FLEET_SHARE, CF_FIELDS },
 	{ "bulkshim_fleet_lease_valid", "gauge", "1 while this host's fleet lease lasts, 0 on "
-	  "the floor.", F_FLEET_LEASE },
+	  "the floor.", F_FLEET_LEASE, CF_FIELDS },
 	{ "bulkshim_fleet_lease_age_seconds", "gauge", "Time since the fleet agent last renewed "
-	  "the lease (-1: never).", F_FLEET_LEASE_AGE },
+	  "the lease (-1: never).", F_FLEET_LEASE_AGE, CF_FIELDS },
 	{ "bulkshim_fleet_redis_up", "gauge", "1 when the fleet agent's last round trip to Redis "
-	  "succeeded.", F_FLEET_REDIS },
+	  "succeeded.", F_FLEET_REDIS, CF_FIELDS },
 };
 
 static void
@@ -170,6 +174,10 @@ histogram(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n,
 		    kind == H_REPLY ? &all[i].h_reply : &all[i].h_wait;
 		uint64_t cum = 0;
 
+		if (CLI_DAMAGED(all[i].damaged, kind == H_CONNECT ? CF_H_CONNECT :
+		    kind == H_REPLY ? CF_H_REPLY : CF_H_WAIT))
+			continue;
+
 		/* Bucket i holds values below 2^i us; the last one holds
 		 * everything above and is +Inf. */
 		for (int b = 0; b < BS_HIST_BUCKETS - 1; b++) {
@@ -198,12 +206,35 @@ by_reason(FILE *f, const char *name, const char *help, const char *seg,
 {
 	family(f, name, "counter", help);
 	for (uint32_t i = 0; i < n; i++) {
+		if (CLI_DAMAGED(all[i].damaged, would ? CF_WOULD_REJECT : CF_REJECTED_BY))
+			continue;
 		for (int r = 0; r < REASON_MAX; r++) {
 			fputs(name, f);
 			labels(f, seg, all[i].name, "reason", stat_reason_name((enum bs_reason)r));
 			fprintf(f, " %llu\n", (unsigned long long)(would ? all[i].would_reject[r] :
 			    all[i].rejected_by[r]));
 		}
+	}
+}
+
+/* bulkshim_segment_damaged and bulkshim_compartment_damaged: how many values
+ * that cannot be true the segment holds, and each compartment (its classes'
+ * included), whose samples are left out of the other families. */
+static void
+damage(FILE *f, const struct cli_snap *snap, const struct cli_comp *all, uint32_t n)
+{
+	family(f, "bulkshim_segment_damaged", "gauge", "Values read from the segment that cannot "
+	    "be true (0 when it is sound); their samples are left out. bulkshim status names "
+	    "them.");
+	fputs("bulkshim_segment_damaged", f);
+	labels(f, snap->name, NULL, NULL, NULL);
+	fprintf(f, " %u\n", snap->ndamaged);
+	family(f, "bulkshim_compartment_damaged", "gauge", "Values of the compartment and its "
+	    "classes that cannot be true.");
+	for (uint32_t i = 0; i < n; i++) {
+		fputs("bulkshim_compartment_damaged", f);
+		labels(f, snap->name, all[i].name, NULL, NULL);
+		fprintf(f, " %u\n", all[i].ndamaged);
 	}
 }
 
@@ -218,24 +249,30 @@ cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms)
 	fputs("bulkshim_processes", f);
 	labels(f, seg, NULL, NULL, NULL);
 	fprintf(f, " %u\n", snap->processes);
+	damage(f, snap, all, n);
 	/* What `status` says on its first line, for alerts: processes that
 	 * attached, and those that meant to and ran without limits. */
 	family(f, "bulkshim_attaches_total", "counter",
 	    "Processes that attached to the segment since it was created.");
-	fputs("bulkshim_attaches_total", f);
-	labels(f, seg, NULL, NULL, NULL);
-	fprintf(f, " %llu\n", (unsigned long long)snap->attaches);
+	if (!CLI_DAMAGED(snap->damaged, CF_ATTACHED)) {
+		fputs("bulkshim_attaches_total", f);
+		labels(f, seg, NULL, NULL, NULL);
+		fprintf(f, " %llu\n", (unsigned long long)snap->attaches);
+	}
 	family(f, "bulkshim_unprotected_processes_total", "counter",
 	    "Processes that meant to attach to the segment and ran without limits.");
-	fputs("bulkshim_unprotected_processes_total", f);
-	labels(f, seg, NULL, NULL, NULL);
-	fprintf(f, " %llu\n", (unsigned long long)snap->unprotected);
+	if (!CLI_DAMAGED(snap->damaged, CF_UNPROTECTED)) {
+		fputs("bulkshim_unprotected_processes_total", f);
+		labels(f, seg, NULL, NULL, NULL);
+		fprintf(f, " %llu\n", (unsigned long long)snap->unprotected);
+	}
 	for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++) {
 		family(f, simple[k].name, simple[k].type, simple[k].help);
 		for (uint32_t i = 0; i < n; i++) {
 			/* A lease, its age and Redis mean nothing outside a fleet:
 			 * bulkshim_fleet_limit 0 says so once. */
-			if (simple[k].field > F_FLEET_LIMIT && all[i].fleet_limit == 0)
+			if ((simple[k].field > F_FLEET_LIMIT && all[i].fleet_limit == 0) ||
+			    CLI_DAMAGED(all[i].damaged, simple[k].damage))
 				continue;
 			fputs(simple[k].name, f);
 			labels(f, seg, all[i].name, NULL, NULL);
@@ -250,12 +287,16 @@ cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms)
 	family(f, "bulkshim_timeouts_total", "counter", "Calls that gave up with ETIMEDOUT "
 	    "(connect_timeout_ms, io_timeout_ms).");
 	for (uint32_t i = 0; i < n; i++) {
-		fputs("bulkshim_timeouts_total", f);
-		labels(f, seg, all[i].name, "kind", "connect");
-		fprintf(f, " %llu\n", (unsigned long long)all[i].connect_timeouts);
-		fputs("bulkshim_timeouts_total", f);
-		labels(f, seg, all[i].name, "kind", "io");
-		fprintf(f, " %llu\n", (unsigned long long)all[i].io_timeouts);
+		if (!CLI_DAMAGED(all[i].damaged, CF_CONNECT_TIMEOUTS)) {
+			fputs("bulkshim_timeouts_total", f);
+			labels(f, seg, all[i].name, "kind", "connect");
+			fprintf(f, " %llu\n", (unsigned long long)all[i].connect_timeouts);
+		}
+		if (!CLI_DAMAGED(all[i].damaged, CF_IO_TIMEOUTS)) {
+			fputs("bulkshim_timeouts_total", f);
+			labels(f, seg, all[i].name, "kind", "io");
+			fprintf(f, " %llu\n", (unsigned long long)all[i].io_timeouts);
+		}
 	}
 	if (histograms) {
 		histogram(f, seg, all, n, H_CONNECT);

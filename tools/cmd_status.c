@@ -8,13 +8,14 @@
 /* ---- who attached, and who ran without limits ---- */
 
 /* The keys "attached", "unprotected", "unprotected_last_ms",
- * "unprotected_last" and "config" (no braces, no leading comma). */
+ * "unprotected_last" and "config", each after ", ". */
 static void
 json_attach(FILE *f, const struct cli_snap *snap)
 {
-	fprintf(f, "\"attached\": %llu, \"unprotected\": %llu, \"unprotected_last_ms\": %llu, "
-	    "\"unprotected_last\": ", (unsigned long long)snap->attaches,
-	    (unsigned long long)snap->unprotected, (unsigned long long)snap->unprotected_ms);
+	cli_json_field(f, snap->damaged, CF_ATTACHED, snap->attaches);
+	cli_json_field(f, snap->damaged, CF_UNPROTECTED, snap->unprotected);
+	cli_json_field(f, snap->damaged, CF_UNPROTECTED_LAST_MS, snap->unprotected_ms);
+	fputs(", \"unprotected_last\": ", f);
 	cli_json_string(f, snap->unprotected_why);
 	fputs(", \"config\": ", f);
 	cli_json_string(f, snap->config_path);
@@ -28,7 +29,10 @@ text_unprotected(FILE *f, const struct cli_snap *snap)
 
 	if (snap->unprotected == 0)
 		return;
-	cli_format_ago(snap->unprotected_ms, ago, sizeof(ago));
+	if (CLI_DAMAGED(snap->damaged, CF_UNPROTECTED_LAST_MS))
+		snprintf(ago, sizeof(ago), "%s", CLI_DAMAGED_TEXT);
+	else
+		cli_format_ago(snap->unprotected_ms, ago, sizeof(ago));
 	fprintf(f, "WARNING: %llu process%s tried to attach and ran WITHOUT LIMITS; the last, %s: "
 	    "%s\n", (unsigned long long)snap->unprotected, snap->unprotected == 1 ? "" : "es", ago,
 	    snap->unprotected_why);
@@ -37,8 +41,12 @@ text_unprotected(FILE *f, const struct cli_snap *snap)
 /* ---- the compartments ---- */
 
 static void
-json_reasons(FILE *f, const char *key, const uint64_t *n)
+json_reasons(FILE *f, const char *key, const uint64_t *n, bool bad)
 {
+	if (bad) {
+		fprintf(f, ", \"%s\": null", key);
+		return;
+	}
 	fprintf(f, ", \"%s\": {", key);
 	for (int r = 0; r < REASON_MAX; r++)
 		fprintf(f, "%s\"%s\": %llu", r ? ", " : "", stat_reason_name((enum bs_reason)r),
@@ -46,38 +54,57 @@ json_reasons(FILE *f, const char *key, const uint64_t *n)
 	fputc('}', f);
 }
 
+/* A JSON true or false, or null when bad. */
+static const char *
+json_bool(bool v, bool bad)
+{
+	return bad ? "null" : v ? "true" : "false";
+}
+
 static void
 json_comp(FILE *f, const struct cli_comp *c)
 {
+	const uint64_t m = c->damaged;
 	const char *en = cfg_errno_name(c->reject_errno);
 
 	fputs("{\"name\": ", f);
 	cli_json_string(f, c->name);
 	/* The keys up to "errno" are the stable interface of the first
-	 * release; the rest were added after them. */
-	fprintf(f, ", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
-	    "\"rejected\": %llu, \"waiting\": %u, \"last_rejection_ms\": %llu, "
-	    "\"reclaimed\": %llu, \"errno\": \"%s\"",
-	    c->limit == UINT32_MAX ? 0 : c->limit, c->in_use, c->peak,
-	    (unsigned long long)c->admitted, (unsigned long long)c->rejected, c->waiting,
-	    (unsigned long long)c->last_rejection_ms, (unsigned long long)c->reclaimed,
-	    en != NULL ? en : "ECONNREFUSED");
-	fprintf(f, ", \"unlimited\": %s, \"over\": %u, \"inflight\": %u, \"inflight_limit\": %u, "
-	    "\"inflight_unlimited\": %s, \"inflight_peak\": %u, \"enforce\": %s, \"hot\": %s",
-	    c->limit == UINT32_MAX ? "true" : "false", c->over, c->inflight,
-	    c->inflight_limit == UINT32_MAX ? 0 : c->inflight_limit,
-	    c->inflight_limit == UINT32_MAX ? "true" : "false", c->inflight_peak,
-	    c->enforce ? "true" : "false", c->hot ? "true" : "false");
-	fprintf(f, ", \"max_wait_ms\": %u, \"max_waiting\": %u, \"connect_timeout_ms\": %u, "
-	    "\"io_timeout_ms\": %u, \"connect_timeouts\": %llu, \"io_timeouts\": %llu",
-	    c->max_wait_ms, c->max_waiting, c->connect_timeout_ms, c->io_timeout_ms,
-	    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
-	fprintf(f, ", \"reconciled\": %llu", (unsigned long long)c->reconciled);
+	 * release; the rest were added after them. A damaged value is null. */
+	cli_json_field(f, m, CF_LIMIT, c->limit == UINT32_MAX ? 0 : c->limit);
+	cli_json_field(f, m, CF_IN_USE, c->in_use);
+	cli_json_field(f, m, CF_PEAK, c->peak);
+	cli_json_field(f, m, CF_ADMITTED, c->admitted);
+	cli_json_field(f, m, CF_REJECTED, c->rejected);
+	cli_json_field(f, m, CF_WAITING, c->waiting);
+	cli_json_field(f, m, CF_LAST_REJECTION_MS, c->last_rejection_ms);
+	cli_json_field(f, m, CF_RECLAIMED, c->reclaimed);
+	if (CLI_DAMAGED(m, CF_ERRNO))
+		fputs(", \"errno\": null", f);
+	else
+		fprintf(f, ", \"errno\": \"%s\"", en != NULL ? en : "ECONNREFUSED");
+	fprintf(f, ", \"unlimited\": %s", json_bool(c->limit == UINT32_MAX, CLI_DAMAGED(m, CF_LIMIT)));
+	cli_json_field(f, m, CF_OVER, c->over);
+	cli_json_field(f, m, CF_INFLIGHT, c->inflight);
+	cli_json_field(f, m, CF_INFLIGHT_LIMIT,
+	    c->inflight_limit == UINT32_MAX ? 0 : c->inflight_limit);
+	fprintf(f, ", \"inflight_unlimited\": %s", json_bool(c->inflight_limit == UINT32_MAX,
+	    CLI_DAMAGED(m, CF_INFLIGHT_LIMIT)));
+	cli_json_field(f, m, CF_INFLIGHT_PEAK, c->inflight_peak);
+	fprintf(f, ", \"enforce\": %s, \"hot\": %s", c->enforce ? "true" : "false",
+	    c->hot ? "true" : "false");
+	cli_json_field(f, m, CF_MAX_WAIT_MS, c->max_wait_ms);
+	cli_json_field(f, m, CF_MAX_WAITING, c->max_waiting);
+	cli_json_field(f, m, CF_CONNECT_TIMEOUT_MS, c->connect_timeout_ms);
+	cli_json_field(f, m, CF_IO_TIMEOUT_MS, c->io_timeout_ms);
+	cli_json_field(f, m, CF_CONNECT_TIMEOUTS, c->connect_timeouts);
+	cli_json_field(f, m, CF_IO_TIMEOUTS, c->io_timeouts);
+	cli_json_field(f, m, CF_RECONCILED, c->reconciled);
 	cli_json_fleet(f, c);
 	fprintf(f, ", \"kernel\": %s, \"kernel_in_use\": %u", c->kernel ? "true" : "false",
 	    c->kernel_in_use);
-	json_reasons(f, "rejected_by", c->rejected_by);
-	json_reasons(f, "would_reject", c->would_reject);
+	json_reasons(f, "rejected_by", c->rejected_by, CLI_DAMAGED(m, CF_REJECTED_BY));
+	json_reasons(f, "would_reject", c->would_reject, CLI_DAMAGED(m, CF_WOULD_REJECT));
 	cli_json_comp_pool(f, c);
 	cli_adaptive_json(f, &c->ad);
 	fputs(", \"classes\": [", f);
@@ -86,13 +113,18 @@ json_comp(FILE *f, const struct cli_comp *c)
 
 		fputs(k ? ", {\"name\": " : "{\"name\": ", f);
 		cli_json_string(f, cc->name);
-		fprintf(f, ", \"limit\": %u, \"in_use\": %u, \"peak\": %u, \"admitted\": %llu, "
-		    "\"rejected\": %llu", cc->limit, cc->in_use, cc->peak,
-		    (unsigned long long)cc->admitted, (unsigned long long)cc->rejected);
+		cli_json_field(f, cc->damaged, CF_LIMIT, cc->limit);
+		cli_json_field(f, cc->damaged, CF_IN_USE, cc->in_use);
+		cli_json_field(f, cc->damaged, CF_PEAK, cc->peak);
+		cli_json_field(f, cc->damaged, CF_ADMITTED, cc->admitted);
+		cli_json_field(f, cc->damaged, CF_REJECTED, cc->rejected);
 		cli_json_class_share(f, cc);
+		cli_json_damaged(f, cc->damaged);
 		fputc('}', f);
 	}
-	fputs("]}", f);
+	fputc(']', f);
+	cli_json_damaged(f, m);
+	fputc('}', f);
 }
 
 static bool
@@ -106,10 +138,14 @@ any_reason(const uint64_t *n)
 }
 
 static void
-text_reasons(FILE *f, const char *name, const char *what, const uint64_t *n)
+text_reasons(FILE *f, const char *name, const char *what, const uint64_t *n, bool bad)
 {
 	bool first = true;
 
+	if (bad) {
+		fprintf(f, "  %s %s %s\n", name, what, CLI_DAMAGED_TEXT);
+		return;
+	}
 	if (!any_reason(n))
 		return;
 	fprintf(f, "  %s %s", name, what);
@@ -121,6 +157,24 @@ text_reasons(FILE *f, const char *name, const char *what, const uint64_t *n)
 		first = false;
 	}
 	fputc('\n', f);
+}
+
+/* A table's cell: field of c, or "damaged". */
+static const char *
+cell(char *buf, size_t len, const struct cli_comp *c, enum cli_field field, uint64_t v)
+{
+	return cli_count_text(v, CLI_DAMAGED(c->damaged, field), buf, len);
+}
+
+/* A limit's cell: "-" for none, or "damaged". */
+static const char *
+limit_cell(char *buf, size_t len, const struct cli_comp *c, enum cli_field field, uint32_t v)
+{
+	if (CLI_DAMAGED(c->damaged, field)) {
+		snprintf(buf, len, "%s", CLI_DAMAGED_TEXT);
+		return buf;
+	}
+	return cli_limit_text(v, buf, len);
 }
 
 /* The second table, for compartments that count requests in flight, wait
@@ -141,23 +195,61 @@ text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
 	    "PEAK", "WAITING", "MAX WAIT", "CONNECT TO", "IO TO");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_comp *c = &all[i];
+		char v[5][24];
 
-		snprintf(wait, sizeof(wait), "%ums", c->max_wait_ms);
-		fprintf(f, "%-24s %9u %7s %7u %7u %8s %10llu %10llu\n", c->name, c->inflight,
-		    cli_limit_text(c->inflight_limit, lim, sizeof(lim)), c->inflight_peak,
-		    c->waiting, c->max_wait_ms ? wait : "-",
-		    (unsigned long long)c->connect_timeouts, (unsigned long long)c->io_timeouts);
+		if (CLI_DAMAGED(c->damaged, CF_MAX_WAIT_MS))
+			snprintf(wait, sizeof(wait), "%s", CLI_DAMAGED_TEXT);
+		else if (c->max_wait_ms != 0)
+			snprintf(wait, sizeof(wait), "%ums", c->max_wait_ms);
+		else
+			snprintf(wait, sizeof(wait), "-");
+		fprintf(f, "%-24s %9s %7s %7s %7s %8s %10s %10s\n", c->name,
+		    cell(v[0], sizeof(v[0]), c, CF_INFLIGHT, c->inflight),
+		    limit_cell(lim, sizeof(lim), c, CF_INFLIGHT_LIMIT, c->inflight_limit),
+		    cell(v[1], sizeof(v[1]), c, CF_INFLIGHT_PEAK, c->inflight_peak),
+		    cell(v[2], sizeof(v[2]), c, CF_WAITING, c->waiting), wait,
+		    cell(v[3], sizeof(v[3]), c, CF_CONNECT_TIMEOUTS, c->connect_timeouts),
+		    cell(v[4], sizeof(v[4]), c, CF_IO_TIMEOUTS, c->io_timeouts));
 	}
 }
 
 /* ---- status ---- */
 
 void
+cli_text_damaged(FILE *f, const struct cli_snap *snap, const char *eol)
+{
+	char list[1024], who[BS_NAME_MAX + BS_CLASS_NAME_MAX + 32];
+	size_t n = 0;
+
+	if (snap->ndamaged == 0)
+		return;
+	cli_damage_list(list, sizeof(list), &n, "", snap->damaged);
+	for (uint32_t i = 0; i < snap->ncomp; i++) {
+		const struct cli_comp *c = &snap->comp[i];
+
+		snprintf(who, sizeof(who), "compartment %s: ", c->name);
+		cli_damage_list(list, sizeof(list), &n, who, c->damaged);
+		for (size_t k = 0; k < c->nclass; k++) {
+			snprintf(who, sizeof(who), "compartment %s class %s: ", c->name,
+			    c->cls[k].name);
+			cli_damage_list(list, sizeof(list), &n, who, c->cls[k].damaged);
+		}
+	}
+	for (uint32_t p = 0; p < snap->npools; p++) {
+		snprintf(who, sizeof(who), "pool %s: ", snap->pool[p].name);
+		cli_damage_list(list, sizeof(list), &n, who, snap->pool[p].damaged);
+	}
+	fprintf(f, "WARNING: segment %s (/dev/shm/bulkshim.%s) is damaged: %u value%s cannot be "
+	    "true and %s shown as damaged: %s%s\n", snap->name, snap->name, snap->ndamaged,
+	    snap->ndamaged == 1 ? "" : "s", snap->ndamaged == 1 ? "is" : "are", list, eol);
+}
+
+void
 cli_status_json(FILE *f, const struct cli_snap *snap, bool hosts)
 {
 	fputs("{\"segment\": ", f);
 	cli_json_string(f, snap->name);
-	fprintf(f, ", \"processes\": %u, \"generation\": %u, ", snap->processes, snap->generation);
+	fprintf(f, ", \"processes\": %u, \"generation\": %u", snap->processes, snap->generation);
 	json_attach(f, snap);
 	if (hosts)
 		cli_json_hosts(f, snap->config_path);
@@ -169,7 +261,11 @@ cli_status_json(FILE *f, const struct cli_snap *snap, bool hosts)
 	}
 	fputc(']', f);
 	cli_json_pools(f, snap);
-	fputs("}\n", f);
+	/* Last, so that the keys before keep their places: what the header
+	 * holds that cannot be true, and how many values of the whole
+	 * segment cannot (those of the header, compartments, classes, pools). */
+	cli_json_damaged(f, snap->damaged);
+	fprintf(f, ", \"damaged_total\": %u}\n", snap->ndamaged);
 }
 
 void
@@ -177,26 +273,36 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 {
 	const struct cli_comp *all = snap->comp;
 	uint32_t n = snap->ncomp, procs = snap->processes;
-	char ago[32], lim[16];
+	char ago[32], lim[16], att[24];
 	bool extra = false;
 
 	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits now, "
-	    "%llu attached since it was created\n", snap->name, snap->name, procs,
-	    procs == 1 ? "" : "es", (unsigned long long)snap->attaches);
+	    "%s attached since it was created\n", snap->name, snap->name, procs,
+	    procs == 1 ? "" : "es", cli_count_text(snap->attaches,
+	    CLI_DAMAGED(snap->damaged, CF_ATTACHED), att, sizeof(att)));
+	cli_text_damaged(f, snap, "");
 	text_unprotected(f, snap);
 	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
 	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_comp *c = &all[i];
+		char v[5][24];
 
-		cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
-		fprintf(f, "%-24s %7u %7s %7u %10llu %10llu %10llu  %s%s%s%s\n", c->name, c->in_use,
-		    cli_limit_text(c->limit, lim, sizeof(lim)), c->peak,
-		    (unsigned long long)c->admitted, (unsigned long long)c->rejected,
-		    (unsigned long long)c->reclaimed, ago, c->hot ? "  HOT" : "",
-		    c->enforce ? "" : "  OBSERVE", c->kernel ? "  KERNEL" : "");
+		if (CLI_DAMAGED(c->damaged, CF_LAST_REJECTION_MS))
+			snprintf(ago, sizeof(ago), "%s", CLI_DAMAGED_TEXT);
+		else
+			cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
+		fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s%s%s%s\n", c->name,
+		    cell(v[0], sizeof(v[0]), c, CF_IN_USE, c->in_use),
+		    limit_cell(lim, sizeof(lim), c, CF_LIMIT, c->limit),
+		    cell(v[1], sizeof(v[1]), c, CF_PEAK, c->peak),
+		    cell(v[2], sizeof(v[2]), c, CF_ADMITTED, c->admitted),
+		    cell(v[3], sizeof(v[3]), c, CF_REJECTED, c->rejected),
+		    cell(v[4], sizeof(v[4]), c, CF_RECLAIMED, c->reclaimed), ago,
+		    c->hot ? "  HOT" : "", c->enforce ? "" : "  OBSERVE", c->kernel ? "  KERNEL" : "");
 		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
-		    c->nclass > 0;
+		    c->nclass > 0 || CLI_DAMAGED(c->damaged, CF_REJECTED_BY) ||
+		    CLI_DAMAGED(c->damaged, CF_WOULD_REJECT);
 	}
 	text_inflight(f, all, n);
 	cli_text_pools(f, snap, "");
@@ -207,14 +313,23 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_comp *c = &all[i];
 
-		text_reasons(f, c->name, "rejected:", c->rejected_by);
-		text_reasons(f, c->name, "would have rejected (observe mode):", c->would_reject);
+		text_reasons(f, c->name, "rejected:", c->rejected_by,
+		    CLI_DAMAGED(c->damaged, CF_REJECTED_BY));
+		text_reasons(f, c->name, "would have rejected (observe mode):", c->would_reject,
+		    CLI_DAMAGED(c->damaged, CF_WOULD_REJECT));
 		for (size_t k = 0; k < c->nclass; k++) {
-			fprintf(f, "  %s class %s: %u/%u in use, peak %u, admitted %llu, "
-			    "rejected %llu", c->name, c->cls[k].name, c->cls[k].in_use,
-			    c->cls[k].limit, c->cls[k].peak, (unsigned long long)c->cls[k].admitted,
-			    (unsigned long long)c->cls[k].rejected);
-			cli_text_class_share(f, &c->cls[k]);
+			const struct cli_class *cc = &c->cls[k];
+			const uint64_t m = cc->damaged;
+			char v[5][24];
+
+			fprintf(f, "  %s class %s: %s/%s in use, peak %s, admitted %s, rejected %s",
+			    c->name, cc->name,
+			    cli_count_text(cc->in_use, CLI_DAMAGED(m, CF_IN_USE), v[0], sizeof(v[0])),
+			    cli_count_text(cc->limit, CLI_DAMAGED(m, CF_LIMIT), v[1], sizeof(v[1])),
+			    cli_count_text(cc->peak, CLI_DAMAGED(m, CF_PEAK), v[2], sizeof(v[2])),
+			    cli_count_text(cc->admitted, CLI_DAMAGED(m, CF_ADMITTED), v[3], sizeof(v[3])),
+			    cli_count_text(cc->rejected, CLI_DAMAGED(m, CF_REJECTED), v[4], sizeof(v[4])));
+			cli_text_class_share(f, cc);
 			fputc('\n', f);
 		}
 	}

@@ -218,20 +218,36 @@ rate_of(const struct view *v, const struct cli_comp *c, uint64_t now)
 	return -1;
 }
 
+/* A bar and its "used/limit" of c, or a bar of '?' and "damaged" when
+ * either value is. */
+static void
+gauge(char *bar, size_t bw, char *num, size_t len, const struct cli_comp *c, uint32_t used,
+    uint32_t limit, enum cli_field fused, enum cli_field flimit)
+{
+	char lim[16];
+
+	if (CLI_DAMAGED(c->damaged, fused) || CLI_DAMAGED(c->damaged, flimit)) {
+		cli_bar(bar, bw, 1, 1, '?');
+		snprintf(num, len, "%s", CLI_DAMAGED_TEXT);
+		return;
+	}
+	cli_bar(bar, bw, used, limit, '#');
+	snprintf(num, len, "%u/%s", used, cli_limit_text(limit, lim, sizeof(lim)));
+}
+
 static void
 row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
 {
 	const struct cli_comp *c = b->c;
-	char bar1[64], bar2[64], n1[32], n2[32], lim[16], rate[32];
+	char bar1[64], bar2[64], n1[32], n2[32], wait[24], rate[32];
 	const char *flag = c->hot ? "HOT" : c->enforce ? "" : "obs";
 
-	cli_bar(bar1, bw, c->in_use, c->live_limit, '#');
 	/* Both bars against what admission enforces now (live_limit has
 	 * the fleet share and an adaptive connection limit in it). */
-	cli_bar(bar2, bw, c->inflight, c->inflight_limit_now, '#');
-	snprintf(n1, sizeof(n1), "%u/%s", c->in_use, cli_limit_text(c->live_limit, lim, sizeof(lim)));
-	snprintf(n2, sizeof(n2), "%u/%s", c->inflight,
-	    cli_limit_text(c->inflight_limit_now, lim, sizeof(lim)));
+	gauge(bar1, bw, n1, sizeof(n1), c, c->in_use, c->live_limit, CF_IN_USE, CF_LIVE_LIMIT);
+	gauge(bar2, bw, n2, sizeof(n2), c, c->inflight, c->inflight_limit_now, CF_INFLIGHT,
+	    CF_INFLIGHT_LIMIT);
+	cli_count_text(c->waiting, CLI_DAMAGED(c->damaged, CF_WAITING), wait, sizeof(wait));
 	if (b->rate < 0)
 		snprintf(rate, sizeof(rate), "-");
 	else
@@ -241,8 +257,30 @@ row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
 		fprintf(f, "\033[1;31m%-3s\033[0m", flag);
 	else
 		fprintf(f, "%-3s", flag);
-	fprintf(f, " [%s] %-*.*s [%s] %-*.*s %7u %7.7s%s\n", bar1, COUNT_WIDTH, COUNT_WIDTH, n1, bar2,
-	    COUNT_WIDTH, COUNT_WIDTH, n2, c->waiting, rate, v->ansi ? "\033[K" : "");
+	fprintf(f, " [%s] %-*.*s [%s] %-*.*s %7s %7.7s%s\n", bar1, COUNT_WIDTH, COUNT_WIDTH, n1, bar2,
+	    COUNT_WIDTH, COUNT_WIDTH, n2, wait, rate, v->ansi ? "\033[K" : "");
+}
+
+/* status's WARNING line about damaged values, cut to the screen's width
+ * (a line that wraps would scroll the screen); nothing when there are none. */
+static void
+damage_line(FILE *f, const struct cli_snap *snap, int cols, bool ansi)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	int n;
+
+	if (m == NULL)
+		return;
+	cli_text_damaged(m, snap, "");
+	if (fclose(m) == 0 && len > 1) {
+		n = (int)len - 1;
+		if (ansi && n > cols)
+			n = cols;
+		fprintf(f, "%s%.*s%s\n", ansi ? "\033[1;31m" : "", n, buf, ansi ? "\033[0m\033[K" : "");
+	}
+	free(buf);
 }
 
 /* Remembers this frame's counts for the next frame's rates. */
@@ -290,6 +328,7 @@ frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 	bw = avail < BAR_MIN ? BAR_MIN : avail > BAR_MAX ? BAR_MAX : (size_t)avail;
 	fprintf(f, "segment %s, %u process%s holding permits%s\n", snap->name, procs,
 	    procs == 1 ? "" : "es", v->ansi ? "\033[K" : "");
+	damage_line(f, snap, cols, v->ansi);
 	fprintf(f, "%-*s %-3s %-*s %-*s %7s %7s%s\n", namew, "COMPARTMENT", "", (int)bw + 3 +
 	    COUNT_WIDTH, "CONNECTIONS", (int)bw + 3 + COUNT_WIDTH, "IN FLIGHT", "WAITING",
 	    "REJ/S", v->ansi ? "\033[K" : "");
@@ -303,7 +342,7 @@ frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 	qsort(order, n, sizeof(*order), busiest_first);
 	/* More rows than the screen: the busiest first, a page at a time,
 	 * with the last line saying what is not shown. */
-	shown = room > 0 ? room - HEAD_LINES - 1 : (long)n;
+	shown = room > 0 ? room - HEAD_LINES - 1 - (snap->ndamaged > 0) : (long)n;
 	if (shown < 1)
 		shown = 1;
 	top = (long)n > shown ? scroll_top : 0;

@@ -34,8 +34,8 @@ cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 void
 cli_json_fleet(FILE *f, const struct cli_comp *c)
 {
-	fprintf(f, ", \"live_limit\": %u, \"fleet_limit\": %u", c->live_limit == UINT32_MAX ? 0 :
-	    c->live_limit, c->fleet_limit);
+	cli_json_field(f, c->damaged, CF_LIVE_LIMIT, c->live_limit == UINT32_MAX ? 0 : c->live_limit);
+	cli_json_field(f, c->damaged, CF_FLEET_LIMIT, c->fleet_limit);
 	if (c->fleet_limit == 0)
 		return;
 	fprintf(f, ", \"fleet_floor\": %u, \"fleet_share\": %u, \"fleet_lease\": %s, "

@@ -119,8 +119,8 @@ guard_fault(const void *addr)
 			return NULL;
 		}
 		bs_log(LOG_ERROR, "segment /dev/shm%s shrank under this process (it was "
-		    "truncated, or /dev/shm had no memory for it) at offset %lu of %lu: its "
-		    "limits are off in this process from now on", g->name,
+		    "truncated, or /dev/shm had no memory for it) at offset %lu of %lu: this "
+		    "process no longer uses it, and runs without its limits", g->name,
 		    (unsigned long)(a - base), (unsigned long)g->size);
 		return s;
 	}

@@ -381,8 +381,11 @@ proc_fork_prepare(struct seg *s, struct proc_fork *f)
 		return;
 	child = alloc_record(s, PROC_FORKING, s->my_pid);
 	if (child < 0) {
+		char name[BS_NAME_MAX];
+
+		log_name(name, sizeof(name), s->h->name, sizeof(name));
 		bs_log(LOG_ERROR, "process table of segment %s is full: a child's "
-		    "inherited sockets are not counted as held by it", s->h->name);
+		    "inherited sockets are not counted as held by it", name);
 		return;
 	}
 	f->rec = child;

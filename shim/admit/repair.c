@@ -110,16 +110,21 @@ repair_unheld(struct seg *s, const char *name)
 	if (repair_in_use(s))
 		goto done;
 	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++) {
+		char pname[BS_NAME_MAX];
+
 		if (lent[p] == 0)
 			continue;
 		sub_floor(&s->h->pools[p].lent, lent[p]);
+		log_name(pname, sizeof(pname), s->h->pools[p].name, sizeof(pname));
 		bs_log(LOG_WARN, "segment /dev/shm%s: pool %s: lent was %u with no process holding "
-		    "anything; reset to 0", name, s->h->pools[p].name, lent[p]);
+		    "anything; reset to 0", name, pname, lent[p]);
 	}
 	for (uint32_t i = 0; i < s->ncomp; i++) {
 		_Atomic uint32_t *v[NCOUNTS];
+		char cname[BS_NAME_MAX];
 
 		counts_of(&s->comp[i], v);
+		log_name(cname, sizeof(cname), s->comp[i].name, sizeof(cname));
 		for (int k = 0; k < NCOUNTS; k++) {
 			uint32_t was = seen[i * NCOUNTS + k];
 
@@ -127,8 +132,7 @@ repair_unheld(struct seg *s, const char *name)
 				continue;
 			sub_floor(v[k], was);
 			bs_log(LOG_WARN, "segment /dev/shm%s: compartment %s: %s was %u with no "
-			    "process holding anything; reset to 0", name, s->comp[i].name,
-			    count_names[k], was);
+			    "process holding anything; reset to 0", name, cname, count_names[k], was);
 		}
 	}
 	for (uint32_t j = 0; j < s->nslots; j++) {
@@ -167,8 +171,11 @@ repair_impossible(struct seg *s, char *buf, size_t len)
 			uint32_t n = atomic_load(v[k]);
 
 			if (n > SANE_COUNT_MAX) {
+				char cname[BS_NAME_MAX];
+
+				log_name(cname, sizeof(cname), s->comp[i].name, sizeof(cname));
 				bs_format(buf, len, "damaged (compartment %s: %s is %u while processes "
-				    "use the segment)", s->comp[i].name, count_names[k], n);
+				    "use the segment)", cname, count_names[k], n);
 				return buf;
 			}
 		}

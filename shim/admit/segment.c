@@ -402,7 +402,7 @@ fix_settings(struct seg *s, const struct bs_config *cfg, const char *name)
 		if (what == NULL)
 			continue;
 		bs_log(LOG_WARN, "segment /dev/shm%s: compartment %s: %s out of range (limit %u, "
-		    "max_wait_ms %u); using the configured values", name, c->name, what,
+		    "max_wait_ms %u); using the configured values", name, cfg->comp[i].name, what,
 		    atomic_load(&c->limit), atomic_load(&c->max_wait_ms));
 		seg_apply_limits(c, &cfg->comp[i]);
 	}

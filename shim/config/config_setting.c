@@ -366,8 +366,7 @@ int cfg_get_string(struct cfg_ctx *c, const config_setting_t *s, const char **ou
 /* True for the characters of a name: [A-Za-z0-9_.-]. */
 bool cfg_name_char(char ch)
 {
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       ch == '_' || ch == '.' || ch == '-';
+	return bs_name_char(ch);
 }
 
 /* Checks a compartment or segment name: 1..63 characters of [A-Za-z0-9_.-].

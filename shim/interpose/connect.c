@@ -39,12 +39,17 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 	unsigned cls = shim.cls < BS_MAX_CLASSES ? shim.cls : 0;
 	struct log_refusal r;
 	uint64_t skipped;
-	char msg[400];
+	char msg[400], name[BS_NAME_MAX], cname[BS_CLASS_NAME_MAX];
 
 	if (c == NULL || !log_rejection_due(comp, &skipped))
 		return;
+	/* The names are the segment's, which anybody who may write it may
+	 * have rewritten: logged only as a config could have given them. */
+	log_name(name, sizeof(name), c->name, sizeof(c->name));
+	log_name(cname, sizeof(cname), seg_header(shim.seg)->class_name[cls],
+	    sizeof(cname));
 	r.message = msg;
-	r.compartment = c->name;
+	r.compartment = name;
 	r.reason = stat_reason_name(why);
 	r.operation = what;
 	r.destination = dest;
@@ -53,44 +58,45 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 	switch (why) {
 	case REASON_FULL:
 		r.limit = ad_limit(c, P_CONN, limit_conn(c));
-		bs_format(msg, sizeof(msg), "%s full (%u/%u%s): %s to %s refused", c->name,
+		bs_format(msg, sizeof(msg), "%s full (%u/%u%s): %s to %s refused", name,
 		    r.in_use, r.limit, ad_limit(c, P_CONN, UINT32_MAX) != UINT32_MAX ? ", adaptive" : "",
 		    what, dest);
 		break;
 	case REASON_INFLIGHT_FULL:
 		r.in_use = atomic_load(&c->inflight);
 		r.limit = ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit));
-		bs_format(msg, sizeof(msg), "%s: %u/%u requests in flight%s: %s to %s refused", c->name,
+		bs_format(msg, sizeof(msg), "%s: %u/%u requests in flight%s: %s to %s refused", name,
 		    r.in_use, r.limit,
 		    ad_limit(c, P_INFLIGHT, UINT32_MAX) != UINT32_MAX ? " (adaptive limit)" : "", what,
 		    dest);
 		break;
 	case REASON_WAIT_TIMEOUT:
-		bs_format(msg, sizeof(msg), "%s full: waited %u ms in vain: %s to %s refused", c->name,
+		bs_format(msg, sizeof(msg), "%s full: waited %u ms in vain: %s to %s refused", name,
 		    atomic_load(&c->max_wait_ms), what, dest);
 		break;
 	case REASON_TOO_MANY_WAITING:
 		bs_format(msg, sizeof(msg), "%s full and %u callers already wait: %s to %s refused",
-		    c->name, atomic_load(&c->waiting), what, dest);
+		    name, atomic_load(&c->waiting), what, dest);
 		break;
 	case REASON_CLASS_FULL:
 		r.in_use = atomic_load(&c->cls[cls].in_use);
 		r.limit = atomic_load(&c->cls[cls].limit);
-		bs_format(msg, sizeof(msg), "%s: class %s at its limit of %u: %s to %s refused", c->name,
-		    shim.cls < BS_MAX_CLASSES ? seg_header(shim.seg)->class_name[shim.cls] : "?",
-		    r.limit, what, dest);
+		bs_format(msg, sizeof(msg), "%s: class %s at its limit of %u: %s to %s refused", name,
+		    cname, r.limit, what, dest);
 		break;
 	case REASON_POOL_FULL: {
 		struct seg_pool *pool = seg_pool_of(shim.seg, c);
+		char pname[BS_NAME_MAX] = "?";
 
 		if (pool != NULL) {
+			log_name(pname, sizeof(pname), pool->name, sizeof(pool->name));
 			r.in_use = atomic_load(&pool->shared);
 			r.limit = r.in_use;
 		}
 		bs_format(msg, sizeof(msg), "%s: pool %s has lent all %u of its shared permits "
-		    "(pool_full; %s holds %u, guaranteed %u): %s to %s refused", c->name,
-		    pool != NULL ? pool->name : "?", pool != NULL ? atomic_load(&pool->shared) : 0,
-		    c->name, atomic_load(&c->in_use), atomic_load(&c->guaranteed), what, dest);
+		    "(pool_full; %s holds %u, guaranteed %u): %s to %s refused", name,
+		    pname, pool != NULL ? atomic_load(&pool->shared) : 0,
+		    name, atomic_load(&c->in_use), atomic_load(&c->guaranteed), what, dest);
 		break;
 	}
 	case REASON_CLASS_SHARED_FULL:
@@ -98,15 +104,18 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 		r.limit = r.in_use;
 		bs_format(msg, sizeof(msg), "%s has lent all %u of its unguaranteed permits to its "
 		    "classes (class_shared_full; class %s holds %u, guaranteed %u): %s to %s refused",
-		    c->name, r.limit,
-		    shim.cls < BS_MAX_CLASSES ? seg_header(shim.seg)->class_name[shim.cls] : "?",
+		    name, r.limit, cname,
 		    cls < BS_MAX_CLASSES ? atomic_load(&c->cls[cls].in_use) : 0,
 		    cls < BS_MAX_CLASSES ? atomic_load(&c->cls_guaranteed[cls]) : 0, what, dest);
 		break;
-	default:
+	default: {
+		char sname[BS_NAME_MAX];
+
+		log_name(sname, sizeof(sname), seg_header(shim.seg)->name, sizeof(sname));
 		bs_format(msg, sizeof(msg), "%s: the socket or process table of segment %s is full: "
-		    "%s to %s refused", c->name, seg_header(shim.seg)->name, what, dest);
+		    "%s to %s refused", name, sname, what, dest);
 		break;
+	}
 	}
 	log_refusal(&r, skipped);
 }

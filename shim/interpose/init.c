@@ -308,7 +308,7 @@ static const struct seg_host host = {
 __attribute__((constructor)) static void
 shim_init(void)
 {
-	char err[BS_ERRLEN], msg[BS_ERRLEN + 64];
+	char err[BS_ERRLEN], msg[BS_ERRLEN + 64], cname[BS_CLASS_NAME_MAX];
 	const char *path, *level, *format;
 	struct matcher *m;
 	size_t key_len = 0;
@@ -397,8 +397,9 @@ shim_init(void)
 	shim.cls = find_class(&shim.cfg);
 	proc_adopt(shim.seg, shim_adopt_fd);
 	atomic_store_explicit(&shim.ready, 1, memory_order_release);
+	log_name(cname, sizeof(cname), seg_header(shim.seg)->class_name[shim.cls], sizeof(cname));
 	bs_log(LOG_INFO, "%s: %u compartments in segment %s, class %s", shim.cfg.path,
-	    (unsigned)shim.cfg.ncomp, shim.cfg.segment, seg_header(shim.seg)->class_name[shim.cls]);
+	    (unsigned)shim.cfg.ncomp, shim.cfg.segment, cname);
 }
 
 /* A normal exit gives every permit of this process back, once the kernel

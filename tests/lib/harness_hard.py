@@ -52,6 +52,9 @@ int main(void) {
 	F(seg_header, off_slots); F(seg_header, off_procs); F(seg_header, off_bitmaps);
 	F(seg_header, generation); F(seg_header, name); F(seg_header, config_path);
 	F(seg_header, class_name); F(seg_header, nclass); F(seg_header, last_reclaim_ms);
+	F(seg_header, npools); F(seg_header, pools); F(seg_header, attaches);
+	F(seg_header, unprotected); F(seg_header, unprotected_why);
+	F(seg_pool, name); F(seg_pool, size); F(seg_pool, lent); F(seg_pool, peak);
 	F(seg_comp, name); F(seg_comp, limit); F(seg_comp, in_use); F(seg_comp, peak);
 	F(seg_comp, waiting); F(seg_comp, reject_errno); F(seg_comp, enforce);
 	F(seg_comp, inflight_limit); F(seg_comp, inflight); F(seg_comp, max_wait_ms);
@@ -64,8 +67,8 @@ int main(void) {
 	F(seg_proc, start); F(seg_proc, since_ms); F(seg_proc, gen);
 	printf("\"sizeof.seg_header\": %zu, \"sizeof.seg_comp\": %zu, \"sizeof.seg_class\": %zu,\n",
 	    sizeof(struct seg_header), sizeof(struct seg_comp), sizeof(struct seg_class));
-	printf("\"sizeof.seg_slot\": %zu, \"sizeof.seg_proc\": %zu,\n",
-	    sizeof(struct seg_slot), sizeof(struct seg_proc));
+	printf("\"sizeof.seg_slot\": %zu, \"sizeof.seg_proc\": %zu, \"sizeof.seg_pool\": %zu,\n",
+	    sizeof(struct seg_slot), sizeof(struct seg_proc), sizeof(struct seg_pool));
 	printf("\"SEG_MAGIC\": %llu, \"SEG_VERSION\": %d, \"PROC_LIVE\": %d, \"PROC_FORKING\": %d,\n",
 	    (unsigned long long)SEG_MAGIC, SEG_VERSION, PROC_LIVE, PROC_FORKING);
 	printf("\"SLOT_USED\": %d, \"BS_MAX_LIMIT\": %d, \"BS_MAX_COMPARTMENTS\": %d\n}\n",
@@ -165,6 +168,16 @@ class Segment:
         base = self.comp_base(i) + self.L["seg_comp.cls"][0] + k * self.L["sizeof.seg_class"]
         off, size = self._field(base, "seg_class." + field)
         self.put(off, size, value)
+
+    def pool_set(self, p, field, value):
+        base = self.L["seg_header.pools"][0] + p * self.L["sizeof.seg_pool"]
+        off, size = self._field(base, "seg_pool." + field)
+        self.put(off, size, value)
+
+    def write_text(self, off, size, text):
+        """Writes the bytes text at off, NUL-padded to size bytes."""
+        assert len(text) < size, "%r does not fit %d bytes" % (text, size)
+        self.m[off:off + size] = text + b"\0" * (size - len(text))
 
     def comp_name(self, i):
         off, size = self._field(self.comp_base(i), "seg_comp.name")

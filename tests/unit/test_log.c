@@ -177,8 +177,8 @@ hostile_refusal(void)
 		log_refusal(&r, skipped);
 }
 
-/* Quotes, backslashes and control characters are escaped, and a huge
- * destination is cut so that the object still closes on its one line. */
+/* Quotes and backslashes are escaped, control characters replaced, and a
+ * huge destination is cut so that the object still closes on its one line. */
 static void
 test_hostile_fields_stay_one_valid_line(void **state)
 {
@@ -199,10 +199,104 @@ test_hostile_fields_stay_one_valid_line(void **state)
 	assert_null(memchr(out, '\t', n));
 	assert_null(memchr(out, 1, n));
 	assert_non_null(strstr(out, "\"compartment\": \"pay\\\"ments\""));
-	assert_non_null(strstr(out, "a\\\"\\\\\\n\\t\\u0001/"));
+	assert_non_null(strstr(out, "a\\\"\\\\??" "?/"));
 	assert_non_null(strstr(out, "\"limit\": null"));
 	assert_non_null(strstr(out, "...\""));
 	assert_memory_equal(out, "{\"time\": \"", 10);
+}
+
+/* Each case: what goes in, what log_scrub leaves of it. */
+static void
+test_scrub_leaves_printable_text_only(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{ "plain text 1.2:3", "plain text 1.2:3" },
+		{ "a\nb\rc\td", "a?b?c?d" },
+		{ "\x1b[31mred\x1b[0m", "?[31mred?[0m" },
+		{ "del\x7f", "del?" },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80" },
+		{ "csi\x9b" "31m", "csi?31m" },			/* C1, raw */
+		{ "csi\xc2\x9b" "31m", "csi??31m" },		/* C1, UTF-8 encoded */
+		{ "nel\xc2\x85", "nel??" },
+		{ "ls\xe2\x80\xa8ps\xe2\x80\xa9", "ls???ps???" },
+		{ "overlong\xc0\xaf\xe0\x80\xaf", "overlong?????" },
+		{ "surrogate\xed\xa0\x80", "surrogate???" },
+		{ "beyond\xf4\x90\x80\x80", "beyond????" },
+		{ "cut\xe2\x82", "cut??" },
+		{ "lone\x80\xbf", "lone??" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char buf[64];
+
+		snprintf(buf, sizeof(buf), "%s", cases[i].in);
+		log_scrub(buf, strlen(buf));
+		assert_string_equal(buf, cases[i].out);
+	}
+}
+
+static void
+test_name_keeps_only_what_a_config_accepts(void **state)
+{
+	char out[BS_NAME_MAX], field[16];
+
+	(void)state;
+	assert_true(log_name(out, sizeof(out), "db-1.pg_main", 16));
+	assert_string_equal(out, "db-1.pg_main");
+	assert_false(log_name(out, sizeof(out), "a\nbulkshim[1]: FORGED \x1b[31m", 40));
+	assert_string_equal(out, "a?bulkshim?1???FORGED???31m");
+	assert_false(log_name(out, sizeof(out), "", 8));
+	assert_string_equal(out, "?");
+	assert_false(log_name(out, sizeof(out), "caf\xc3\xa9", 8));
+	assert_string_equal(out, "caf??");
+	/* No NUL within the field: read no further than it. */
+	memset(field, 'A', sizeof(field));
+	assert_false(log_name(out, sizeof(out), field, sizeof(field)));
+	assert_string_equal(out, "AAAAAAAAAAAAAAAA");
+	/* Cut to the room there is, in place too. */
+	assert_false(log_name(out, 4, "abcdef", 8));
+	assert_string_equal(out, "abc");
+	snprintf(field, sizeof(field), "x y");
+	assert_false(log_name(field, sizeof(field), field, sizeof(field)));
+	assert_string_equal(field, "x?y");
+	assert_false(log_name(out, 0, "abc", 4));
+}
+
+static void
+forged_line(void)
+{
+	errno = EDOM;
+	bs_log(LOG_WARN, "compartment %s full", "a\nbulkshim[1]: FORGED LINE \x1b[31mX");
+	assert_int_equal(errno, EDOM);
+}
+
+/* Whatever its arguments hold, a text or JSON line is one line of
+ * printable text, and errno is left as it was. */
+static void
+test_a_line_is_one_line_whatever_its_arguments(void **state)
+{
+	char out[1024];
+	size_t n;
+
+	(void)state;
+	log_set_level("warn");
+	n = capture(forged_line, out, sizeof(out));
+	assert_true(n > 0);
+	assert_ptr_equal(strchr(out, '\n'), out + n - 1);
+	assert_null(strchr(out, '\x1b'));
+	assert_non_null(strstr(out, ": compartment a?bulkshim[1]: FORGED LINE ?[31mX full\n"));
+	log_set_format("json");
+	n = capture(forged_line, out, sizeof(out));
+	log_set_format("text");
+	assert_true(n > 0);
+	assert_ptr_equal(strchr(out, '\n'), out + n - 1);
+	assert_null(strchr(out, '\x1b'));
+	assert_null(strstr(out, "\\n"));
+	assert_non_null(strstr(out, "\"message\": \"compartment a?bulkshim[1]: FORGED LINE ?[31mX "
+	    "full\"}"));
 }
 
 static void
@@ -253,6 +347,9 @@ main(void)
 		cmocka_unit_test(test_time_matches_gmtime),
 		cmocka_unit_test(test_hostile_fields_stay_one_valid_line),
 		cmocka_unit_test(test_json_refusals_are_rate_limited_and_count_the_suppressed),
+		cmocka_unit_test(test_scrub_leaves_printable_text_only),
+		cmocka_unit_test(test_name_keeps_only_what_a_config_accepts),
+		cmocka_unit_test(test_a_line_is_one_line_whatever_its_arguments),
 	};
 
 	return cmocka_run_group_tests_name("log", tests, NULL, NULL);
