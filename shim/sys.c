@@ -214,3 +214,4 @@ sys_pid_alive(pid_t pid, uint64_t start)
 		return false;
 	return start == 0 || st == start;
 }
+

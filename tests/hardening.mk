@@ -121,7 +121,7 @@ check-sanitize: all asan-bin tsan-bin
 F := $(B)/fuzz
 FUZZ_FLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE $(WARN) -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer -Ishim $(PC_CFLAGS)
-FUZZERS := $(F)/fuzz_config $(F)/fuzz_match
+FUZZERS := $(F)/fuzz_config $(F)/fuzz_match $(F)/fuzz_segment
 FUZZ_OPTS := -rss_limit_mb=2048 -timeout=10 -print_final_stats=1
 FUZZ_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp
 
@@ -147,19 +147,20 @@ fuzz-deps: | $(B)
 	fi
 	@rm -f $(B)/fuzzprobe $(B)/fuzzprobe.c
 
-# The config loader and the matcher, whatever files they are split into.
-FUZZ_SRC = $(wildcard shim/config/*.c) shim/log.c shim/sys.c
+# The config loader, the matcher and the counting core (the segment's
+# target), whatever files they are split into.
+FUZZ_SRC = $(wildcard shim/config/*.c) $(wildcard shim/admit/*.c) shim/log.c shim/sys.c
 
 $(F)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(SHIM_H) | $(F)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRC) $(PC_LIBS) -lpthread
 
-$(F) $(F)/corpus_config $(F)/corpus_match:
+$(F) $(F)/corpus_config $(F)/corpus_match $(F)/corpus_segment:
 	mkdir -p $@
 
 # New inputs go to $(F)/corpus_*, the seeds in tests/fuzz stay as they are;
 # crashes are written to $(F)/crash-* and fail the run.
-fuzz: fuzz-bin | $(F)/corpus_config $(F)/corpus_match
-	@for t in config match; do \
+fuzz: fuzz-bin | $(F)/corpus_config $(F)/corpus_match $(F)/corpus_segment
+	@for t in config match segment; do \
 		echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
 		$(FUZZ_ENV) $(F)/fuzz_$$t $(FUZZ_OPTS) -max_total_time=$(FUZZ_SECONDS) \
 			-artifact_prefix=$(F)/fuzz_$$t- $(F)/corpus_$$t tests/fuzz/corpus_$$t \

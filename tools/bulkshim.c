@@ -216,6 +216,7 @@ int
 main(int argc, char **argv)
 {
 	cli_commands(commands, sizeof(commands) / sizeof(commands[0]));
+	cli_guard_start();
 	if (argc < 2)
 		return cli_usage(stderr, 2);
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)

@@ -43,7 +43,7 @@ enum cli_field {
 	CF_CONNECT_TIMEOUTS, CF_IO_TIMEOUTS, CF_PEAK_RATE, CF_REJECTED_BY, CF_WOULD_REJECT,
 	CF_H_CONNECT, CF_H_REPLY, CF_H_WAIT, CF_GUARANTEED, CF_BORROWED, CF_CLASS_LENT,
 	CF_SIZE, CF_RESERVED, CF_SHARED, CF_LENT, CF_FREE, CF_ADAPTIVE, CF_FLEET_LIMIT,
-	CF_SEGMENT, CF_ATTACHED, CF_UNPROTECTED, CF_UNPROTECTED_LAST_MS,
+	CF_SEGMENT, CF_ATTACHED, CF_UNPROTECTED, CF_UNPROTECTED_LAST_MS, CF_TRUNCATED,
 	CF_FIELDS
 };
 #define CLI_DAMAGED(mask, field)	((((mask) >> (field)) & 1) != 0)
@@ -417,5 +417,8 @@ int cmd_fleet(int argc, char **argv);	/* fleet.c */
 int cmd_attach(int argc, char **argv);	/* cmd_kernel.c */
 int cmd_detach(int argc, char **argv);
 int cmd_run_kernel(int argc, char **argv);
+
+/* cli_guard.c: SIGBUS of a segment that shrinks while it is read. */
+void cli_guard_start(void);
 
 #endif

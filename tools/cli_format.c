@@ -29,7 +29,7 @@ static const char *const field_names[CF_FIELDS] = {
 	[CF_SHARED] = "shared", [CF_LENT] = "lent", [CF_FREE] = "free",
 	[CF_ADAPTIVE] = "adaptive", [CF_FLEET_LIMIT] = "fleet_limit", [CF_SEGMENT] = "segment",
 	[CF_ATTACHED] = "attached", [CF_UNPROTECTED] = "unprotected",
-	[CF_UNPROTECTED_LAST_MS] = "unprotected_last_ms",
+	[CF_UNPROTECTED_LAST_MS] = "unprotected_last_ms", [CF_TRUNCATED] = "truncated",
 };
 _Static_assert(CF_FIELDS <= 64, "a damaged mask has a bit for every field");
 

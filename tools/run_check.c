@@ -176,6 +176,13 @@ run_check_config(const char *path)
 		    "without limits\n");
 		return -1;
 	}
+	/* A segment that a stranger made first would leave it unprotected. */
+	if (seg_check_owner(&cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bulkshim: %s\nbulkshim: not started: the program would run without "
+		    "limits\n", err);
+		cfg_free(&cfg);
+		return -1;
+	}
 	cfg_free(&cfg);
 	return 0;
 }

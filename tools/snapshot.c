@@ -462,6 +462,11 @@ cli_snap_read(const struct seg *s, struct cli_snap *snap)
 		read_pool(s, snap, p);
 		snap->ndamaged += count_bits(snap->pool[p].damaged);
 	}
+	/* Shrunk while read (cli_guard.c): what was read after is zeros. */
+	if (guard_lost(s)) {
+		flag(&snap->damaged, CF_TRUNCATED);
+		snap->ndamaged++;
+	}
 	return 0;
 }
 

@@ -92,6 +92,9 @@ struct seg {
 	 * full compartment is reconciled against the kernel before a
 	 * refusal (reconcile.c). */
 	const struct seg_host *host;
+	/* Set once the mapping shrank under this process and was replaced
+	 * by zero pages (guard.c): nothing in it is the segment any more. */
+	_Atomic int lost;
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -102,6 +105,32 @@ int seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t 
  * Validates it like seg_attach. Returns 0 or -errno with a message in err. */
 int seg_open(const char *name, bool writable, struct seg **out, char *err, size_t errlen);
 void seg_close(struct seg *s);
+/* For `bulkshim run`: -EPERM with the reason and the fix in err if the
+ * object at cfg's segment name belongs to someone seg_attach would not
+ * trust and would not replace, so that the program would run without
+ * limits; 0 otherwise (none there yet, or one it may use). */
+int seg_check_owner(const struct bs_config *cfg, char *err, size_t errlen);
+
+/* ---- mappers.c: who maps a segment's object ---- */
+
+/* How many processes other than this one map inode ino at a path ending in
+ * path (every /proc/PID/maps this user may read); the first max of their
+ * pids in pids. -errno without /proc. Not async-signal-safe. */
+int seg_mappers(uint64_t ino, const char *path, pid_t *pids, int max);
+
+/* ---- guard.c: a mapping that shrinks under the process ---- */
+
+/* Lists s's mapping (shm_name: "/bulkshim.NAME") for guard_fault, from
+ * when it is mapped (segment.c) until guard_unwatch before its unmap. */
+void guard_watch(struct seg *s, const char *shm_name);
+void guard_unwatch(const struct seg *s);
+/* Called by a SIGBUS handler with the faulting address: if it lies in a
+ * listed mapping, replaces that mapping by private zero pages, marks the
+ * segment lost, logs one line and returns the segment (the access can be
+ * retried); NULL if the fault is not the segment's. Async-signal-safe. */
+struct seg *guard_fault(const void *addr);
+/* True once s's mapping was replaced (see guard_fault). */
+bool guard_lost(const struct seg *s);
 
 /* The accessors below read the handle and the mapping only: every layer
  * may use them. */

@@ -181,7 +181,9 @@ diag_dump(int nl, const void *req, size_t len, const uint64_t *ino, bool *alive,
 
 		if (got < 0)
 			return errno == EINTR ? -EAGAIN : -errno;
-		for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+		/* NLMSG_OK, with the comparison of signs spelled out. */
+		for (; left >= (int)sizeof(*h) && h->nlmsg_len >= sizeof(*h) &&
+		    h->nlmsg_len <= (unsigned)left; h = NLMSG_NEXT(h, left)) {
 			uint64_t v;
 
 			if (h->nlmsg_type == NLMSG_DONE)

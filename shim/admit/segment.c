@@ -1,4 +1,4 @@
-/* segment.c - the shared-memory segment: layout, attach, validation, repair of damaged counts. */
+/* segment.c - the shared-memory segment: creation, attach, validation (repair.c puts damaged counts right). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -7,11 +7,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "admit/pool.h"
+#include "admit/repair.h"
 #include "admit/slot.h"
 #include "log.h"
 #include "sys.h"
@@ -166,8 +168,10 @@ lock_bounded(int fd, int wait_ms)
 	return -ETIMEDOUT;
 }
 
+/* Maps fd whole and lists the mapping with the guard (guard.c) before
+ * anything reads it: the object may shrink at any moment from now on. */
 static int
-map_fd(struct seg *s, int fd, size_t size, bool writable)
+map_fd(struct seg *s, int fd, size_t size, bool writable, const char *name)
 {
 	void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
 
@@ -177,8 +181,19 @@ map_fd(struct seg *s, int fd, size_t size, bool writable)
 		return -errno;
 	s->base = p;
 	s->size = size;
+	guard_watch(s, name);
 	s->ino = fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
 	return 0;
+}
+
+static void
+unmap(struct seg *s)
+{
+	if (s->base == NULL)
+		return;
+	guard_unwatch(s);
+	munmap(s->base, s->size);
+	s->base = NULL;
 }
 
 void
@@ -290,16 +305,6 @@ forget_live_sets(struct seg *s, const struct bs_config *cfg, const char *name)
 	memset(s->h->live_set, 0, sizeof(s->h->live_set));
 }
 
-static bool
-any_live(struct seg *s)
-{
-	for (uint32_t i = 0; i < s->nprocs; i++) {
-		if (atomic_load(&s->procs[i].state) != PROC_FREE)
-			return true;
-	}
-	return false;
-}
-
 /* Maps config compartments to segment compartments by name. Returns the
  * number of config compartments the segment lacks. */
 static size_t
@@ -365,211 +370,6 @@ open_failure(const char *name, int e, char *err, size_t errlen)
 		bs_format(err, errlen, "cannot open segment %s: %s", path, strerror(e));
 }
 
-/* ---- damaged counters, put right at attach ---- */
-
-/*
- * A segment that passed validate() can still hold values no correct shim
- * writes: a damaged or hand-made segment, a bug, a crash at the wrong
- * instruction. Left alone, a count of 4 billion permits in use refuses
- * every connect forever and a wait of 49 days hangs the caller. Attach
- * puts such values right, under the segment's lock, and says what it
- * changed; what it cannot put right safely makes the segment untrusted.
- */
-
-/* No legitimate count comes near this: in_use stays below its limit (at
- * most BS_MAX_LIMIT) or, with no limit, below the socket table. */
-#define SANE_COUNT_MAX	((uint32_t)BS_MAX_LIMIT + BS_MAX_SOCKETS)
-
-/* Lowers *v by `by`, never below 0, keeping whatever others added since. */
-static void
-sub_floor(_Atomic uint32_t *v, uint32_t by)
-{
-	uint32_t cur = atomic_load(v);
-
-	while (!atomic_compare_exchange_weak(v, &cur, cur > by ? cur - by : 0))
-		;
-}
-
-/* Frees the process records whose state is none of ours. Nothing else
- * ever writes such a record, so it can be cleared without a race; its row
- * is cleared before the record becomes free. Returns how many. */
-static uint32_t
-clear_bad_records(struct seg *s)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < s->nprocs; i++) {
-		struct seg_proc *p = &s->procs[i];
-		uint32_t st = atomic_load(&p->state);
-
-		if (st <= PROC_EXITED)
-			continue;
-		for (uint32_t w = 0; w < s->bitmap_words; w++)
-			atomic_store(&seg_row(s, i)[w], 0);
-		atomic_store(&p->pid, 0);
-		atomic_store(&p->owner, 0);
-		atomic_store(&p->start, 0);
-		if (atomic_compare_exchange_strong(&p->state, &st, PROC_FREE))
-			n++;
-	}
-	return n;
-}
-
-/* The counts of compartment c that stand for permits, waiters and
- * requests; all of them are 0 when no process holds a record. */
-#define NCOUNTS (6 + BS_MAX_CLASSES)
-static void
-counts_of(struct seg_comp *c, _Atomic uint32_t *v[NCOUNTS])
-{
-	v[0] = &c->in_use;
-	v[1] = &c->inflight;
-	v[2] = &c->over;
-	v[3] = &c->inflight_over;
-	v[4] = &c->waiting;
-	for (int k = 0; k < BS_MAX_CLASSES; k++)
-		v[5 + k] = &c->cls[k].in_use;
-	v[5 + BS_MAX_CLASSES] = &c->cls_lent;
-}
-
-static const char *const count_names[NCOUNTS] = {
-	"in_use", "inflight", "over", "inflight_over", "waiting",
-	"class 0 in_use", "class 1 in_use", "class 2 in_use", "class 3 in_use",
-	"class 4 in_use", "class 5 in_use", "class 6 in_use", "class 7 in_use",
-	"class lent",
-};
-
-/*
- * No process holds a record, so no permit is held and no slot is in use:
- * whatever the counts say is left over (a process killed between taking a
- * permit and recording it) or garbage. The counts are read first and
- * taken off only if still nobody holds a record afterwards, by subtraction,
- * so a process that starts taking permits meanwhile keeps what it took.
- * Returns false if a process took a record before it was done (or memory
- * ran out), and nothing was changed.
- */
-static bool
-reset_unheld(struct seg *s, const char *name)
-{
-	uint32_t nslots = 0, lent[BS_MAX_POOLS] = { 0 };
-	bool done = false;
-	uint32_t *seen = calloc((size_t)s->ncomp * NCOUNTS, sizeof(*seen));
-	uint32_t *slot_st = calloc(s->nslots, sizeof(*slot_st));
-
-	if (seen == NULL || slot_st == NULL)
-		goto done;
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		_Atomic uint32_t *v[NCOUNTS];
-
-		counts_of(&s->comp[i], v);
-		for (int k = 0; k < NCOUNTS; k++)
-			seen[i * NCOUNTS + k] = atomic_load(v[k]);
-	}
-	for (uint32_t j = 0; j < s->nslots; j++)
-		slot_st[j] = atomic_load(&s->slots[j].state);
-	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++)
-		lent[p] = atomic_load(&s->h->pools[p].lent);
-	if (any_live(s))
-		goto done;
-	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++) {
-		char pname[BS_NAME_MAX];
-
-		if (lent[p] == 0)
-			continue;
-		sub_floor(&s->h->pools[p].lent, lent[p]);
-		log_name(pname, sizeof(pname), s->h->pools[p].name, sizeof(pname));
-		bs_log(LOG_WARN, "segment /dev/shm%s: pool %s: lent was %u with no process holding "
-		    "anything; reset to 0", name, pname, lent[p]);
-	}
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		_Atomic uint32_t *v[NCOUNTS];
-		char cname[BS_NAME_MAX];
-
-		counts_of(&s->comp[i], v);
-		log_name(cname, sizeof(cname), s->comp[i].name, sizeof(cname));
-		for (int k = 0; k < NCOUNTS; k++) {
-			uint32_t was = seen[i * NCOUNTS + k];
-
-			if (was == 0)
-				continue;
-			sub_floor(v[k], was);
-			bs_log(LOG_WARN, "segment /dev/shm%s: compartment %s: %s was %u with no "
-			    "process holding anything; reset to 0", name, cname, count_names[k], was);
-		}
-	}
-	for (uint32_t j = 0; j < s->nslots; j++) {
-		struct seg_slot *sl = &s->slots[j];
-		uint32_t st = slot_st[j];
-
-		if (st == SLOT_FREE)
-			continue;
-		atomic_store(&sl->holders, 0);
-		atomic_store(&sl->inode, 0);
-		atomic_store(&sl->mark, MARK_OF_GEN(MARK_GEN(atomic_load(&sl->mark))));
-		if (atomic_compare_exchange_strong(&sl->state, &st, SLOT_FREE))
-			nslots++;
-	}
-	if (nslots > 0)
-		bs_log(LOG_WARN, "segment /dev/shm%s: %u socket slots were in use with no process "
-		    "holding them; freed", name, nslots);
-	done = true;
-done:
-	free(seen);
-	free(slot_st);
-	return done;
-}
-
-/* Processes hold records: their counts cannot be recomputed under them,
- * but a count beyond anything possible means the segment is damaged.
- * Returns NULL or what is wrong, in buf. */
-static const char *
-impossible_counts(struct seg *s, char *buf, size_t len)
-{
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		_Atomic uint32_t *v[NCOUNTS];
-
-		counts_of(&s->comp[i], v);
-		for (int k = 0; k < NCOUNTS; k++) {
-			uint32_t n = atomic_load(v[k]);
-
-			if (n > SANE_COUNT_MAX) {
-				char cname[BS_NAME_MAX];
-
-				log_name(cname, sizeof(cname), s->comp[i].name, sizeof(cname));
-				bs_format(buf, len, "damaged (compartment %s: %s is %u while processes "
-				    "use the segment)", cname, count_names[k], n);
-				return buf;
-			}
-		}
-	}
-	return NULL;
-}
-
-/* What is wrong with the settings of compartment c, or NULL: values that
- * seg_apply_limits never writes, whatever the config. */
-static const char *
-bad_setting(const struct seg_comp *c)
-{
-	uint32_t lim = atomic_load(&c->limit), ilim = atomic_load(&c->inflight_limit);
-	uint32_t mw = atomic_load(&c->max_waiting);
-
-	if (lim == 0 || (lim > BS_MAX_LIMIT && lim != UINT32_MAX))
-		return "limit";
-	if (ilim == 0 || (ilim > BS_MAX_LIMIT && ilim != UINT32_MAX))
-		return "inflight limit";
-	if (mw > BS_MAX_LIMIT)
-		return "max_waiting";
-	if (atomic_load(&c->max_wait_ms) > BS_MAX_WAIT_MS)
-		return "max_wait_ms";
-	if (atomic_load(&c->connect_timeout_ms) > BS_MAX_TIMEOUT_MS ||
-	    atomic_load(&c->io_timeout_ms) > BS_MAX_TIMEOUT_MS)
-		return "timeout";
-	for (int k = 0; k < BS_MAX_CLASSES; k++) {
-		if (atomic_load(&c->cls[k].limit) > BS_MAX_LIMIT)
-			return "class limit";
-	}
-	return NULL;
-}
-
 /*
  * The checks at attach of a segment that existed: records in no known
  * state are freed, dead processes' permits taken back, and then either
@@ -579,15 +379,15 @@ bad_setting(const struct seg_comp *c)
 static const char *
 scrub(struct seg *s, const char *name, char *buf, size_t len)
 {
-	uint32_t bad = clear_bad_records(s);
+	uint32_t bad = repair_records(s);
 
 	if (bad > 0)
 		bs_log(LOG_WARN, "segment /dev/shm%s: %u process records in no known state; freed",
 		    name, bad);
 	proc_reclaim(s, false);
-	if (!any_live(s) && reset_unheld(s, name))
+	if (!repair_in_use(s) && repair_unheld(s, name))
 		return NULL;
-	return impossible_counts(s, buf, len);
+	return repair_impossible(s, buf, len);
 }
 
 /* Settings of the configured compartments that no config can give are
@@ -597,7 +397,7 @@ fix_settings(struct seg *s, const struct bs_config *cfg, const char *name)
 {
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		struct seg_comp *c = &s->comp[s->cmap[i]];
-		const char *what = bad_setting(c);
+		const char *what = repair_setting(c);
 
 		if (what == NULL)
 			continue;
@@ -624,8 +424,109 @@ unfinished(int fd, const struct stat *st)
 	    (ssize_t)sizeof(magic) && magic == 0;
 }
 
+/* Sizes a new segment with memory that is really there: ftruncate
+ * reserves nothing on tmpfs, and a page that a full /dev/shm cannot give
+ * raises SIGBUS at its first touch. posix_fallocate takes every page now,
+ * or fails with nothing taken and the object left at size 0, which the
+ * next process to start sets up again (never a half-made segment). */
+static int
+reserve(int fd, size_t size, const char *name, char *err, size_t errlen)
+{
+	struct statvfs vfs;
+	int e;
+
+	do {
+		e = posix_fallocate(fd, 0, (off_t)size);
+	} while (e == EINTR);
+	if (e == 0)
+		return 0;
+	if (ftruncate(fd, 0) < 0) {
+		/* The object is left as it is: the next creator finds it
+		 * unfinished and reserves again. */
+	}
+	if (e == ENOSPC && fstatvfs(fd, &vfs) == 0)
+		bs_format(err, errlen, "cannot reserve %lu KiB for segment /dev/shm%s: /dev/shm has "
+		    "%lu KiB free (raise its size, or lower max_sockets/max_processes)",
+		    (unsigned long)((size + 1023) / 1024), name,
+		    (unsigned long)((uint64_t)vfs.f_bavail * vfs.f_frsize / 1024));
+	else
+		bs_format(err, errlen, "cannot reserve %lu KiB for segment /dev/shm%s: %s",
+		    (unsigned long)((size + 1023) / 1024), name, strerror(e));
+	return -e;
+}
+
+/* Whether a process of this user may use an object that uid owns under
+ * cfg: its own, root's, or the configured owner's. Anyone else's may have
+ * been made first by a stranger (/dev/shm is open to every user), and a
+ * stranger must not decide what the service's limits are. */
+static bool
+owner_expected(const struct bs_config *cfg, uid_t uid)
+{
+	return uid == geteuid() || uid == 0 || (cfg->has_owner && uid == cfg->owner);
+}
+
+/* A stranger's object at the segment's name (st), which is never used.
+ * Root removes it when no process maps it (a squatter's, or one whose
+ * users are gone), if `remove` says so, and returns 1: the caller sets
+ * the segment up anew. Else returns -EPERM with who owns it, who maps it,
+ * and the fix in err. */
+static int
+stranger(const struct bs_config *cfg, const char *name, const struct stat *st, bool remove,
+    char *err, size_t errlen)
+{
+	char path[BS_NAME_MAX + 32], who[64] = "";
+	pid_t pids[3];
+	int n = -1;
+
+	bs_format(path, sizeof(path), "/dev/shm%s", name);
+	if (geteuid() == 0) {
+		n = seg_mappers((uint64_t)st->st_ino, path, pids, 3);
+		if (n == 0 && !remove)
+			return 1;
+		if (n == 0 && shm_unlink(name) == 0) {
+			bs_log(LOG_WARN, "%s belonged to uid %u (not root, not the config's owner) and "
+			    "no process mapped it: removed, and set up anew", path,
+			    (unsigned)st->st_uid);
+			return 1;
+		}
+		if (n == 0 && errno == ENOENT)
+			return 1;	/* another process removed it first */
+	}
+	if (n > 0)
+		bs_format(who, sizeof(who), "; pid %d%s maps it", (int)pids[0],
+		    n > 1 ? " and others" : "");
+	bs_format(err, errlen, "%s belongs to uid %u, not to this user (uid %u), root or the "
+	    "config's owner%s: not used. If uid %u did not make it for this service, remove it as "
+	    "root (bulkshim rm --force %s); if it should own it, set owner = \"%u\" in %s", path,
+	    (unsigned)st->st_uid, (unsigned)geteuid(), who, (unsigned)st->st_uid, cfg->segment,
+	    (unsigned)st->st_uid, cfg->path);
+	return -EPERM;
+}
+
+/* lstat of the object behind shm name. */
+static int
+shm_stat(const char *name, struct stat *st)
+{
+	char path[BS_NAME_MAX + 32];
+
+	bs_format(path, sizeof(path), "/dev/shm%s", name);
+	return lstat(path, st);
+}
+
 int
-seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen)
+seg_check_owner(const struct bs_config *cfg, char *err, size_t errlen)
+{
+	char name[BS_NAME_MAX + 16];
+	struct stat st;
+
+	seg_shm_name(cfg->segment, name, sizeof(name));
+	if (shm_stat(name, &st) < 0 || owner_expected(cfg, st.st_uid))
+		return 0;
+	return stranger(cfg, name, &st, false, err, errlen) > 0 ? 0 : -EPERM;
+}
+
+static int
+try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen, int retries)
 {
 	char name[BS_NAME_MAX + 16], msg[BS_ERRLEN / 2];
 	struct seg_header want;
@@ -647,6 +548,13 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	}
 	if (fd < 0) {
 		r = -errno;
+		/* Not ours to open may be a stranger's: that is said first. */
+		if (r == -EACCES && shm_stat(name, &st) == 0 && !owner_expected(cfg, st.st_uid)) {
+			r = stranger(cfg, name, &st, true, err, errlen);
+			if (r > 0 && retries < 3)
+				return try_attach(cfg, out, err, errlen, retries + 1);
+			return -EPERM;
+		}
 		open_failure(name, -r, err, errlen);
 		return r;
 	}
@@ -674,11 +582,17 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "segment /dev/shm%s is not a regular shared-memory object; not trusted", name);
 		goto fail;
 	}
-	if (st.st_uid != geteuid() && st.st_uid != 0 &&
-	    !(cfg->has_owner && st.st_uid == cfg->owner)) {
+	if (!owner_expected(cfg, st.st_uid)) {
+		r = stranger(cfg, name, &st, true, err, errlen);
+		if (r > 0 && retries < 3) {
+			flock(fd, LOCK_UN);
+			sys_close(fd);
+			return try_attach(cfg, out, err, errlen, retries + 1);
+		}
+		if (r > 0)
+			bs_format(err, errlen, "segment /dev/shm%s is made again by uid %u each time "
+			    "it is removed: not used", name, (unsigned)st.st_uid);
 		r = -EPERM;
-		bs_format(err, errlen, "segment /dev/shm%s belongs to uid %u, not to this user; not trusted",
-		    name, (unsigned)st.st_uid);
 		goto fail;
 	}
 	if (created) {
@@ -705,19 +619,17 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 			    "died; set up anew", name);
 		memset(&want, 0, sizeof(want));
 		seg_layout_fill(&want, (uint32_t)cfg->ncomp, cfg->max_sockets, cfg->max_processes);
-		if (ftruncate(fd, (off_t)want.total_size) < 0) {
-			r = -errno;
-			bs_format(err, errlen, "cannot size segment /dev/shm%s: %s", name, strerror(-r));
+		r = reserve(fd, want.total_size, name, err, errlen);
+		if (r < 0)
 			goto fail;
-		}
-		r = map_fd(s, fd, want.total_size, true);
+		r = map_fd(s, fd, want.total_size, true, name);
 		if (r < 0) {
 			bs_format(err, errlen, "cannot map segment /dev/shm%s: %s", name, strerror(-r));
 			goto fail;
 		}
 		init_segment(s, cfg);
 	} else {
-		r = map_fd(s, fd, (size_t)st.st_size, true);
+		r = map_fd(s, fd, (size_t)st.st_size, true, name);
 		if (r < 0) {
 			bs_format(err, errlen, "cannot map segment /dev/shm%s: %s", name, strerror(-r));
 			goto fail;
@@ -738,7 +650,7 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	if (map_compartments(s, cfg) != 0 || (!created && pool_mismatch(s, cfg, s->cmap) != NULL)) {
 		if (locked)
 			proc_reclaim(s, false);
-		if (!locked || any_live(s)) {
+		if (!locked || repair_in_use(s)) {
 			r = -EEXIST;
 			bs_format(err, errlen, "segment /dev/shm%s is in use with other compartments "
 			    "(another configuration?)", name);
@@ -747,22 +659,21 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		/* Nobody holds anything: start over with this configuration.
 		 * The object is unlinked, not rewritten, so that a process
 		 * still mapping the old one never sees its layout change. */
-		munmap(s->base, s->size);
-		s->base = NULL;
+		unmap(s);
 		shm_unlink(name);
 		flock(fd, LOCK_UN);
 		sys_close(fd);
 		free(s->cmap);
 		free(s);
 		bs_log(LOG_INFO, "segment /dev/shm%s had other compartments and no holders; recreated", name);
-		return seg_attach(cfg, out, err, errlen);
+		return try_attach(cfg, out, err, errlen, retries);
 	}
 	if (!created && locked) {
 		fix_settings(s, cfg, name);
 		/* Throttled: with many processes starting at once, one scan
 		 * of the process table in 100 ms is enough. */
 		proc_reclaim(s, true);
-		if (!any_live(s)) {
+		if (!repair_in_use(s)) {
 			/* A segment left by an earlier run: this run's
 			 * configuration is what the operator means now. */
 			for (size_t i = 0; i < cfg->ncomp; i++)
@@ -787,14 +698,19 @@ seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	return 0;
 fail:
 	if (s != NULL) {
-		if (s->base != NULL)
-			munmap(s->base, s->size);
+		unmap(s);
 		free(s->cmap);
 		free(s);
 	}
 	flock(fd, LOCK_UN);
 	sys_close(fd);
 	return r;
+}
+
+int
+seg_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errlen)
+{
+	return try_attach(cfg, out, err, errlen, 0);
 }
 
 int
@@ -824,7 +740,7 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		sys_close(fd);
 		return -ENOMEM;
 	}
-	r = st.st_size > 0 ? map_fd(s, fd, (size_t)st.st_size, writable) : -EINVAL;
+	r = st.st_size > 0 ? map_fd(s, fd, (size_t)st.st_size, writable, name) : -EINVAL;
 	sys_close(fd);
 	if (r < 0) {
 		bs_format(err, errlen, "cannot map segment /dev/shm%s", name);
@@ -848,8 +764,7 @@ seg_close(struct seg *s)
 {
 	if (s == NULL)
 		return;
-	if (s->base != NULL)
-		munmap(s->base, s->size);
+	unmap(s);
 	free(s->lcount);
 	free(s->cmap);
 	free(s);

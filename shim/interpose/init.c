@@ -363,6 +363,9 @@ shim_init(void)
 	/* The environment, when it says, wins over the config for one run. */
 	if (shim.cfg.log_json && (format == NULL || *format == '\0'))
 		log_set_format("json");
+	/* From the first mapping on, a segment that shrinks must not end
+	 * the program (guard.c). */
+	signal_guard_start();
 	r = seg_attach(&shim.cfg, &shim.seg, err, sizeof(err));
 	if (r < 0) {
 		bs_format(msg, sizeof(msg), "%s: %s", shim.cfg.path, err);

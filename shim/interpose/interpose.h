@@ -24,6 +24,7 @@ struct msghdr;
 struct mmsghdr;
 struct iovec;
 struct timespec;
+struct sigaction;
 /* One member per name of BS_NAMES (names.h), of its own type. */
 #define REAL_FIELD(kind, field, sym, ret, params, args, fallback) ret (*field) params;
 struct real_fns {
@@ -128,6 +129,12 @@ void fds_drop_range(unsigned first, unsigned last);
 /* Forgets every table entry without giving anything back: the record they
  * were held under is gone. */
 void fds_forget_all(void);
+
+/* ---- signal.c: SIGBUS, the library's handler ahead of the program's ---- */
+
+/* Puts the library's SIGBUS handler in place, the program's disposition
+ * kept behind it (before the segment is first mapped). */
+void signal_guard_start(void);
 
 /* ---- deepbind.c: RTLD_DEEPBIND loads bound back to the wrappers ---- */
 

@@ -22,6 +22,9 @@
  * these), and tests/preload/test_exports.py holds `nm -D` and the list in
  * libbulkshim(7) to this file.
  */
+/* signal()'s type, which the list cannot write as `ret`. */
+typedef void (*bs_sighandler)(int);
+
 #define BS_NAMES(X)								\
 	X(TRAMP, connect, connect, int, (int fd, const struct sockaddr *sa, socklen_t len),	\
 	    (fd, sa, len), FB_SYS(int, SYS_connect, fd, sa, len))			\
@@ -92,6 +95,10 @@
 	X(TRAMP, _Fork, _Fork, pid_t, (void), (), FB_ENOSYS(-1))			\
 	X(HAND, clone, clone, int, (int (*fn)(void *), void *stack, int flags, void *arg, ...),	\
 	    (), 0)									\
+	X(TRAMP, sigaction, sigaction, int, (int sig, const struct sigaction *act,	\
+	    struct sigaction *old), (sig, act, old), FB_ENOSYS(-1))			\
+	X(TRAMP, signal, signal, bs_sighandler, (int sig, bs_sighandler h), (sig, h),	\
+	    FB_ENOSYS(SIG_ERR))								\
 	X(TRAMP, dlopen, dlopen, void *, (const char *file, int mode), (file, mode), NULL)	\
 	X(TRAMP, dlmopen, dlmopen, void *, (long ns, const char *file, int mode),	\
 	    (ns, file, mode), NULL)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -75,7 +75,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(err, 0x5a, sizeof(err));
 	r = cfg_load(path, &cfg, false, err, sizeof(err));
 	if (r == 0) {
-		/* A loaded config keeps the promises shim.h makes about it. */
+		/* A loaded config keeps the promises config.h makes about it. */
 		if (cfg.ncomp == 0 || cfg.ncomp > BS_MAX_COMPARTMENTS || cfg.nrules > BS_MAX_RULES)
 			__builtin_trap();
 		for (size_t i = 0; i < cfg.nrules; i++) {
