@@ -49,6 +49,22 @@ def resp(port, *words, timeout=2.0):
         s.close()
 
 
+def set_control(path, n):
+    """Tells load.py how many threads work ("stop" ends it): written whole, readable by all."""
+    with open(path + ".tmp", "w") as f:
+        f.write("%s\n" % n)
+    os.chmod(path + ".tmp", 0o644)
+    os.rename(path + ".tmp", path)
+
+
+def start_load(argv, env, ctl):
+    """Starts a load.py command line, stopped through its control file ctl at test end."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    harness._track(p)
+    harness.defer(set_control, ctl, "stop")
+    return p
+
+
 class Redis:
     """Debian's redis-server on a free loopback port, without persistence:
     a restart loses every lease, the hard case."""
@@ -170,18 +186,12 @@ class Host:
             return f.read()
 
     def start_load(self, port, hold_ms=100, threads=24, max_seconds=90):
-        env = harness.shim_env(self.config, strict="1")
-        self.load = subprocess.Popen([harness.PY, os.path.join(FLEET_DIR, "load.py"), str(port),
-                                      self.ctl, str(hold_ms), str(threads), str(max_seconds)],
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        harness._track(self.load)
-        harness.defer(self.set_load, "stop")
+        self.load = start_load([harness.PY, os.path.join(FLEET_DIR, "load.py"), str(port),
+                                self.ctl, str(hold_ms), str(threads), str(max_seconds)],
+                               harness.shim_env(self.config, strict="1"), self.ctl)
 
     def set_load(self, n):
-        with open(self.ctl + ".tmp", "w") as f:
-            f.write("%s\n" % n)
-        os.rename(self.ctl + ".tmp", self.ctl)
+        set_control(self.ctl, n)
 
     def comp(self):
         return harness_io.read_segment(self.segment).comp(COMP)
@@ -318,16 +328,10 @@ class Service:
             os.chmod(load, 0o644)
         argv, env = as_user([harness.PY, load, str(port), self.ctl, str(hold_ms), str(threads),
                              str(max_seconds)], harness.shim_env(config), uid, gid, groups)
-        self.p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
-        harness._track(self.p)
-        harness.defer(self.set_load, "stop")
+        self.p = start_load(argv, env, self.ctl)
 
     def set_load(self, n):
-        with open(self.ctl + ".tmp", "w") as f:
-            f.write("%s\n" % n)
-        os.chmod(self.ctl + ".tmp", 0o644)
-        os.rename(self.ctl + ".tmp", self.ctl)
+        set_control(self.ctl, n)
 
     def finish(self):
         """Stops the load; returns (its last line, its standard error)."""
