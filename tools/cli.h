@@ -377,8 +377,9 @@ int seg_user_of(uid_t uid, struct seg_user *u);
 /* This process: its effective uid, groups and capabilities. Returns 0, or
  * -ENOMEM with *u holding nothing to free. */
 int seg_user_self(struct seg_user *u);
+/* Frees what seg_user_of or seg_user_self allocated; cannot fail. */
 void seg_user_free(struct seg_user *u);
-/* True if u is in group gid. */
+/* True if u is in group gid. Pure. */
 bool seg_user_in(const struct seg_user *u, gid_t gid);
 /* Whether u may open a segment of perm p read-write: the permission bits
  * alone, as the kernel checks them. Pure. */

@@ -66,7 +66,8 @@ seg_user_of(uid_t uid, struct seg_user *u)
 {
 	char tmp[4096];
 	struct passwd pw, *res = NULL;
-	int n = 0;
+	gid_t first;
+	int n = 1;
 
 	memset(u, 0, sizeof(*u));
 	u->uid = uid;
@@ -76,8 +77,8 @@ seg_user_of(uid_t uid, struct seg_user *u)
 		return 0;
 	}
 	snprintf(u->name, sizeof(u->name), "%s", res->pw_name);
-	/* The first call only counts; the primary group comes first. */
-	getgrouplist(res->pw_name, res->pw_gid, NULL, &n);
+	/* The first call counts (into n); the primary group comes first. */
+	getgrouplist(res->pw_name, res->pw_gid, &first, &n);
 	u->gids = calloc(n > 0 ? (size_t)n : 1, sizeof(gid_t));
 	if (u->gids == NULL)
 		return -ENOMEM;
