@@ -76,7 +76,7 @@ $(B)/libbulkshim.so: $(SHIM_O)
 $(B)/bulkshim: $(CLI_O)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
 $(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o $(B)/cli/fleet_view.o \
-	$(B)/cli/cmd_metrics.o: tools/fleet.h
+	$(B)/cli/fleet_seg.o $(B)/cli/cmd_metrics.o: tools/fleet.h
 $(B)/cli/fleet_script.o: tools/fleet.lua
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
@@ -89,6 +89,9 @@ $(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B
 	$(CC) $(CFLAGS) -Ishim $(PC_CFLAGS) -o $@ $< \
 		$(filter-out $(call unit_includes,$<,$(B)/cli),$(COMMON:%=$(B)/cli/%.o)) \
 		$(PC_LIBS) $(CMOCKA_LIBS) -lpthread
+
+# The segment access unit includes the CLI's files that it tests.
+$(B)/tests/test_seg_access: tools/seg_access.c tools/fleet_seg.c tools/cli.h tools/fleet.h
 
 # The fleet lease unit drives the agent's Redis calls against a redis-server of its own: it
 # links the CLI's fleet objects and hiredis instead of the shim's shared code.

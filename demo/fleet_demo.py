@@ -57,8 +57,10 @@ class Host:
         fleet = ""
         comp = "max_connections = %d;" % PER_HOST
         if redis_sock:
-            fleet = ('fleet = { redis = "unix:%s"; name = "%s"; host = "%s"; hosts = %d; '
-                     'lease_ms = %d; };\n' % (redis_sock, tag, self.name, HOSTS, LEASE_MS))
+            # owner: the agent, started first, creates the segment for the clients' user.
+            fleet = ('owner = %d;\nfleet = { redis = "unix:%s"; name = "%s"; host = "%s"; '
+                     'hosts = %d; lease_ms = %d; };\n' % (os.geteuid(), redis_sock, tag,
+                                                           self.name, HOSTS, LEASE_MS))
             comp += " fleet_limit = %d; fleet_floor = %d;" % (DB_LIMIT, FLOOR)
         self.config = os.path.join(tmp, self.name + ".cfg")
         with open(self.config, "w") as f:

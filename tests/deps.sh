@@ -2,8 +2,12 @@
 # deps.sh - installs Debian packages a target needs (apt-get as root): those
 # named as arguments, or by default what `make test` needs.
 pkgs=""
+user=""
 need() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || pkgs="$pkgs $1"; }
 if [ $# -eq 0 ]; then
+	# tests/fleet/test_fleet_owner.py runs the agent as the fleet unit's user, which the
+	# package's postinst creates: the same system user and group here.
+	getent passwd bulkshim >/dev/null || user=bulkshim
 	set -- gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev libhiredis-dev redis-server \
 		python3 curl util-linux \
 		procps tmux prometheus
@@ -19,13 +23,24 @@ fi
 for p in "$@"; do
 	need "$p"
 done
-[ -z "$pkgs" ] && exit 0
+[ -z "$pkgs" ] && [ -z "$user" ] && exit 0
+mkuser="addgroup --system --quiet bulkshim; adduser --system --quiet --ingroup bulkshim"
+mkuser="$mkuser --no-create-home --home /nonexistent bulkshim"
 if [ "$(id -u)" != 0 ]; then
-	echo "bulkshim: missing packages:$pkgs" >&2
-	echo "bulkshim: run: sudo apt-get update && sudo apt-get install -y$pkgs" >&2
+	[ -n "$pkgs" ] && echo "bulkshim: missing packages:$pkgs" >&2 &&
+		echo "bulkshim: run: sudo apt-get update && sudo apt-get install -y$pkgs" >&2
+	[ -n "$user" ] && echo "bulkshim: missing the system user bulkshim; run: sudo sh -c '$mkuser'" >&2
 	exit 1
 fi
-echo "bulkshim: installing$pkgs"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null || {
-	echo "bulkshim: apt-get install$pkgs failed" >&2; exit 1; }
+if [ -n "$pkgs" ]; then
+	echo "bulkshim: installing$pkgs"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null || {
+		echo "bulkshim: apt-get install$pkgs failed" >&2; exit 1; }
+fi
+if [ -n "$user" ]; then
+	echo "bulkshim: adding the system user bulkshim"
+	getent group bulkshim >/dev/null || addgroup --system --quiet bulkshim || exit 1
+	adduser --system --quiet --ingroup bulkshim --no-create-home --home /nonexistent bulkshim ||
+		exit 1
+fi

@@ -205,11 +205,14 @@ static const struct cli_command commands[] = {
 	  "created more than AGE ago (90s, 15m, 2h, 7d; default 1h), damaged ones included.\n"
 	  "  --dry-run   say what would be removed; remove nothing\n" },
 	{ "fleet", cmd_fleet,
-	  "fleet [-c FILE] [-v] [--status [--json]]",
+	  "fleet [-c FILE] [-v] [--wait SECONDS] [--status [--json]]",
 	  "Runs this host's fleet agent in the foreground: leases its share of each\n"
 	  "compartment's fleet_limit from Redis and writes it into the segment as the live\n"
-	  "limit. --status lists every host's share and demand as Redis sees them.\n"
-	  "  -v   log every change of a share\n" },
+	  "limit. It creates the segment only for the config's owner; without one it waits\n"
+	  "for the service's programs to create it. --status lists every host's share and\n"
+	  "demand as Redis sees them.\n"
+	  "  -v               log every change of a share\n"
+	  "  --wait SECONDS   wait at most this long for the segment, then exit 75 (default 60)\n" },
 };
 
 int

@@ -101,6 +101,9 @@ struct cli_target {
 	const char *config;
 	const char *segment;
 };
+/* The config file a target (or NULL) means: -c FILE, else BULKSHIM_CONFIG,
+ * else the default config. Cannot fail. */
+const char *cli_config_path(const struct cli_target *t);
 /* Handles a -c or -s option of a subcommand; returns false for other options. */
 bool cli_target_opt(struct cli_target *t, int opt, const char *arg);
 /* Parses what the reporting subcommands take: [-c FILE | -s SEGMENT]
@@ -394,6 +397,61 @@ const char *cli_host_error(const struct cli_host *h);
 /* Writes ", \"hosts\": [...]" for the config at path (nothing in the array
  * when it is empty or cannot be read). */
 void cli_json_hosts(FILE *f, const char *path);
+
+/* ---- seg_access.c: who may use a segment ---- */
+
+/* A segment's owner, group and permission bits, as it is (seg_perm_of) or
+ * as a config would create it. */
+struct seg_perm {
+	uid_t uid;
+	gid_t gid;
+	unsigned mode;
+};
+/* A user as the segment's permissions see it: its uid, every group it is
+ * in (its primary group first), and the two capabilities that matter. */
+struct seg_user {
+	uid_t uid;
+	size_t ngids;
+	gid_t *gids;
+	bool dac_override;	/* may open any file (root) */
+	bool chown;		/* may give a file to anyone (root, CAP_CHOWN) */
+	char name[64];		/* its login name, or "uid N" */
+};
+/* Why a user cannot use a segment, or SEG_USABLE. */
+enum seg_refusal { SEG_USABLE = 0, SEG_UNTRUSTED, SEG_UNWRITABLE };
+
+/* The user uid from the user database, with its groups (just its uid when
+ * it has no entry), as a process of that user would run. Returns 0, or
+ * -ENOMEM with *u holding nothing to free. */
+int seg_user_of(uid_t uid, struct seg_user *u);
+/* This process: its effective uid, groups and capabilities. Returns 0, or
+ * -ENOMEM with *u holding nothing to free. */
+int seg_user_self(struct seg_user *u);
+/* Frees what seg_user_of or seg_user_self allocated; cannot fail. */
+void seg_user_free(struct seg_user *u);
+/* True if u is in group gid. Pure. */
+bool seg_user_in(const struct seg_user *u, gid_t gid);
+/* Whether u may open a segment of perm p read-write: the permission bits
+ * alone, as the kernel checks them. Pure. */
+bool seg_user_can_open(const struct seg_perm *p, const struct seg_user *u);
+/* Whether u can attach to a segment of perm p as seg_attach does: open it
+ * read-write, and trust it (its own, root's, or the owner cfg names). Pure. */
+enum seg_refusal seg_refusal_of(const struct seg_perm *p, const struct seg_user *u,
+    const struct bs_config *cfg);
+/* The owner, group and mode of /dev/shm/bulkshim.SEGMENT into *p, and its
+ * size (0 while its creator sets it up) into *size if not NULL. Returns 0,
+ * -ENOENT, or another -errno. */
+int seg_perm_of(const char *segment, struct seg_perm *p, off_t *size);
+/* "root:root, mode 0600" into buf (cut to len); returns buf. */
+const char *seg_perm_text(const struct seg_perm *p, char *buf, size_t len);
+/* A user's or group's name, or "uid N" / "gid N", into buf; returns buf. */
+const char *seg_id_name(unsigned id, bool group, char *buf, size_t len);
+/* For `status`: one WARNING line on f when the target's segment is owned so
+ * that the programs meant to use it cannot (the config's owner cannot
+ * write it; or, without an owner in the config, a segment no program ever
+ * attached to that no other user can write). Says nothing otherwise, or
+ * when the segment or the config cannot be read. */
+void cli_seg_access_warn(FILE *f, const struct cli_target *t, const struct cli_snap *snap);
 
 /* ---- the subcommands ----
  * Each takes its own argv (argv[0] is "bulkshim NAME", for getopt's messages)

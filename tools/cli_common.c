@@ -72,12 +72,25 @@ valid_segment_name(const char *s)
 	return true;
 }
 
+const char *
+cli_config_path(const struct cli_target *t)
+{
+	const char *config = t != NULL ? t->config : NULL;
+
+	if (config == NULL) {
+		config = getenv("BULKSHIM_CONFIG");
+		if (config == NULL || *config == '\0')
+			config = BS_DEFAULT_CONFIG;
+	}
+	return config;
+}
+
 int
 cli_segment_name(const struct cli_target *t, char *out, size_t len)
 {
 	struct bs_config cfg;
 	char err[BS_ERRLEN];
-	const char *config = t->config;
+	const char *config = cli_config_path(t);
 
 	if (t->segment != NULL) {
 		if (!valid_segment_name(t->segment)) {
@@ -87,11 +100,6 @@ cli_segment_name(const struct cli_target *t, char *out, size_t len)
 		}
 		snprintf(out, len, "%s", t->segment);
 		return 0;
-	}
-	if (config == NULL) {
-		config = getenv("BULKSHIM_CONFIG");
-		if (config == NULL || *config == '\0')
-			config = BS_DEFAULT_CONFIG;
 	}
 	/* Host names are not resolved: only the segment name is wanted. */
 	if (cfg_load(config, &cfg, false, err, sizeof(err)) < 0) {

@@ -355,6 +355,7 @@ cmd_status(int argc, char **argv)
 		fprintf(stderr, "bulkshim: out of memory\n");
 		return 0;
 	}
+	cli_seg_access_warn(json ? stderr : stdout, &t, &snap);
 	/* Only `status --json` waits for DNS: `serve`'s scrapes must not. */
 	if (json)
 		cli_status_json(stdout, &snap, true);

@@ -6,11 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "fleet.h"
+
+#define WAIT_DEFAULT_S	60	/* for the service's segment, then exit EX_TEMPFAIL */
+#define WAIT_MAX_S	86400
+#define EX_TEMPFAIL	75	/* sysexits.h: systemd's Restart= starts the agent again */
 
 /* One compartment of the segment in a fleet budget, as the agent follows it. */
 struct fleet_comp {
@@ -175,14 +180,120 @@ sleep_ms(uint32_t ms)
 	nanosleep(&ts, NULL);
 }
 
+/* Removes a segment of no use to the service that the agent has just
+ * created (seg_attach creates one again when it finds it gone, or made for
+ * other compartments): no program has attached to it, so none holds
+ * anything in it. */
+static void
+unlink_own(const struct bs_config *cfg, struct seg *s, uid_t self)
+{
+	char name[BS_NAME_MAX + 16];
+
+	if (seg_header(s)->creator_uid != self || atomic_load(&seg_header(s)->attaches) != 0)
+		return;
+	seg_shm_name(cfg->segment, name, sizeof(name));
+	if (shm_unlink(name) == 0)
+		say("removed /dev/shm%s, which it had just created", name);
+}
+
+/*
+ * Attaches to the segment as fleet_seg_plan says: at once to one that both
+ * the service and the agent can use, after creating it when the agent may
+ * give it to the config's owner, after waiting at most wait_s seconds for
+ * the service's programs to create it otherwise. The segment is checked
+ * again once attached: the service may have created it meanwhile, or the
+ * owner may not have been applied. Returns 0 with *out, or the exit
+ * status: EX_TEMPFAIL when the wait ran out, BS_EX_CONFIG when the segment
+ * is of no use (said in one line with the fix), 1 on another error, 0 on a
+ * signal during the wait (*out NULL).
+ */
 static int
-run_agent(const struct bs_config *cfg, bool verbose)
+open_segment(const struct bs_config *cfg, uint32_t wait_s, struct seg **out)
+{
+	uint64_t deadline = now_mono_ms() + (uint64_t)wait_s * 1000;
+	char msg[BS_ERRLEN], err[BS_ERRLEN], perm[160];
+	struct seg_user self, svc;
+	bool waited = false;
+	int status = 1;
+
+	*out = NULL;
+	memset(&svc, 0, sizeof(svc));
+	if (seg_user_self(&self) < 0 || (cfg->has_owner && seg_user_of(cfg->owner, &svc) < 0)) {
+		fprintf(stderr, "bulkshim: out of memory\n");
+		seg_user_free(&self);
+		return 1;
+	}
+	for (;;) {
+		const struct seg_user *service = cfg->has_owner ? &svc : NULL;
+		struct seg_perm p;
+		off_t size = 0;
+		int r = seg_perm_of(cfg->segment, &p, &size);
+		/* Size 0: its creator has opened it and is setting it up. */
+		bool there = r == 0 && size > 0;
+		enum fleet_seg_step step = fleet_seg_plan(cfg, there ? &p : NULL, &self, service, msg,
+		    sizeof(msg));
+
+		if (r < 0 && r != -ENOENT)
+			step = FSEG_ATTACH;	/* seg_attach says what is wrong */
+		if (step == FSEG_REFUSE) {
+			say("%s", msg);
+			status = BS_EX_CONFIG;
+			break;
+		}
+		if (step == FSEG_WAIT) {
+			if (!waited && r != 0)
+				say("%s: waiting for it, at most %u s", msg, wait_s);
+			waited = waited || r != 0;
+			if (stop_signal) {
+				say("%s: stopped while waiting for the segment", strsignal(stop_signal));
+				status = 0;
+				break;
+			}
+			if (now_mono_ms() >= deadline) {
+				say("no segment /dev/shm/bulkshim.%s after %u s: start the service's "
+				    "programs%s", cfg->segment, wait_s, cfg->has_owner ? "" :
+				    ", or name their user in the config (owner) so that this agent "
+				    "creates it");
+				status = EX_TEMPFAIL;
+				break;
+			}
+			sleep_ms(r == 0 ? 10 : 100);
+			continue;
+		}
+		if (msg[0] != '\0')
+			say("%s", msg);
+		if (seg_attach(cfg, out, err, sizeof(err)) < 0) {
+			fprintf(stderr, "bulkshim: %s\n", err);
+			break;
+		}
+		if (seg_perm_of(cfg->segment, &p, NULL) == 0 &&
+		    fleet_seg_plan(cfg, &p, &self, service, msg, sizeof(msg)) == FSEG_REFUSE) {
+			say("%s", msg);
+			unlink_own(cfg, *out, self.uid);
+			seg_close(*out);
+			*out = NULL;
+			status = BS_EX_CONFIG;
+			break;
+		}
+		if (waited)
+			say("segment /dev/shm/bulkshim.%s is there (%s)", cfg->segment,
+			    seg_perm_of(cfg->segment, &p, NULL) == 0 ?
+			    seg_perm_text(&p, perm, sizeof(perm)) : "?");
+		status = 0;
+		break;
+	}
+	seg_user_free(&self);
+	seg_user_free(&svc);
+	return status;
+}
+
+static int
+run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 {
 	struct fleet_comp *fcs = calloc(cfg->ncomp, sizeof(*fcs));
 	struct fleet_ask *asks = calloc(cfg->ncomp, sizeof(*asks));
 	struct fleet_conn *conn = NULL;
 	struct sigaction sa;
-	char err[BS_ERRLEN];
 	struct seg *s = NULL;
 	uint64_t seq = 0;
 	size_t n = 0;
@@ -194,11 +305,16 @@ run_agent(const struct bs_config *cfg, bool verbose)
 		free(asks);
 		return 1;
 	}
-	if ((r = seg_attach(cfg, &s, err, sizeof(err))) < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+	/* Before the wait for the segment, which a signal must end too. */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if ((r = open_segment(cfg, wait_s, &s)) != 0 || s == NULL) {
 		free(fcs);
 		free(asks);
-		return 1;
+		return r;
 	}
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		int k = seg_comp_index(s, i);
@@ -216,11 +332,6 @@ run_agent(const struct bs_config *cfg, bool verbose)
 		atomic_store(&seg_comp(s, (uint32_t)k)->fleet_agent_pid, (int32_t)getpid());
 		n++;
 	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 	say("host %s of fleet %s, Redis %s, lease %u ms, renewed every %u ms, %zu compartment%s",
 	    cfg->fleet.host, cfg->fleet.name, cfg->fleet.redis, cfg->fleet.lease_ms,
 	    cfg->fleet.interval_ms, n, n == 1 ? "" : "s");
@@ -353,11 +464,13 @@ cmd_fleet(int argc, char **argv)
 		{ "status", no_argument, NULL, 'S' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "wait", required_argument, NULL, 'w' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = NULL;
 	bool status = false, json = false, verbose = false;
+	uint64_t wait_s = WAIT_DEFAULT_S;
 	struct bs_config cfg;
 	char err[BS_ERRLEN];
 	int c, r;
@@ -369,17 +482,20 @@ cmd_fleet(int argc, char **argv)
 		case 'S': status = true; break;
 		case 'j': json = true; break;
 		case 'v': verbose = true; break;
+		case 'w':
+			if (!cli_parse_u64(optarg, &wait_s) || wait_s > WAIT_MAX_S) {
+				fprintf(stderr, "bulkshim: --wait takes seconds, 0 to %d\n", WAIT_MAX_S);
+				return 2;
+			}
+			break;
 		case 'h': return cli_help("fleet", stdout, 0);
 		default: return cli_help("fleet", stderr, 2);
 		}
 	}
 	if (optind != argc || (json && !status))
 		return cli_help("fleet", stderr, 2);
-	if (path == NULL) {
-		path = getenv("BULKSHIM_CONFIG");
-		if (path == NULL || *path == '\0')
-			path = BS_DEFAULT_CONFIG;
-	}
+	if (path == NULL)
+		path = cli_config_path(NULL);
 	if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
 		fprintf(stderr, "bulkshim: %s\n", err);
 		return BS_EX_CONFIG;
@@ -392,7 +508,7 @@ cmd_fleet(int argc, char **argv)
 	}
 	/* Line by line, so that a journal or a pipe sees each at once. */
 	setvbuf(stderr, NULL, _IOLBF, 0);
-	r = status ? show_status(&cfg, json) : run_agent(&cfg, verbose);
+	r = status ? show_status(&cfg, json) : run_agent(&cfg, (uint32_t)wait_s, verbose);
 	cfg_free(&cfg);
 	return r;
 }

@@ -55,4 +55,23 @@ struct fleet_entry {
 int fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64_t *now_ms,
     void (*fn)(const struct fleet_entry *e, void *arg), void *arg, char *err, size_t errlen);
 
+/* ---- fleet_seg.c: the agent and its segment ---- */
+
+struct seg_perm;
+struct seg_user;
+/* What the agent does about its segment. */
+enum fleet_seg_step {
+	FSEG_ATTACH,	/* it exists, and both the service and the agent can use it */
+	FSEG_CREATE,	/* create it: the agent can give it to the config's owner */
+	FSEG_WAIT,	/* leave it to the service's programs, which create it */
+	FSEG_REFUSE,	/* it would be, or is, of no use to the service or the agent */
+};
+/* The step for cfg's segment, whose owner, group and mode are *p (NULL
+ * while it does not exist), for an agent running as self and a service
+ * running as svc (the config's owner; NULL when it names none). msg gets
+ * the line to log: why it waits (who creates the segment), why it refuses,
+ * with the fix; a warning, or nothing, otherwise. Pure but for the names of users and groups. */
+enum fleet_seg_step fleet_seg_plan(const struct bs_config *cfg, const struct seg_perm *p,
+    const struct seg_user *self, const struct seg_user *svc, char *msg, size_t len);
+
 #endif

@@ -49,6 +49,22 @@ def resp(port, *words, timeout=2.0):
         s.close()
 
 
+def set_control(path, n):
+    """Tells load.py how many threads work ("stop" ends it): written whole, readable by all."""
+    with open(path + ".tmp", "w") as f:
+        f.write("%s\n" % n)
+    os.chmod(path + ".tmp", 0o644)
+    os.rename(path + ".tmp", path)
+
+
+def start_load(argv, env, ctl):
+    """Starts a load.py command line, stopped through its control file ctl at test end."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    harness._track(p)
+    harness.defer(set_control, ctl, "stop")
+    return p
+
+
 class Redis:
     """Debian's redis-server on a free loopback port, without persistence:
     a restart loses every lease, the hard case."""
@@ -140,10 +156,12 @@ class Host:
             block["password_file"] = password_file
         if max_hosts:
             block["hosts"] = max_hosts
+        # The agent creates the segment for the user the clients run as,
+        # this one: without an owner in the config it would wait for them.
         self.text = harness_io.config_text(
             [{"name": COMP, "destinations": ["127.0.0.1:%d" % witness_port],
               "max_connections": ceiling, "fleet_limit": limit, "fleet_floor": floor}],
-            self.segment, {"fleet": block})
+            self.segment, {"owner": os.geteuid(), "fleet": block})
         self.config = harness.write_file(self.text)
         self.ctl = harness.write_file("0", suffix=".ctl")
         self.log = harness.write_file("", suffix=".log")
@@ -168,18 +186,12 @@ class Host:
             return f.read()
 
     def start_load(self, port, hold_ms=100, threads=24, max_seconds=90):
-        env = harness.shim_env(self.config, strict="1")
-        self.load = subprocess.Popen([harness.PY, os.path.join(FLEET_DIR, "load.py"), str(port),
-                                      self.ctl, str(hold_ms), str(threads), str(max_seconds)],
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        harness._track(self.load)
-        harness.defer(self.set_load, "stop")
+        self.load = start_load([harness.PY, os.path.join(FLEET_DIR, "load.py"), str(port),
+                                self.ctl, str(hold_ms), str(threads), str(max_seconds)],
+                               harness.shim_env(self.config, strict="1"), self.ctl)
 
     def set_load(self, n):
-        with open(self.ctl + ".tmp", "w") as f:
-            f.write("%s\n" % n)
-        os.rename(self.ctl + ".tmp", self.ctl)
+        set_control(self.ctl, n)
 
     def comp(self):
         return harness_io.read_segment(self.segment).comp(COMP)
@@ -194,8 +206,7 @@ class Host:
         return min(share, c["limit"])
 
     def leased(self):
-        c = self.comp()
-        return time.monotonic() * 1000 < c["fleet_expiry_ms"] and c["fleet_redis_ok"] == 1
+        return leased(self.segment)
 
     def status(self):
         return harness.comp_of(harness.status_json(self.segment), COMP)
@@ -211,3 +222,125 @@ def wait_for(pred, timeout, what):
 def note(fmt, *args):
     """A measurement, printed for the closing note (run.py -v shows it)."""
     print("fleet: " + (fmt % args if args else fmt), flush=True)
+
+
+# ---- the agent, the service and their users, as a host runs them ----
+
+FLEET_UNIT = os.path.join(harness.ROOT, "configs", "systemd", "bulkshim-fleet@.service")
+
+
+def unit_settings(path=FLEET_UNIT):
+    """The [Service] settings of a unit file: {key: [values, in order]}."""
+    out, section = {}, None
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("["):
+                section = line
+            elif section == "[Service]" and "=" in line:
+                k, v = line.split("=", 1)
+                out.setdefault(k.strip(), []).append(v.strip())
+    return out
+
+
+def as_user(argv, env, uid, gid, groups=None, caps=()):
+    """(argv, env) that run argv as uid:gid, with the user's own supplementary groups
+    (groups None, as systemd's User= gives them) or exactly those given, and the ambient
+    capabilities caps (names like CAP_CHOWN, as AmbientCapabilities= gives them). The
+    shim's variables are handed over by env(1) after the change, so that setpriv itself,
+    still root, never runs under the shim."""
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to run as another user"
+    cmd = [setpriv, "--reuid=%d" % uid, "--regid=%d" % gid]
+    if groups is None:
+        cmd.append("--init-groups")
+    elif groups:
+        cmd.append("--groups=" + ",".join(str(g) for g in groups))
+    else:
+        cmd.append("--clear-groups")
+    if caps:
+        names = ",".join("+" + c.lower().replace("cap_", "", 1) for c in caps)
+        cmd += ["--inh-caps=" + names, "--ambient-caps=" + names]
+    inner = ["%s=%s" % (k, v) for k, v in sorted((env or {}).items())
+             if k.startswith("BULKSHIM_") or k == "LD_PRELOAD" or k.startswith("ASAN_")]
+    return cmd + ["--", "/usr/bin/env"] + inner + list(argv), harness.clean_env()
+
+
+def public_config(directory, segment, port, redis_addr, fleet_name, limit, floor, ceiling,
+                  top=None, lease_ms=1500):
+    """A one-compartment fleet config (compartment COMP -> 127.0.0.1:port) in directory,
+    which every user can read; top adds top-level settings (owner, group, mode)."""
+    settings = dict(top or {})
+    settings["fleet"] = {"redis": redis_addr, "name": fleet_name, "host": "h1",
+                         "lease_ms": lease_ms}
+    text = harness_io.config_text(
+        [{"name": COMP, "destinations": ["127.0.0.1:%d" % port], "max_connections": ceiling,
+          "fleet_limit": limit, "fleet_floor": floor}], segment, settings)
+    path = os.path.join(directory, harness.unique("cfg") + ".cfg")
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
+    return path
+
+
+class Agent:
+    """`bulkshim fleet -c CONFIG -v`, as root or as user (uid, gid, groups, caps: as_user's)."""
+
+    def __init__(self, config, user=None, extra=()):
+        self.log = harness.write_file("", suffix=".log")
+        argv, env = [harness.CLI, "fleet", "-c", config, "-v"] + list(extra), harness.clean_env()
+        if user is not None:
+            argv, env = as_user(argv, None, *user)
+        with open(self.log, "a") as f:
+            self.p = subprocess.Popen(argv, env=env, stdout=f, stderr=f)
+        harness._track(self.p)
+        harness.defer(_stop, self.p)
+
+    def text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def wait_log(self, words, timeout, what=None):
+        harness.wait_until(lambda: words in self.text(), timeout, 0.02,
+                           what or "the agent to say %r (it said %r)" % (words, self.text()[-1500:]))
+
+    def wait_exit(self, timeout):
+        """The agent's exit status; fails the test when it is still running after timeout."""
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the agent still runs after %gs: %s" % (timeout, self.text()[-1500:]))
+
+
+class Service:
+    """The service: tests/fleet/load.py under the shim as another user, not strict, as a
+    service runs by default (a process that cannot attach runs without limits)."""
+
+    def __init__(self, directory, config, port, uid, gid, groups=(), threads=12, hold_ms=100,
+                 max_seconds=60):
+        self.ctl = os.path.join(directory, harness.unique("ctl"))
+        self.set_load(0)
+        load = os.path.join(directory, "load.py")
+        if not os.path.exists(load):
+            shutil.copy(os.path.join(FLEET_DIR, "load.py"), load)
+            os.chmod(load, 0o644)
+        argv, env = as_user([harness.PY, load, str(port), self.ctl, str(hold_ms), str(threads),
+                             str(max_seconds)], harness.shim_env(config), uid, gid, groups)
+        self.p = start_load(argv, env, self.ctl)
+
+    def set_load(self, n):
+        set_control(self.ctl, n)
+
+    def finish(self):
+        """Stops the load; returns (its last line, its standard error)."""
+        self.set_load("stop")
+        out, err = self.p.communicate(timeout=15)
+        return out.strip(), err
+
+
+def leased(segment):
+    """True while this host's lease of COMP is valid and Redis answered."""
+    c = harness_io.read_segment(segment).comp(COMP)
+    return time.monotonic() * 1000 < c["fleet_expiry_ms"] and c["fleet_redis_ok"] == 1

@@ -16,6 +16,7 @@ import pwd
 import re
 import select
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,13 @@ class SlowHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def free_port():
+    """A loopback port nothing listens on (for a Redis that is not there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def slow_server():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHandler)
     srv.daemon_threads = True
@@ -112,7 +120,8 @@ def test_install_layout():
                  "/usr/share/doc/bulkshim/examples/grafana/bulkshim.json",
                  "/usr/share/doc/bulkshim/examples/prometheus/bulkshim-rules.yml",
                  "/usr/share/doc/bulkshim/examples/systemd/preload.conf",
-                 "/lib/systemd/system/bulkshim-serve@.service"):
+                 "/lib/systemd/system/bulkshim-serve@.service",
+                 "/lib/systemd/system/bulkshim-fleet@.service"):
         assert path in listed and os.path.exists(pkg_file(path)), \
             "the package did not install %s" % path
     assert os.path.isdir("/etc/bulkshim"), "no /etc/bulkshim"
@@ -185,6 +194,10 @@ def test_units_verify():
                 os.path.join(d, "bulkshim-serve@shop.service"))
     rc, out = verify(os.path.join(d, "bulkshim-serve@shop.service"), d)
     assert rc == 0 and out == "", "systemd-analyze verify bulkshim-serve@shop: %s" % out
+    shutil.copy("/lib/systemd/system/bulkshim-fleet@.service",
+                os.path.join(d, "bulkshim-fleet@shop.service"))
+    rc, out = verify(os.path.join(d, "bulkshim-fleet@shop.service"), d)
+    assert rc == 0 and out == "", "systemd-analyze verify bulkshim-fleet@shop: %s" % out
     # A service with the preload drop-in, as `systemctl edit myservice` makes it.
     with open(os.path.join(d, "myservice.service"), "w") as f:
         f.write("[Unit]\nDescription=a legacy service\n[Service]\nExecStart=/bin/sleep 60\n")
@@ -198,16 +211,19 @@ def test_units_verify():
         f.write("Environment=NOT AN ASSIGNMENT\n")
     rc, out = verify(os.path.join(d, "myservice.service"), d)
     assert "override.conf" in out, "systemd-analyze did not read the drop-in: %r" % out
-    say("systemd-analyze verify: bulkshim-serve@shop.service and a service with the preload "
-        "drop-in: no findings")
+    say("systemd-analyze verify: bulkshim-serve@shop.service, bulkshim-fleet@shop.service and a "
+        "service with the preload drop-in: no findings")
 
 
-def exec_start(instance, listen):
-    """The unit's ExecStart with %i and ${BULKSHIM_LISTEN} as systemd would expand them."""
-    text = open("/lib/systemd/system/bulkshim-serve@.service").read()
+def exec_start(instance, listen, unit="bulkshim-serve@.service"):
+    """The unit's user, ExecStart (with %i and ${BULKSHIM_LISTEN} as systemd would expand them)
+    and ambient capabilities."""
+    text = open("/lib/systemd/system/" + unit).read()
     line = re.search(r"^ExecStart=(.*)$", text, re.M).group(1)
     user = re.search(r"^User=(.*)$", text, re.M).group(1)
-    return user, line.replace("%i", instance).replace("${BULKSHIM_LISTEN}", listen).split()
+    caps = re.findall(r"^AmbientCapabilities=(.*)$", text, re.M)
+    return (user, line.replace("%i", instance).replace("${BULKSHIM_LISTEN}", listen).split(),
+            " ".join(caps).split())
 
 
 def curl(url):
@@ -230,7 +246,7 @@ def test_unit_command_line_serves(lib):
         stdout=subprocess.PIPE, text=True)
     cleanups.append(lambda: holder.kill())
     assert select.select([holder.stdout], [], [], 20)[0] and holder.stdout.readline() == "up\n"
-    user, argv = exec_start(inst, "127.0.0.1:0")
+    user, argv, _ = exec_start(inst, "127.0.0.1:0")
     # As the unit's user, exec'd like systemd does (setpriv, not a login shell).
     p = subprocess.Popen(["setpriv", "--reuid", user, "--regid", user, "--init-groups"] + argv,
                          stderr=subprocess.PIPE, text=True)
@@ -252,11 +268,54 @@ def test_unit_command_line_serves(lib):
         user, " ".join(argv)))
 
 
+def test_fleet_unit_command_line_creates_the_segment_for_the_owner(lib):
+    """The fleet unit's command line, as its user with its capabilities and before the service:
+    the agent gives the segment to the config's owner and group, and the service, as nobody,
+    attaches to it and is limited."""
+    port = slow_server()
+    inst = TAG + "_fleet"
+    cfg = "/etc/bulkshim/%s.cfg" % inst
+    with open(cfg, "w") as f:
+        f.write('segment = "%s";\nowner = "nobody";\ngroup = "bulkshim";\nmode = "0660";\n'
+                'fleet = { redis = "127.0.0.1:%d"; name = "%s"; host = "h"; };\n'
+                'compartments = ( { name = "slow"; destinations = [ "127.0.0.1:%d" ]; '
+                'max_connections = 1; fleet_limit = 4; fleet_floor = 1; } );\n' % (
+                    inst, free_port(), inst, port))
+    os.chmod(cfg, 0o644)
+    cleanups.append(lambda: os.path.exists(cfg) and os.unlink(cfg))
+    cleanups.append(lambda: os.path.exists("/dev/shm/bulkshim." + inst) and
+                    os.unlink("/dev/shm/bulkshim." + inst))
+    user, argv, caps = exec_start(inst, "", "bulkshim-fleet@.service")
+    assert user == "bulkshim" and caps == ["CAP_CHOWN"], (user, caps)
+    names = ",".join("+" + c.lower().replace("cap_", "", 1) for c in caps)
+    p = subprocess.Popen(["setpriv", "--reuid", user, "--regid", user, "--init-groups",
+                          "--inh-caps=" + names, "--ambient-caps=" + names] + argv,
+                         stderr=subprocess.PIPE, text=True)
+    cleanups.append(lambda: p.poll() is None and p.kill())
+    shm = "/dev/shm/bulkshim." + inst
+    deadline = time.monotonic() + 20
+    while not (os.path.exists(shm) and os.stat(shm).st_size > 0) and time.monotonic() < deadline:
+        assert p.poll() is None, "the agent exited %d: %s" % (p.returncode, p.stderr.read())
+        time.sleep(0.05)
+    st = os.stat(shm)
+    want = (pwd.getpwnam("nobody").pw_uid, pwd.getpwnam(user).pw_gid, 0o660)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == want, (st, want)
+    # The service as nobody: one of two parallel requests through its compartment of 1.
+    c = limited_curl(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
+                      "env", "LD_PRELOAD=" + lib, "BULKSHIM_CONFIG=" + cfg], cfg, port)
+    assert (c["admitted"], c["rejected"]) == (1, 1), c
+    p.terminate()
+    assert p.wait(10) == 0, "the agent did not stop cleanly on SIGTERM: %s" % p.stderr.read()
+    say("fleet unit command line as user %s with %s: segment nobody:bulkshim 0660 made before "
+        "the service, which was limited as nobody" % (user, " ".join(caps)))
+
+
 def test_purge():
     apt("purge", "bulkshim")
     assert not installed()
     for path in ("/usr/bin/bulkshim", "/lib/systemd/system/bulkshim-serve@.service",
-                 "/usr/share/doc/bulkshim", "/etc/bulkshim"):
+                 "/lib/systemd/system/bulkshim-fleet@.service", "/usr/share/doc/bulkshim",
+                 "/etc/bulkshim"):
         assert not os.path.exists(path), "%s is left after purge" % path
     say("purge: bulkshim removed, /etc/bulkshim gone")
 
@@ -279,6 +338,7 @@ def main():
         test_preloaded_curl_is_limited(lib)
         test_units_verify()
         test_unit_command_line_serves(lib)
+        test_fleet_unit_command_line_creates_the_segment_for_the_owner(lib)
         for fn in reversed(cleanups):
             try:
                 fn()
