@@ -133,9 +133,14 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
 		return r;
 	/* What dead holders hold goes back first; then, for a connection,
-	 * what sockets closed unseen hold (reconcile.c). */
+	 * what sockets closed unseen hold (reconcile.c). Observe mode refuses
+	 * nothing and never waits, so it reconciles nothing: its calls past
+	 * the limit would otherwise each read every holder's /proc/PID/fd,
+	 * the first one in each new process at once (a prefork server
+	 * starting a thousand workers). */
 	if (proc_reclaim(s, true) > 0 ||
-	    (p == P_CONN && reconcile_refused(s, c, reason) > 0)) {
+	    (p == P_CONN && atomic_load_explicit(&c->enforce, memory_order_relaxed) &&
+	    reconcile_refused(s, c, reason) > 0)) {
 		word = count;
 		reason = full;
 		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)

@@ -4,7 +4,7 @@ import re
 
 import harness
 import harness_io
-from harness import Agent, Server, Shim
+from harness import Agent, LineProc, Server, Shim, helper
 
 # Run inside an agent: n unconnected TCP sockets, kept in SS.
 PENDING = "SS = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(%d)]"
@@ -134,3 +134,23 @@ def test_a_full_socket_table_names_the_table_the_key_and_a_value():
     assert _refused_for(shim, "no_slot", "process_table_full")["in_use"] == 2
     assert a.finish() == 0
 
+
+def test_default_tables_fit_a_thousand_forked_workers_each_holding_a_socket():
+    # A prefork server: a master holding one connection forks 1,000
+    # workers, and each connects once more. In observe mode every one of
+    # those connections is counted, so each needs a slot of the socket
+    # table, and every worker a process record.
+    srv = Server()
+    shim = harness_io.IoShim([{"name": "p", "destinations": ["127.0.0.1:%d" % srv.port],
+                               "max_connections": 4, "enforce": False}])
+    p = LineProc([helper("forkhold"), "127.0.0.1", str(srv.port), "1000", "held"], shim.env())
+    got = p.line(timeout=60)
+    assert got == "ok=1000 failed=0", "the workers said %r (stderr: %r)" % (got, p.err.text()[-500:])
+    srv.wait_live(1001, timeout=10)
+    st = harness.status_json(shim.segment, timeout=30)
+    c = harness.comp_of(st, "p")
+    assert c["in_use"] == 1001 and c["over"] == 997, c
+    assert c["rejected_by"]["no_slot"] == 0 and c["rejected_by"]["process_table_full"] == 0, c
+    assert st["processes"] == 1001, st["processes"]
+    assert p.finish(timeout=30) == 0
+    srv.wait_live(0, timeout=10)
