@@ -26,9 +26,18 @@
  */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	6	/* bumped by every change to this file's structures */
+#define SEG_VERSION	7	/* bumped by every change to this file's structures */
 
-enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3 };
+/* SLOT_WATCHED: in use like SLOT_USED, but processes the tables cannot
+ * name may hold the socket too (it was shared by a fork before it had a
+ * slot, or by a fork whose child got no process record), so its holders
+ * going to zero gives nothing back: the slot becomes SLOT_KERNEL, held by
+ * nobody the tables know, and its permits go back once the kernel's socket
+ * tables no longer list the socket with a file (reconcile.c). */
+enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_INIT = 2, SLOT_RELEASING = 3, SLOT_WATCHED = 4,
+	SLOT_KERNEL = 5 };
+/* A slot that processes hold and drop (SLOT_USED or SLOT_WATCHED). */
+#define SLOT_HELD(st)		((st) == SLOT_USED || (st) == SLOT_WATCHED)
 /* A slot being set up (SLOT_INIT) or given back (SLOT_RELEASING) carries the
  * pid of the process doing it in the same word, claimed with one CAS, so a
  * reclaimer can tell a dead worker's slot from a live one's. */
@@ -104,9 +113,10 @@ enum bs_reason {
 	REASON_WAIT_TIMEOUT,	/* waited max_wait_ms for nothing */
 	REASON_TOO_MANY_WAITING,	/* max_waiting callers already wait */
 	REASON_CLASS_FULL,	/* the caller's class used its class limit */
-	REASON_NO_SLOT,		/* the segment's socket or process table is full */
+	REASON_NO_SLOT,		/* the segment's socket table is full (max_sockets) */
 	REASON_POOL_FULL,	/* the pool's shared part is lent out (pool.c) */
 	REASON_CLASS_SHARED_FULL,	/* the compartment's unguaranteed part is lent out (share.c) */
+	REASON_PROCESS_TABLE_FULL,	/* the segment's process table is full (max_processes) */
 	REASON_MAX
 };
 /* The reasons counted in seg_comp's first arrays (rejected_by,

@@ -6,7 +6,8 @@
 # build.
 #
 #   make chaos           8 processes x 16 threads, kills, forks and execs, 20 s; again
-#                        with the three compartments in one pool (-P)
+#                        with the three compartments in one pool (-P), and with
+#                        socket and process tables too small for them (-T)
 #   make chaos-short     the same for a few seconds (part of `make test`)
 #   make check-sanitize  units + integration suite under ASan/UBSan, threaded units under TSan
 #   make fuzz            each libFuzzer target for FUZZ_SECONDS (default 60)
@@ -37,6 +38,7 @@ chaos: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS)
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -P
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -A -P
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -T 24,6
 chaos-short: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS)
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -P

@@ -310,10 +310,10 @@ advise(const struct cli_comp *c, const struct window *w, double seconds, struct 
 	a->suggested = (uint64_t)(((u128)c->peak_rate * a->p99_us * 2 + 999999) / 1000000);
 	a->limit = c->limit != UINT32_MAX ? c->limit : c->inflight_limit;
 	a->limit_key = c->limit != UINT32_MAX ? "max_connections" : "max_inflight";
-	/* Calls the limits refused, or would have: a full socket table
-	 * (no_slot) is the segment's size, not the limit's. */
+	/* Calls the limits refused, or would have: a full socket or
+	 * process table is the segment's size, not the limit's. */
 	for (int r = 0; r < REASON_MAX; r++) {
-		if (r != REASON_NO_SLOT)
+		if (r != REASON_NO_SLOT && r != REASON_PROCESS_TABLE_FULL)
 			a->refused += c->rejected_by[r] + c->would_reject[r];
 	}
 	advise_inflight(w, seconds, a);

@@ -134,6 +134,15 @@ bool guard_lost(const struct seg *s);
 
 /* The accessors below read the handle and the mapping only: every layer
  * may use them. */
+
+/* The size to suggest for a table of n entries found full (max_sockets,
+ * max_processes): twice n, at most max. */
+static inline uint32_t
+seg_table_grown(uint32_t n, uint32_t max)
+{
+	return n >= max / 2 ? max : n * 2;
+}
+
 static inline struct seg_header *
 seg_header(const struct seg *s)
 {
@@ -404,7 +413,8 @@ void stat_hist_add_n(struct seg_hist *h, uint64_t us, uint64_t n);
 _Atomic uint64_t *stat_reason_count(struct seg_comp *c, enum bs_reason why, bool would);
 /* A short name for a reason: "full", "inflight_full", "wait_timeout",
  * "too_many_waiting", "class_full", "no_slot", "pool_full",
- * "class_shared_full"; "unknown" for any other value. */
+ * "class_shared_full", "process_table_full"; "unknown" for any other
+ * value. */
 const char *stat_reason_name(enum bs_reason why);
 /* Counts a refusal of compartment c for reason why. */
 void stat_refused(struct seg *s, struct seg_comp *c, enum bs_reason why);
@@ -432,6 +442,12 @@ BS_LTO_INLINE void stat_connect_done_in(struct seg *s, uint32_t slot, struct seg
  * pending slot, for a socket about to be admitted, or shared with a child
  * about to be forked before its connect. Returns the slot or -ENOSPC. */
 int slot_claim(struct seg *s, int rec, uint64_t ino);
+/* slot_claim for the pending slot a fork shares (an unconnected socket of
+ * this process): only from the slots that admissions the limits allow can
+ * never need, so that entries holding no permit refuse nobody. -ENOSPC when
+ * those are taken: the socket is then shared without a slot, and the
+ * connect that follows takes a watched one (permit_claim). */
+int slot_claim_shared(struct seg *s, int rec, uint64_t ino);
 /* True if slot is pending: held, but no compartment admitted it yet. */
 bool slot_pending(const struct seg *s, uint32_t slot);
 /* True if slot holds a connection permit (or an observe-mode one). */
@@ -517,6 +533,15 @@ int reconcile_refused(struct seg *s, const struct seg_comp *c, enum bs_reason wh
  * throttled). Returns the permits given back, after which admission tries
  * the class's permits once more. */
 int reconcile_class_full(struct seg *s, const struct seg_comp *c);
+/* The slots no process the tables know holds any more (SLOT_KERNEL,
+ * slot.c), checked against the kernel's socket tables: those whose socket
+ * no file refers to go back. Returns the permits given back. Part of
+ * reconcile_run; alone at attach, before leftovers are reset. */
+int reconcile_kernel_held(struct seg *s);
+/* The socket table has no free slot: reclaims dead holders and reconciles
+ * every hold, and the slots no process the tables know holds any more
+ * (each throttled), after which the claim is tried once more. */
+void reconcile_table_full(struct seg *s);
 
 /* ---- permit.c: admission, waiting, requests in flight ---- */
 
@@ -541,6 +566,23 @@ void permit_tick(struct seg *s, struct seg_comp *c, int p);
  * socket is admitting it. */
 enum take permit_admit(struct seg *s, uint32_t slot, struct seg_comp *c, uint32_t cls, int wait,
     enum bs_reason *why);
+/* Claims a pending slot for this process's socket of inode ino, about to
+ * be admitted into c (which may be NULL), held by this process's record
+ * (claimed on first need) through one descriptor. `unseen`: processes the
+ * tables cannot name may have the socket too (it was made before a fork
+ * that gave it no pending slot, or comes from elsewhere), so the slot is
+ * watched (slot_watch). Returns the slot, or -ENOSPC with *why: the
+ * process table is full (REASON_PROCESS_TABLE_FULL), or the socket table
+ * even after dead holders and sockets closed unseen gave theirs back
+ * (REASON_NO_SLOT, or REASON_FULL when c is at its limit anyway). */
+int permit_claim(struct seg *s, struct seg_comp *c, uint64_t ino, bool unseen,
+    enum bs_reason *why);
+/* The pending slot that a fork shared, for this process's connect of its
+ * socket (inode ino): this process holds it from now on, if it did not.
+ * Returns the slot; -ESTALE if it is no longer that socket's or was given
+ * back (then the caller claims one of its own, watched); -ENOSPC with *why
+ * REASON_PROCESS_TABLE_FULL when this process can have no record. */
+int permit_share(struct seg *s, uint32_t slot, uint64_t ino, enum bs_reason *why);
 /* A new slot for a socket of inode ino, admitted into c as permit_admit
  * does (waiting if may_wait), for callers without a descriptor table (the
  * tests, the benchmarks). Returns the slot index, or -EBUSY with *why set

@@ -133,9 +133,14 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
 		return r;
 	/* What dead holders hold goes back first; then, for a connection,
-	 * what sockets closed unseen hold (reconcile.c). */
+	 * what sockets closed unseen hold (reconcile.c). Observe mode refuses
+	 * nothing and never waits, so it reconciles nothing: its calls past
+	 * the limit would otherwise each read every holder's /proc/PID/fd,
+	 * the first one in each new process at once (a prefork server
+	 * starting a thousand workers). */
 	if (proc_reclaim(s, true) > 0 ||
-	    (p == P_CONN && reconcile_refused(s, c, reason) > 0)) {
+	    (p == P_CONN && atomic_load_explicit(&c->enforce, memory_order_relaxed) &&
+	    reconcile_refused(s, c, reason) > 0)) {
 		word = count;
 		reason = full;
 		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
@@ -342,28 +347,93 @@ int
 permit_acquire(struct seg *s, struct seg_comp *c, uint32_t cls, uint64_t ino, bool may_wait,
     enum bs_reason *why)
 {
-	int rec, slot;
+	int slot;
 
 	if (c == NULL)
 		return -EINVAL;
-	rec = proc_record(s);
 	/* The slot is taken, and this process recorded as its holder,
 	 * before any permit: whoever finds us dead half-way finds it. */
 	proc_gate_enter(s);
-	slot = rec < 0 ? -ENOSPC : slot_alloc(s, rec, ino);
+	slot = permit_claim(s, c, ino, false, why);
 	proc_gate_leave(s);
 	if (slot < 0) {
-		*why = REASON_NO_SLOT;
-		stat_refused(s, c, REASON_NO_SLOT);
+		stat_refused(s, c, *why);
 		return -EBUSY;
 	}
 	if (take_permits(s, (uint32_t)slot, c, cls, may_wait ? WAIT_ALWAYS : WAIT_NEVER, why) !=
 	    TAKE_OK) {
-		slot_drop_hold(s, rec, (uint32_t)slot, false);
+		slot_drop(s, (uint32_t)slot);
 		return -EBUSY;
 	}
-	atomic_store(&s->lcount[slot], 1);
 	return slot;
+}
+
+/* permit_claim when the socket table has no free slot: dead holders'
+ * slots, and those of sockets closed unseen, are taken back, and the claim
+ * tried once more. A compartment at its limit would refuse the connect
+ * anyway: that is then the reason given, not the table. */
+static __attribute__((noinline)) int
+claim_full(struct seg *s, struct seg_comp *c, int rec, uint64_t ino, enum bs_reason *why)
+{
+	int slot;
+
+	reconcile_table_full(s);
+	slot = slot_claim(s, rec, ino);
+	if (slot >= 0)
+		return slot;
+	*why = REASON_NO_SLOT;
+	if (c != NULL && atomic_load(&c->enforce) &&
+	    atomic_load(&c->in_use) >= ad_limit(c, P_CONN, limit_conn(c)))
+		*why = REASON_FULL;
+	return slot;
+}
+
+int
+permit_claim(struct seg *s, struct seg_comp *c, uint64_t ino, bool unseen, enum bs_reason *why)
+{
+	int rec = proc_record(s), slot;
+
+	/* claim_record has taken back the records of the dead already. */
+	if (__builtin_expect(rec < 0, 0)) {
+		*why = REASON_PROCESS_TABLE_FULL;
+		return rec;
+	}
+	slot = slot_claim(s, rec, ino);
+	if (__builtin_expect(slot < 0, 0))
+		slot = claim_full(s, c, rec, ino, why);
+	/* Watched before any permit is taken: a release must never find it
+	 * plain while another process may have the socket. */
+	if (__builtin_expect(unseen, 0) && slot >= 0)
+		slot_watch(s, (uint32_t)slot);
+	return slot;
+}
+
+int
+permit_share(struct seg *s, uint32_t slot, uint64_t ino, enum bs_reason *why)
+{
+	int rec = proc_record(s);
+	struct seg_slot *sl = seg_slot(s, slot);
+
+	if (rec < 0) {
+		*why = REASON_PROCESS_TABLE_FULL;
+		return rec;
+	}
+	if (sl == NULL || atomic_load(&sl->inode) != ino)
+		return -ESTALE;
+	/* A fork gave this process its hold of the pending slot; one that
+	 * had no record then holds it now, so that the permit cannot go back
+	 * while its connect is on its way. */
+	if (slot_held_by(s, (uint32_t)rec, slot))
+		return (int)slot;
+	if (!slot_hold_add(s, (uint32_t)rec, slot))
+		return -ESTALE;
+	/* Given back and taken by another socket between the look and the
+	 * hold: not this one's to admit. */
+	if (atomic_load(&sl->inode) != ino) {
+		slot_drop_hold(s, rec, slot, false);
+		return -ESTALE;
+	}
+	return (int)slot;
 }
 
 enum take

@@ -141,17 +141,26 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 }
 
 /* This process's record, claimed on first need. Two threads may race to
- * claim one; the loser gives its record back, so nobody waits. */
+ * claim one; the loser gives its record back, so nobody waits. A table
+ * found full is not looked at again for RECLAIM_EVERY_MS: each look reads
+ * every holder's /proc entry, and a program may retry a refused connect at
+ * once. */
 static __attribute__((noinline)) int
 claim_record(struct seg *s)
 {
+	static _Atomic uint64_t full_until_ms;
 	int mine, expected = -1;
+	uint64_t now = now_mono_ms();
 	pid_t pid;
 
+	if (now < atomic_load(&full_until_ms))
+		return -ENOSPC;
 	pid = s->my_pid;
 	mine = alloc_record(s, PROC_FORKING, pid);
-	if (mine < 0)
+	if (mine < 0) {
+		atomic_store(&full_until_ms, now + RECLAIM_EVERY_MS);
 		return mine;
+	}
 	atomic_store(&s->procs[mine].start, s->my_start);
 	atomic_store(&s->procs[mine].pid, pid);
 	atomic_store(&s->procs[mine].state, PROC_LIVE);
@@ -370,6 +379,36 @@ proc_gate_close(struct seg *s)
 		    "permit; the child's holds may miss it", GATE_WAIT_MS);
 }
 
+/*
+ * A fork whose child gets no record (the process table is full): nothing
+ * in the tables will say that the child holds what it inherits, so the
+ * parent closing its copies would give their permits back while the
+ * child's copies are open. Every slot the parent holds is watched instead
+ * (slot_watch): its permits stay until the kernel has no file of its
+ * socket left. Said at most once a second per process.
+ */
+static void
+fork_unrecorded(struct seg *s, uint32_t rec)
+{
+	static _Atomic uint64_t said_ms;
+	uint64_t now = now_mono_ms(), last = atomic_load(&said_ms);
+
+	for (uint32_t slot = 0; slot < s->nslots; slot++) {
+		if (slot_held_by(s, rec, slot))
+			slot_watch(s, slot);
+	}
+	char name[BS_NAME_MAX];
+
+	if ((last != 0 && now - last < 1000) || !atomic_compare_exchange_strong(&said_ms, &last, now))
+		return;
+	log_name(name, sizeof(name), s->h->name, sizeof(name));
+	bs_log(LOG_ERROR, "the process table of segment %s is full (max_processes = %u): the "
+	    "child of this fork gets no record, so the sockets it inherits keep their permits "
+	    "until the kernel has closed every copy, and its own connects are refused while the "
+	    "table stays full; set max_processes = %u", name, s->nprocs,
+	    seg_table_grown(s->nprocs, BS_MAX_PROCESSES));
+}
+
 void
 proc_fork_prepare(struct seg *s, struct proc_fork *f)
 {
@@ -381,11 +420,7 @@ proc_fork_prepare(struct seg *s, struct proc_fork *f)
 		return;
 	child = alloc_record(s, PROC_FORKING, s->my_pid);
 	if (child < 0) {
-		char name[BS_NAME_MAX];
-
-		log_name(name, sizeof(name), s->h->name, sizeof(name));
-		bs_log(LOG_ERROR, "process table of segment %s is full: a child's "
-		    "inherited sockets are not counted as held by it", name);
+		fork_unrecorded(s, (uint32_t)rec);
 		return;
 	}
 	f->rec = child;
@@ -500,6 +535,7 @@ proc_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 {
 	pid_t me = sys_getpid();
 	int rec = -1;
+	bool norec = false;
 	DIR *d;
 	struct dirent *e;
 
@@ -555,8 +591,15 @@ proc_adopt(struct seg *s, void (*cb)(int fd, uint32_t slot))
 				 * unless its permit was freed meanwhile. */
 				struct seg_slot *sl = &s->slots[slot];
 
-				if (rec < 0 && (rec = proc_record(s)) < 0)
-					break;
+				if (rec < 0 && !norec && (rec = proc_record(s)) < 0)
+					norec = true;
+				/* No record to hold it by (the process table
+				 * is full): its permit waits for the kernel
+				 * to say no copy is left. */
+				if (norec) {
+					slot_watch(s, (uint32_t)slot);
+					continue;
+				}
 				if (!slot_hold_add(s, (uint32_t)rec, (uint32_t)slot))
 					continue;
 				if (atomic_load(&sl->inode) != (uint64_t)st.st_ino) {

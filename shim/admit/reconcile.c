@@ -51,6 +51,13 @@
  * Dead processes are proc_reclaim's business and are left alone here. The
  * permits a dropped hold frees (its last holder gone) count in the
  * compartment's `reconciled`.
+ *
+ * A slot that no process the tables know holds any more but whose socket
+ * some process they cannot name may still have (SLOT_KERNEL, slot.c) is
+ * given back here too, once sock_diag no longer lists its socket with a
+ * file: no descriptor of it is left anywhere. A socket that is not
+ * connected (a connect that failed) is not listed either, and holds no
+ * connection to keep a permit for.
  */
 
 #define RECONCILE_EVERY_MS	100
@@ -65,7 +72,7 @@ counted_inode(const struct seg *s, uint32_t slot, int comp)
 {
 	struct seg_slot *sl = seg_slot(s, slot);
 
-	if (sl == NULL || atomic_load(&sl->state) != SLOT_USED || !slot_admitted(s, slot))
+	if (sl == NULL || !SLOT_HELD(atomic_load(&sl->state)) || !slot_admitted(s, slot))
 		return 0;
 	if (comp >= 0 && atomic_load(&sl->comp) != (uint32_t)comp)
 		return 0;
@@ -292,7 +299,7 @@ check_batch(struct seg *s, uint32_t rec, pid_t pid, uint64_t start, const uint32
 			continue;
 		/* Still the same process, and the slot still this socket. */
 		if (!same_process(s, rec, pid, start) || !sys_pid_alive(pid, start) ||
-		    atomic_load(&sl->inode) != ino[i] || atomic_load(&sl->state) != SLOT_USED)
+		    atomic_load(&sl->inode) != ino[i] || !SLOT_HELD(atomic_load(&sl->state)))
 			continue;
 		c = seg_slot_comp(s, sl);
 		r = slot_drop_hold(s, (int)rec, slot[i], false);
@@ -346,6 +353,57 @@ reconcile_others(struct seg *s, int comp)
 	return n;
 }
 
+/* One batch of SLOT_KERNEL slots (slot[], ino[]): those whose socket no
+ * file refers to any more are given back. Returns the permits that went. */
+static int
+release_unfiled(struct seg *s, const uint32_t *slot, const uint64_t *ino, size_t n)
+{
+	bool alive[BATCH];
+	int released = 0;
+
+	memset(alive, 0, sizeof(alive));
+	if (diag_alive(ino, alive, n) < 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		struct seg_comp *c;
+		bool r;
+
+		if (alive[i])
+			continue;
+		c = seg_slot_comp(s, seg_slot(s, slot[i]));
+		r = slot_release_kernel(s, slot[i], ino[i]);
+		if (r)
+			bs_log(LOG_INFO, "socket %llu, shared with processes the tables could not "
+			    "name, is closed everywhere: its permit went back", (unsigned long long)ino[i]);
+		count_reconciled(c, r);
+		released += r;
+	}
+	return released;
+}
+
+int
+reconcile_kernel_held(struct seg *s)
+{
+	uint32_t slot[BATCH];
+	uint64_t ino[BATCH];
+	size_t k = 0;
+	int n = 0;
+
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		if (atomic_load_explicit(&s->slots[i].state, memory_order_relaxed) != SLOT_KERNEL)
+			continue;
+		slot[k] = i;
+		ino[k++] = atomic_load(&s->slots[i].inode);
+		if (k == BATCH) {
+			n += release_unfiled(s, slot, ino, k);
+			k = 0;
+		}
+	}
+	if (k > 0)
+		n += release_unfiled(s, slot, ino, k);
+	return n;
+}
+
 int
 reconcile_run(struct seg *s, const struct seg_comp *c)
 {
@@ -353,6 +411,7 @@ reconcile_run(struct seg *s, const struct seg_comp *c)
 
 	n = reconcile_own(s, s->host);
 	n += reconcile_others(s, c != NULL ? (int)(c - s->comp) : -1);
+	n += reconcile_kernel_held(s);
 	errno = saved;
 	return n;
 }
@@ -381,4 +440,11 @@ int
 reconcile_class_full(struct seg *s, const struct seg_comp *c)
 {
 	return proc_reclaim(s, true) + reconcile_throttled(s, c);
+}
+
+void
+reconcile_table_full(struct seg *s)
+{
+	proc_reclaim(s, true);
+	reconcile_throttled(s, NULL);
 }

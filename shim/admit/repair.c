@@ -83,8 +83,9 @@ static const char *const count_names[NCOUNTS] = {
  * permit and recording it) or garbage. The counts are read first and
  * taken off only if still nobody holds a record afterwards, by subtraction,
  * so a process that starts taking permits meanwhile keeps what it took.
- * Returns false if a process took a record before it was done (or memory
- * ran out), and nothing was changed.
+ * Returns false if a process took a record before it was done, if a slot
+ * is held for processes the tables cannot name (SLOT_KERNEL), or if memory
+ * ran out, and nothing was changed.
  */
 bool
 repair_unheld(struct seg *s, const char *name)
@@ -103,8 +104,11 @@ repair_unheld(struct seg *s, const char *name)
 		for (int k = 0; k < NCOUNTS; k++)
 			seen[i * NCOUNTS + k] = atomic_load(v[k]);
 	}
-	for (uint32_t j = 0; j < s->nslots; j++)
+	for (uint32_t j = 0; j < s->nslots; j++) {
 		slot_st[j] = atomic_load(&s->slots[j].state);
+		if (slot_st[j] == SLOT_KERNEL)
+			goto done;
+	}
 	for (uint32_t p = 0; p < s->h->npools && p < BS_MAX_POOLS; p++)
 		lent[p] = atomic_load(&s->h->pools[p].lent);
 	if (repair_in_use(s))

@@ -385,6 +385,7 @@ scrub(struct seg *s, const char *name, char *buf, size_t len)
 		bs_log(LOG_WARN, "segment /dev/shm%s: %u process records in no known state; freed",
 		    name, bad);
 	proc_reclaim(s, false);
+	reconcile_kernel_held(s);
 	if (!repair_in_use(s) && repair_unheld(s, name))
 		return NULL;
 	return repair_impossible(s, buf, len);

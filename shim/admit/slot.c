@@ -29,6 +29,14 @@
  * A process that dies half-way through any step leaves its pid in the
  * state word, and whoever finds it dead finishes the step
  * (slot_release_orphan).
+ *
+ * A slot whose socket processes the tables cannot name may hold as well is
+ * SLOT_WATCHED instead of SLOT_USED (slot_watch): the drop that takes its
+ * holders to 0 then gives nothing back but leaves it SLOT_KERNEL, and its
+ * permits go back only when the kernel says that no file refers to the
+ * socket any more (slot_release_kernel, from reconcile.c). A permit kept
+ * too long is a delay; one given back while a copy of its socket is still
+ * open would be an admission past the limit.
  */
 
 /* ---- holds: bitmap bits and the holders count ---- */
@@ -425,12 +433,13 @@ slot_release_orphans(struct seg *s, pid_t pid)
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		uint32_t st = atomic_load_explicit(&s->slots[i].state, memory_order_relaxed);
 
-		if (st == SLOT_FREE || (SLOT_BY(st) != pid && atomic_load(&s->slots[i].holders) != 0))
+		if (st == SLOT_FREE || st == SLOT_KERNEL ||
+		    (SLOT_BY(st) != pid && atomic_load(&s->slots[i].holders) != 0))
 			continue;
 		/* A drop still locked (its process died between the count and
 		 * its bit) is finished first, so the bit never outlives the
 		 * slot's release and meets a new socket in it. */
-		if (st == SLOT_USED)
+		if (SLOT_HELD(st))
 			hold_wait(s, i);
 		slot_release_orphan(s, i, pid);
 	}
@@ -440,7 +449,7 @@ int
 slot_find_inode(const struct seg *s, uint64_t ino)
 {
 	for (uint32_t i = 0; i < s->nslots; i++) {
-		if (atomic_load(&s->slots[i].state) == SLOT_USED &&
+		if (SLOT_HELD(atomic_load(&s->slots[i].state)) &&
 		    atomic_load(&s->slots[i].inode) == ino)
 			return (int)i;
 	}
@@ -449,16 +458,16 @@ slot_find_inode(const struct seg *s, uint64_t ino)
 
 /* ---- claim, descriptors, release ---- */
 
-int
-slot_alloc(struct seg *s, int rec, uint64_t ino)
+/* slot_alloc in the slots lo .. nslots - 1 only, looking from slot i on.
+ * Inlined, so that slot_alloc's lo of 0 costs nothing. */
+static inline __attribute__((always_inline)) int
+alloc_from(struct seg *s, int rec, uint64_t ino, uint32_t lo, uint32_t i)
 {
-	uint32_t n = s->nslots, i = atomic_load_explicit(&s->hint, memory_order_relaxed);
+	uint32_t n = s->nslots;
 
-	/* The hint is where the last claim ended: a start, not a promise;
-	 * threads racing from the same place are told apart by the CAS. */
-	if (i >= n)
-		i = 0;
-	for (uint32_t k = 0; k < n; k++, i = i + 1 < n ? i + 1 : 0) {
+	if (i < lo || i >= n)
+		i = lo;
+	for (uint32_t k = lo; k < n; k++, i = i + 1 < n ? i + 1 : lo) {
 		uint32_t expected = SLOT_FREE;
 		struct seg_slot *sl = &s->slots[i];
 		uint64_t m;
@@ -493,6 +502,14 @@ slot_alloc(struct seg *s, int rec, uint64_t ino)
 }
 
 int
+slot_alloc(struct seg *s, int rec, uint64_t ino)
+{
+	/* The hint is where the last claim ended: a start, not a promise;
+	 * threads racing from the same place are told apart by the CAS. */
+	return alloc_from(s, rec, ino, 0, atomic_load_explicit(&s->hint, memory_order_relaxed));
+}
+
+int
 slot_claim(struct seg *s, int rec, uint64_t ino)
 {
 	int slot;
@@ -502,6 +519,55 @@ slot_claim(struct seg *s, int rec, uint64_t ino)
 	slot = slot_alloc(s, rec, ino);
 	if (slot >= 0)
 		atomic_store(&s->lcount[slot], 1);
+	return slot;
+}
+
+/*
+ * The slots admissions may need at once: each compartment's connection
+ * limit, and as many waiters as it lets wait. A compartment nothing bounds
+ * (no max_connections, or observe mode, which lets every connect through)
+ * may need any number: then at least half the table. Pending entries of a
+ * fork go only above these, so that they can never refuse an admission
+ * the limits allow.
+ */
+static uint32_t
+admission_room(const struct seg *s)
+{
+	uint64_t room = 0;
+	bool unbounded = false;
+
+	for (uint32_t i = 0; i < s->ncomp; i++) {
+		struct seg_comp *c = &s->comp[i];
+		uint32_t lim = atomic_load_explicit(&c->limit, memory_order_relaxed);
+
+		if (lim > BS_MAX_LIMIT || !atomic_load_explicit(&c->enforce, memory_order_relaxed)) {
+			unbounded = true;
+			continue;
+		}
+		room += lim;
+		if (seg_max_wait_ms(c) != 0)
+			room += atomic_load_explicit(&c->max_waiting, memory_order_relaxed);
+	}
+	if (unbounded && room < s->nslots / 2)
+		room = s->nslots / 2;
+	return room < s->nslots ? (uint32_t)room : s->nslots;
+}
+
+int
+slot_claim_shared(struct seg *s, int rec, uint64_t ino)
+{
+	/* Where this process's last pending entry went: forks come one at
+	 * a time in a process (proc_gate_close), so a plain static will do. */
+	static uint32_t next;
+	int slot;
+
+	if (rec < 0)
+		return rec;
+	slot = alloc_from(s, rec, ino, admission_room(s), next);
+	if (slot < 0)
+		return slot;
+	next = (uint32_t)slot + 1;
+	atomic_store(&s->lcount[slot], 1);
 	return slot;
 }
 
@@ -522,7 +588,7 @@ bool
 slot_pending(const struct seg *s, uint32_t slot)
 {
 	return slot < s->nslots && atomic_load(&s->slots[slot].comp) == SLOT_NO_COMP &&
-	    atomic_load(&s->slots[slot].state) == SLOT_USED;
+	    SLOT_HELD(atomic_load(&s->slots[slot].state));
 }
 
 /* A connection of an adaptive compartment without max_inflight ended: its
@@ -585,8 +651,48 @@ slot_release(struct seg *s, uint32_t slot, bool reclaimed)
 {
 	uint32_t used = SLOT_USED, busy = SLOT_BUSY(SLOT_RELEASING, s->my_pid);
 
-	if (atomic_compare_exchange_strong(&s->slots[slot].state, &used, busy))
+	if (atomic_compare_exchange_strong(&s->slots[slot].state, &used, busy)) {
 		release_claimed(s, slot, busy, reclaimed);
+		return;
+	}
+	/* A copy may live on where no record shows it: the kernel says when
+	 * it is gone (reconcile.c). */
+	if (used == SLOT_WATCHED)
+		atomic_compare_exchange_strong(&s->slots[slot].state, &used, SLOT_KERNEL);
+}
+
+bool
+slot_watch(struct seg *s, uint32_t slot)
+{
+	uint32_t st = SLOT_USED;
+
+	if (slot >= s->nslots)
+		return false;
+	/* A slot given back meanwhile (RELEASING, FREE) lost its last holder
+	 * before the caller's fork: no copy of its socket reaches the child. */
+	return atomic_compare_exchange_strong(&s->slots[slot].state, &st, SLOT_WATCHED) ||
+	    st == SLOT_WATCHED;
+}
+
+bool
+slot_release_kernel(struct seg *s, uint32_t slot, uint64_t ino)
+{
+	uint32_t st = SLOT_KERNEL, busy = SLOT_BUSY(SLOT_RELEASING, s->my_pid);
+	bool held;
+
+	if (slot >= s->nslots ||
+	    !atomic_compare_exchange_strong(&s->slots[slot].state, &st, busy))
+		return false;
+	/* Ours now; nobody adds a hold to a slot at 0 holders. The caller
+	 * asked the kernel about inode ino: a slot given back and taken by
+	 * another socket since is that socket's, and goes back untouched. */
+	if (atomic_load(&s->slots[slot].inode) != ino) {
+		atomic_compare_exchange_strong(&s->slots[slot].state, &busy, SLOT_KERNEL);
+		return false;
+	}
+	held = slot_admitted(s, slot);
+	release_claimed(s, slot, busy, false);
+	return held;
 }
 
 void
@@ -602,6 +708,7 @@ slot_release_orphan(struct seg *s, uint32_t slot, pid_t dead)
 	busy = SLOT_BUSY(SLOT_RELEASING, s->my_pid);
 	switch (SLOT_KIND(st)) {
 	case SLOT_USED:
+	case SLOT_WATCHED:
 		/* Its last holder dropped it and died before releasing. */
 		if (atomic_load(&sl->holders) == 0)
 			slot_release(s, slot, true);

@@ -29,13 +29,24 @@ void slot_drop_sole_holds(struct seg *s, uint32_t rec, pid_t dead, bool reclaime
 void slot_release_orphans(struct seg *s, pid_t pid);
 /* Gives back every permit of a slot nobody holds and frees it; only the
  * caller that moves it from SLOT_USED to SLOT_RELEASING (with its pid)
- * does. */
+ * does. A SLOT_WATCHED one becomes SLOT_KERNEL instead, permits and all. */
 void slot_release(struct seg *s, uint32_t slot, bool reclaimed);
 /* Finishes slot if nobody is left to: a slot no process holds that is
  * still in use (its last holder died before releasing it) is released; one
  * that process `dead` was setting up is freed, one it was releasing is
  * released. Safe against live workers: each step is claimed by CAS. */
 void slot_release_orphan(struct seg *s, uint32_t slot, pid_t dead);
+/* Marks a slot this process holds as one that processes the tables
+ * cannot name may hold too (SLOT_WATCHED): when its last known holder
+ * drops it, its permits stay until the kernel has no file of its socket
+ * left. True if it is so marked; false if it was given back already. */
+bool slot_watch(struct seg *s, uint32_t slot);
+/* Gives back the permits of a slot that no process the tables know holds
+ * (SLOT_KERNEL), of the socket with inode ino, once the caller has seen
+ * the kernel's socket tables list that socket with no file. True if a
+ * connection permit went back (reconciled); false if the slot is no longer
+ * that (given back by another, or another socket's now). */
+bool slot_release_kernel(struct seg *s, uint32_t slot, uint64_t ino);
 /* Finishes an operation on slot that process `dead` (0: anyone) left half
  * done: its wait (the slot counted in `waiting`). */
 void slot_resolve(struct seg *s, uint32_t slot, pid_t dead);

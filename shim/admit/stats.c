@@ -33,7 +33,7 @@ stat_reason_name(enum bs_reason why)
 {
 	static const char *names[REASON_MAX] = {
 		"full", "inflight_full", "wait_timeout", "too_many_waiting", "class_full", "no_slot",
-		"pool_full", "class_shared_full",
+		"pool_full", "class_shared_full", "process_table_full",
 	};
 
 	return (unsigned)why < REASON_MAX ? names[why] : "unknown";

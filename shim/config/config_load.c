@@ -12,11 +12,15 @@
 #include <unistd.h>
 
 #define DEFAULT_MODE		0600
-#define DEFAULT_PROCESSES	1024
+/* A prefork server of a thousand workers, twice over: records of the dead
+ * are taken back only when the table is full. */
+#define DEFAULT_PROCESSES	2048
 #define DEFAULT_RESOLVE_MS	1000
 #define MAX_RESOLVE_MS		60000
-#define MIN_SOCKETS		256
-#define MIN_SOCKETS_UNCAPPED	4096	/* when a compartment has no max_connections */
+/* As many sockets as processes, twice: a worker each of a server that size,
+ * in observe mode or over budget, and the pending entries of its forks. */
+#define MIN_SOCKETS		4096
+#define MIN_SOCKETS_UNCAPPED	8192	/* when nothing bounds a compartment's connections */
 #define MAX_ID			4294967294LL	/* (uid_t)-1 means "no change" */
 
 static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool all, char *err,
@@ -288,15 +292,15 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 
 /* The socket table a config gets when it sets no max_sockets: twice the
  * connection permits, at least MIN_SOCKETS. A compartment with no
- * max_connections still counts its sockets, unbounded, so then at least
- * MIN_SOCKETS_UNCAPPED. */
+ * max_connections, or in observe mode, still counts its sockets,
+ * unbounded, so then at least MIN_SOCKETS_UNCAPPED. */
 static uint32_t default_sockets(const struct bs_config *cfg)
 {
 	uint64_t sum = 0, floor = MIN_SOCKETS;
 
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		sum += cfg->comp[i].max_connections;
-		if (cfg->comp[i].max_connections == 0)
+		if (cfg->comp[i].max_connections == 0 || !cfg->comp[i].enforce)
 			floor = MIN_SOCKETS_UNCAPPED;
 	}
 	sum = sum * 2 < floor ? floor : sum * 2;

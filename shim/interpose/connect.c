@@ -32,6 +32,27 @@ shim_blocking(int fd, int flags)
 	return fl >= 0 && !(fl & O_NONBLOCK);
 }
 
+/* The line of a refusal of compartment `name`'s connect for a full table
+ * of the segment: the table, its size `now` (config key `key`, at most
+ * `max`) and what to do: the value to set, or, when the config file asks for more than the
+ * segment has already (a segment keeps the size it was made with), when
+ * that takes effect. */
+static void
+table_full(char *msg, size_t len, const char *name, const char *table, const char *key,
+    uint32_t now, uint32_t want, uint32_t max, const char *what, const char *dest)
+{
+	char advice[320];
+
+	if (want > now)
+		bs_format(advice, sizeof(advice), "%s sets %s = %u, the size the segment gets when "
+		    "it is made again, once no process uses it", shim.cfg.path, key, want);
+	else
+		bs_format(advice, sizeof(advice), "set %s = %u in %s", key, seg_table_grown(now, max),
+		    shim.cfg.path);
+	bs_format(msg, len, "%s: the %s table of segment %s is full (%s = %u): %s to %s refused; %s",
+	    name, table, shim.cfg.segment, key, now, what, dest, advice);
+}
+
 void
 shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what, const char *dest)
 {
@@ -39,7 +60,7 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 	unsigned cls = shim.cls < BS_MAX_CLASSES ? shim.cls : 0;
 	struct log_refusal r;
 	uint64_t skipped;
-	char msg[400], name[BS_NAME_MAX], cname[BS_CLASS_NAME_MAX];
+	char msg[640], name[BS_NAME_MAX], cname[BS_CLASS_NAME_MAX];
 
 	if (c == NULL || !log_rejection_due(comp, &skipped))
 		return;
@@ -108,39 +129,48 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 		    cls < BS_MAX_CLASSES ? atomic_load(&c->cls[cls].in_use) : 0,
 		    cls < BS_MAX_CLASSES ? atomic_load(&c->cls_guaranteed[cls]) : 0, what, dest);
 		break;
-	default: {
-		char sname[BS_NAME_MAX];
-
-		log_name(sname, sizeof(sname), seg_header(shim.seg)->name, sizeof(sname));
-		bs_format(msg, sizeof(msg), "%s: the socket or process table of segment %s is full: "
-		    "%s to %s refused", name, sname, what, dest);
+	case REASON_NO_SLOT:
+		r.in_use = r.limit = shim.seg->nslots;
+		table_full(msg, sizeof(msg), name, "socket", "max_sockets", shim.seg->nslots,
+		    shim.cfg.max_sockets, BS_MAX_SOCKETS, what, dest);
 		break;
-	}
+	case REASON_PROCESS_TABLE_FULL:
+		r.in_use = r.limit = shim.seg->nprocs;
+		table_full(msg, sizeof(msg), name, "process", "max_processes", shim.seg->nprocs,
+		    shim.cfg.max_processes, BS_MAX_PROCESSES, what, dest);
+		break;
+	default:
+		bs_format(msg, sizeof(msg), "%s: refused (%s): %s to %s", name,
+		    stat_reason_name(why), what, dest);
+		break;
 	}
 	log_refusal(&r, skipped);
 }
 
 /*
  * The slot fd's socket is admitted in: a pending one that a fork made for it
- * (then *shared is true), or a new one. Either way the slot is in the table
- * before the fork gate opens again, so a fork copies both or neither. -1 if
- * the segment's tables are full. fd is one that fdt_valid passed.
+ * (then *shared is true), or a new one, watched unless the socket is fresh
+ * from this process's socket() since its last fork (one made before a fork
+ * that gave it no pending slot may be open in another process too). Either
+ * way the slot is in the table before the fork gate opens again, so a fork
+ * copies both or neither. -ENOSPC with *why if the segment's tables are
+ * full. fd is one that fdt_valid passed.
  */
 static int
-claim_slot(int fd, uint64_t ino, bool *shared)
+claim_slot(int fd, uint64_t ino, bool fresh, struct seg_comp *c, bool *shared,
+    enum bs_reason *why)
 {
 	uint32_t e;
-	int slot;
+	int slot = -ESTALE;
 
 	proc_gate_enter(shim.seg);
 	e = (uint32_t)fdt_entry_valid(fd);
 	if (e != 0 && slot_pending(shim.seg, e - 1) &&
-	    atomic_load(&seg_slot(shim.seg, e - 1)->inode) == ino) {
-		*shared = true;
-		slot = (int)(e - 1);
-	} else {
-		*shared = false;
-		slot = slot_claim(shim.seg, proc_record(shim.seg), ino);
+	    atomic_load(&seg_slot(shim.seg, e - 1)->inode) == ino)
+		slot = permit_share(shim.seg, e - 1, ino, why);
+	*shared = slot >= 0;
+	if (slot == -ESTALE) {
+		slot = permit_claim(shim.seg, c, ino, !fresh, why);
 		if (slot >= 0)
 			slot_drop(shim.seg, fdt_set_valid(fd, (uint32_t)slot) - 1);
 	}
@@ -233,9 +263,8 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 	if (!got->fresh &&
 	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return TAKE_PASS;
-	slot = claim_slot(fd, (uint64_t)st.st_ino, &shared);
+	slot = claim_slot(fd, (uint64_t)st.st_ino, got->fresh, c, &shared, &why);
 	if (slot < 0) {
-		why = REASON_NO_SLOT;
 		stat_refused(shim.seg, c, why);
 	} else {
 		/* Whether the descriptor blocks is asked only if the

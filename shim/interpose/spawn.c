@@ -98,7 +98,10 @@ clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
  * two processes, whichever of them connects. Each such socket (an
  * unconnected, non-listening stream socket from socket()) gets a pending
  * slot before the fork, so both processes hold it from the start and its
- * permit, once admitted, lasts until both are done with it.
+ * permit, once admitted, lasts until both are done with it. Pending slots
+ * take only the part of the table admissions cannot need; a socket left
+ * without one is no longer fresh after the fork either, and its connect
+ * takes a watched slot (permit_claim).
  */
 static void
 share_unconnected(void)
@@ -119,7 +122,7 @@ share_unconnected(void)
 			continue;
 		if (getpeername(fd, (struct sockaddr *)&peer, &plen) == 0 || errno != ENOTCONN)
 			continue;
-		slot = slot_claim(shim.seg, proc_record(shim.seg), (uint64_t)st.st_ino);
+		slot = slot_claim_shared(shim.seg, proc_record(shim.seg), (uint64_t)st.st_ino);
 		if (slot >= 0)
 			slot_drop(shim.seg, fdt_set(fd, (uint32_t)slot) - 1);
 	}

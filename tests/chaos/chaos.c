@@ -30,7 +30,7 @@
 
 /*
  * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-P] [-K] [-D]
- *        [-k] [-A]
+ *        [-k] [-A] [-T SOCKETS,PROCESSES]
  *
  * Starts a loopback server per compartment (and one no rule matches), writes
  * a config giving the compartments limits L0..L2, and runs PROCS workers of
@@ -76,6 +76,10 @@
  * `bulkshim status -s SEG --json` shows it must be 0 within 1 s.
  * Exit status 0 only if the worst overshoot is 0, in_use came back to 0, no
  * worker died of anything but our SIGKILL, and nothing hung.
+ *
+ * -T gives the segment small tables (max_sockets, max_processes), so that
+ * forks share unconnected sockets without pending slots and children get
+ * no process record: their sockets' permits must then wait for the kernel.
  *
  * -k runs the workers under the kernel engine instead of the shim: in a
  * cgroup of their own with `bulkshim attach`, no preload, and with sockets
@@ -875,6 +879,9 @@ listen_all(void)
 	snprintf(ports_arg, sizeof(ports_arg), "%u,%u,%u,%u", ports[0], ports[1], ports[2], ports[3]);
 }
 
+/* -T: the segment's max_sockets and max_processes (0: the defaults). */
+static int table_sockets, table_procs;
+
 static void
 write_config(const char *dir)
 {
@@ -885,6 +892,8 @@ write_config(const char *dir)
 	if (f == NULL)
 		die(cfg_path);
 	fprintf(f, "segment = \"%s\";\n", segment);
+	if (table_sockets > 0)
+		fprintf(f, "max_sockets = %d;\nmax_processes = %d;\n", table_sockets, table_procs);
 	if (pooled) {
 		fprintf(f, "pools = ( { name = \"p\"; size = %d; reserved = %d; } );\n", POOL_SIZE,
 		    POOL_RESERVED);
@@ -981,7 +990,7 @@ main(int argc, char **argv)
 	struct rlimit rl;
 
 	seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	while ((c = getopt(argc, argv, "b:t:p:n:s:l:DKPkA")) != -1) {
+	while ((c = getopt(argc, argv, "b:t:p:n:s:l:T:DKPkA")) != -1) {
 		switch (c) {
 		case 'A':
 			adaptive = true;
@@ -1016,6 +1025,11 @@ main(int argc, char **argv)
 			break;
 		case 'l':
 			if (sscanf(optarg, "%d,%d,%d", &limits[0], &limits[1], &limits[2]) != 3)
+				goto usage;
+			break;
+		case 'T':
+			if (sscanf(optarg, "%d,%d", &table_sockets, &table_procs) != 2 ||
+			    table_sockets < 1 || table_procs < 1)
 				goto usage;
 			break;
 		default:
@@ -1254,6 +1268,6 @@ main(int argc, char **argv)
 	return status;
 usage:
 	fprintf(stderr, "usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] "
-	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-A]\n");
+	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-A] [-T SOCKETS,PROCESSES]\n");
 	return 2;
 }

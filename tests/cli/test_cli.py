@@ -54,7 +54,8 @@ def test_status_flags_hot_and_shows_new_keys():
     assert busy["in_use"] == 4 and busy["limit"] == 5 and busy["hot"] is True, json.dumps(busy)
     assert busy["unlimited"] is False and busy["enforce"] is True
     assert set(busy["rejected_by"]) == {"full", "inflight_full", "wait_timeout", "too_many_waiting",
-                                        "class_full", "no_slot", "pool_full", "class_shared_full"}, \
+                                        "class_full", "no_slot", "pool_full", "class_shared_full",
+                                        "process_table_full"}, \
         busy["rejected_by"]
     fl = harness.comp_of(st, "flights")
     assert fl["limit"] == 0 and fl["unlimited"] is True and fl["inflight_limit"] == 8, json.dumps(fl)

@@ -23,7 +23,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 6
+SEG_VERSION = 7
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -34,8 +34,9 @@ RATE_SECONDS = 64
 REASONS = ["full", "inflight_full", "wait_timeout", "too_many_waiting", "class_full", "no_slot"]
 # Reasons added in layout version 3, counted in arrays at the end of seg_comp.
 REASONS_MORE = ["pool_full"]
-# Reasons added in layout version 4, in the arrays after those of version 3.
-REASONS_V4 = ["class_shared_full"]
+# Reasons added in layout version 4, in the arrays after those of version 3
+# (and in version 7, process_table_full).
+REASONS_V4 = ["class_shared_full", "process_table_full"]
 MAX_POOLS = 16
 
 _SCALARS = {"Q": 8, "q": 8, "I": 4, "i": 4}

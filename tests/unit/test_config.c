@@ -205,8 +205,8 @@ static void absent_keys_get_their_defaults(void **state)
 	assert_int_equal(cfg.mode, 0600);
 	assert_false(cfg.has_owner);
 	assert_false(cfg.has_group);
-	assert_int_equal(cfg.max_processes, 1024);
-	assert_int_equal(cfg.max_sockets, 256);
+	assert_int_equal(cfg.max_processes, 2048);
+	assert_int_equal(cfg.max_sockets, 4096);
 	assert_int_equal(cfg.resolve_timeout_ms, 1000);
 	assert_int_equal(cfg.comp[0].reject_errno, ECONNREFUSED);
 	assert_true(cfg.enforce);
@@ -225,8 +225,9 @@ static void absent_keys_get_their_defaults(void **state)
 }
 
 /* A config that sets no max_sockets, and the one it gets: twice the sum
- * of the compartments' max_connections, at most BS_MAX_SOCKETS, and 4096
- * when no compartment sets max_connections. */
+ * of the compartments' max_connections, at most BS_MAX_SOCKETS, at least
+ * 4096, and at least 8192 when a compartment sets no max_connections or
+ * only observes. */
 struct sockets_case {
 	const char *text;
 	uint32_t max_sockets;
@@ -234,15 +235,20 @@ struct sockets_case {
 
 static const struct sockets_case sockets[] = {
 	{ "compartments = (\n"
-	  "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 300; },\n"
-	  "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 200; });\n", 1000 },
+	  "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 3000; },\n"
+	  "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 2000; });\n", 10000 },
+	{ COMP_A " max_connections = 4; });\n", 4096 },
+	{ COMP_A " max_connections = 4; enforce = false; });\n", 8192 },
 	{ "compartments = (\n"
 	  "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_connections = 1000000; });\n",
 	  BS_MAX_SOCKETS },
-	{ COMP_A " max_inflight = 3; });\n", 4096 },
+	{ COMP_A " max_inflight = 3; });\n", 8192 },
 	{ "compartments = (\n"
 	  "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_inflight = 3; },\n"
-	  "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 3000; });\n", 6000 },
+	  "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 3000; });\n", 8192 },
+	{ "compartments = (\n"
+	  "{ name = \"a\"; destinations = [\"10.0.0.1\"]; max_inflight = 3; },\n"
+	  "{ name = \"b\"; destinations = [\"10.0.0.2\"]; max_connections = 5000; });\n", 10000 },
 	/* An explicit max_sockets still wins. */
 	{ COMP_A " max_inflight = 3; });\nmax_sockets = 100;\n", 100 },
 };
