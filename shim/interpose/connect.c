@@ -34,9 +34,9 @@ shim_blocking(int fd, int flags)
 
 /* The line of a refusal of compartment `name`'s connect for a full table
  * of the segment: the table, its size `now` (config key `key`, at most
- * `max`) and what to do: the value to set, or, when the config file asks for more than the
- * segment has already (a segment keeps the size it was made with), when
- * that takes effect. */
+ * `max`) and what to do: the value to set, or, when the config file asks
+ * for more than the segment has already (a segment keeps the size it was
+ * made with), when that takes effect. */
 static void
 table_full(char *msg, size_t len, const char *name, const char *table, const char *key,
     uint32_t now, uint32_t want, uint32_t max, const char *what, const char *dest)
