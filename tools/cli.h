@@ -47,6 +47,12 @@ enum cli_field {
 	CF_FIELDS
 };
 #define CLI_DAMAGED(mask, field)	((((mask) >> (field)) & 1) != 0)
+/* A name read from a segment (field of size bytes), as a config could
+ * have written it (log_name): for printing. The text lives in one of four
+ * buffers that later calls reuse: enough for the names of one line. */
+const char *cli_name(const char *field, size_t size);
+#define CLI_SEGNAME(x)	cli_name((x), sizeof(x))
+
 #define CLI_DAMAGED_TEXT		"damaged"
 
 /* The key of field f in `status --json` ("in_use"); cannot fail. */

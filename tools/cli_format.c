@@ -33,6 +33,19 @@ static const char *const field_names[CF_FIELDS] = {
 };
 _Static_assert(CF_FIELDS <= 64, "a damaged mask has a bit for every field");
 
+/* ---- names read from a segment ---- */
+
+const char *
+cli_name(const char *field, size_t size)
+{
+	static char ring[4][BS_NAME_MAX];
+	static unsigned next;
+	char *out = ring[next++ % 4];
+
+	log_name(out, sizeof(ring[0]), field, size);
+	return out;
+}
+
 const char *
 cli_field_name(enum cli_field f)
 {

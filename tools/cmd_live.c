@@ -60,16 +60,18 @@ no_such_comp(const struct seg *s, const char *name)
 	if (names != NULL)
 		best = cfg_closest(name, names);
 	free(names);
-	fprintf(stderr, "bulkshim: no compartment \"%s\" in segment %s", name, h->name);
+	fprintf(stderr, "bulkshim: no compartment \"%s\" in segment %s", name,
+	    CLI_SEGNAME(h->name));
 	if (best != NULL) {
 		fprintf(stderr, " (did you mean \"%s\"?)\n", best);
 	} else if (s->ncomp <= 8) {
 		fprintf(stderr, " (it has");
 		for (uint32_t i = 0; i < s->ncomp; i++)
-			fprintf(stderr, "%s %s", i ? "," : "", seg_comp(s, i)->name);
+			fprintf(stderr, "%s %s", i ? "," : "", CLI_SEGNAME(seg_comp(s, i)->name));
 		fprintf(stderr, ")\n");
 	} else {
-		fprintf(stderr, " (it has %u; `bulkshim list %s` names them)\n", s->ncomp, h->name);
+		fprintf(stderr, " (it has %u; `bulkshim list %s` names them)\n", s->ncomp,
+		    CLI_SEGNAME(h->name));
 	}
 }
 
@@ -141,7 +143,8 @@ set_class(struct seg *s, struct seg_comp *c, const char *cls, const char *value)
 	if (k < 0) {
 		const struct seg_header *h = seg_header(s);
 
-		fprintf(stderr, "bulkshim: no class \"%s\" in segment %s (it has", cls, h->name);
+		fprintf(stderr, "bulkshim: no class \"%s\" in segment %s (it has", cls,
+		    CLI_SEGNAME(h->name));
 		for (uint32_t i = 0; i < h->nclass && i < BS_MAX_CLASSES; i++)
 			fprintf(stderr, "%s %s", i ? "," : "", h->class_name[i]);
 		fprintf(stderr, ")\n");
@@ -151,11 +154,12 @@ set_class(struct seg *s, struct seg_comp *c, const char *cls, const char *value)
 		return 1;
 	if (v != 0 && lim != UINT32_MAX && v > lim) {
 		fprintf(stderr, "bulkshim: class limit %s = %u is above max_connections %u of \"%s\"\n",
-		    cls, v, lim, c->name);
+		    cls, v, lim, CLI_SEGNAME(c->name));
 		return 1;
 	}
 	old = atomic_exchange(&c->cls[k].limit, v);
-	printf("%s: %s class.%s %u -> %u%s\n", seg_header(s)->name, c->name, cls, old, v,
+	printf("%s: %s class.%s %u -> %u%s\n", CLI_SEGNAME(seg_header(s)->name),
+	    CLI_SEGNAME(c->name), cls, old, v,
 	    v == 0 ? " (no cap)" : "");
 	return 0;
 }
@@ -172,15 +176,17 @@ set_adaptive(struct seg *s, struct seg_comp *c, const char *value)
 		return 1;
 	if (ad_set_mode(c, v != 0) < 0) {
 		fprintf(stderr, "bulkshim: \"%s\" has no adaptive limit (add adaptive = { min = ...; "
-		    "max = ...; } to its config and reload)\n", c->name);
+		    "max = ...; } to its config and reload)\n", CLI_SEGNAME(c->name));
 		return 1;
 	}
 	if (v)
 		printf("%s: %s adaptive %s -> on (resumes from %u; static limit %u is the ceiling "
-		    "again)\n", seg_header(s)->name, c->name, ad_mode_name(was),
+		    "again)\n", CLI_SEGNAME(seg_header(s)->name), CLI_SEGNAME(c->name),
+		    ad_mode_name(was),
 		    ad_current(c), atomic_load(word));
 	else
-		printf("%s: %s adaptive %s -> off (pinned at %u)\n", seg_header(s)->name, c->name,
+		printf("%s: %s adaptive %s -> off (pinned at %u)\n",
+		    CLI_SEGNAME(seg_header(s)->name), CLI_SEGNAME(c->name),
 		    ad_mode_name(was), was == AD_ON ? cur : atomic_load(word));
 	wake_all(atomic_load(&c->ad.kind) == P_CONN ? &c->in_use : &c->inflight);
 	return 0;
@@ -189,8 +195,10 @@ set_adaptive(struct seg *s, struct seg_comp *c, const char *value)
 static int
 apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 {
-	const char *seg = seg_header(s)->name;
+	char seg[BS_NAME_MAX];
 	uint32_t v, old;
+
+	log_name(seg, sizeof(seg), seg_header(s)->name, sizeof(seg_header(s)->name));
 
 	if (strncmp(key, "class.", 6) == 0)
 		return set_class(s, c, key + 6, value);
@@ -213,7 +221,8 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		if (parse_switch(value, &v) < 0)
 			return 1;
 		old = atomic_exchange(&c->enforce, v);
-		printf("%s: %s enforce %s -> %s%s\n", seg, c->name, old ? "on" : "off",
+		printf("%s: %s enforce %s -> %s%s\n", seg, CLI_SEGNAME(c->name),
+		    old ? "on" : "off",
 		    v ? "on" : "off", v ? "" : " (observe mode: count, refuse nothing)");
 		return 0;
 	}
@@ -228,11 +237,12 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 			return 1;
 		}
 		if (e == EAGAIN && atomic_load(&c->inflight_limit) != UINT32_MAX) {
-			fprintf(stderr, "bulkshim: %s: %s\n", c->name, cfg_eagain_spin);
+			fprintf(stderr, "bulkshim: %s: %s\n", CLI_SEGNAME(c->name),
+			    cfg_eagain_spin);
 			return 1;
 		}
 		old = (uint32_t)atomic_exchange(&c->reject_errno, e);
-		printf("%s: %s errno %s -> %s\n", seg, c->name,
+		printf("%s: %s errno %s -> %s\n", seg, CLI_SEGNAME(c->name),
 		    cfg_errno_name((int)old) ? cfg_errno_name((int)old) : "?", value);
 		return 0;
 	}
@@ -246,7 +256,8 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		if (parse_range(key, value, keys[i].lo, keys[i].hi, &v) < 0)
 			return 1;
 		if (strcmp(key, "max_inflight") == 0 && atomic_load(&c->reject_errno) == EAGAIN) {
-			fprintf(stderr, "bulkshim: %s: %s\n", c->name, cfg_eagain_spin);
+			fprintf(stderr, "bulkshim: %s: %s\n", CLI_SEGNAME(c->name),
+			    cfg_eagain_spin);
 			return 1;
 		}
 		word = (_Atomic uint32_t *)(void *)((char *)c + keys[i].off);
@@ -262,7 +273,7 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 			cli_limit_text(old, was, sizeof(was));
 		else
 			snprintf(was, sizeof(was), "%u", old);
-		printf("%s: %s %s %s -> %u", seg, c->name, key, was, v);
+		printf("%s: %s %s %s -> %u", seg, CLI_SEGNAME(c->name), key, was, v);
 		if (keys[i].is_limit) {
 			_Atomic uint32_t *count = word == &c->limit ? &c->in_use : &c->inflight;
 			uint32_t now = atomic_load(count);
@@ -375,7 +386,7 @@ map_classes(const struct seg *s, const struct bs_config *cfg, int *map)
 		map[k] = find_class(s, cfg->classes[k].name);
 		if (map[k] < 0) {
 			fprintf(stderr, "bulkshim: class \"%s\" of %s is not in segment %s\n",
-			    cfg->classes[k].name, cfg->path, seg_header(s)->name);
+			    cfg->classes[k].name, cfg->path, CLI_SEGNAME(seg_header(s)->name));
 			missing++;
 		}
 	}
@@ -391,7 +402,7 @@ map_comps(const struct seg *s, const struct bs_config *cfg, int *map)
 		map[i] = find_comp(s, cfg->comp[i].name);
 		if (map[i] < 0) {
 			fprintf(stderr, "bulkshim: compartment \"%s\" of %s is not in segment %s\n",
-			    cfg->comp[i].name, cfg->path, seg_header(s)->name);
+			    cfg->comp[i].name, cfg->path, CLI_SEGNAME(seg_header(s)->name));
 			missing++;
 		}
 	}
@@ -451,7 +462,7 @@ print_unnamed(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 			named = named || cmap[i] == (int)j;
 		if (!named)
 			printf("  %s is not in the file: it counts nothing from the next connect "
-			    "on; its limits stay\n", seg_comp(s, j)->name);
+			    "on; its limits stay\n", CLI_SEGNAME(seg_comp(s, j)->name));
 	}
 }
 
@@ -512,17 +523,18 @@ cmd_reload(int argc, char **argv)
 	}
 	if (map_comps(s, &cfg, cmap) + map_classes(s, &cfg, kmap) > 0) {
 		fprintf(stderr, "bulkshim: nothing reloaded: adding compartments or classes needs a "
-		    "restart of every process attached to segment %s\n", h->name);
+		    "restart of every process attached to segment %s\n", CLI_SEGNAME(h->name));
 		goto done;
 	}
 	if (pool_mismatch(s, &cfg, cmap) != NULL) {
 		fprintf(stderr, "bulkshim: nothing reloaded: %s has %s than segment %s, and "
 		    "changing which compartment is in which pool needs a restart of every "
-		    "process attached to it\n", abs, pool_mismatch(s, &cfg, cmap), h->name);
+		    "process attached to it\n", abs, pool_mismatch(s, &cfg, cmap),
+		    CLI_SEGNAME(h->name));
 		goto done;
 	}
 	printf("%s %s into segment %s\n", dry ? "would reload (dry run)" : "reloading", abs,
-	    h->name);
+	    CLI_SEGNAME(h->name));
 	n = live_diff(s, &cfg, cmap);
 	if (n == 0)
 		printf("  no setting changes\n");
@@ -596,10 +608,12 @@ cmd_reset(int argc, char **argv)
 		}
 		if (i >= 0) {
 			stat_reset(seg_comp(s, (uint32_t)i));
-			printf("%s: reset the counters of %s\n", seg_header(s)->name, argv[optind]);
+			printf("%s: reset the counters of %s\n", CLI_SEGNAME(seg_header(s)->name),
+			    argv[optind]);
 		} else {
 			pool_reset_counters(s, (uint32_t)p);
-			printf("%s: reset the counters of pool %s\n", seg_header(s)->name,
+			printf("%s: reset the counters of pool %s\n",
+			    CLI_SEGNAME(seg_header(s)->name),
 			    argv[optind]);
 		}
 	} else {
@@ -608,7 +622,8 @@ cmd_reset(int argc, char **argv)
 		for (uint32_t k = 0; k < np; k++)
 			pool_reset_counters(s, k);
 		/* Without pools the line is the one scripts already read. */
-		printf("%s: reset the counters of %u compartment%s", seg_header(s)->name, n,
+		printf("%s: reset the counters of %u compartment%s",
+		    CLI_SEGNAME(seg_header(s)->name), n,
 		    n == 1 ? "" : "s");
 		if (np > 0)
 			printf(" and %u pool%s", np, np == 1 ? "" : "s");

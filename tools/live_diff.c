@@ -161,7 +161,7 @@ live_diff(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 			if (now[k].v == to[k].v)
 				continue;
 			changes++;
-			printf("  %s %s %s -> %s%s\n", live->name, now[k].key,
+			printf("  %s %s %s -> %s%s\n", CLI_SEGNAME(live->name), now[k].key,
 			    text_of(&now[k], now[k].v, a, sizeof(a)),
 			    text_of(&to[k], to[k].v, b, sizeof(b)),
 			    live_was_set(h, live->name, now[k].key) ?

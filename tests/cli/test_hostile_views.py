@@ -13,7 +13,7 @@ import random
 import re
 import subprocess
 
-from harness import clean_env, new_segment, write_file
+from harness import CLI, clean_env, new_segment, write_file
 from harness_cli import cli_json, cli_ok, create_segment, need_tool, poke, sample
 from harness_hard import Segment
 
@@ -231,3 +231,18 @@ def test_fuzzed_compartments_never_show_a_count_the_tables_cannot_hold():
                 if line.startswith(family + "{"):
                     assert float(line.rsplit(" ", 1)[1]) <= n, "seed %d: %r" % (seed, line)
         assert sample(metrics, "bulkshim_segment_damaged", segment=seg) == js["damaged_total"]
+
+
+def test_set_and_reset_print_forged_names_as_a_config_could_have_given_them():
+    """set (every compartment, and an unknown one: the list of those there are) and reset
+    print the segment's names without their control characters."""
+    seg = _segment()
+    _write(seg, _forge_names)
+    outs = [subprocess.run([CLI] + args, capture_output=True, text=True,
+                           timeout=20, env=clean_env())
+            for args in (["set", "-s", seg, "--all", "max_connections", "3"],
+                         ["set", "-s", seg, "nosuch", "max_connections", "3"],
+                         ["reset", "-s", seg])]
+    text = "".join(r.stdout + r.stderr for r in outs)
+    _printable("set/reset", text)
+    assert SHOWN in text and "FORGED\x1b" not in text, text
