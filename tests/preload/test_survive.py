@@ -9,6 +9,7 @@ is the server's own count of live connections.
 """
 
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -261,7 +262,7 @@ def test_creation_in_a_tmpfs_too_small_fails_open_and_is_no_crash_loop():
         f.write("import socket\nh=[]\nfor _ in range(3):\n"
                 "    try: h.append(socket.create_connection(('127.0.0.1', %d), 5))\n"
                 "    except OSError: pass\nprint(len(h))\n" % srv.port)
-    run = "env %s %s %s" % (" ".join("%s=%s" % (k, env[k]) for k in
+    run = "env %s %s %s" % (" ".join(shlex.quote("%s=%s" % (k, env[k])) for k in
                                      ("LD_PRELOAD", "BULKSHIM_CONFIG")), PY, probe)
     stat = "stat -c 'size %%s' %s%s" % (SHM, seg)
     r = _in_small_shm("%s; echo rc=$?; %s; echo rc=$?; %s" % (run, run, stat))
