@@ -108,6 +108,7 @@ signal_guard_start(void)
 BS_EXPORT int
 sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
+	struct sigaction before;
 	sigset_t all, was;
 	int r = 0;
 
@@ -117,16 +118,16 @@ sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 	 * can read it half written. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &was);
-	if (old != NULL)
-		*old = program;
+	before = program;
+	/* act is read before old is written: they may be one struct. */
 	if (act != NULL) {
-		struct sigaction before = program;
-
 		program = *act;
 		r = install(&program);
 		if (r != 0)
 			program = before;
 	}
+	if (old != NULL && r == 0)
+		*old = before;
 	pthread_sigmask(SIG_SETMASK, &was, NULL);
 	return r;
 }

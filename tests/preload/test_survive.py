@@ -189,6 +189,15 @@ int main(int argc, char **argv)
 	sigaction(SIGBUS, NULL, &q);
 	printf("sigaction reports %s\n", (q.sa_flags & SA_SIGINFO) && q.sa_sigaction == on_info ?
 	    "its handler" : "another");
+	/* 1b. act and old may be one struct. */
+	memset(&q, 0, sizeof(q));
+	q.sa_handler = on_plain;
+	sigaction(SIGBUS, &q, &q);
+	printf("swap returned %s\n", (q.sa_flags & SA_SIGINFO) && q.sa_sigaction == on_info ?
+	    "the handler before" : "another");
+	sigaction(SIGBUS, NULL, &sa);
+	printf("swap installed %s\n", sa.sa_handler == on_plain ? "the new one" : "another");
+	sigaction(SIGBUS, &q, NULL);
 	/* 2. signal() returns the handler before; a sent SIGBUS reaches it. */
 	printf("signal returned %s\n", signal(SIGBUS, on_plain) == (void (*)(int))on_info ?
 	    "the handler before" : "another");
@@ -228,6 +237,7 @@ def test_the_programs_own_sigbus_handling_keeps_working():
                            env=shim_env(config, log="info"))
     assert os.path.exists(SHM + seg), "the program did not attach: %s" % under.stderr
     want = ["own handler caught its fault", "sigaction reports its handler",
+            "swap returned the handler before", "swap installed the new one",
             "signal returned the handler before", "plain handler ran 1", "after one 2, reset to default",
             "ignored"]
     assert bare.stdout.splitlines() == want and bare.returncode == -7, (bare.stdout,
