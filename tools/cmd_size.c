@@ -75,6 +75,22 @@ parse_dec(const char *s, bool unit, struct dec *out)
 	return 0;
 }
 
+/* A latency written without a unit is in seconds; one longer than this is
+ * far more likely milliseconds with the unit forgotten ("--latency 250"). */
+#define LATENCY_BARE_MAX_S	60
+
+/* Whether text, parsed into d, is a bare number of seconds above
+ * LATENCY_BARE_MAX_S. */
+static bool
+implausible_seconds(const char *text, const struct dec *d)
+{
+	size_t n = strlen(text);
+
+	if (n == 0 || text[n - 1] < '0' || text[n - 1] > '9')
+		return false;
+	return (u128)d->m > (u128)LATENCY_BARE_MAX_S * pow10_u128(d->scale);
+}
+
 /* Writes m / 10^scale with at least min_dec decimals and no trailing
  * zeros beyond them. */
 static void
@@ -132,6 +148,13 @@ cmd_size(int argc, char **argv)
 			has_lat = true;
 			if (parse_dec(optarg, true, &lat) < 0 || lat.m == 0)
 				goto bad;
+			if (implausible_seconds(optarg, &lat)) {
+				fprintf(stderr, "bulkshim: size: --latency %s has no unit, so it "
+				    "reads %s seconds, more than a latency of %d s is likely to be: "
+				    "write %sms for milliseconds, or %ss if seconds are meant\n",
+				    optarg, optarg, LATENCY_BARE_MAX_S, optarg, optarg);
+				return 2;
+			}
 			break;
 		case 'H':
 			if (parse_dec(optarg, false, &head) < 0 || head.m == 0)

@@ -411,6 +411,15 @@ def test_size_shows_littles_law_arithmetic():
     cli_fails("size", "--rps", "10", "--latency", "5 minutes", status=2, want=r"units")
 
 
+def test_size_refuses_a_bare_latency_that_is_likely_milliseconds():
+    # "--latency 250" meant 250 ms; read as seconds it gave 100,000 permits.
+    cli_fails("size", "--rps", "200", "--latency", "250", status=2,
+              want=r"--latency 250 has no unit.*write 250ms for milliseconds, or 250s")
+    cli_fails("size", "--rps", "200", "--latency", "60.5", status=2, want=r"no unit")
+    assert cli_ok("size", "--rps", "200", "--latency", "60").strip().endswith("= 24000 permits")
+    assert cli_ok("size", "--rps", "200", "--latency", "250s").strip().endswith("= 100000 permits")
+
+
 def test_suggest_arithmetic_on_recorded_values():
     seg = new_segment()
     cfg = write_file(config_text([
