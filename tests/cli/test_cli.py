@@ -346,6 +346,8 @@ def test_metrics_pass_promtool_with_the_live_values():
     assert 'bulkshim_connect_seconds_bucket{segment="%s",compartment="x",le="+Inf"} 2' % (
         shim.segment) in text
     assert 'le="0.000001"' in text and 'le="1.048576"' in text
+    # Outside a fleet, no fleet series at all (not a fleet_limit of 0).
+    assert not re.search(r"^bulkshim_fleet_\w+\{", text, re.M), text
     if promtool is None:
         return
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
