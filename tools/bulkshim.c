@@ -73,8 +73,9 @@ cmd_run(int argc, char **argv)
 		/* The program may change directory; the shim reads the file
 		 * at its start, so pass a path that does not depend on it. */
 		if (realpath(config, abs) == NULL) {
-			fprintf(stderr, "bulkshim: %s: %s\n", config, strerror(errno));
-			return 1;
+			/* Not started, as for any config that cannot be used. */
+			fprintf(stderr, "bulkshim: %s: %s; not started\n", config, strerror(errno));
+			return BS_EX_CONFIG;
 		}
 		setenv("BULKSHIM_CONFIG", abs, 1);
 	}

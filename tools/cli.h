@@ -243,6 +243,9 @@ uint32_t cli_live_processes(const struct seg *s);
 /* Requests in flight in compartment i (< ncomp) of s now, those observe
  * mode let past included: a snapshot's inflight, for sampling. Cannot fail. */
 uint32_t cli_inflight_now(const struct seg *s, uint32_t i);
+/* Connections open in compartment i (< ncomp) of s now, those observe mode
+ * let past included: a snapshot's in_use, for sampling. Cannot fail. */
+uint32_t cli_in_use_now(const struct seg *s, uint32_t i);
 /* The upper bound in microseconds of the bucket holding the quantile
  * permille/1000 of h (500: p50, 990: p99); 0 when h is empty. Bucket i holds
  * values below 2^i us, so this is an upper bound of the true quantile. */

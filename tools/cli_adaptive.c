@@ -128,7 +128,7 @@ gauge(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n, const ch
 		fputs(name, f);
 		switch (which) {
 		case 0:
-			labels(f, seg, all[i].name, "mode", ad_mode_name(a->mode));
+			labels(f, seg, all[i].name, NULL, NULL);
 			fprintf(f, " %u\n", a->limit);
 			break;
 		case 1: labels(f, seg, all[i].name, NULL, NULL); fprintf(f, " %u\n", a->min); break;
@@ -142,8 +142,12 @@ gauge(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n, const ch
 			fprintf(f, " %.6f\n", a->sample_us / 1e6);
 			break;
 		case 5:
-			labels(f, seg, all[i].name, "reason", ad_reason_name(a->last_reason));
+			labels(f, seg, all[i].name, NULL, NULL);
 			fprintf(f, " %.3f\n", a->last_change_ms / 1e3);
+			break;
+		case 6:
+			labels(f, seg, all[i].name, NULL, NULL);
+			fprintf(f, " %d\n", a->mode == AD_ON ? 1 : 0);
 			break;
 		}
 	}
@@ -153,8 +157,9 @@ void
 cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n,
     void (*labels)(FILE *, const char *, const char *, const char *, const char *))
 {
-	gauge(f, seg, all, n, "bulkshim_adaptive_limit", "The adaptive limit now (mode on: "
-	    "moving, off: pinned).", 0, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_limit", "The adaptive limit now.", 0, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_on", "1 while the adaptive limit moves, 0 "
+	    "while `set` pins it.", 6, labels);
 	gauge(f, seg, all, n, "bulkshim_adaptive_min", "The adaptive limit's floor.", 1, labels);
 	gauge(f, seg, all, n, "bulkshim_adaptive_max", "The adaptive limit's ceiling.", 2, labels);
 	gauge(f, seg, all, n, "bulkshim_adaptive_baseline_seconds", "Latency without a queue, "
@@ -162,7 +167,21 @@ cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint3
 	gauge(f, seg, all, n, "bulkshim_adaptive_sample_seconds", "Mean latency of the last "
 	    "measurement window.", 4, labels);
 	gauge(f, seg, all, n, "bulkshim_adaptive_last_change_timestamp_seconds", "When the "
-	    "adaptive limit last changed, with why.", 5, labels);
+	    "adaptive limit last changed.", 5, labels);
+	/* Why, as a state set: one series per reason, always all of them,
+	 * so a change of reason creates no new series. */
+	fputs("# HELP bulkshim_adaptive_last_change_reason Why the adaptive limit last changed: "
+	    "1 for the reason, 0 for the others.\n"
+	    "# TYPE bulkshim_adaptive_last_change_reason gauge\n", f);
+	for (uint32_t i = 0; i < n; i++) {
+		if (all[i].ad.mode == AD_NONE)
+			continue;
+		for (unsigned r = AD_R_NONE; r < AD_R_MAX; r++) {
+			fputs("bulkshim_adaptive_last_change_reason", f);
+			labels(f, seg, all[i].name, "reason", ad_reason_name(r));
+			fprintf(f, " %d\n", all[i].ad.last_reason == r ? 1 : 0);
+		}
+	}
 	fputs("# HELP bulkshim_adaptive_changes_total Windows that moved the adaptive limit.\n"
 	    "# TYPE bulkshim_adaptive_changes_total counter\n", f);
 	for (uint32_t i = 0; i < n; i++) {

@@ -96,7 +96,7 @@ static const struct {
 	{ "bulkshim_compartment_live_limit", "gauge", "Connections admitted at once now: "
 	  "max_connections, or the fleet share, or the fleet floor without a lease.", F_LIVE_LIMIT, CF_LIVE_LIMIT },
 	{ "bulkshim_fleet_limit", "gauge", "The compartment's fleet_limit across all hosts "
-	  "(0: not in a fleet).", F_FLEET_LIMIT, CF_FIELDS },
+	  "(compartments in a fleet only).", F_FLEET_LIMIT, CF_FIELDS },
 	{ "bulkshim_fleet_share", "gauge", "This host's share of the fleet limit, as last "
 	  "leased.", F_FLEET_SHARE, CF_FIELDS },
 	{ "bulkshim_fleet_lease_valid", "gauge", "1 while this host's fleet lease lasts, 0 on "
@@ -269,9 +269,8 @@ cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms)
 	for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++) {
 		family(f, simple[k].name, simple[k].type, simple[k].help);
 		for (uint32_t i = 0; i < n; i++) {
-			/* A lease, its age and Redis mean nothing outside a fleet:
-			 * bulkshim_fleet_limit 0 says so once. */
-			if ((simple[k].field > F_FLEET_LIMIT && all[i].fleet_limit == 0) ||
+			/* A compartment outside a fleet has no fleet series. */
+			if ((simple[k].field >= F_FLEET_LIMIT && all[i].fleet_limit == 0) ||
 			    CLI_DAMAGED(all[i].damaged, simple[k].damage))
 				continue;
 			fputs(simple[k].name, f);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,10 +21,17 @@
  * (closing with unread data would reset the connection and could cut the
  * reply short). Every client has a deadline, the request head is bounded,
  * and nothing a client sends can make the server do more than answer 400.
+ *
+ * Connections that say nothing must not keep anyone else waiting: the
+ * table holds as many clients as the descriptor limit allows (raised to
+ * its hard limit, up to CLIENTS_MAX), a client's request buffer exists
+ * only once it sends something, and a new connection that finds the table
+ * full takes the place of the connection that has been silent longest.
  */
 
 #define DEFAULT_LISTEN	"127.0.0.1:9464"
-#define MAX_CLIENTS	64
+#define CLIENTS_MAX	8192	/* clients at once, at most */
+#define FDS_SPARE	32	/* descriptors kept for segments, stdio and the listener */
 #define REQUEST_MAX	8192	/* bytes of request line and headers */
 #define CLIENT_MS	10000	/* a client's time to send its request and read the reply */
 #define LINGER_MS	2000	/* discarding what a client sends after the reply */
@@ -34,10 +42,19 @@ struct client {
 	int fd;
 	enum client_state state;
 	size_t len;
+	char *req;		/* REQUEST_MAX bytes, from the first byte received */
 	char *out;
 	size_t outlen, outoff;
+	uint64_t since;		/* accepted, for choosing whom a full table lets go */
 	uint64_t deadline;
-	char req[REQUEST_MAX];
+};
+
+/* The table of clients, sized once at start. */
+struct clients {
+	struct client *cl;
+	struct pollfd *pf;
+	int *who;
+	int cap;
 };
 
 static volatile sig_atomic_t stop_signal;
@@ -183,7 +200,9 @@ drop(struct client *cl)
 {
 	close(cl->fd);
 	free(cl->out);
+	free(cl->req);
 	cl->out = NULL;
+	cl->req = NULL;
 	cl->state = C_FREE;
 }
 
@@ -211,7 +230,11 @@ on_readable(struct client *cl, const struct serve_set *set)
 			drop(cl);
 		return;
 	}
-	n = recv(cl->fd, cl->req + cl->len, sizeof(cl->req) - cl->len, 0);
+	if (cl->req == NULL && (cl->req = malloc(REQUEST_MAX)) == NULL) {
+		drop(cl);
+		return;
+	}
+	n = recv(cl->fd, cl->req + cl->len, REQUEST_MAX - cl->len, 0);
 	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
 		drop(cl);
 		return;
@@ -221,7 +244,7 @@ on_readable(struct client *cl, const struct serve_set *set)
 	cl->len += (size_t)n;
 	if (head_complete(cl))
 		handle_request(cl, set);
-	else if (cl->len == sizeof(cl->req))
+	else if (cl->len == REQUEST_MAX)
 		reply_text(cl, 431, "request too large\n", false);
 }
 
@@ -245,30 +268,120 @@ on_writable(struct client *cl)
 	cl->deadline = now_mono_ms() + LINGER_MS;
 }
 
+/* How readily a client gives its place to a new one: one whose reply is
+ * sent (only lingering) first, then one that has sent nothing, then one
+ * still sending its request; one being answered never. */
+static int
+let_go_rank(const struct client *c)
+{
+	switch (c->state) {
+	case C_DRAINING:
+		return 3;
+	case C_READING:
+		return c->len == 0 ? 2 : 1;
+	default:
+		return 0;
+	}
+}
+
+/* The place for a new client: a free one, or else that of the client
+ * most readily let go (the oldest of its rank), which is closed. -1 when
+ * every client is being answered. */
+static int
+free_place(struct clients *t)
+{
+	int best = -1, best_rank = 0;
+
+	for (int i = 0; i < t->cap; i++) {
+		const struct client *c = &t->cl[i];
+		int rank;
+
+		if (c->state == C_FREE)
+			return i;
+		rank = let_go_rank(c);
+		if (rank > best_rank || (rank == best_rank && rank > 0 &&
+		    c->since < t->cl[best].since)) {
+			best = i;
+			best_rank = rank;
+		}
+	}
+	if (best >= 0)
+		drop(&t->cl[best]);
+	return best;
+}
+
 /* Accepts what is pending. Returns -1 when out of descriptors: the
  * listener stays readable, so the caller stops polling it for a moment. */
 static int
-accept_clients(int lfd, struct client *cl)
+accept_clients(int lfd, struct clients *t)
 {
 	for (;;) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), i = 0;
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), i;
 
 		if (fd < 0)
 			return errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
 			    errno == ENOMEM ? -1 : 0;
-		while (i < MAX_CLIENTS && cl[i].state != C_FREE)
-			i++;
-		if (i == MAX_CLIENTS) {
-			/* Full: the oldest clients are served first. */
+		i = free_place(t);
+		if (i < 0) {
+			/* Every client is being answered: this one waits
+			 * its turn by coming again. */
 			close(fd);
 			continue;
 		}
-		cl[i].fd = fd;
-		cl[i].state = C_READING;
-		cl[i].len = 0;
-		cl[i].out = NULL;
-		cl[i].deadline = now_mono_ms() + CLIENT_MS;
+		t->cl[i].fd = fd;
+		t->cl[i].state = C_READING;
+		t->cl[i].len = 0;
+		t->cl[i].req = NULL;
+		t->cl[i].out = NULL;
+		t->cl[i].since = now_mono_ms();
+		t->cl[i].deadline = t->cl[i].since + CLIENT_MS;
 	}
+}
+
+/* Sizes the table from the descriptor limit, raising its soft value to
+ * the hard one first. Returns 0, or -1 with the error printed. */
+static int
+clients_init(struct clients *t)
+{
+	struct rlimit rl;
+	rlim_t fds = 1024;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		if (rl.rlim_cur < rl.rlim_max) {
+			rlim_t want = rl.rlim_max;
+
+			if (want == RLIM_INFINITY || want > CLIENTS_MAX + FDS_SPARE)
+				want = CLIENTS_MAX + FDS_SPARE;
+			if (want > rl.rlim_cur) {
+				rl.rlim_cur = want;
+				setrlimit(RLIMIT_NOFILE, &rl);
+				getrlimit(RLIMIT_NOFILE, &rl);
+			}
+		}
+		fds = rl.rlim_cur;
+	}
+	t->cap = fds > CLIENTS_MAX + FDS_SPARE ? CLIENTS_MAX :
+	    fds > 2 * FDS_SPARE ? (int)(fds - FDS_SPARE) : FDS_SPARE;
+	t->cl = calloc((size_t)t->cap, sizeof(*t->cl));
+	t->pf = calloc((size_t)t->cap + 1, sizeof(*t->pf));
+	t->who = calloc((size_t)t->cap + 1, sizeof(*t->who));
+	if (t->cl == NULL || t->pf == NULL || t->who == NULL) {
+		fprintf(stderr, "bulkshim: serve: out of memory for %d clients\n", t->cap);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+clients_free(struct clients *t)
+{
+	for (int i = 0; i < t->cap; i++) {
+		if (t->cl[i].state != C_FREE)
+			drop(&t->cl[i]);
+	}
+	free(t->cl);
+	free(t->pf);
+	free(t->who);
 }
 
 /* Binds ADDR:PORT ("[::1]:9464", "0.0.0.0:80", "localhost:0"); returns the
@@ -312,7 +425,7 @@ listen_on(const char *spec, char *shown, size_t shownlen)
 		if (fd < 0)
 			continue;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0)
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
 			break;
 		r = errno;
 		close(fd);
@@ -352,38 +465,35 @@ catch_signals(sigset_t *during_poll)
 }
 
 static void
-serve_loop(int lfd, const struct serve_set *set)
+serve_loop(int lfd, const struct serve_set *set, struct clients *t)
 {
-	static struct client cl[MAX_CLIENTS];
-	struct pollfd pf[MAX_CLIENTS + 1];
-	int who[MAX_CLIENTS + 1];
 	uint64_t accept_after = 0;
 	sigset_t during_poll;
 
 	catch_signals(&during_poll);
 	while (!stop_signal) {
 		uint64_t now = now_mono_ms(), next = now + 1000;
+		struct pollfd *pf = t->pf;
+		int *who = t->who;
 		struct timespec ts;
 		nfds_t n = 0;
-		int busy = 0;
 
-		for (int i = 0; i < MAX_CLIENTS; i++) {
-			if (cl[i].state == C_FREE)
+		for (int i = 0; i < t->cap; i++) {
+			if (t->cl[i].state == C_FREE)
 				continue;
-			if (cl[i].deadline <= now) {
-				drop(&cl[i]);
+			if (t->cl[i].deadline <= now) {
+				drop(&t->cl[i]);
 				continue;
 			}
-			busy++;
-			if (cl[i].deadline < next)
-				next = cl[i].deadline;
-			pf[n].fd = cl[i].fd;
-			pf[n].events = cl[i].state == C_WRITING ? POLLOUT : POLLIN;
+			if (t->cl[i].deadline < next)
+				next = t->cl[i].deadline;
+			pf[n].fd = t->cl[i].fd;
+			pf[n].events = t->cl[i].state == C_WRITING ? POLLOUT : POLLIN;
 			who[n++] = i;
 		}
 		if (accept_after > now && accept_after < next)
 			next = accept_after;
-		if (busy < MAX_CLIENTS && now >= accept_after) {
+		if (now >= accept_after) {
 			pf[n].fd = lfd;
 			pf[n].events = POLLIN;
 			who[n++] = -1;
@@ -393,14 +503,14 @@ serve_loop(int lfd, const struct serve_set *set)
 		if (ppoll(pf, n, &ts, &during_poll) <= 0)
 			continue;
 		for (nfds_t k = 0; k < n; k++) {
-			struct client *c = who[k] >= 0 ? &cl[who[k]] : NULL;
+			struct client *c = who[k] >= 0 ? &t->cl[who[k]] : NULL;
 
 			if (pf[k].revents == 0)
 				continue;
 			if (c == NULL) {
 				/* The listener comes last: the clients of
-				 * this round are done before slots are reused. */
-				if (accept_clients(lfd, cl) < 0)
+				 * this round are done before places are reused. */
+				if (accept_clients(lfd, t) < 0)
 					accept_after = now_mono_ms() + 100;
 			} else if (pf[k].revents & (POLLERR | POLLNVAL))
 				drop(c);
@@ -409,10 +519,6 @@ serve_loop(int lfd, const struct serve_set *set)
 			else
 				on_readable(c, set);
 		}
-	}
-	for (int i = 0; i < MAX_CLIENTS; i++) {
-		if (cl[i].state != C_FREE)
-			drop(&cl[i]);
 	}
 }
 
@@ -450,6 +556,7 @@ cmd_serve(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct serve_set set;
+	struct clients clients = { NULL, NULL, NULL, 0 };
 	const char *listen_spec = DEFAULT_LISTEN;
 	char shown[300], err[BS_ERRLEN];
 	struct seg *s;
@@ -473,10 +580,16 @@ cmd_serve(int argc, char **argv)
 		return cli_help("serve", stderr, 2);
 	if (!set.all && set.n == 0 && add_target(&set, 0, NULL) < 0)
 		return 1;
+	if (clients_init(&clients) < 0) {
+		clients_free(&clients);
+		return 1;
+	}
 	snprintf(shown, sizeof(shown), "%s", listen_spec);
 	lfd = listen_on(listen_spec, shown, sizeof(shown));
-	if (lfd < 0)
+	if (lfd < 0) {
+		clients_free(&clients);
 		return 1;
+	}
 	fprintf(stderr, "bulkshim: serving %s on http://%s/metrics, /status.json and the page "
 	    "at http://%s/\n", set.all ? "every readable segment" : set.n == 1 ? set.name[0] :
 	    "several segments", shown, shown);
@@ -486,7 +599,8 @@ cmd_serve(int argc, char **argv)
 		else
 			seg_close(s);
 	}
-	serve_loop(lfd, &set);
+	serve_loop(lfd, &set, &clients);
+	clients_free(&clients);
 	close(lfd);
 	fprintf(stderr, "bulkshim: %s, stopped\n", strsignal(stop_signal));
 	return 0;

@@ -75,6 +75,22 @@ parse_dec(const char *s, bool unit, struct dec *out)
 	return 0;
 }
 
+/* A latency written without a unit is in seconds; one longer than this is
+ * far more likely milliseconds with the unit forgotten ("--latency 250"). */
+#define LATENCY_BARE_MAX_S	60
+
+/* Whether text, parsed into d, is a bare number of seconds above
+ * LATENCY_BARE_MAX_S. */
+static bool
+implausible_seconds(const char *text, const struct dec *d)
+{
+	size_t n = strlen(text);
+
+	if (n == 0 || text[n - 1] < '0' || text[n - 1] > '9')
+		return false;
+	return (u128)d->m > (u128)LATENCY_BARE_MAX_S * pow10_u128(d->scale);
+}
+
 /* Writes m / 10^scale with at least min_dec decimals and no trailing
  * zeros beyond them. */
 static void
@@ -132,6 +148,13 @@ cmd_size(int argc, char **argv)
 			has_lat = true;
 			if (parse_dec(optarg, true, &lat) < 0 || lat.m == 0)
 				goto bad;
+			if (implausible_seconds(optarg, &lat)) {
+				fprintf(stderr, "bulkshim: size: --latency %s has no unit, so it "
+				    "reads %s seconds, more than a latency of %d s is likely to be: "
+				    "write %sms for milliseconds, or %ss if seconds are meant\n",
+				    optarg, optarg, LATENCY_BARE_MAX_S, optarg, optarg);
+				return 2;
+			}
 			break;
 		case 'H':
 			if (parse_dec(optarg, false, &head) < 0 || head.m == 0)
@@ -192,10 +215,22 @@ bad:
  * demand is the larger of that and the peak seen (the lifetime peak of
  * admitted requests included). N threads that each keep one request in
  * flight show a peak of N, and N = rate x latency.
+ *
+ * Connections are sized from how long they are held, which the time a
+ * connect() takes says nothing about: over the same window, the mean
+ * number open and the admissions per second give the mean hold time
+ * (Little's law read backwards), and the connections open, scaled by what
+ * was asked for against what was admitted (refused calls would have held
+ * as long), give the concurrency the callers wanted. A window in which
+ * nothing was admitted (every connection outlives it) takes that ratio
+ * from the compartment's lifetime counts.
  */
 struct window {
-	uint64_t begun, refused, replies, reply_us;	/* counters at the start */
+	uint64_t begun, refused, replies, reply_us;	/* requests: counters at the start */
 	uint32_t peak;		/* most in flight at once, overs included */
+	uint64_t admitted, conn_refused;	/* connections: counters at the start */
+	uint64_t open_sum, samples;	/* connections open, summed over the samples */
+	uint32_t conn_peak;	/* most open at once */
 };
 
 struct inflight_advice {
@@ -209,11 +244,26 @@ struct inflight_advice {
 	uint64_t refused;	/* refused in the window (enforcing) */
 };
 
+struct conn_advice {
+	bool watched;		/* a window was watched */
+	double seconds;
+	double rate;		/* connections admitted per second in the window */
+	uint64_t refused;	/* refused in the window */
+	double mean_open;	/* connections open on average */
+	double hold_s;		/* mean hold: mean_open / rate; 0 = none admitted */
+	uint32_t peak;		/* most open at once in the window */
+	double asked;		/* (admitted + refused) / admitted, of the window or lifetime */
+	bool lifetime_ratio;	/* asked is of the lifetime counts */
+	uint64_t demand;	/* max(peak, ceil(mean_open x asked)) */
+};
+
 struct advice {
 	const struct cli_comp *c;
 	struct inflight_advice in;
+	struct conn_advice co;
 	const char *source;	/* "reply", "connect" or NULL without samples */
 	uint64_t samples, p50_us, p99_us, suggested;
+	uint64_t by_rate;	/* ceil(peak rate x p99 reply x 2); 0 without replies */
 	uint32_t limit;		/* the limit compared with, UINT32_MAX = none */
 	const char *limit_key;
 	uint64_t refused;
@@ -223,6 +273,21 @@ struct advice {
 	uint64_t guar, ceiling;
 };
 
+/* Connections refused by a limit (not by a full table): enforced, or only
+ * counted in observe mode when observed is true. */
+static uint64_t
+conn_refusals(const struct cli_comp *c, bool observed)
+{
+	static const enum bs_reason limits[] = { REASON_FULL, REASON_WAIT_TIMEOUT,
+	    REASON_TOO_MANY_WAITING, REASON_CLASS_FULL, REASON_POOL_FULL,
+	    REASON_CLASS_SHARED_FULL };
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++)
+		n += observed ? c->would_reject[limits[i]] : c->rejected_by[limits[i]];
+	return n;
+}
+
 /* Requests refused for max_inflight. Those observe mode let past are
  * counted in inflight_admitted already. */
 static uint64_t
@@ -231,8 +296,8 @@ inflight_refusals(const struct cli_comp *c)
 	return c->rejected_by[REASON_INFLIGHT_FULL];
 }
 
-/* Watches every compartment with max_inflight for `seconds` from the
- * snapshot start, sampling how many requests are in flight every 10 ms. */
+/* Watches every compartment for `seconds` from the snapshot start,
+ * sampling the requests in flight and the connections open every 10 ms. */
 static void
 watch_window(const struct seg *s, const struct cli_snap *start, struct window *w,
     double seconds)
@@ -248,18 +313,65 @@ watch_window(const struct seg *s, const struct cli_snap *start, struct window *w
 		w[i].replies = c->h_reply.count;
 		w[i].reply_us = c->h_reply.sum_us;
 		w[i].peak = c->inflight;	/* the overs counted in */
+		w[i].admitted = c->admitted;
+		w[i].conn_refused = conn_refusals(c, false);
+		w[i].open_sum = c->in_use;
+		w[i].samples = 1;
+		w[i].conn_peak = c->in_use;
 	}
 	while (now_mono_ms() < end) {
 		struct timespec ts = { 0, 10 * 1000000L };
 
 		nanosleep(&ts, NULL);
 		for (uint32_t i = 0; i < n; i++) {
-			uint32_t now = cli_inflight_now(s, i);
+			uint32_t now = cli_inflight_now(s, i), open = cli_in_use_now(s, i);
 
 			if (now > w[i].peak)
 				w[i].peak = now;
+			if (open > w[i].conn_peak)
+				w[i].conn_peak = open;
+			w[i].open_sum += open;
+			w[i].samples++;
 		}
 	}
+}
+
+/* The connection half of the advice, from the window w (NULL: none). */
+static void
+advise_conn(const struct window *w, double seconds, struct advice *a)
+{
+	const struct cli_comp *c = a->c;
+	struct conn_advice *co = &a->co;
+	uint64_t adm, ref, life_adm = c->admitted, life_ref = conn_refusals(c, false);
+	double offered;
+
+	if (w == NULL || seconds <= 0 || w->samples == 0)
+		return;
+	co->watched = true;
+	co->seconds = seconds;
+	adm = c->admitted - w->admitted;
+	ref = life_ref - w->conn_refused;
+	co->refused = ref;
+	co->rate = (double)adm / seconds;
+	co->mean_open = (double)w->open_sum / (double)w->samples;
+	co->peak = w->conn_peak;
+	co->hold_s = adm > 0 ? co->mean_open / co->rate : 0;
+	/* Observe mode's would-be refusals are open already (counted in
+	 * in use): only real refusals add to what was asked for. */
+	if (adm > 0) {
+		co->asked = (double)(adm + ref) / (double)adm;
+	} else if (life_adm > 0) {
+		co->asked = (double)(life_adm + life_ref) / (double)life_adm;
+		co->lifetime_ratio = true;
+	} else {
+		co->asked = 1;
+	}
+	offered = co->mean_open * co->asked;
+	co->demand = (uint64_t)offered;
+	if ((double)co->demand < offered - 1e-9)
+		co->demand++;
+	if (co->peak > co->demand)
+		co->demand = co->peak;
 }
 
 /* The in-flight half of the advice, from the window w (NULL: none). */
@@ -292,10 +404,12 @@ advise(const struct cli_comp *c, const struct window *w, double seconds, struct 
 {
 	const struct cli_hist *h;
 	bool by_requests;
+	uint64_t by_hold;
 
 	memset(a, 0, sizeof(*a));
 	a->c = c;
-	/* Request latency when requests were seen, else connect() time. */
+	/* Request latency when requests were seen, else connect() time
+	 * (shown, never sized from: a connect says nothing of a hold). */
 	h = &c->h_reply;
 	a->source = "reply";
 	if (h->total == 0) {
@@ -307,7 +421,11 @@ advise(const struct cli_comp *c, const struct window *w, double seconds, struct 
 	a->samples = h->total;
 	a->p50_us = cli_hist_quantile_us(h, 500);
 	a->p99_us = cli_hist_quantile_us(h, 990);
-	a->suggested = (uint64_t)(((u128)c->peak_rate * a->p99_us * 2 + 999999) / 1000000);
+	if (h == &c->h_reply)
+		a->by_rate = (uint64_t)(((u128)c->peak_rate * a->p99_us * 2 + 999999) / 1000000);
+	advise_conn(w, seconds, a);
+	by_hold = 2 * a->co.demand;
+	a->suggested = a->by_rate > by_hold ? a->by_rate : by_hold;
 	a->limit = c->limit != UINT32_MAX ? c->limit : c->inflight_limit;
 	a->limit_key = c->limit != UINT32_MAX ? "max_connections" : "max_inflight";
 	/* Calls the limits refused, or would have: a full socket or
@@ -318,6 +436,8 @@ advise(const struct cli_comp *c, const struct window *w, double seconds, struct 
 	}
 	advise_inflight(w, seconds, a);
 	a->guar = (uint64_t)(((u128)c->peak_rate * a->p50_us * 2 + 999999) / 1000000);
+	if (h != &c->h_reply)
+		a->guar = a->co.demand;
 	a->ceiling = a->suggested > c->peak ? a->suggested : c->peak;
 	if (a->guar > a->ceiling)
 		a->guar = a->ceiling;
@@ -327,13 +447,18 @@ advise(const struct cli_comp *c, const struct window *w, double seconds, struct 
 	if (by_requests)
 		a->suggested = a->in.demand;
 	if (by_requests ? a->in.rate == 0 && a->in.peak == 0 :
-	    c->peak_rate == 0 || a->source == NULL)
+	    a->suggested == 0 && a->refused == 0)
 		a->verdict = "no data";
 	else if (a->limit == UINT32_MAX)
 		a->verdict = "no limit";
 	else if (a->refused > 0 && a->suggested > a->limit)
 		a->verdict = "too small";
-	else if (a->suggested * 2 < a->limit && a->refused == 0)
+	else if (a->refused > 0)
+		/* Refused although the demand measured fits under the
+		 * limit: a lower live limit (adaptive, fleet, pool, class)
+		 * or bursts above the mean. Never "fits". */
+		a->verdict = "refused";
+	else if (a->suggested * 2 < a->limit)
 		a->verdict = "too large";
 	else
 		a->verdict = "fits";
@@ -343,6 +468,30 @@ static void
 seconds(uint64_t us, char *buf, size_t len)
 {
 	dec_text(us, 6, 0, buf, len);
+}
+
+/* What the window saw of connections: how long they are held and how many
+ * the callers asked for. */
+static void
+print_conn(const struct advice *a)
+{
+	const struct conn_advice *co = &a->co;
+
+	if (!co->watched)
+		return;
+	printf("  %-20s %.1f open on average, %u at most, %.1f admitted/s and %llu refused "
+	    "over %g s; ", "connections", co->mean_open, co->peak, co->rate,
+	    (unsigned long long)co->refused, co->seconds);
+	if (co->hold_s > 0)
+		printf("held %.3f s on average\n", co->hold_s);
+	else if (co->mean_open > 0)
+		printf("held longer than the window\n");
+	else
+		printf("none held\n");
+	printf("  %-20s %.1f open \u00d7 %.2f asked per admitted (%s) -> %llu; "
+	    "\u00d7 2 = %llu permit%s\n", "demand", co->mean_open, co->asked,
+	    co->lifetime_ratio ? "lifetime" : "window", (unsigned long long)co->demand,
+	    (unsigned long long)(2 * co->demand), co->demand * 2 == 1 ? "" : "s");
 }
 
 static void
@@ -367,14 +516,18 @@ print_advice(const struct advice *a)
 	}
 	if (a->c->limit == UINT32_MAX && a->in.counted) {
 		/* The connect-rate formula says nothing of requests. */
-	} else if (a->source == NULL) {
-		printf("  %-20s no samples yet\n", "latency");
 	} else {
-		printf("  %-20s p50 <= %s s, p99 <= %s s (%s, %llu sample%s)\n", "latency", p50,
-		    p99, a->source, (unsigned long long)a->samples, a->samples == 1 ? "" : "s");
-		printf("  %-20s ceil(%llu/s \u00d7 %s s \u00d7 2) = %llu permit%s\n", "Little's law",
-		    (unsigned long long)a->c->peak_rate, p99, (unsigned long long)a->suggested,
-		    a->suggested == 1 ? "" : "s");
+		if (a->source == NULL)
+			printf("  %-20s no samples yet\n", "latency");
+		else
+			printf("  %-20s p50 <= %s s, p99 <= %s s (%s, %llu sample%s)\n", "latency",
+			    p50, p99, a->source, (unsigned long long)a->samples,
+			    a->samples == 1 ? "" : "s");
+		if (a->by_rate > 0)
+			printf("  %-20s ceil(%llu/s \u00d7 %s s \u00d7 2) = %llu permit%s\n",
+			    "Little's law", (unsigned long long)a->c->peak_rate, p99,
+			    (unsigned long long)a->by_rate, a->by_rate == 1 ? "" : "s");
+		print_conn(a);
 	}
 	if (a->limit == UINT32_MAX)
 		printf("  %-20s none\n", "limit");
@@ -388,6 +541,12 @@ print_advice(const struct advice *a)
 	else if (strcmp(a->verdict, "too large") == 0)
 		printf("  %-20s too large: %llu would do; lower %s to free capacity\n", "verdict",
 		    (unsigned long long)a->suggested, a->limit_key);
+	else if (strcmp(a->verdict, "refused") == 0)
+		printf("  %-20s refused %llu call%s although %llu would do: %s\n", "verdict",
+		    (unsigned long long)a->refused, a->refused == 1 ? "" : "s",
+		    (unsigned long long)a->suggested, a->c->live_limit < a->c->limit ?
+		    "a lower live limit refused them (see status)" :
+		    "bursts above the mean; the peak in use shows how far");
 	else if (strcmp(a->verdict, "no limit") == 0)
 		printf("  %-20s no limit: Little's law gives %llu\n", "verdict",
 		    (unsigned long long)a->suggested);
@@ -428,6 +587,13 @@ json_advice(const struct advice *a)
 		    "%llu", a->c->pool_name, (unsigned long long)a->guar,
 		    (unsigned long long)a->ceiling);
 	cli_suggest_classes(stdout, a->c, true);
+	if (a->co.watched)
+		printf(", \"connections\": {\"window_s\": %g, \"rate\": %.3f, \"refused\": %llu, "
+		    "\"mean_open\": %.3f, \"peak\": %u, \"mean_hold_s\": %.6f, \"asked_ratio\": %.3f, "
+		    "\"asked_ratio_from\": \"%s\", \"demand\": %llu}", a->co.seconds, a->co.rate,
+		    (unsigned long long)a->co.refused, a->co.mean_open, a->co.peak, a->co.hold_s,
+		    a->co.asked, a->co.lifetime_ratio ? "lifetime" : "window",
+		    (unsigned long long)a->co.demand);
 	if (a->in.counted && a->in.seconds > 0)
 		printf(", \"inflight\": {\"window_s\": %g, \"rate\": %.3f, \"mean_reply_s\": %.6f, "
 		    "\"peak\": %u, \"little\": %llu, \"demand\": %llu, \"refused\": %llu}",
@@ -452,7 +618,7 @@ cmd_suggest(int argc, char **argv)
 	struct cli_snap snap;
 	struct advice a;
 	struct seg *s;
-	bool json = false, any = false;
+	bool json = false;
 	char *end;
 	int c;
 
@@ -481,11 +647,9 @@ cmd_suggest(int argc, char **argv)
 		return 1;
 	if (cli_snap_read(s, &snap) < 0)
 		goto nomem;
-	for (uint32_t i = 0; i < snap.ncomp; i++)
-		any = any || snap.comp[i].inflight_limit != UINT32_MAX;
-	/* With requests in flight to size, the advice is of a window: from
-	 * this snapshot to one taken at its end. */
-	if (any && seconds > 0 && (w = calloc(snap.ncomp, sizeof(*w))) != NULL) {
+	/* The advice is of a window: from this snapshot to one taken at its
+	 * end, watching what is held meanwhile. */
+	if (snap.ncomp > 0 && seconds > 0 && (w = calloc(snap.ncomp, sizeof(*w))) != NULL) {
 		watch_window(s, &snap, w, seconds);
 		cli_snap_free(&snap);
 		if (cli_snap_read(s, &snap) < 0)

@@ -148,7 +148,9 @@ run_check_program(const char *prog, bool force)
 		return 0;
 	}
 	fprintf(stderr, "bulkshim: %s is %s; the shim cannot see its calls, so it would run "
-	    "without limits. Not started (--force runs it anyway)\n", path, why);
+	    "without limits. Not started: `bulkshim run --kernel` counts its connects in the "
+	    "kernel instead (root, or CAP_BPF and CAP_NET_ADMIN); --force runs it without "
+	    "limits\n", path, why);
 	return -1;
 }
 

@@ -494,6 +494,14 @@ cli_live_processes(const struct seg *s)
 }
 
 uint32_t
+cli_in_use_now(const struct seg *s, uint32_t i)
+{
+	const struct seg_comp *sc = seg_comp(s, i);
+
+	return atomic_load(&sc->in_use) + atomic_load(&sc->over);
+}
+
+uint32_t
 cli_inflight_now(const struct seg *s, uint32_t i)
 {
 	const struct seg_comp *sc = seg_comp(s, i);

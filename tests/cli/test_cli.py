@@ -346,6 +346,8 @@ def test_metrics_pass_promtool_with_the_live_values():
     assert 'bulkshim_connect_seconds_bucket{segment="%s",compartment="x",le="+Inf"} 2' % (
         shim.segment) in text
     assert 'le="0.000001"' in text and 'le="1.048576"' in text
+    # Outside a fleet, no fleet series at all (not a fleet_limit of 0).
+    assert not re.search(r"^bulkshim_fleet_\w+\{", text, re.M), text
     if promtool is None:
         return
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
@@ -411,6 +413,15 @@ def test_size_shows_littles_law_arithmetic():
     cli_fails("size", "--rps", "10", "--latency", "5 minutes", status=2, want=r"units")
 
 
+def test_size_refuses_a_bare_latency_that_is_likely_milliseconds():
+    # "--latency 250" meant 250 ms; read as seconds it gave 100,000 permits.
+    cli_fails("size", "--rps", "200", "--latency", "250", status=2,
+              want=r"--latency 250 has no unit.*write 250ms for milliseconds, or 250s")
+    cli_fails("size", "--rps", "200", "--latency", "60.5", status=2, want=r"no unit")
+    assert cli_ok("size", "--rps", "200", "--latency", "60").strip().endswith("= 24000 permits")
+    assert cli_ok("size", "--rps", "200", "--latency", "250s").strip().endswith("= 100000 permits")
+
+
 def test_suggest_arithmetic_on_recorded_values():
     seg = new_segment()
     cfg = write_file(config_text([
@@ -428,6 +439,7 @@ def test_suggest_arithmetic_on_recorded_values():
                                                      "rate_ago[0]": 30, "rate_ago[3]": 45,
                                                      "rate_ago[70]": 999})
     poke(seg, "large", peak_rate=10, **{"h_reply.bucket[10]": 50, "h_reply.count": 50})
+    # fit: connects timed, nothing held: a connect's time says nothing of a hold.
     poke(seg, "fit", peak_rate=50, **{"h_connect.bucket[16]": 100, "h_connect.count": 100})
     poke(seg, "observed", peak_rate=100, **{"would_reject[0]": 5, "h_reply.bucket[17]": 8,
                                              "h_reply.count": 8})
@@ -441,7 +453,7 @@ def test_suggest_arithmetic_on_recorded_values():
     assert (l["p99_s"], l["suggested"], l["verdict"]) == (0.001024, 1, "too large"), l
     f = by["fit"]
     assert (f["latency_source"], f["p99_s"], f["suggested"], f["verdict"]) == (
-        "connect", 0.065536, 7, "fits"), f
+        "connect", 0.065536, 0, "no data"), f
     o = by["observed"]
     assert (o["enforce"], o["suggested"], o["refused"], o["verdict"]) == (False, 27, 5, "too small"), o
     assert by["idle"]["verdict"] == "no data", by["idle"]
@@ -453,7 +465,72 @@ def test_suggest_arithmetic_on_recorded_values():
     assert "highest in the last 64 s: 45/s" in text, text
     assert "too small: raise max_connections to 105" in text, text
     assert "would have refused (observe mode) 5 calls" in text, text
-    assert "too large" in text and "fits" in text
+    assert "too large" in text
+
+
+# A thread per connection: connect, hold it `hold` seconds, close, again, for `seconds`.
+HOLDERS = r'''
+import socket, sys, threading, time
+port, n, hold, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+end = time.monotonic() + seconds
+def work():
+    while time.monotonic() < end:
+        try:
+            s = socket.create_connection(("127.0.0.1", port))
+        except ConnectionRefusedError:
+            time.sleep(0.05)
+            continue
+        time.sleep(hold)
+        s.close()
+ts = [threading.Thread(target=work) for _ in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+'''
+
+
+def test_suggest_sizes_connections_from_how_long_they_are_held():
+    # 4 threads each holding a connection 0.2 s at a time, limit 10, nothing refused: 4 open
+    # on average, 20 admitted a second, a hold of 0.2 s; demand 4, 8 permits: it fits.
+    srv, shim = _one(10)
+    load = subprocess.Popen([PY, "-c", HOLDERS, str(srv.port), "4", "0.2", "4"],
+                            env=shim.env(log="off"))
+    harness.defer(load.kill)
+    wait_until(lambda: os.path.exists(harness.SHM_PREFIX + shim.segment) and
+               shim.status()["compartments"][0]["in_use"] >= 3, timeout=10)
+    c = cli_json("suggest", "-s", shim.segment, "--window", "2", "--json", timeout=30)
+    load.wait(30)
+    x, co = c["compartments"][0], c["compartments"][0]["connections"]
+    assert 3 <= co["mean_open"] <= 4.2 and co["peak"] == 4, co
+    assert 0.15 <= co["mean_hold_s"] <= 0.35, co
+    assert co["demand"] == 4 and x["suggested"] == 8 and x["verdict"] == "fits", x
+
+
+def test_suggest_counts_what_refused_callers_would_have_held():
+    # 12 clients each holding one connection at a limit of 8: 8 held, 4 refused. The demand is
+    # 12, not what a connect's time would say; a compartment that refused never "fits".
+    srv, shim = _one(8)
+    a = Agent(shim.env(log="off"))
+    for _ in range(8):
+        a("tcp(%d)" % srv.port)
+    for _ in range(4):
+        assert _refused(a("attempt(('127.0.0.1', %d))" % srv.port))
+    c = cli_json("suggest", "-s", shim.segment, "--window", "0.5", "--json", timeout=30)
+    x, co = c["compartments"][0], c["compartments"][0]["connections"]
+    assert co["mean_open"] == 8 and co["asked_ratio_from"] == "lifetime", co
+    assert co["demand"] == 12 and x["suggested"] == 24, x
+    assert (x["refused"], x["verdict"]) == (4, "too small"), x
+    text = cli_ok("suggest", "-s", shim.segment, "--window", "0.5")
+    assert "held longer than the window" in text and "raise max_connections to 24" in text, text
+    # Refused although the measured demand fits: never "fits".
+    seg = new_segment()
+    cfg = write_file(config_text([{"name": "adaptive", "destinations": ["127.0.0.1:6"],
+                                   "max_connections": 64}], seg))
+    create_segment(cfg)
+    poke(seg, "adaptive", peak_rate=30, **{"rejected_by[0]": 41860, "h_connect.bucket[10]": 9,
+                                           "h_connect.count": 9})
+    x = cli_json("suggest", "-s", seg, "--window", "0.2", "--json")["compartments"][0]
+    assert (x["refused"], x["verdict"]) == (41860, "refused"), x
+    assert a.finish() == 0
 
 
 # ---- list ----

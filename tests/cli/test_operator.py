@@ -97,6 +97,12 @@ def test_run_refuses_an_invalid_config():
     # No -c, BULKSHIM_CONFIG naming a broken file: the same.
     r = cli("run", "--", "touch", marker, env=dict(clean_env(), BULKSHIM_CONFIG=typo))
     assert r.returncode == 78 and not os.path.exists(marker), r.stderr
+    # A config that is not there: not started either, and the same status as a missing
+    # default config.
+    missing = os.path.join(tmpdir(), "missing.cfg")
+    r = cli("run", "-c", missing, "--", "touch", marker)
+    assert r.returncode == 78 and not os.path.exists(marker), (r.returncode, r.stderr)
+    assert missing in r.stderr and "not started" in r.stderr, r.stderr
     prog = _compile("dyn")
     r = cli("run", "-c", good, "--", prog, srv.port)
     assert r.returncode == 0 and "4 of 8 connected" in r.stdout, (r.stdout, r.stderr)
@@ -106,6 +112,8 @@ def _blind(prog, want, port, config):
     r = cli("run", "-c", config, "--", prog, port)
     assert r.returncode == 78, "%s: run exited %d: %r %r" % (want, r.returncode, r.stdout, r.stderr)
     assert want in r.stderr and "--force" in r.stderr and r.stdout == "", r.stderr
+    # The way to run it with limits is named first: the kernel engine sees every connect.
+    assert "bulkshim run --kernel" in r.stderr, r.stderr
     r = cli("run", "-c", config, "--force", "--", prog, port)
     assert r.returncode == 0 and "WITHOUT LIMITS" in r.stderr, (want, r.stderr)
 

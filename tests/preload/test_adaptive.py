@@ -1,5 +1,6 @@
 """test_adaptive.py - adaptive limits against a backend of known capacity, with CPython threads and curl."""
 
+import re
 import shutil
 import subprocess
 import threading
@@ -218,7 +219,15 @@ def test_set_adaptive_off_pins_and_number_pins_and_on_resumes():
     text = _cli("status", "-s", shim.segment).stdout
     assert "ADAPTIVE" in text and "pinned" in text, text
     m = _cli("metrics", "-s", shim.segment).stdout
-    assert 'bulkshim_adaptive_limit{segment="%s",compartment="be",mode="off"}' % shim.segment in m, m
+    # Stable labels: the mode and the reason are values, never labels of the limit's series.
+    assert re.search(r'^bulkshim_adaptive_limit\{segment="%s",compartment="be"\} \d+$'
+                     % shim.segment, m, re.M), m
+    assert 'bulkshim_adaptive_on{segment="%s",compartment="be"} 0' % shim.segment in m, m
+    assert 'bulkshim_adaptive_last_change_reason{segment="%s",compartment="be",reason="pinned"} 1' \
+        % shim.segment in m, m
+    assert len(re.findall(r'^bulkshim_adaptive_last_change_reason\{.*\} 1$', m, re.M)) == 1, m
+    assert not re.search(r'^bulkshim_adaptive_(limit|last_change_timestamp_seconds)\{[^}]*'
+                         r'(mode|reason)=', m, re.M), m
     assert "bulkshim_adaptive_baseline_seconds{" in m, m
     r = _cli("set", "-s", shim.segment, "be", "adaptive", "sideways")
     assert r.returncode != 0

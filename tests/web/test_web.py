@@ -252,3 +252,67 @@ def test_serve_answers_curl_and_garbage_and_stops_on_sigterm():
     assert code == 200 and s.p.poll() is None, "serve died on garbage"
     assert s.stop(signal.SIGTERM) == 0
     assert a.finish() == 0
+
+
+def _ask(port, path, timeout=5):
+    """(status code, seconds) of one GET on a fresh connection."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+        c.sendall(b"GET %s HTTP/1.0\r\n\r\n" % path.encode())
+        data = b""
+        while True:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    m = re.match(rb"HTTP/1\.0 (\d+) ", data)
+    return (int(m.group(1)) if m else 0), time.monotonic() - t0
+
+
+def test_serve_answers_every_request_while_a_thousand_idle_connections_are_open():
+    srv = Server()
+    shim = Shim([{"name": "x", "destinations": ["127.0.0.1:%d" % srv.port], "max_connections": 2}])
+    a = Agent(shim.env(log="off"))
+    a("tcp(%d)" % srv.port)
+    s = Serve("-s", shim.segment)
+    idle = []
+    try:
+        # Clients that connect and say nothing: scrapers that hung, a port scan, a slowloris.
+        for _ in range(1000):
+            idle.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
+        took = []
+        for path in ("/metrics", "/status.json", "/") * 10:
+            code, secs = _ask(s.port, path)
+            assert code == 200, "%s answered %d with 1000 idle connections open" % (path, code)
+            took.append(secs)
+        # The idle connections were not all cut off to make room: the table holds them.
+        alive = 0
+        for c in idle:
+            c.setblocking(False)
+            try:
+                alive += c.recv(1) != b""
+            except BlockingIOError:
+                alive += 1
+            except OSError:
+                pass
+        assert alive >= 990, "only %d of the 1000 idle connections were kept" % alive
+        # More than the table holds: new connections take the place of the longest silent.
+        more = []
+        try:
+            for _ in range(300):
+                more.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
+            for path in ("/metrics", "/status.json"):
+                code, secs = _ask(s.port, path)
+                assert code == 200, (path, code)
+                took.append(secs)
+        finally:
+            for c in more:
+                c.close()
+    finally:
+        for c in idle:
+            c.close()
+    took.sort()
+    print("serve with 1000 idle connections (then 1300): %d requests answered, median %.1f ms, "
+          "slowest %.1f ms" % (len(took), 1000 * took[len(took) // 2], 1000 * took[-1]))
+    assert s.p.poll() is None
+    assert a.finish() == 0
