@@ -90,8 +90,10 @@ $(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B
 		$(filter-out $(call unit_includes,$<,$(B)/cli),$(COMMON:%=$(B)/cli/%.o)) \
 		$(PC_LIBS) $(CMOCKA_LIBS) -lpthread
 
-# The segment access unit includes the CLI's files that it tests.
+# The segment access unit includes the CLI's files that it tests, and so does the
+# unit of the views' abbreviations.
 $(B)/tests/test_seg_access: tools/seg_access.c tools/fleet_seg.c tools/cli.h tools/fleet.h
+$(B)/tests/test_abbrev: tools/cli_format.c tools/cli.h
 
 # The fleet lease unit drives the agent's Redis calls against a redis-server of its own: it
 # links the CLI's fleet objects and hiredis instead of the shim's shared code.

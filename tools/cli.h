@@ -55,6 +55,12 @@ const char *cli_name(const char *field, size_t size);
 
 #define CLI_DAMAGED_TEXT		"damaged"
 
+/* Names shortened to width characters at most (a '~' where a part was
+ * left out), all different where the names are: out[i] for names[i]. A
+ * name that fits is kept whole. Cannot fail (short of memory, the names are
+ * cut, head and tail). */
+#define CLI_ABBREV_MAX	(BS_NAME_MAX + 16)
+void cli_abbrev(const char *const *names, size_t n, size_t width, char (*out)[CLI_ABBREV_MAX]);
 /* The key of field f in `status --json` ("in_use"); cannot fail. */
 const char *cli_field_name(enum cli_field f);
 /* v in decimal, or "damaged" when bad; returns buf (cut to len). */
@@ -278,8 +284,10 @@ void cli_json_pools(FILE *f, const struct cli_snap *snap);
 /* The pool keys of a compartment for status --json. */
 void cli_json_comp_pool(FILE *f, const struct cli_comp *c);
 /* The class-share and pool tables of status and watch, each line ended by
- * eol before its newline; nothing for a segment with neither. */
-void cli_text_pools(FILE *f, const struct cli_snap *snap, const char *eol);
+ * eol before its newline; nothing for a segment with neither. width 0:
+ * the wide tables of status; a screen's width below theirs: narrower ones
+ * with names abbreviated (watch). */
+void cli_text_pools(FILE *f, const struct cli_snap *snap, const char *eol, int width);
 /* The class-share and pool series of the metrics exposition, for the
  * compartments all[0..n) of snap and every pool. */
 void cli_metrics_pools(FILE *f, const struct cli_snap *snap, const struct cli_comp *all,
@@ -321,8 +329,9 @@ void cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c);
 void cli_json_fleet(FILE *f, const struct cli_comp *c);
 /* The table of fleet compartments for `status`, if any has a fleet budget. */
 void cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n);
-/* "postgres fleet 12/500 (floor 4), lease 1.2s, redis ok, 3 hosts" into buf. */
-void cli_fleet_line(const struct cli_comp *c, char *buf, size_t len);
+/* "postgres: fleet share 12 of 500 (floor 4), lease 1.2s left, ..." into
+ * buf, the compartment called name (NULL: its own name). */
+void cli_fleet_line(const struct cli_comp *c, const char *name, char *buf, size_t len);
 
 /* ---- cmd_kernel.c: the kernel engine from the CLI ---- */
 

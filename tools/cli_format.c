@@ -191,3 +191,64 @@ cli_parse_u64(const char *s, uint64_t *out)
 	*out = v;
 	return true;
 }
+
+/* Orders pointers to strings, for finding two equal ones. */
+static int
+by_text(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether the n texts (of stride bytes each) at first are all different. */
+static bool
+all_distinct(char *first, size_t n, size_t stride)
+{
+	char **p = malloc((n ? n : 1) * sizeof(*p));
+	bool ok = true;
+
+	if (p == NULL)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		p[i] = first + i * stride;
+	qsort(p, n, sizeof(*p), by_text);
+	for (size_t i = 1; i < n && ok; i++)
+		ok = strcmp(p[i - 1], p[i]) != 0;
+	free(p);
+	return ok;
+}
+
+void
+cli_abbrev(const char *const *names, size_t n, size_t width, char (*out)[CLI_ABBREV_MAX])
+{
+	if (width >= CLI_ABBREV_MAX)
+		width = CLI_ABBREV_MAX - 1;
+	if (width < 4)
+		width = 4;
+	/* The head and the tail of a long name, the tail as short as keeps
+	 * every name apart: names that differ at their end (numbered
+	 * replicas) keep it. */
+	for (size_t tail = (width - 1) / 2; tail + 2 <= width; tail++) {
+		for (size_t i = 0; i < n; i++) {
+			size_t len = strlen(names[i]);
+
+			if (len <= width)
+				snprintf(out[i], CLI_ABBREV_MAX, "%s", names[i]);
+			else
+				snprintf(out[i], CLI_ABBREV_MAX, "%.*s~%s", (int)(width - 1 - tail),
+				    names[i], names[i] + len - tail);
+		}
+		if (all_distinct(out[0], n, CLI_ABBREV_MAX))
+			return;
+	}
+	/* Names that differ only in their middle: the head and the row's
+	 * number. */
+	for (size_t i = 0; i < n; i++) {
+		char num[16];
+		int k = snprintf(num, sizeof(num), "~%zu", i + 1);
+
+		if (strlen(names[i]) > width && (size_t)k < width)
+			snprintf(out[i], CLI_ABBREV_MAX, "%.*s%s", (int)(width - (size_t)k), names[i],
+			    num);
+	}
+}
+

@@ -99,11 +99,48 @@ cell(char *buf, size_t len, uint64_t mask, enum cli_field field, uint64_t v)
 	return cli_count_text(v, CLI_DAMAGED(mask, field), buf, len);
 }
 
+/* What the tables of classes and pools take at full width. */
+#define POOLS_WIDE	110
+#define NARROW_NAME	14
+
+/* The name of item i as shown: its abbreviation when there are some. */
+static const char *
+shown(char (*ab)[CLI_ABBREV_MAX], size_t i, const char *name)
+{
+	return ab != NULL ? ab[i] : name;
+}
+
+/* Abbreviations, NARROW_NAME wide, of the snapshot's compartment names;
+ * NULL when not narrow, or short of memory (the names are then cut). */
+static char (*narrow_names(bool narrow, const struct cli_snap *snap))[CLI_ABBREV_MAX]
+{
+	char (*ab)[CLI_ABBREV_MAX];
+	const char **names;
+
+	if (!narrow || snap->ncomp == 0)
+		return NULL;
+	ab = calloc(snap->ncomp, sizeof(*ab));
+	names = calloc(snap->ncomp, sizeof(*names));
+	if (ab == NULL || names == NULL) {
+		free(ab);
+		free(names);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < snap->ncomp; i++)
+		names[i] = snap->comp[i].name;
+	cli_abbrev(names, snap->ncomp, NARROW_NAME, ab);
+	free(names);
+	return ab;
+}
+
 /* The table of compartments whose classes split them (status, watch). */
 static void
-text_class_shares(FILE *f, const struct cli_snap *snap, const char *eol)
+text_class_shares(FILE *f, const struct cli_snap *snap, const char *eol, bool narrow,
+    char (*ab)[CLI_ABBREV_MAX])
 {
 	bool head = false;
+	int nw = narrow ? NARROW_NAME : 24, cw = narrow ? 10 : 14, vw = narrow ? 6 : 7;
+	int gw = narrow ? vw : 10, bw = narrow ? vw : 8;
 
 	for (uint32_t i = 0; i < snap->ncomp; i++) {
 		const struct cli_comp *c = &snap->comp[i];
@@ -111,64 +148,101 @@ text_class_shares(FILE *f, const struct cli_snap *snap, const char *eol)
 		if (!c->shares)
 			continue;
 		if (!head)
-			fprintf(f, "%s\n%-24s %-14s %7s %7s %10s %8s%s\n", eol, "CLASSES SHARING",
-			    "CLASS", "IN USE", "CEILING", "GUARANTEED", "BORROWED", eol);
+			fprintf(f, "%s\n%-*s %-*s %*s %*s %*s %*s%s\n", eol, nw,
+			    narrow ? "CLASSES" : "CLASSES SHARING", cw, "CLASS", vw,
+			    narrow ? "USE" : "IN USE", vw, narrow ? "CEIL" : "CEILING", gw,
+			    narrow ? "GUAR" : "GUARANTEED", bw, narrow ? "BORR" : "BORROWED", eol);
 		head = true;
 		for (size_t k = 0; k < c->nclass; k++) {
 			const struct cli_class *cc = &c->cls[k];
 			char v[4][24];
 
-			fprintf(f, "%-24s %-14s %7s %7s %10s %8s%s\n", k == 0 ? c->name : "", cc->name,
-			    cell(v[0], sizeof(v[0]), cc->damaged, CF_IN_USE, cc->in_use),
-			    cell(v[1], sizeof(v[1]), cc->damaged, CF_LIMIT, cc->limit),
-			    cell(v[2], sizeof(v[2]), cc->damaged, CF_GUARANTEED, cc->guaranteed),
-			    cell(v[3], sizeof(v[3]), cc->damaged, CF_BORROWED, cc->borrowed), eol);
+			fprintf(f, "%-*.*s %-*.*s %*s %*s %*s %*s%s\n", nw, nw,
+			    k == 0 ? shown(ab, i, c->name) : "", cw, cw, cc->name,
+			    vw, cell(v[0], sizeof(v[0]), cc->damaged, CF_IN_USE, cc->in_use),
+			    vw, cell(v[1], sizeof(v[1]), cc->damaged, CF_LIMIT, cc->limit),
+			    gw, cell(v[2], sizeof(v[2]), cc->damaged, CF_GUARANTEED, cc->guaranteed),
+			    bw, cell(v[3], sizeof(v[3]), cc->damaged, CF_BORROWED, cc->borrowed), eol);
 		}
 	}
 }
 
 void
-cli_text_pools(FILE *f, const struct cli_snap *snap, const char *eol)
+cli_text_pools(FILE *f, const struct cli_snap *snap, const char *eol, int width)
 {
+	bool narrow = width > 0 && width < POOLS_WIDE;
+	char (*ab)[CLI_ABBREV_MAX] = narrow_names(narrow, snap);
+	char (*pab)[CLI_ABBREV_MAX] = NULL;
+	int nw = narrow ? NARROW_NAME : 24, vw = 5, bw = 20;
 	char bar[21];
 
-	text_class_shares(f, snap, eol);
+	text_class_shares(f, snap, eol, narrow, ab);
 	if (snap->npools == 0)
-		return;
-	fprintf(f, "%s\n%-24s %7s %8s %7s %8s %7s %10s %7s%s\n", eol, "POOL", "SIZE", "RESERVED",
-	    "IN USE", "BORROWED", "FREE", "GUARANTEED", "PEAK", eol);
+		goto done;
+	if (narrow && (pab = calloc(snap->npools, sizeof(*pab))) != NULL) {
+		const char *names[BS_MAX_POOLS];
+
+		for (uint32_t p = 0; p < snap->npools && p < BS_MAX_POOLS; p++)
+			names[p] = snap->pool[p].name;
+		cli_abbrev(names, snap->npools < BS_MAX_POOLS ? snap->npools : BS_MAX_POOLS,
+		    (size_t)nw, pab);
+	}
+	if (narrow) {
+		/* The name, seven numbers, a space and the bar's brackets. */
+		bw = width - nw - 7 * (vw + 1) - 3;
+		bw = bw < 4 ? 4 : bw > 20 ? 20 : bw;
+		fprintf(f, "%s\n%-*s %*s %*s %*s %*s %*s %*s %*s%s\n", eol, nw, "POOL", vw, "SIZE",
+		    vw, "RSVD", vw, "USE", vw, "BORR", vw, "FREE", vw, "GUAR", vw, "PEAK", eol);
+	} else {
+		fprintf(f, "%s\n%-24s %7s %8s %7s %8s %7s %10s %7s%s\n", eol, "POOL", "SIZE",
+		    "RESERVED", "IN USE", "BORROWED", "FREE", "GUARANTEED", "PEAK", eol);
+	}
 	for (uint32_t p = 0; p < snap->npools; p++) {
 		const struct cli_pool *v = &snap->pool[p];
 		const uint64_t m = v->damaged;
 		char n[7][24];
 
-		fprintf(f, "%-24s %7s %8s %7s %8s %7s %10s %7s", v->name,
-		    cell(n[0], sizeof(n[0]), m, CF_SIZE, v->size),
-		    cell(n[1], sizeof(n[1]), m, CF_RESERVED, v->reserved),
-		    cell(n[2], sizeof(n[2]), m, CF_IN_USE, v->in_use),
-		    cell(n[3], sizeof(n[3]), m, CF_BORROWED, v->borrowed),
-		    cell(n[4], sizeof(n[4]), m, CF_FREE, v->free),
-		    cell(n[5], sizeof(n[5]), m, CF_GUARANTEED, v->guaranteed),
-		    cell(n[6], sizeof(n[6]), m, CF_PEAK, v->peak));
-		if (m & (1ULL << CF_IN_USE | 1ULL << CF_SIZE | 1ULL << CF_RESERVED))
-			cli_bar(bar, 20, 1, 1, '?');
+		cell(n[0], sizeof(n[0]), m, CF_SIZE, v->size);
+		cell(n[1], sizeof(n[1]), m, CF_RESERVED, v->reserved);
+		cell(n[2], sizeof(n[2]), m, CF_IN_USE, v->in_use);
+		cell(n[3], sizeof(n[3]), m, CF_BORROWED, v->borrowed);
+		cell(n[4], sizeof(n[4]), m, CF_FREE, v->free);
+		cell(n[5], sizeof(n[5]), m, CF_GUARANTEED, v->guaranteed);
+		cell(n[6], sizeof(n[6]), m, CF_PEAK, v->peak);
+		if (narrow)
+			fprintf(f, "%-*.*s %*s %*s %*s %*s %*s %*s %*s", nw, nw,
+			    pab != NULL && p < BS_MAX_POOLS ? pab[p] : v->name, vw, n[0], vw,
+			    n[1], vw, n[2], vw, n[3], vw, n[4], vw, n[5], vw, n[6]);
 		else
-			cli_bar(bar, 20, v->in_use, v->size > v->reserved ? v->size - v->reserved : 0,
-			    '#');
-		fprintf(f, "  [%s]%s\n", bar, eol);
+			fprintf(f, "%-24s %7s %8s %7s %8s %7s %10s %7s", v->name, n[0], n[1], n[2],
+			    n[3], n[4], n[5], n[6]);
+		if (m & (1ULL << CF_IN_USE | 1ULL << CF_SIZE | 1ULL << CF_RESERVED))
+			cli_bar(bar, (size_t)bw, 1, 1, '?');
+		else
+			cli_bar(bar, (size_t)bw, v->in_use, v->size > v->reserved ?
+			    v->size - v->reserved : 0, '#');
+		fprintf(f, narrow ? " [%s]%s\n" : "  [%s]%s\n", bar, eol);
 		for (uint32_t i = 0; i < snap->ncomp; i++) {
 			const struct cli_comp *c = &snap->comp[i];
 
 			if (c->pool != (int)p)
 				continue;
-			fprintf(f, "  %-22s in use %s of ceiling %s, guaranteed %s, borrowed %s%s\n",
-			    c->name, cell(n[0], sizeof(n[0]), c->damaged, CF_IN_USE, c->in_use),
-			    cell(n[1], sizeof(n[1]), c->damaged, CF_LIMIT,
-			    c->limit == UINT32_MAX ? 0 : c->limit),
-			    cell(n[2], sizeof(n[2]), c->damaged, CF_GUARANTEED, c->guaranteed),
-			    cell(n[3], sizeof(n[3]), c->damaged, CF_BORROWED, c->borrowed), eol);
+			cell(n[0], sizeof(n[0]), c->damaged, CF_IN_USE, c->in_use);
+			cell(n[1], sizeof(n[1]), c->damaged, CF_LIMIT,
+			    c->limit == UINT32_MAX ? 0 : c->limit);
+			cell(n[2], sizeof(n[2]), c->damaged, CF_GUARANTEED, c->guaranteed);
+			cell(n[3], sizeof(n[3]), c->damaged, CF_BORROWED, c->borrowed);
+			if (narrow)
+				fprintf(f, "  %-*s in use %s of %s, guaranteed %s, borrowed %s%s\n", nw,
+				    shown(ab, i, c->name), n[0], n[1], n[2], n[3], eol);
+			else
+				fprintf(f, "  %-22s in use %s of ceiling %s, guaranteed %s, borrowed "
+				    "%s%s\n", c->name, n[0], n[1], n[2], n[3], eol);
 		}
 	}
+done:
+	free(ab);
+	free(pab);
 }
 
 static void

@@ -305,7 +305,7 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 		    CLI_DAMAGED(c->damaged, CF_WOULD_REJECT);
 	}
 	text_inflight(f, all, n);
-	cli_text_pools(f, snap, "");
+	cli_text_pools(f, snap, "", 0);
 	cli_adaptive_text(f, all, n);
 	cli_text_fleet(f, all, n);
 	if (extra)

@@ -32,10 +32,12 @@
  * then waiting and the rate (see row()). */
 #define ROW_FIXED	(1 + 3 + 2 * (4 + COUNT_WIDTH) + 16)
 #define HEAD_LINES	3	/* title, segment, column names */
+#define ROWS_MIN	5	/* lines of rows the tables under them leave */
 
 static volatile sig_atomic_t got_stop, got_suspend;
-/* The first row shown when the compartments do not fit the screen. */
-static long scroll_top;
+/* The first row shown when the compartments do not fit the screen, and
+ * how many rows the last frame showed (a page, for space and b). */
+static long scroll_top, page_rows = 1;
 
 static struct termios saved_tty;
 static bool tty_raw, alt_screen;
@@ -236,7 +238,7 @@ gauge(char *bar, size_t bw, char *num, size_t len, const struct cli_comp *c, uin
 }
 
 static void
-row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
+row(FILE *f, struct view *v, const struct busy *b, const char *name, int namew, size_t bw)
 {
 	const struct cli_comp *c = b->c;
 	char bar1[64], bar2[64], n1[32], n2[32], wait[24], rate[32];
@@ -252,7 +254,7 @@ row(FILE *f, struct view *v, const struct busy *b, int namew, size_t bw)
 		snprintf(rate, sizeof(rate), "-");
 	else
 		snprintf(rate, sizeof(rate), b->rate < 1000 ? "%.1f" : "%.0f", b->rate);
-	fprintf(f, "%-*.*s ", namew, namew, c->name);
+	fprintf(f, "%-*.*s ", namew, namew, name);
 	if (v->ansi && c->hot)
 		fprintf(f, "\033[1;31m%-3s\033[0m", flag);
 	else
@@ -300,18 +302,65 @@ remember(struct view *v, const struct cli_comp *all, uint32_t n, uint64_t now)
 	v->prev_ms = now;
 }
 
+/* The fleet lines and the class and pool tables under the rows, as text
+ * (NULL when short of memory), and how many lines it has. */
+static char *
+extra_lines(struct view *v, const struct cli_snap *snap, char (*ab)[CLI_ABBREV_MAX], int cols,
+    long *nlines)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+
+	*nlines = 0;
+	if (m == NULL)
+		return NULL;
+	for (uint32_t i = 0; i < snap->ncomp; i++) {
+		char line[256];
+
+		if (snap->comp[i].fleet_limit == 0)
+			continue;
+		cli_fleet_line(&snap->comp[i], ab[i], line, sizeof(line));
+		fprintf(m, "  %s%s\n", line, v->ansi ? "\033[K" : "");
+	}
+	cli_text_pools(m, snap, v->ansi ? "\033[K" : "", v->ansi ? cols : 0);
+	if (fclose(m) != 0) {
+		free(buf);
+		return NULL;
+	}
+	for (size_t i = 0; i < len; i++)
+		*nlines += buf[i] == '\n';
+	return buf;
+}
+
+/* The first n lines of text to f. */
+static void
+print_lines(FILE *f, const char *text, long n)
+{
+	for (const char *p = text; p != NULL && *p != '\0' && n > 0; n--) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl != NULL ? (size_t)(nl - p) + 1 : strlen(p);
+
+		fwrite(p, 1, len, f);
+		p += len;
+	}
+}
+
 static void
 frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 {
 	const struct cli_comp *all = snap->comp;
 	uint32_t n = snap->ncomp, procs = snap->processes;
 	struct busy *order = calloc(n ? n : 1, sizeof(*order));
+	char (*ab)[CLI_ABBREV_MAX] = calloc(n ? n : 1, sizeof(*ab));
+	const char **names = calloc(n ? n : 1, sizeof(*names));
 	int namew = NAME_MIN, cols = columns(v->ansi), room = lines(v->ansi), avail;
-	long shown, top;
+	long shown, top, budget, keep, nextra = 0;
+	char *extras = NULL;
 	size_t bw;
 
-	if (order == NULL)
-		return;
+	if (order == NULL || ab == NULL || names == NULL)
+		goto done;
 	for (uint32_t i = 0; i < n; i++) {
 		if ((int)strlen(all[i].name) > namew)
 			namew = (int)strlen(all[i].name);
@@ -324,6 +373,11 @@ frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 		namew = cols - ROW_FIXED - 2 * BAR_MIN;
 	if (namew < NAME_FLOOR)
 		namew = NAME_FLOOR;
+	/* Names too long for the column keep their head and as much of
+	 * their tail as keeps them apart ("svc-with-a-r~name-17"). */
+	for (uint32_t i = 0; i < n; i++)
+		names[i] = all[i].name;
+	cli_abbrev(names, n, (size_t)namew, ab);
 	avail = (cols - namew - ROW_FIXED) / 2;
 	bw = avail < BAR_MIN ? BAR_MIN : avail > BAR_MAX ? BAR_MAX : (size_t)avail;
 	fprintf(f, "segment %s, %u process%s holding permits%s\n", snap->name, procs,
@@ -340,36 +394,120 @@ frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 			order[i].fill = fill_of(all[i].inflight, all[i].inflight_limit_now);
 	}
 	qsort(order, n, sizeof(*order), busiest_first);
-	/* More rows than the screen: the busiest first, a page at a time,
-	 * with the last line saying what is not shown. */
-	shown = room > 0 ? room - HEAD_LINES - 1 - (snap->ndamaged > 0) : (long)n;
-	if (shown < 1)
-		shown = 1;
-	top = (long)n > shown ? scroll_top : 0;
-	if (top > (long)n - shown)
-		top = (long)n - shown;
+	extras = extra_lines(v, snap, ab, cols, &nextra);
+	if (room <= 0) {
+		/* Not a terminal: every row, then the fleet and pool tables. */
+		for (uint32_t i = 0; i < n; i++) {
+			row(f, v, &order[i], ab[order[i].c->index], namew, bw);
+			cli_adaptive_watch(f, order[i].c, v->ansi);
+		}
+		if (extras != NULL)
+			fputs(extras, f);
+		goto counted;
+	}
+	/* The screen holds the header, the rows (an adaptive one takes two
+	 * lines), the fleet and pool tables and a last line; the tables give
+	 * way to at least ROWS_MIN lines of rows, and the rows are paged,
+	 * busiest first. */
+	budget = room - HEAD_LINES - 1 - (snap->ndamaged > 0);
+	keep = nextra;
+	if (budget - keep < ROWS_MIN)
+		keep = budget - ROWS_MIN > 0 ? budget - ROWS_MIN : 0;
+	budget -= keep;
+	if (budget < 1)
+		budget = 1;
+	top = scroll_top;
+	if (top > (long)n - 1)
+		top = (long)n - 1;
+	/* Not past the point where the last page is full. */
+	for (long used = 0, i = (long)n - 1; i >= 0; i--) {
+		used += 1 + (order[i].c->ad.mode != AD_NONE);
+		if (used > budget) {
+			if (top > i + 1)
+				top = i + 1;
+			break;
+		}
+		if (i == 0)
+			top = 0;
+	}
 	if (top < 0)
 		top = 0;
 	scroll_top = top;
-	for (long i = top; i < (long)n && i < top + shown; i++) {
-		row(f, v, &order[i], namew, bw);
-		cli_adaptive_watch(f, order[i].c, v->ansi);
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		char line[256];
+	shown = 0;
+	for (long i = top, used = 0; i < (long)n; i++) {
+		int need = 1 + (order[i].c->ad.mode != AD_NONE);
 
-		if (all[i].fleet_limit == 0)
-			continue;
-		cli_fleet_line(&all[i], line, sizeof(line));
-		fprintf(f, "  %s%s\n", line, v->ansi ? "\033[K" : "");
+		if (used + need > budget && shown > 0)
+			break;
+		row(f, v, &order[i], ab[order[i].c->index], namew, bw);
+		if (need > 1 && used + need <= budget)
+			cli_adaptive_watch(f, order[i].c, v->ansi);
+		used += need;
+		shown++;
 	}
-	cli_text_pools(f, snap, v->ansi ? "\033[K" : "");
-	if ((long)n > shown)
+	page_rows = shown;
+	print_lines(f, extras, keep);
+	if (top > 0 || top + shown < (long)n || keep < nextra)
 		/* The screen's last line: no newline, or the screen scrolls. */
-		fprintf(f, "rows %ld-%ld of %u, busiest first; j/k, space/b scroll%s", top + 1,
-		    top + shown < (long)n ? top + shown : (long)n, n, v->ansi ? "\033[K" : "\n");
+		fprintf(f, "rows %ld-%ld of %u, busiest first; j/k, space/b scroll%s%s", top + 1,
+		    top + shown, n, keep < nextra ? "; pools and fleets cut" : "",
+		    v->ansi ? "\033[K" : "\n");
+counted:
+	free(extras);
 	remember(v, all, n, now);
+done:
 	free(order);
+	free(ab);
+	free(names);
+}
+
+/* Copies text to f with every line cut to cols characters on the screen
+ * (escape sequences take none and are all kept), so that no line wraps and
+ * scrolls the screen. */
+static void
+fit_lines(FILE *f, const char *text, size_t len, int cols)
+{
+	int col = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char ch = text[i];
+
+		if (ch == '\033') {
+			/* CSI: ESC [ parameters, then a final byte @ to ~. */
+			size_t j = i + 1;
+
+			if (j < len && text[j] == '[') {
+				for (j++; j < len && (text[j] < '@' || text[j] > '~'); j++)
+					;
+			}
+			fwrite(text + i, 1, (j < len ? j : len - 1) - i + 1, f);
+			i = j < len ? j : len - 1;
+			continue;
+		}
+		if (ch == '\n')
+			col = -1;
+		if (col < cols)
+			fputc(ch, f);
+		col++;
+	}
+}
+
+/* One frame's body; on a terminal, cut to its width. */
+static void
+frame_fitted(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
+{
+	char *body = NULL;
+	size_t len = 0;
+	FILE *m;
+
+	if (!v->ansi || (m = open_memstream(&body, &len)) == NULL) {
+		frame_body(f, v, snap, now);
+		return;
+	}
+	frame_body(m, v, snap, now);
+	if (fclose(m) == 0)
+		fit_lines(f, body, len, columns(v->ansi));
+	free(body);
 }
 
 /* Opens the segment for one frame, read-write when allowed so that the
@@ -410,7 +548,7 @@ frame(struct view *v)
 	if (r == 0) {
 		/* Out of memory, the frame has its title only. */
 		if (cli_snap_read(s, &snap) == 0) {
-			frame_body(f, v, &snap, now);
+			frame_fitted(f, v, &snap, now);
 			cli_snap_free(&snap);
 		}
 		seg_close(s);
@@ -452,7 +590,7 @@ wait_key(int ms, bool *use_stdin, const sigset_t *during_poll, bool *redraw)
 		return false;
 	}
 	for (ssize_t i = 0; i < n; i++) {
-		long page = lines(true) > HEAD_LINES + 2 ? lines(true) - HEAD_LINES - 1 : 1;
+		long page = page_rows > 0 ? page_rows : 1;
 
 		/* The arrows arrive as ESC [ A and ESC [ B. */
 		if (keys[i] == 'j' || (keys[i] == 'B' && i >= 2 && keys[i - 1] == '['))

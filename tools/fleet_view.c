@@ -48,9 +48,12 @@ cli_json_fleet(FILE *f, const struct cli_comp *c)
 }
 
 void
-cli_fleet_line(const struct cli_comp *c, char *buf, size_t len)
+cli_fleet_line(const struct cli_comp *c, const char *name, char *buf, size_t len)
 {
 	char age[32];
+
+	if (name == NULL)
+		name = c->name;
 
 	if (c->fleet_lease_age_ms == UINT64_MAX)
 		snprintf(age, sizeof(age), "never renewed");
@@ -58,12 +61,12 @@ cli_fleet_line(const struct cli_comp *c, char *buf, size_t len)
 		snprintf(age, sizeof(age), "renewed %.1fs ago", (double)c->fleet_lease_age_ms / 1000);
 	if (c->fleet_lease)
 		snprintf(buf, len, "%s: fleet share %u of %u (floor %u), lease %.1fs left, %s, "
-		    "redis %s, %u host%s", c->name, c->fleet_share, c->fleet_limit, c->fleet_floor,
+		    "redis %s, %u host%s", name, c->fleet_share, c->fleet_limit, c->fleet_floor,
 		    (double)c->fleet_lease_left_ms / 1000, age, fleet_state_name(c->fleet_state),
 		    c->fleet_hosts, c->fleet_hosts == 1 ? "" : "s");
 	else
 		snprintf(buf, len, "%s: ON FLOOR %u of fleet limit %u (no valid lease, %s), "
-		    "redis %s", c->name, c->fleet_floor, c->fleet_limit, age,
+		    "redis %s", name, c->fleet_floor, c->fleet_limit, age,
 		    fleet_state_name(c->fleet_state));
 }
 
@@ -79,7 +82,7 @@ cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n)
 		if (!any)
 			fputc('\n', f);
 		any = true;
-		cli_fleet_line(&all[i], line, sizeof(line));
+		cli_fleet_line(&all[i], NULL, line, sizeof(line));
 		fprintf(f, "%s\n", line);
 	}
 }

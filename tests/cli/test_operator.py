@@ -498,6 +498,60 @@ def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
     holder.wait(10)
 
 
+def test_watch_at_80x24_fits_every_table_and_keeps_long_names_apart():
+    """30 compartments whose names differ only at their end, a pool, an adaptive compartment:
+    no line wraps at 80x24, the header stays, and every row's name is different."""
+    from harness_cli import Tmux, need_tool
+    tmux = need_tool("tmux", "tmux")
+    assert tmux, "tmux is needed (tests/deps.sh installs it)"
+    srv = Server()
+    seg = new_segment()
+    comps = [{"name": "svc-with-a-rather-long-name-%02d" % i,
+              "destinations": ["127.2.0.%d:1" % (i + 1)], "max_connections": 8}
+             for i in range(30)]
+    for i in range(3):
+        comps[i].update({"pool": "a-pool-with-a-long-name-too", "guaranteed": 2})
+    comps[3].update({"max_inflight": 64, "adaptive": {"min": 1, "max": 64}})
+    comps.append({"name": "the-busy-one", "destinations": ["127.0.0.1:%d" % srv.port],
+                  "max_connections": 4})
+    config = config_file(seg, comps)
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text.replace("compartments = (", 'pools = ( { name = "a-pool-with-a-long-name-too"; '
+                             'size = 12; reserved = 2; } );\ncompartments = (', 1))
+    assert cli("check", config).returncode == 0, cli("check", config).stderr
+    holder = subprocess.Popen([PY, "-c", "import socket,sys; h=[socket.create_connection("
+                               "('127.0.0.1',%d)) for _ in range(3)]; print('up',flush=True); "
+                               "sys.stdin.read()" % srv.port], env=shim_env(config),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    harness.defer(holder.kill)
+    assert holder.stdout.readline().strip() == "up"
+    t = Tmux(tmux)
+    t.start("%s watch -s %s -i 0.3" % (CLI, seg), width=80, height=24)
+    screen = t.wait_screen(lambda s: "the-busy-one" in s and "POOL" in s, 8, "rows and the pool")
+    lines = screen.splitlines()
+    assert lines[0].startswith("bulkshim watch"), "the header scrolled away:\n" + screen
+    assert lines[2].startswith("COMPARTMENT"), screen
+    assert len(lines) <= 24 and all(len(l) <= 80 for l in lines), screen
+    rows = [l.split()[0] for l in lines[3:] if l.startswith("svc-")]
+    assert len(rows) >= 5 and len(set(rows)) == len(rows), "names not kept apart:\n" + screen
+    # Each shown name ends as the compartment's does: the number survives.
+    assert all(re.search(r"-\d\d$", r) for r in rows), rows
+    # The pool's table, narrowed: its name abbreviated, its numbers all there.
+    assert re.search(r"^a-pool-\S*~\S+ +12 +2 +0 +0 +10 +6 +0 \[", screen, re.M), screen
+    assert "rows 1-" in screen, screen
+    t("send-keys", " ")
+    screen = t.wait_screen(lambda s: re.search(r"rows (\d+)-", s) and
+                           re.search(r"rows (\d+)-", s).group(1) != "1", 5, "the second page")
+    lines = screen.splitlines()
+    assert lines[0].startswith("bulkshim watch") and len(lines) <= 24, screen
+    t("send-keys", "q")
+    harness.wait_until(lambda: not t.alive(), 5, 0.05, "watch to quit")
+    holder.stdin.close()
+    holder.wait(10)
+
+
 def test_watch_waits_for_a_segment_that_does_not_exist_yet():
     """`watch -s X` waits for X like `serve` does, instead of exiting."""
     srv = Server()
