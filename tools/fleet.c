@@ -22,6 +22,7 @@ struct fleet_comp {
 	uint32_t idx;			/* in the segment */
 	uint64_t rejected;		/* its rejected count at the last round */
 	uint32_t state;			/* FLEET_* last written */
+	uint32_t in_force;		/* the fleet's limit, as Redis last said */
 	char note[256];			/* the last note or error, logged once */
 };
 
@@ -90,6 +91,9 @@ set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char 
 		else if (state == FLEET_OK && strcmp(note, "floors") == 0)
 			say("%s: warning: the hosts' floors add up to more than fleet_limit %u",
 			    c->name, atomic_load(&c->fleet_limit));
+		else if (state == FLEET_REFUSED)
+			say("%s: %s; this host is on its floor of %u", c->name, note,
+			    atomic_load(&c->fleet_floor));
 		else if (state != FLEET_OK)
 			say("%s: %s; this host is on its floor of %u once its lease ends", c->name,
 			    note, atomic_load(&c->fleet_floor));
@@ -98,12 +102,30 @@ set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char 
 	snprintf(fc->note, sizeof(fc->note), "%.*s", (int)sizeof(fc->note) - 1, note);
 }
 
+/* Says when the fleet runs on a lower fleet_limit than this host's, and
+ * when that ends: hosts configured differently, or a change of the limit
+ * that has not reached every host yet. */
+static void
+note_limit(struct fleet_comp *fc, const struct seg_comp *c, const struct fleet_ask *a)
+{
+	if (a->in_force == fc->in_force)
+		return;
+	if (a->in_force < a->limit)
+		say("%s: fleet_limit %u here, but %u on host %s: the fleet keeps to the lowest "
+		    "limit of its hosts, %u", c->name, a->limit, a->in_force, a->lowest,
+		    a->in_force);
+	else if (fc->in_force != 0)
+		say("%s: the fleet keeps to fleet_limit %u again", c->name, a->in_force);
+	fc->in_force = a->in_force;
+}
+
 /* One round: report every compartment and apply what Redis grants. Returns
  * true if a share went down (then the next round comes sooner, so that Redis
  * learns quickly that the host applied it and can hand the rest on). */
 static bool
 round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
-    struct fleet_comp *fcs, struct fleet_ask *asks, size_t n, uint64_t *seq, bool verbose)
+    const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
+    uint64_t *seq, bool verbose)
 {
 	char err[BS_ERRLEN];
 	bool refused, lowered = false;
@@ -140,7 +162,7 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 	 * a newer one (in a frozen server, on a connection given up). */
 	now = now_real_ms();
 	*seq = now > *seq ? now : *seq + 1;
-	r = fleet_renew(*conn, f, asks, n, *seq, err, sizeof(err));
+	r = fleet_renew(*conn, f, me, asks, n, *seq, err, sizeof(err));
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
 		uint32_t before = atomic_load(&c->fleet_share);
@@ -151,6 +173,7 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 			apply_share(c, asks[i].share, t0, f->lease_ms);
 			atomic_store(&c->fleet_hosts, asks[i].live);
 			set_state(&fcs[i], c, FLEET_OK, asks[i].note);
+			note_limit(&fcs[i], c, &asks[i]);
 			if (verbose && before != asks[i].share)
 				say("%s: share %u -> %u (in use %u, want %u, %u hosts)", c->name, before,
 				    asks[i].share, asks[i].held, asks[i].want, asks[i].live);
@@ -293,6 +316,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	struct fleet_comp *fcs = calloc(cfg->ncomp, sizeof(*fcs));
 	struct fleet_ask *asks = calloc(cfg->ncomp, sizeof(*asks));
 	struct fleet_conn *conn = NULL;
+	struct fleet_me me;
 	struct sigaction sa;
 	struct seg *s = NULL;
 	uint64_t seq = 0;
@@ -316,6 +340,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 		free(asks);
 		return r;
 	}
+	fleet_me_init(&me, cfg->segment);
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		int k = seg_comp_index(s, i);
 
@@ -336,7 +361,8 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	    cfg->fleet.host, cfg->fleet.name, cfg->fleet.redis, cfg->fleet.lease_ms,
 	    cfg->fleet.interval_ms, n, n == 1 ? "" : "s");
 	while (!stop_signal && n > 0) {
-		bool lowered = round_trip(s, &conn, &cfg->fleet, fcs, asks, n, &seq, verbose);
+		bool lowered = round_trip(s, &conn, &cfg->fleet, &me, fcs, asks, n, &seq,
+		    verbose);
 
 		if (!stop_signal)
 			sleep_ms(lowered ? cfg->fleet.interval_ms / 4 + 1 : cfg->fleet.interval_ms);
@@ -367,32 +393,60 @@ struct status_ctx {
 	FILE *f;
 	bool json, first;
 	uint64_t now;
-	uint32_t sum_share, sum_held;
+	uint32_t sum_share, sum_live_held, sum_held, sum_reserved;
 };
+
+/* Text from Redis, which any client of it may have written, made safe for
+ * a terminal: printable ASCII kept, anything else a '?'. */
+static const char *
+safe_text(const char *in, char *out, size_t len)
+{
+	size_t n = 0;
+
+	for (; *in != '\0' && n + 1 < len; in++)
+		out[n++] = *in >= 0x20 && *in < 0x7f ? *in : '?';
+	out[n] = '\0';
+	return out;
+}
 
 static void
 print_entry(const struct fleet_entry *e, void *arg)
 {
 	struct status_ctx *x = arg;
 	long long left = (long long)e->expires - (long long)x->now;
+	long long silent = (long long)x->now - (long long)e->seen;
+	char host[BS_HOST_MAX], agent[256], lease[32];
 
 	if (left > 0) {
 		x->sum_share += (uint32_t)e->share;
-		x->sum_held += (uint32_t)e->held;
+		x->sum_live_held += (uint32_t)e->held;
 	}
+	x->sum_held += (uint32_t)e->held;
+	x->sum_reserved += (uint32_t)e->reserved;
+	safe_text(e->host, host, sizeof(host));
+	safe_text(e->agent, agent, sizeof(agent));
 	if (x->json) {
 		fputs(x->first ? "{\"host\": " : ", {\"host\": ", x->f);
-		cli_json_string(x->f, e->host);
+		cli_json_string(x->f, host);
+		fputs(", \"agent\": ", x->f);
+		cli_json_string(x->f, agent);
 		fprintf(x->f, ", \"share\": %llu, \"held\": %llu, \"want\": %llu, \"floor\": %llu, "
-		    "\"ceiling\": %llu, \"lease_left_ms\": %lld, \"live\": %s}",
+		    "\"ceiling\": %llu, \"fleet_limit\": %llu, \"reserved\": %llu, "
+		    "\"lease_left_ms\": %lld, \"silent_ms\": %lld, \"live\": %s}",
 		    (unsigned long long)e->share, (unsigned long long)e->held,
 		    (unsigned long long)e->want, (unsigned long long)e->floor,
-		    (unsigned long long)e->ceiling, left > 0 ? left : 0, left > 0 ? "true" : "false");
+		    (unsigned long long)e->ceiling, (unsigned long long)e->limit,
+		    (unsigned long long)e->reserved, left > 0 ? left : 0, silent > 0 ? silent : 0,
+		    left > 0 ? "true" : "false");
 	} else {
-		fprintf(x->f, "  %-24s %7llu %7llu %7llu %7llu %9s\n", e->host,
+		if (left > 0)
+			snprintf(lease, sizeof(lease), "live");
+		else
+			snprintf(lease, sizeof(lease), "expired %llds", silent > 0 ? silent / 1000 : 0);
+		fprintf(x->f, "  %-24s %7llu %7llu %7llu %7llu %7llu %8llu  %-12s %s\n", host,
 		    (unsigned long long)e->share, (unsigned long long)e->held,
 		    (unsigned long long)e->want, (unsigned long long)e->floor,
-		    left > 0 ? "live" : "expired");
+		    (unsigned long long)e->limit, (unsigned long long)e->reserved, lease, agent);
 	}
 	x->first = false;
 }
@@ -425,14 +479,15 @@ show_status(const struct bs_config *cfg, bool json)
 		if (cc->fleet_limit == 0)
 			continue;
 		x.first = true;
-		x.sum_share = x.sum_held = 0;
+		x.sum_share = x.sum_live_held = x.sum_held = x.sum_reserved = 0;
 		if (json) {
 			fputs(first ? "{\"name\": " : ", {\"name\": ", stdout);
 			cli_json_string(stdout, cc->name);
 			fprintf(stdout, ", \"fleet_limit\": %u, \"hosts\": [", cc->fleet_limit);
 		} else {
-			printf("\n%s: fleet_limit %u\n  %-24s %7s %7s %7s %7s %9s\n", cc->name,
-			    cc->fleet_limit, "HOST", "SHARE", "HELD", "WANT", "FLOOR", "LEASE");
+			printf("\n%s: fleet_limit %u\n  %-24s %7s %7s %7s %7s %7s %8s  %-12s %s\n",
+			    cc->name, cc->fleet_limit, "HOST", "SHARE", "HELD", "WANT", "FLOOR", "LIMIT",
+			    "RESERVED", "LEASE", "AGENT");
 		}
 		r = fleet_entries(conn, cfg->fleet.name, cc->name, &x.now, print_entry, &x, err,
 		    sizeof(err));
@@ -444,11 +499,12 @@ show_status(const struct bs_config *cfg, bool json)
 			return 1;
 		}
 		if (json)
-			fprintf(stdout, "], \"live_share\": %u, \"live_held\": %u}", x.sum_share,
-			    x.sum_held);
+			fprintf(stdout, "], \"live_share\": %u, \"live_held\": %u, \"held\": %u, "
+			    "\"reserved\": %u}", x.sum_share, x.sum_live_held, x.sum_held,
+			    x.sum_reserved);
 		else
-			printf("  %-24s %7u %7u   (hosts with a live lease)\n", "total", x.sum_share,
-			    x.sum_held);
+			printf("  %-24s %7u %7u %23s %8u  (shares of live leases; held and reserved "
+			    "by all)\n", "total", x.sum_share, x.sum_held, "", x.sum_reserved);
 		first = false;
 	}
 	if (json)
