@@ -90,7 +90,7 @@ set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char 
 			    "floors only for one lease", c->name);
 		else if (state == FLEET_OK && strcmp(note, "floors") == 0)
 			say("%s: warning: the hosts' floors add up to more than fleet_limit %u",
-			    c->name, atomic_load(&c->fleet_limit));
+			    c->name, fc->in_force ? fc->in_force : atomic_load(&c->fleet_limit));
 		else if (state == FLEET_REFUSED)
 			say("%s: %s; this host is on its floor of %u", c->name, note,
 			    atomic_load(&c->fleet_floor));
@@ -172,8 +172,8 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 				lowered = true;
 			apply_share(c, asks[i].share, t0, f->lease_ms);
 			atomic_store(&c->fleet_hosts, asks[i].live);
-			set_state(&fcs[i], c, FLEET_OK, asks[i].note);
 			note_limit(&fcs[i], c, &asks[i]);
+			set_state(&fcs[i], c, FLEET_OK, asks[i].note);
 			if (verbose && before != asks[i].share)
 				say("%s: share %u -> %u (in use %u, want %u, %u hosts)", c->name, before,
 				    asks[i].share, asks[i].held, asks[i].want, asks[i].live);

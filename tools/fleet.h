@@ -71,6 +71,7 @@ struct fleet_entry {
 	 * lease the largest of share, applied and held; for one run out the
 	 * floor too (the host keeps what it opened, and may open its floor). */
 	uint64_t reserved;
+	bool old;	/* left by an agent older than tokens: a floor once run out */
 };
 int fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64_t *now_ms,
     void (*fn)(const struct fleet_entry *e, void *arg), void *arg, char *err, size_t errlen);

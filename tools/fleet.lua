@@ -69,10 +69,14 @@ for i = 1, #flat, 2 do
 		end
 		local name = string.sub(f, 3)
 		local cut = string.find(name, '#', 1, true)
+		-- An entry of an agent older than tokens ("h:<host>") is
+		-- counted as that agent counted it: a floor once its lease ran
+		-- out, forgotten after ten leases; so a fleet being upgraded
+		-- does not hold back the old entries of its own hosts for long.
 		local e = { share = v[1], applied = v[2], held = v[3], want = v[4], floor = v[5],
 			ceiling = v[6], expires = v[7], seen = v[8], seq = v[9], limit = v[10],
-			forget = v[11] or forget, agent = desc or '',
-			ident = cut and string.sub(name, 1, cut - 1) or name }
+			forget = v[11] or (cut and forget or lease * 10), agent = desc or '',
+			ident = cut and string.sub(name, 1, cut - 1) or name, old = not cut }
 		if not (e.limit and e.share and e.applied and e.held and e.floor and e.expires and
 		    e.seen and e.seq) then
 			redis.call('HDEL', key, f)	-- garbage: forget it
@@ -89,6 +93,9 @@ end
 -- its share; one that ran out leaves the host on its floor with whatever
 -- it opened before, which no expiry closes.
 local function holds(e)
+	if e.old and e.expires <= now then
+		return e.floor
+	end
 	local m = math.max(e.share, e.applied, e.held)
 	if e.expires <= now then
 		m = math.max(m, e.floor)

@@ -321,6 +321,10 @@ fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64
 		e.reserved = e.held > e.reserved ? e.held : e.reserved;
 		if (e.expires <= *now_ms && e.floor > e.reserved)
 			e.reserved = e.floor;
+		/* An entry of an agent older than tokens, as fleet.lua counts it. */
+		e.old = cut == NULL;
+		if (e.old && e.expires <= *now_ms)
+			e.reserved = e.floor;
 		fn(&e, arg);
 		n++;
 	}

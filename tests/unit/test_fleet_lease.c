@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "fleet.h"
 
@@ -319,6 +320,8 @@ static void count_entry(const struct fleet_entry *e, void *arg)
 	w = e->held > w ? e->held : w;
 	if (e->expires > t->now)
 		t->shares += e->share;
+	else if (e->old)
+		w = e->floor;
 	else
 		w = e->floor > w ? e->floor : w;
 	if (e->reserved != w)
@@ -830,6 +833,39 @@ static void a_restarted_agent_of_the_same_segment_takes_its_name_back(void **sta
 	assert_int_equal(t.worst, 20);
 }
 
+/* An entry an agent older than tokens left ("h:<host>", no token) is
+ * counted as that agent counted it: once its lease has run out, its floor
+ * only, so that an upgraded fleet does not hold back its own old entries. */
+static void an_entry_of_an_agent_without_a_token_counts_its_floor_once_run_out(void **state)
+{
+	struct host *a;
+	redisContext *rc;
+	redisReply *r;
+	char key[BS_NAME_MAX * 2 + 32], val[128];
+	unsigned long long now;
+
+	(void)state;
+	need_redis();
+	a = add_host("a");
+	born(a, 24, 2, 24, 24);
+	rc = redisConnectUnix(sock);
+	assert_true(rc != NULL && rc->err == 0);
+	r = redisCommand(rc, "TIME");
+	assert_true(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	now = strtoull(r->element[0]->str, NULL, 10) * 1000 +
+	    strtoull(r->element[1]->str, NULL, 10) / 1000;
+	freeReplyObject(r);
+	/* Share 10, held 10, its lease run out a moment ago. */
+	snprintf(val, sizeof(val), "10 10 10 10 2 24 %llu %llu 1 24", now - 1, now - 1);
+	fleet_key(fleet, COMP, key, sizeof(key));
+	r = redisCommand(rc, "HSET %s h:old %s", key, val);
+	assert_true(r != NULL && r->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(r);
+	redisFree(rc);
+	assert_int_equal(share_of(a, 24, 2, 24, 2, 24), 22);
+	check_total(a, 24, 0);
+}
+
 /* ---- fleet_limit ---- */
 
 /* Hosts with different fleet_limit: the lowest of the live hosts' is in
@@ -927,6 +963,7 @@ int main(void)
 		T(a_renewal_moves_the_lease_on_and_a_stale_call_is_refused),
 		T(a_second_agent_with_a_name_another_live_agent_holds_is_refused),
 		T(a_restarted_agent_of_the_same_segment_takes_its_name_back),
+		T(an_entry_of_an_agent_without_a_token_counts_its_floor_once_run_out),
 		T(the_lowest_fleet_limit_of_the_live_hosts_is_in_force),
 		T(a_rolling_change_of_fleet_limit_keeps_the_shares),
 	};
