@@ -148,7 +148,7 @@ class Host:
     """One host of the fleet: config, segment, agent, client program."""
 
     def __init__(self, name, fleet, redis_addr, witness_port, limit, floor, ceiling, lease_ms=1500,
-                 password_file=None, max_hosts=None, host=True, forget_s=None):
+                 password_file=None, max_hosts=None, host=True, forget_s=None, interval_ms=None):
         """host: the fleet host name in the config: True for name, a string for
         that one, None for none (the default identity)."""
         self.name = name
@@ -162,6 +162,8 @@ class Host:
             self.block["hosts"] = max_hosts
         if forget_s:
             self.block["forget_s"] = forget_s
+        if interval_ms:
+            self.block["interval_ms"] = interval_ms
         self.witness_port, self.ceiling, self.limit = witness_port, ceiling, limit
         self.text = self.config_text(limit, floor)
         self.config = harness.write_file(self.text)

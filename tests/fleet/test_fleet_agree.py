@@ -19,12 +19,12 @@ LEASE_MS = 1500
 LEASE = LEASE_MS / 1000.0
 
 
-def start(redis, witness, specs, **kw):
+def start(redis, witness, specs, lease_ms=LEASE_MS, **kw):
     """Hosts of one fleet from (name, limit, floor, ceiling) specs, with their
     agents leasing."""
     fleet_name = harness.unique("fleet")
     hosts = [hf.Host(name, fleet_name, redis.address(), witness.port, limit, floor, ceiling,
-                     LEASE_MS, **kw) for name, limit, floor, ceiling in specs]
+                     lease_ms, **kw) for name, limit, floor, ceiling in specs]
     for h in hosts:
         h.start_agent()
     hf.wait_for(lambda: all(h.leased() for h in hosts), 10, "every agent to hold a lease")
@@ -167,7 +167,10 @@ def test_fleet_rolling_change_of_fleet_limit_keeps_the_shares():
     has 30, and then shares grow."""
     old, new, floor, ceiling = 24, 30, 2, 20
     redis, witness = hf.Redis(), hf.Witness()
-    hosts = start(redis, witness, [(n, old, floor, ceiling) for n in "abc"])
+    # A lease of 3 s renewed every 250 ms: a share lost to a busy machine
+    # (eight renewals missed in a row) is not mistaken for a refusal.
+    hosts = start(redis, witness, [(n, old, floor, ceiling) for n in "abc"], lease_ms=3000,
+                  interval_ms=250)
     t0 = time.monotonic()
     for h in hosts:
         h.start_load(witness.port, hold_ms=100, threads=ceiling + 4)
@@ -178,8 +181,9 @@ def test_fleet_rolling_change_of_fleet_limit_keeps_the_shares():
     for h in hosts:
         t_last = time.monotonic()
         h.reload_limit(new)
-        # Two leases of samples, 50 ms apart (at most 60).
-        for _ in range(60):
+        # Samples 50 ms apart for two seconds at least (40 of them): a refused
+        # host is on its floor within one renewal.
+        for _ in range(40):
             for x in hosts:
                 lowest[x.name] = min(lowest[x.name], x.live_limit())
             time.sleep(0.05)
