@@ -119,28 +119,10 @@ note_limit(struct fleet_comp *fc, const struct seg_comp *c, const struct fleet_a
 	fc->in_force = a->in_force;
 }
 
-/* One round: report every compartment and apply what Redis grants. Returns
- * true if a share went down (then the next round comes sooner, so that Redis
- * learns quickly that the host applied it and can hand the rest on). */
-static bool
-round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
-    const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
-    uint64_t *seq, bool verbose)
+/* This host's report on each compartment, into asks. */
+static void
+fill_asks(struct seg *s, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n, bool leave)
 {
-	char err[BS_ERRLEN];
-	bool refused, lowered = false;
-	uint64_t t0, now;
-	int r;
-
-	if (*conn == NULL) {
-		*conn = fleet_connect(f, &refused, err, sizeof(err));
-		if (*conn == NULL) {
-			for (size_t i = 0; i < n; i++)
-				set_state(&fcs[i], seg_comp(s, fcs[i].idx),
-				    refused ? FLEET_REFUSED : FLEET_UNREACHABLE, err);
-			return false;
-		}
-	}
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
 		uint64_t rej = atomic_load(&c->rejected);
@@ -153,16 +135,49 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 		asks[i].held = atomic_load(&c->in_use) + atomic_load(&c->over);
 		asks[i].want = demand(c, rej - fcs[i].rejected, asks[i].ceiling);
 		asks[i].applied = limit_conn(c);
+		asks[i].leave = leave;
 		fcs[i].rejected = rej;
 	}
-	t0 = now_mono_ms();
-	/* Each call carries a number above every earlier one, even across
-	 * restarts of the agent (wall-clock milliseconds: 13 digits, which
-	 * Lua's numbers keep exactly): Redis refuses a call that waited behind
-	 * a newer one (in a frozen server, on a connection given up). */
-	now = now_real_ms();
+}
+
+/* The number of the next call. Each call carries a number above every
+ * earlier one, even across restarts of the agent (wall-clock milliseconds:
+ * 13 digits, which Lua's numbers keep exactly): Redis refuses a call that
+ * waited behind a newer one (in a frozen server, on a connection given up). */
+static uint64_t
+next_seq(uint64_t *seq)
+{
+	uint64_t now = now_real_ms();
+
 	*seq = now > *seq ? now : *seq + 1;
-	r = fleet_renew(*conn, f, me, asks, n, *seq, err, sizeof(err));
+	return *seq;
+}
+
+/* One round: report every compartment and apply what Redis grants. Returns
+ * true if a share went down (then the next round comes sooner, so that Redis
+ * learns quickly that the host applied it and can hand the rest on). */
+static bool
+round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
+    const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
+    uint64_t *seq, bool verbose)
+{
+	char err[BS_ERRLEN];
+	bool refused, lowered = false;
+	uint64_t t0;
+	int r;
+
+	if (*conn == NULL) {
+		*conn = fleet_connect(f, &refused, err, sizeof(err));
+		if (*conn == NULL) {
+			for (size_t i = 0; i < n; i++)
+				set_state(&fcs[i], seg_comp(s, fcs[i].idx),
+				    refused ? FLEET_REFUSED : FLEET_UNREACHABLE, err);
+			return false;
+		}
+	}
+	fill_asks(s, fcs, asks, n, false);
+	t0 = now_mono_ms();
+	r = fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err));
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
 		uint32_t before = atomic_load(&c->fleet_share);
@@ -178,7 +193,8 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 				say("%s: share %u -> %u (in use %u, want %u, %u hosts)", c->name, before,
 				    asks[i].share, asks[i].held, asks[i].want, asks[i].live);
 		} else if (asks[i].refused) {
-			/* Redis said no (another limit, a stale call, nonsense):
+			/* Redis said no (a name another agent holds, a stale
+			 * call, nonsense):
 			 * what this host held under the old answer is no longer
 			 * vouched for, so it goes to its floor at once. */
 			atomic_store(&c->fleet_expiry_ms, 0);
@@ -201,6 +217,49 @@ sleep_ms(uint32_t ms)
 
 	/* A signal ends the sleep early (no SA_RESTART), and the loop stops. */
 	nanosleep(&ts, NULL);
+}
+
+/*
+ * The agent stops, its host already on its floors: tells Redis what the
+ * host holds, so that Redis counts that (and the floor) rather than all
+ * the host's last share could have opened, until the host is forgotten or
+ * an agent reports again. It waits a third of a lease first, the margin a
+ * lease's end has too, so that a connect that read the lease just before
+ * it ended is counted. Best effort: if Redis cannot be told, it keeps
+ * counting the whole share.
+ */
+static void
+report_leaving(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
+    const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
+    uint64_t *seq)
+{
+	struct timespec ts = { .tv_sec = f->lease_ms / 3 / 1000,
+			       .tv_nsec = (long)(f->lease_ms / 3 % 1000) * 1000000 };
+	char err[BS_ERRLEN];
+	bool refused;
+	uint32_t held = 0;
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	if (*conn == NULL && (*conn = fleet_connect(f, &refused, err, sizeof(err))) == NULL) {
+		say("cannot tell Redis what this host holds (%s): it counts this host's last "
+		    "shares until an agent reports again", err);
+		return;
+	}
+	fill_asks(s, fcs, asks, n, true);
+	if (fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err)) < 0) {
+		say("cannot tell Redis what this host holds (%s): it counts this host's last "
+		    "shares until an agent reports again", err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!asks[i].ok)
+			say("%s: Redis did not take what this host holds: %s", asks[i].comp,
+			    asks[i].note);
+		held += asks[i].held;
+	}
+	say("told Redis what this host holds (%u connection%s), which it counts until an "
+	    "agent reports again", held, held == 1 ? "" : "s");
 }
 
 /* Removes a segment of no use to the service that the agent has just
@@ -378,8 +437,11 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 		atomic_store(&c->fleet_redis_ok, FLEET_NO_AGENT);
 		atomic_store(&c->fleet_agent_pid, 0);
 	}
-	if (stop_signal)
+	if (stop_signal) {
 		say("%s: stopped; this host is on its floors", strsignal(stop_signal));
+		if (n > 0)
+			report_leaving(s, &conn, &cfg->fleet, &me, fcs, asks, n, &seq);
+	}
 	fleet_disconnect(conn);
 	seg_close(s);
 	free(fcs);

@@ -36,6 +36,9 @@ void fleet_me_init(struct fleet_me *me, const char *segment);
 struct fleet_ask {
 	const char *comp;	/* compartment name */
 	uint32_t limit, floor, ceiling, held, want, applied;
+	/* The agent stops: the host is on its floor, and Redis records what it
+	 * holds and ends its lease (the answer's share is 0). */
+	bool leave;
 	/* Answer: */
 	bool ok;
 	uint32_t share, live, known;

@@ -6,7 +6,9 @@
 --          the host as it called), lease_ms, forget_ms, seq (grows with every
 --          call of a host), hosts (0: only those heard from), token (the
 --          segment the agent serves, the same for every agent of it), agent
---          (who the agent is, for the line of a refusal)
+--          (who the agent is, for the line of a refusal), "leave" when the
+--          agent stops (its host is on its floor: what it holds is recorded
+--          and its lease ends)
 -- Returns  { share, lease_ms, live hosts, known hosts, note, limit in force,
 --          host whose limit that is }, note being "" or words the agent logs
 --          ("quiet", "floors").
@@ -39,6 +41,7 @@ local seq = tonumber(ARGV[10])
 local maxhosts = tonumber(ARGV[11]) or 0
 local token = ARGV[12] or ''
 local agent = string.gsub(ARGV[13] or '', '[%c]', '?')
+local leave = ARGV[14] == 'leave'
 
 if not (limit and floor and ceiling and held and want and applied and lease and forget and seq) then
 	return redis.error_reply('BULKSHIM malformed arguments')
@@ -136,6 +139,14 @@ local function save(share)
 		keep = math.max(keep, hosts[name].forget)
 	end
 	redis.call('PEXPIRE', key, keep)
+end
+
+-- An agent that stops: its host is on its floor and keeps what it holds,
+-- which is all Redis counts for it from now on.
+if leave then
+	me.expires = 0
+	save(0)
+	return { 0, lease, 0, 0, 'left', limit, host }
 end
 
 -- One identity, one agent: while another agent (another segment, or

@@ -205,7 +205,7 @@ fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, const struct fleet
     struct fleet_ask *asks, size_t n, uint64_t seq, char *err, size_t errlen)
 {
 	char key[BS_NAME_MAX * 2 + 32], num[8][24], sq[24], lease[16], forget[24], hosts[16];
-	const char *argv[17];
+	const char *argv[18];
 	void *reply;
 
 	snprintf(sq, sizeof(sq), "%llu", (unsigned long long)seq);
@@ -237,7 +237,8 @@ fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, const struct fleet
 		argv[14] = hosts;
 		argv[15] = me->token;
 		argv[16] = me->agent;
-		if (redisAppendCommandArgv(fc->rc, 17, argv, NULL) != REDIS_OK)
+		argv[17] = a->leave ? "leave" : "";
+		if (redisAppendCommandArgv(fc->rc, 18, argv, NULL) != REDIS_OK)
 			goto lost;
 	}
 	for (size_t i = 0; i < n; i++) {

@@ -133,6 +133,42 @@ def test_fleet_agent_killed_while_its_host_holds_long_lived_connections():
     assert b.live_limit() + c.live_limit() <= limit - pooled, (b.live_limit(), c.live_limit())
 
 
+def test_fleet_agent_stopped_tells_redis_what_its_host_keeps():
+    """An agent stopped with SIGTERM while its host keeps a pool open: it tells
+    Redis what the host holds, which stays counted, and the rest goes on."""
+    limit, floor, ceiling, pooled = 10, 1, 10, 3
+    redis, witness = hf.Redis(), hf.Witness()
+    a, b, c = start(redis, witness, [(n, limit, floor, ceiling) for n in "abc"])
+    t0 = time.monotonic()
+    a.start_load(witness.port, hold_ms=60000, threads=pooled)
+    a.set_load(pooled)
+    hf.wait_for(lambda: a.comp()["in_use"] == pooled, 8,
+                "host a's pool to open (in use %d)" % a.comp()["in_use"])
+    a.agent.terminate()
+    a.agent.wait(10)
+    assert a.live_limit() == floor and a.comp()["in_use"] == pooled, a.comp()
+    for h in (b, c):
+        h.start_load(witness.port, hold_ms=100, threads=ceiling + 2)
+        h.set_load(ceiling + 2)
+    took = hf.wait_for(lambda: b.live_limit() + c.live_limit() >= limit - pooled, 6,
+                       "hosts b and c to share all but host a's pool (shares %d and %d)" % (
+                           b.live_limit(), c.live_limit()))
+    hf.note("host a's agent stopped holding %d: b and c share %d and %d after %.2fs", pooled,
+            b.live_limit(), c.live_limit(), took)
+    time.sleep(2 * LEASE)
+    shares = [b.live_limit(), c.live_limit()]
+    for h in (b, c):
+        h.set_load(0)
+    check_witness(witness, t0, time.monotonic(), limit, "agent stopped under a pool",
+                  at_least=limit - 1)
+    assert sum(shares) == limit - pooled, shares
+    assert "told Redis what this host holds (%d connections)" % pooled in a.agent_log(), \
+        a.agent_log()[-1500:]
+    fs = a.fleet_status()
+    entry = [x for x in fs["hosts"] if x["host"] == "a"][0]
+    assert not entry["live"] and entry["held"] == pooled and entry["reserved"] == pooled, entry
+
+
 def test_fleet_hosts_with_different_fleet_limits_keep_to_the_lower():
     """The host with the higher fleet_limit reaches Redis first; the other says
     less: the fleet keeps to the lower, and both keep leasing."""

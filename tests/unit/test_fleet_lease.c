@@ -285,6 +285,28 @@ static const struct fleet_ask *renew(struct host *h, uint32_t limit, uint32_t fl
 	return renew_seq(h, h->seq + 1, limit, floor, ceiling, held, want);
 }
 
+/* h's agent stops, its host on its floor and holding `held`: one last
+ * report, which must be answered. */
+static void leave(struct host *h, uint32_t limit, uint32_t floor, uint32_t ceiling, uint32_t held)
+{
+	struct fleet_ask *a = &h->a;
+
+	memset(a, 0, sizeof(*a));
+	a->comp = COMP;
+	a->limit = limit;
+	a->floor = floor;
+	a->ceiling = ceiling;
+	a->held = held;
+	a->want = held;
+	a->applied = floor;
+	a->leave = true;
+	if (fleet_renew(h->fc, &h->f, &h->me, a, 1, ++h->seq, err, sizeof(err)) != 0)
+		fail_msg("host %s: fleet_renew: %s", h->f.host, err);
+	if (!a->ok || a->share != 0 || strcmp(a->note, "left") != 0)
+		fail_msg("host %s left: ok %d, share %u, \"%s\"", h->f.host, a->ok, a->share, a->note);
+	h->applied = floor;
+}
+
 /* renew, which must be answered (not refused). */
 static uint32_t share_of(struct host *h, uint32_t limit, uint32_t floor, uint32_t ceiling,
     uint32_t held, uint32_t want)
@@ -668,6 +690,34 @@ static void an_expired_lease_keeps_what_the_host_may_hold_until_it_reports(void 
 	check_total(b, 24, 0);
 }
 
+/* An agent that stops says what its host holds on its floor: that, not
+ * the share it had, is what Redis counts for it from then on. */
+static void a_stopping_agent_reports_what_its_host_keeps(void **state)
+{
+	struct host *a, *b;
+	struct tally t;
+
+	(void)state;
+	need_redis();
+	a = add_host("a");
+	b = add_host("b");
+	born(a, 24, 2, 20, 20);
+	assert_int_equal(share_of(a, 24, 2, 20, 2, 20), 20);
+	assert_int_equal(share_of(b, 24, 2, 20, 0, 20), 4);
+	leave(a, 24, 2, 20, 5);
+	t = tally(b);
+	assert_int_equal(t.hosts, 2);
+	assert_int_equal(t.worst, 5 + 4);
+	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 19);
+	check_call(b, 24, 0);
+	check_total(b, 24, 0);
+	/* Its floor, when it holds less. */
+	leave(a, 24, 2, 20, 1);
+	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 20);
+	check_total(b, 24, 0);
+	assert_int_equal(tally(b).worst, 2 + 20);
+}
+
 /* A host silent for forget_s is taken for gone: what it may have held and
  * its floor come back, and the one left may have all of a limit no larger
  * than its ceiling. Until then, none of it is given away. */
@@ -958,6 +1008,7 @@ int main(void)
 		T(max_hosts_holds_back_the_floors_of_hosts_not_heard_from),
 		T(a_ceiling_caps_a_share_and_the_rest_goes_to_the_others),
 		T(an_expired_lease_keeps_what_the_host_may_hold_until_it_reports),
+		T(a_stopping_agent_reports_what_its_host_keeps),
 		T(a_host_silent_for_forget_s_is_forgotten),
 		T(a_silent_host_holding_connections_is_never_given_away),
 		T(a_renewal_moves_the_lease_on_and_a_stale_call_is_refused),
