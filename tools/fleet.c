@@ -194,9 +194,9 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 				    asks[i].share, asks[i].held, asks[i].want, asks[i].live);
 		} else if (asks[i].refused) {
 			/* Redis said no (a name another agent holds, a stale
-			 * call, nonsense):
-			 * what this host held under the old answer is no longer
-			 * vouched for, so it goes to its floor at once. */
+			 * call, nonsense): what this host held under the old
+			 * answer is no longer vouched for, so it goes to its
+			 * floor at once. */
 			atomic_store(&c->fleet_expiry_ms, 0);
 			set_state(&fcs[i], c, FLEET_REFUSED, asks[i].note);
 		} else {
@@ -225,8 +225,8 @@ sleep_ms(uint32_t ms)
  * the host's last share could have opened, until the host is forgotten or
  * an agent reports again. It waits a third of a lease first, the margin a
  * lease's end has too, so that a connect that read the lease just before
- * it ended is counted. Best effort: if Redis cannot be told, it keeps
- * counting the whole share.
+ * it ended is counted. Best effort: if Redis cannot be told (or another
+ * signal comes first), it keeps counting the whole share.
  */
 static void
 report_leaving(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
@@ -239,8 +239,13 @@ report_leaving(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *
 	bool refused;
 	uint32_t held = 0;
 
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
+	/* Another signal: the operator is in a hurry, and Redis goes on
+	 * counting the last shares, which is safe. */
+	if (nanosleep(&ts, NULL) != 0) {
+		say("stopped again: Redis counts this host's last shares until an agent reports "
+		    "again");
+		return;
+	}
 	if (*conn == NULL && (*conn = fleet_connect(f, &refused, err, sizeof(err))) == NULL) {
 		say("cannot tell Redis what this host holds (%s): it counts this host's last "
 		    "shares until an agent reports again", err);
