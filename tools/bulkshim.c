@@ -210,8 +210,8 @@ static const struct cli_command commands[] = {
 	  "Runs this host's fleet agent in the foreground: leases its share of each\n"
 	  "compartment's fleet_limit from Redis and writes it into the segment as the live\n"
 	  "limit. It creates the segment only for the config's owner; without one it waits\n"
-	  "for the service's programs to create it. --status lists every host's share and\n"
-	  "demand as Redis sees them.\n"
+	  "for the service's programs to create it. --status lists every host's share,\n"
+	  "demand and what Redis reserves for it, as Redis sees them.\n"
 	  "  -v               log every change of a share\n"
 	  "  --wait SECONDS   wait at most this long for the segment, then exit 75 (default 60)\n" },
 };

@@ -94,6 +94,30 @@ print_budget(const struct bs_config *cfg)
 	}
 }
 
+/* Warns, on stderr, of each fleet compartment whose floors cannot all fit
+ * in its fleet_limit: every host may run on its floor without asking Redis,
+ * so hosts x fleet_floor above the limit lets the fleet pass it. */
+static void
+warn_fleet_floors(const struct bs_config *cfg)
+{
+	uint32_t hosts = cfg->fleet.max_hosts;
+
+	if (!cfg->fleet.on || hosts == 0)
+		return;
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		const struct cfg_compartment *cc = &cfg->comp[i];
+		uint64_t floors = (uint64_t)hosts * cc->fleet_floor;
+
+		if (cc->fleet_limit == 0 || floors <= cc->fleet_limit)
+			continue;
+		fprintf(stderr, "bulkshim: warning: %s:%d: compartment \"%s\": hosts %u x fleet_floor "
+		    "%u = %llu, more than fleet_limit %u: hosts on their floors (Redis unreachable, "
+		    "agents stopped) may hold that many; lower fleet_floor to at most %u\n",
+		    cfg->path, cc->line, cc->name, hosts, cc->fleet_floor, (unsigned long long)floors,
+		    cc->fleet_limit, cc->fleet_limit / hosts);
+	}
+}
+
 /* One host-name destination: what it resolves to, or the error. */
 struct host_out {
 	const char *path;
@@ -162,6 +186,7 @@ cmd_check(int argc, char **argv)
 	}
 	if (!quiet)
 		print_budget(&cfg);
+	warn_fleet_floors(&cfg);
 	/* A name that resolves to nothing limits nothing until the program's
 	 * own lookup finds an address: an error, as the library would run. */
 	out.path = argv[optind];

@@ -22,6 +22,7 @@ struct fleet_comp {
 	uint32_t idx;			/* in the segment */
 	uint64_t rejected;		/* its rejected count at the last round */
 	uint32_t state;			/* FLEET_* last written */
+	uint32_t in_force;		/* the fleet's limit, as Redis last said */
 	char note[256];			/* the last note or error, logged once */
 };
 
@@ -89,7 +90,10 @@ set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char 
 			    "floors only for one lease", c->name);
 		else if (state == FLEET_OK && strcmp(note, "floors") == 0)
 			say("%s: warning: the hosts' floors add up to more than fleet_limit %u",
-			    c->name, atomic_load(&c->fleet_limit));
+			    c->name, fc->in_force ? fc->in_force : atomic_load(&c->fleet_limit));
+		else if (state == FLEET_REFUSED)
+			say("%s: %s; this host is on its floor of %u", c->name, note,
+			    atomic_load(&c->fleet_floor));
 		else if (state != FLEET_OK)
 			say("%s: %s; this host is on its floor of %u once its lease ends", c->name,
 			    note, atomic_load(&c->fleet_floor));
@@ -98,27 +102,27 @@ set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char 
 	snprintf(fc->note, sizeof(fc->note), "%.*s", (int)sizeof(fc->note) - 1, note);
 }
 
-/* One round: report every compartment and apply what Redis grants. Returns
- * true if a share went down (then the next round comes sooner, so that Redis
- * learns quickly that the host applied it and can hand the rest on). */
-static bool
-round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
-    struct fleet_comp *fcs, struct fleet_ask *asks, size_t n, uint64_t *seq, bool verbose)
+/* Says when the fleet runs on a lower fleet_limit than this host's, and
+ * when that ends: hosts configured differently, or a change of the limit
+ * that has not reached every host yet. */
+static void
+note_limit(struct fleet_comp *fc, const struct seg_comp *c, const struct fleet_ask *a)
 {
-	char err[BS_ERRLEN];
-	bool refused, lowered = false;
-	uint64_t t0, now;
-	int r;
+	if (a->in_force == fc->in_force)
+		return;
+	if (a->in_force < a->limit)
+		say("%s: fleet_limit %u here, but %u on host %s: the fleet keeps to the lowest "
+		    "limit of its hosts, %u", c->name, a->limit, a->in_force, a->lowest,
+		    a->in_force);
+	else if (fc->in_force != 0)
+		say("%s: the fleet keeps to fleet_limit %u again", c->name, a->in_force);
+	fc->in_force = a->in_force;
+}
 
-	if (*conn == NULL) {
-		*conn = fleet_connect(f, &refused, err, sizeof(err));
-		if (*conn == NULL) {
-			for (size_t i = 0; i < n; i++)
-				set_state(&fcs[i], seg_comp(s, fcs[i].idx),
-				    refused ? FLEET_REFUSED : FLEET_UNREACHABLE, err);
-			return false;
-		}
-	}
+/* This host's report on each compartment, into asks. */
+static void
+fill_asks(struct seg *s, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n, bool leave)
+{
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
 		uint64_t rej = atomic_load(&c->rejected);
@@ -131,16 +135,49 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 		asks[i].held = atomic_load(&c->in_use) + atomic_load(&c->over);
 		asks[i].want = demand(c, rej - fcs[i].rejected, asks[i].ceiling);
 		asks[i].applied = limit_conn(c);
+		asks[i].leave = leave;
 		fcs[i].rejected = rej;
 	}
-	t0 = now_mono_ms();
-	/* Each call carries a number above every earlier one, even across
-	 * restarts of the agent (wall-clock milliseconds: 13 digits, which
-	 * Lua's numbers keep exactly): Redis refuses a call that waited behind
-	 * a newer one (in a frozen server, on a connection given up). */
-	now = now_real_ms();
+}
+
+/* The number of the next call. Each call carries a number above every
+ * earlier one, even across restarts of the agent (wall-clock milliseconds:
+ * 13 digits, which Lua's numbers keep exactly): Redis refuses a call that
+ * waited behind a newer one (in a frozen server, on a connection given up). */
+static uint64_t
+next_seq(uint64_t *seq)
+{
+	uint64_t now = now_real_ms();
+
 	*seq = now > *seq ? now : *seq + 1;
-	r = fleet_renew(*conn, f, asks, n, *seq, err, sizeof(err));
+	return *seq;
+}
+
+/* One round: report every compartment and apply what Redis grants. Returns
+ * true if a share went down (then the next round comes sooner, so that Redis
+ * learns quickly that the host applied it and can hand the rest on). */
+static bool
+round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
+    const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
+    uint64_t *seq, bool verbose)
+{
+	char err[BS_ERRLEN];
+	bool refused, lowered = false;
+	uint64_t t0;
+	int r;
+
+	if (*conn == NULL) {
+		*conn = fleet_connect(f, &refused, err, sizeof(err));
+		if (*conn == NULL) {
+			for (size_t i = 0; i < n; i++)
+				set_state(&fcs[i], seg_comp(s, fcs[i].idx),
+				    refused ? FLEET_REFUSED : FLEET_UNREACHABLE, err);
+			return false;
+		}
+	}
+	fill_asks(s, fcs, asks, n, false);
+	t0 = now_mono_ms();
+	r = fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err));
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
 		uint32_t before = atomic_load(&c->fleet_share);
@@ -150,14 +187,16 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 				lowered = true;
 			apply_share(c, asks[i].share, t0, f->lease_ms);
 			atomic_store(&c->fleet_hosts, asks[i].live);
+			note_limit(&fcs[i], c, &asks[i]);
 			set_state(&fcs[i], c, FLEET_OK, asks[i].note);
 			if (verbose && before != asks[i].share)
 				say("%s: share %u -> %u (in use %u, want %u, %u hosts)", c->name, before,
 				    asks[i].share, asks[i].held, asks[i].want, asks[i].live);
 		} else if (asks[i].refused) {
-			/* Redis said no (another limit, a stale call, nonsense):
-			 * what this host held under the old answer is no longer
-			 * vouched for, so it goes to its floor at once. */
+			/* Redis said no (a name another agent holds, a stale
+			 * call, nonsense): what this host held under the old
+			 * answer is no longer vouched for, so it goes to its
+			 * floor at once. */
 			atomic_store(&c->fleet_expiry_ms, 0);
 			set_state(&fcs[i], c, FLEET_REFUSED, asks[i].note);
 		} else {
@@ -178,6 +217,54 @@ sleep_ms(uint32_t ms)
 
 	/* A signal ends the sleep early (no SA_RESTART), and the loop stops. */
 	nanosleep(&ts, NULL);
+}
+
+/*
+ * The agent stops, its host already on its floors: tells Redis what the
+ * host holds, so that Redis counts that (and the floor) rather than all
+ * the host's last share could have opened, until the host is forgotten or
+ * an agent reports again. It waits a third of a lease first, the margin a
+ * lease's end has too, so that a connect that read the lease just before
+ * it ended is counted. Best effort: if Redis cannot be told (or another
+ * signal comes first), it keeps counting the whole share.
+ */
+static void
+report_leaving(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
+    const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
+    uint64_t *seq)
+{
+	struct timespec ts = { .tv_sec = f->lease_ms / 3 / 1000,
+			       .tv_nsec = (long)(f->lease_ms / 3 % 1000) * 1000000 };
+	char err[BS_ERRLEN];
+	bool refused;
+	uint32_t held = 0;
+
+	/* Another signal: the operator is in a hurry, and Redis goes on
+	 * counting the last shares, which is safe. */
+	if (nanosleep(&ts, NULL) != 0) {
+		say("stopped again: Redis counts this host's last shares until an agent reports "
+		    "again");
+		return;
+	}
+	if (*conn == NULL && (*conn = fleet_connect(f, &refused, err, sizeof(err))) == NULL) {
+		say("cannot tell Redis what this host holds (%s): it counts this host's last "
+		    "shares until an agent reports again", err);
+		return;
+	}
+	fill_asks(s, fcs, asks, n, true);
+	if (fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err)) < 0) {
+		say("cannot tell Redis what this host holds (%s): it counts this host's last "
+		    "shares until an agent reports again", err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!asks[i].ok)
+			say("%s: Redis did not take what this host holds: %s", asks[i].comp,
+			    asks[i].note);
+		held += asks[i].held;
+	}
+	say("told Redis what this host holds (%u connection%s), which it counts until an "
+	    "agent reports again", held, held == 1 ? "" : "s");
 }
 
 /* Removes a segment of no use to the service that the agent has just
@@ -293,6 +380,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	struct fleet_comp *fcs = calloc(cfg->ncomp, sizeof(*fcs));
 	struct fleet_ask *asks = calloc(cfg->ncomp, sizeof(*asks));
 	struct fleet_conn *conn = NULL;
+	struct fleet_me me;
 	struct sigaction sa;
 	struct seg *s = NULL;
 	uint64_t seq = 0;
@@ -316,6 +404,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 		free(asks);
 		return r;
 	}
+	fleet_me_init(&me, cfg->segment);
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		int k = seg_comp_index(s, i);
 
@@ -336,7 +425,8 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	    cfg->fleet.host, cfg->fleet.name, cfg->fleet.redis, cfg->fleet.lease_ms,
 	    cfg->fleet.interval_ms, n, n == 1 ? "" : "s");
 	while (!stop_signal && n > 0) {
-		bool lowered = round_trip(s, &conn, &cfg->fleet, fcs, asks, n, &seq, verbose);
+		bool lowered = round_trip(s, &conn, &cfg->fleet, &me, fcs, asks, n, &seq,
+		    verbose);
 
 		if (!stop_signal)
 			sleep_ms(lowered ? cfg->fleet.interval_ms / 4 + 1 : cfg->fleet.interval_ms);
@@ -352,8 +442,11 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 		atomic_store(&c->fleet_redis_ok, FLEET_NO_AGENT);
 		atomic_store(&c->fleet_agent_pid, 0);
 	}
-	if (stop_signal)
+	if (stop_signal) {
 		say("%s: stopped; this host is on its floors", strsignal(stop_signal));
+		if (n > 0)
+			report_leaving(s, &conn, &cfg->fleet, &me, fcs, asks, n, &seq);
+	}
 	fleet_disconnect(conn);
 	seg_close(s);
 	free(fcs);
@@ -367,32 +460,60 @@ struct status_ctx {
 	FILE *f;
 	bool json, first;
 	uint64_t now;
-	uint32_t sum_share, sum_held;
+	uint32_t sum_share, sum_live_held, sum_held, sum_reserved;
 };
+
+/* Text from Redis, which any client of it may have written, made safe for
+ * a terminal: printable ASCII kept, anything else a '?'. */
+static const char *
+safe_text(const char *in, char *out, size_t len)
+{
+	size_t n = 0;
+
+	for (; *in != '\0' && n + 1 < len; in++)
+		out[n++] = *in >= 0x20 && *in < 0x7f ? *in : '?';
+	out[n] = '\0';
+	return out;
+}
 
 static void
 print_entry(const struct fleet_entry *e, void *arg)
 {
 	struct status_ctx *x = arg;
 	long long left = (long long)e->expires - (long long)x->now;
+	long long silent = (long long)x->now - (long long)e->seen;
+	char host[BS_HOST_MAX], agent[256], lease[32];
 
 	if (left > 0) {
 		x->sum_share += (uint32_t)e->share;
-		x->sum_held += (uint32_t)e->held;
+		x->sum_live_held += (uint32_t)e->held;
 	}
+	x->sum_held += (uint32_t)e->held;
+	x->sum_reserved += (uint32_t)e->reserved;
+	safe_text(e->host, host, sizeof(host));
+	safe_text(e->agent, agent, sizeof(agent));
 	if (x->json) {
 		fputs(x->first ? "{\"host\": " : ", {\"host\": ", x->f);
-		cli_json_string(x->f, e->host);
+		cli_json_string(x->f, host);
+		fputs(", \"agent\": ", x->f);
+		cli_json_string(x->f, agent);
 		fprintf(x->f, ", \"share\": %llu, \"held\": %llu, \"want\": %llu, \"floor\": %llu, "
-		    "\"ceiling\": %llu, \"lease_left_ms\": %lld, \"live\": %s}",
+		    "\"ceiling\": %llu, \"fleet_limit\": %llu, \"reserved\": %llu, "
+		    "\"lease_left_ms\": %lld, \"silent_ms\": %lld, \"live\": %s}",
 		    (unsigned long long)e->share, (unsigned long long)e->held,
 		    (unsigned long long)e->want, (unsigned long long)e->floor,
-		    (unsigned long long)e->ceiling, left > 0 ? left : 0, left > 0 ? "true" : "false");
+		    (unsigned long long)e->ceiling, (unsigned long long)e->limit,
+		    (unsigned long long)e->reserved, left > 0 ? left : 0, silent > 0 ? silent : 0,
+		    left > 0 ? "true" : "false");
 	} else {
-		fprintf(x->f, "  %-24s %7llu %7llu %7llu %7llu %9s\n", e->host,
+		if (left > 0)
+			snprintf(lease, sizeof(lease), "live");
+		else
+			snprintf(lease, sizeof(lease), "expired %llds", silent > 0 ? silent / 1000 : 0);
+		fprintf(x->f, "  %-24s %7llu %7llu %7llu %7llu %7llu %8llu  %-12s %s\n", host,
 		    (unsigned long long)e->share, (unsigned long long)e->held,
 		    (unsigned long long)e->want, (unsigned long long)e->floor,
-		    left > 0 ? "live" : "expired");
+		    (unsigned long long)e->limit, (unsigned long long)e->reserved, lease, agent);
 	}
 	x->first = false;
 }
@@ -425,14 +546,15 @@ show_status(const struct bs_config *cfg, bool json)
 		if (cc->fleet_limit == 0)
 			continue;
 		x.first = true;
-		x.sum_share = x.sum_held = 0;
+		x.sum_share = x.sum_live_held = x.sum_held = x.sum_reserved = 0;
 		if (json) {
 			fputs(first ? "{\"name\": " : ", {\"name\": ", stdout);
 			cli_json_string(stdout, cc->name);
 			fprintf(stdout, ", \"fleet_limit\": %u, \"hosts\": [", cc->fleet_limit);
 		} else {
-			printf("\n%s: fleet_limit %u\n  %-24s %7s %7s %7s %7s %9s\n", cc->name,
-			    cc->fleet_limit, "HOST", "SHARE", "HELD", "WANT", "FLOOR", "LEASE");
+			printf("\n%s: fleet_limit %u\n  %-24s %7s %7s %7s %7s %7s %8s  %-12s %s\n",
+			    cc->name, cc->fleet_limit, "HOST", "SHARE", "HELD", "WANT", "FLOOR", "LIMIT",
+			    "RESERVED", "LEASE", "AGENT");
 		}
 		r = fleet_entries(conn, cfg->fleet.name, cc->name, &x.now, print_entry, &x, err,
 		    sizeof(err));
@@ -444,11 +566,12 @@ show_status(const struct bs_config *cfg, bool json)
 			return 1;
 		}
 		if (json)
-			fprintf(stdout, "], \"live_share\": %u, \"live_held\": %u}", x.sum_share,
-			    x.sum_held);
+			fprintf(stdout, "], \"live_share\": %u, \"live_held\": %u, \"held\": %u, "
+			    "\"reserved\": %u}", x.sum_share, x.sum_live_held, x.sum_held,
+			    x.sum_reserved);
 		else
-			printf("  %-24s %7u %7u   (hosts with a live lease)\n", "total", x.sum_share,
-			    x.sum_held);
+			printf("  %-24s %7u %7u %23s %8u  (shares of live leases; held and reserved "
+			    "by all)\n", "total", x.sum_share, x.sum_held, "", x.sum_reserved);
 		first = false;
 	}
 	if (json)

@@ -19,13 +19,31 @@ enum { FLEET_NO_AGENT = 0, FLEET_OK = 1, FLEET_UNREACHABLE = 2, FLEET_REFUSED = 
 /* "no agent", "ok", "unreachable", "refused". */
 const char *fleet_state_name(uint32_t state);
 
+/* Who is calling, besides the host name of the config (cfg_fleet.host). */
+struct fleet_me {
+	/* The segment this agent serves, on this boot of this machine: the
+	 * same for every agent of that segment (a restarted one takes over
+	 * its entry), different for any other segment anywhere, so that two
+	 * agents given one host name are told apart. */
+	char token[96];
+	/* The agent as a person reads it: pid, machine, segment. */
+	char agent[192];
+};
+/* Fills me for the agent of segment `segment` (its name in the config). */
+void fleet_me_init(struct fleet_me *me, const char *segment);
+
 /* A host's report on one compartment, and what Redis answered. */
 struct fleet_ask {
 	const char *comp;	/* compartment name */
 	uint32_t limit, floor, ceiling, held, want, applied;
+	/* The agent stops: the host is on its floor, and Redis records what it
+	 * holds and ends its lease (the answer's share is 0). */
+	bool leave;
 	/* Answer: */
 	bool ok;
 	uint32_t share, live, known;
+	uint32_t in_force;	/* the fleet_limit in force: the lowest of the live hosts' */
+	char lowest[BS_HOST_MAX];	/* the host whose limit that is */
 	char note[256];		/* from the script, or the error */
 	bool refused;		/* Redis answered with an error, not a failure to talk */
 };
@@ -37,11 +55,11 @@ struct fleet_ask {
 struct fleet_conn *fleet_connect(const struct cfg_fleet *f, bool *refused, char *err,
     size_t errlen);
 /* Renews the leases of n compartments in one pipelined round trip: one run of
- * the script each, with seq (growing) and the lease. Fills each ask's answer.
- * Returns 0, or -EIO when the connection failed (it must then be freed; the
- * asks not answered have ok false), with the reason in err. */
-int fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, struct fleet_ask *asks,
-    size_t n, uint64_t seq, char *err, size_t errlen);
+ * the script each, with seq (growing), the lease and who calls (me). Fills
+ * each ask's answer. Returns 0, or -EIO when the connection failed (it must
+ * then be freed; the asks not answered have ok false), with the reason in err. */
+int fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, const struct fleet_me *me,
+    struct fleet_ask *asks, size_t n, uint64_t seq, char *err, size_t errlen);
 /* The Redis key of a compartment of fleet `fleet`. */
 void fleet_key(const char *fleet, const char *comp, char *out, size_t len);
 void fleet_disconnect(struct fleet_conn *fc);
@@ -49,8 +67,14 @@ void fleet_disconnect(struct fleet_conn *fc);
  * calls fn once per host with the entry's fields. Returns the number of
  * hosts, or -EIO (-EPROTO) with the reason in err. */
 struct fleet_entry {
-	const char *host;
-	uint64_t share, applied, held, want, floor, ceiling, expires, seen;
+	char host[BS_HOST_MAX];
+	const char *agent;	/* "" when the entry has none */
+	uint64_t share, applied, held, want, floor, ceiling, expires, seen, limit;
+	/* What Redis counts against the budget for this host: for a live
+	 * lease the largest of share, applied and held; for one run out the
+	 * floor too (the host keeps what it opened, and may open its floor). */
+	uint64_t reserved;
+	bool old;	/* left by an agent older than tokens: a floor once run out */
 };
 int fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64_t *now_ms,
     void (*fn)(const struct fleet_entry *e, void *arg), void *arg, char *err, size_t errlen);

@@ -1,21 +1,31 @@
 -- fleet.lua - renews one host's lease on one compartment of a fleet budget, atomically in Redis.
 --
 -- KEYS[1]  the compartment's hash, "bulkshim:fleet:<fleet>:<compartment>"
--- ARGV     host, fleet_limit, floor, ceiling (max_connections), held (in use
---          now), want (demand), applied (the limit in force on the host as it
---          called), lease_ms, forget_ms, seq (grows with every call of a host)
--- Returns  { share, lease_ms, live hosts, known hosts, note }, note being ""
---          or words the agent logs ("quiet", "floors").
+-- ARGV     host (the identity), fleet_limit, floor, ceiling (max_connections),
+--          held (in use now), want (demand), applied (the limit in force on
+--          the host as it called), lease_ms, forget_ms, seq (grows with every
+--          call of a host), hosts (0: only those heard from), token (the
+--          segment the agent serves, the same for every agent of it), agent
+--          (who the agent is, for the line of a refusal), "leave" when the
+--          agent stops (its host is on its floor: what it holds is recorded
+--          and its lease ends)
+-- Returns  { share, lease_ms, live hosts, known hosts, note, limit in force,
+--          host whose limit that is }, note being "" or words the agent logs
+--          ("quiet", "floors").
 --
--- The hash holds "=limit" and "=born" and one field "h:<host>" per host:
--- "share applied held want floor ceiling expires seen seq limit", times in
--- Redis's own milliseconds (TIME), so that no host's clock matters here.
+-- The hash holds "=limit" and "=born" and one field "h:<host>#<token>" per
+-- host: "share applied held want floor ceiling expires seen seq limit forget",
+-- a tab and the agent's description; times in Redis's own milliseconds
+-- (TIME), so that no host's clock matters here.
 --
 -- Safety: what a host may have in use until its next call is at most
 -- max(share, applied, held): it can admit up to the larger of the limit in
 -- force and the share it is being given, and a lowered share closes nothing.
--- A host whose lease has run out is on its floor. The caller is given no
--- more than the fleet limit minus all that, so the sum never passes it.
+-- A host whose lease has run out is on its floor, but keeps what it opened
+-- before: it may hold max(share, applied, held, floor) until it reports
+-- again, or until it has been silent for its forget_ms and is forgotten.
+-- The caller is given no more than the limit in force (the lowest of the
+-- live hosts' fleet_limit) minus all that, so the sum never passes it.
 
 local key = KEYS[1]
 local host = ARGV[1]
@@ -29,6 +39,9 @@ local lease = tonumber(ARGV[8])
 local forget = tonumber(ARGV[9])
 local seq = tonumber(ARGV[10])
 local maxhosts = tonumber(ARGV[11]) or 0
+local token = ARGV[12] or ''
+local agent = string.gsub(ARGV[13] or '', '[%c]', '?')
+local leave = ARGV[14] == 'leave'
 
 if not (limit and floor and ceiling and held and want and applied and lease and forget and seq) then
 	return redis.error_reply('BULKSHIM malformed arguments')
@@ -52,46 +65,57 @@ local flat = redis.call('HGETALL', key)
 for i = 1, #flat, 2 do
 	local f = flat[i]
 	if string.sub(f, 1, 2) == 'h:' then
+		local nums, desc = string.match(flat[i + 1], '^([^\t]*)\t?(.*)$')
 		local v = {}
-		for w in string.gmatch(flat[i + 1], '%S+') do
+		for w in string.gmatch(nums or '', '%S+') do
 			v[#v + 1] = tonumber(w)
 		end
+		local name = string.sub(f, 3)
+		local cut = string.find(name, '#', 1, true)
+		-- An entry of an agent older than tokens ("h:<host>") is
+		-- counted as that agent counted it: a floor once its lease ran
+		-- out, forgotten after ten leases; so a fleet being upgraded
+		-- does not hold back the old entries of its own hosts for long.
 		local e = { share = v[1], applied = v[2], held = v[3], want = v[4], floor = v[5],
-			ceiling = v[6], expires = v[7], seen = v[8], seq = v[9], limit = v[10] }
-		if not e.limit then
+			ceiling = v[6], expires = v[7], seen = v[8], seq = v[9], limit = v[10],
+			forget = v[11] or (cut and forget or lease * 10), agent = desc or '',
+			ident = cut and string.sub(name, 1, cut - 1) or name, old = not cut }
+		if not (e.limit and e.share and e.applied and e.held and e.floor and e.expires and
+		    e.seen and e.seq) then
 			redis.call('HDEL', key, f)	-- garbage: forget it
-		elseif e.seen + forget < now then
+		elseif e.seen + e.forget < now then
 			redis.call('HDEL', key, f)	-- silent for long: forgotten
 		else
-			local name = string.sub(f, 3)
 			hosts[name] = e
 			order[#order + 1] = name
 		end
 	end
 end
 
--- One budget, one limit: while a host with a live lease has another
--- fleet_limit, this one is refused (a changed limit is taken once the
--- leases of the old one have run out).
-for _, name in ipairs(order) do
-	local e = hosts[name]
-	if name ~= host and e.expires > now and e.limit ~= limit then
-		return redis.error_reply('BULKSHIM fleet_limit ' .. limit .. ' here but ' .. e.limit ..
-			' on host ' .. name .. ' for ' .. key ..
-			': every host of a fleet must set the same fleet_limit')
+-- What host e may hold until it calls again: a live lease may be used to
+-- its share; one that ran out leaves the host on its floor with whatever
+-- it opened before, which no expiry closes.
+local function holds(e)
+	if e.old and e.expires <= now then
+		return e.floor
 	end
+	local m = math.max(e.share, e.applied, e.held)
+	if e.expires <= now then
+		m = math.max(m, e.floor)
+	end
+	return m
 end
-redis.call('HSET', key, '=limit', limit)
 
-local me = hosts[host]
+local mine = host .. '#' .. token
+local me = hosts[mine]
 if me and seq <= me.seq then
 	-- A call that waited in a frozen server behind a newer one.
 	return redis.error_reply('BULKSHIM stale call (seq ' .. seq .. ' after ' .. me.seq .. ')')
 end
 if not me then
-	me = { share = floor }
-	hosts[host] = me
-	order[#order + 1] = host
+	me = { share = 0, ident = host }
+	hosts[mine] = me
+	order[#order + 1] = mine
 end
 me.applied = applied
 me.held = held
@@ -101,22 +125,75 @@ me.ceiling = ceiling
 me.expires = now + lease
 me.seen = now
 me.seq = seq
+me.limit = limit
+me.forget = forget
+me.agent = agent
 
--- Fair targets: every known host keeps its floor; what is left goes to the
--- hosts with a live lease, max-min fair on what they want above the floor.
-local pool = limit
+local function save(share)
+	me.share = share
+	redis.call('HSET', key, 'h:' .. mine, table.concat({ me.share, me.applied, me.held, me.want,
+		me.floor, me.ceiling, me.expires, me.seen, me.seq, me.limit, me.forget }, ' ') ..
+		'\t' .. me.agent)
+	local keep = forget
+	for _, name in ipairs(order) do
+		keep = math.max(keep, hosts[name].forget)
+	end
+	redis.call('PEXPIRE', key, keep)
+end
+
+-- An agent that stops: its host is on its floor and keeps what it holds,
+-- which is all Redis counts for it from now on.
+if leave then
+	me.expires = 0
+	save(0)
+	return { 0, lease, 0, 0, 'left', limit, host }
+end
+
+-- One identity, one agent: while another agent (another segment, or
+-- another machine) holds this host's name with a live lease, the caller
+-- is refused. It is recorded all the same, as a host without a lease,
+-- so that what it holds on its floor is counted.
+for _, name in ipairs(order) do
+	local e = hosts[name]
+	if name ~= mine and e.ident == host and e.expires > now then
+		me.expires = 0
+		save(0)
+		return redis.error_reply('BULKSHIM host name "' .. host .. '" of ' .. key ..
+			' is held by another live agent (' .. e.agent .. '), not this one (' ..
+			agent .. '): give each agent its own fleet host')
+	end
+end
+
+-- One budget: the lowest fleet_limit of the hosts with a live lease is in
+-- force, so hosts configured differently (or a limit being changed host
+-- by host) never make the fleet hold more than any of them allows.
+local lim, lowest = limit, host
+for _, name in ipairs(order) do
+	local e = hosts[name]
+	if e.expires > now and e.limit < lim then
+		lim, lowest = e.limit, e.ident
+	end
+end
+redis.call('HSET', key, '=limit', lim)
+
+-- Fair targets: every known host keeps its floor, and one without a
+-- live lease all it may hold; what is left goes to the hosts with a live
+-- lease, max-min fair on what they want above the floor.
+local pool = lim
 local live, nknown = 0, 0
 local ask = {}
 for _, name in ipairs(order) do
 	local e = hosts[name]
 	nknown = nknown + 1
-	pool = pool - e.floor
 	if e.expires > now then
+		pool = pool - e.floor
 		live = live + 1
 		local d = math.max(0, math.min(e.want, e.ceiling) - e.floor)
 		if d > 0 then
 			ask[#ask + 1] = { name = name, d = d }
 		end
+	else
+		pool = pool - holds(e)
 	end
 end
 -- Hosts not heard from run on their floors too; with `hosts` set, their
@@ -147,7 +224,7 @@ for _, a in ipairs(ask) do
 	extra[a.name] = extra[a.name] + more
 	pool = pool - more
 end
-local target = floor + (extra[host] or 0)
+local target = floor + (extra[mine] or 0)
 -- A lease a host holds ends (by its own clock) a third of a lease before
 -- Redis's, counted from before its call was sent: whatever the lost state
 -- granted has run out two thirds of a lease after this state was born.
@@ -157,21 +234,12 @@ if now < born + lease - math.floor(lease / 3) then
 end
 
 -- The share: the target, within what the others may be holding.
-local room = limit - unknown
+local room = lim - unknown
 for _, name in ipairs(order) do
-	if name ~= host then
-		local e = hosts[name]
-		if e.expires > now then
-			room = room - math.max(e.share, e.applied, e.held)
-		else
-			room = room - e.floor
-		end
+	if name ~= mine then
+		room = room - holds(hosts[name])
 	end
 end
 local share = math.max(0, math.min(target, ceiling, room))
-me.share = share
-
-redis.call('HSET', key, 'h:' .. host, table.concat({ me.share, me.applied, me.held, me.want,
-	me.floor, me.ceiling, me.expires, me.seen, me.seq, limit }, ' '))
-redis.call('PEXPIRE', key, forget)
-return { share, lease, live, nknown, note }
+save(share)
+return { share, lease, live, nknown, note, lim, lowest }

@@ -185,37 +185,42 @@ take_answer(struct fleet_ask *a, const redisReply *r)
 		snprintf(a->note, sizeof(a->note), "%s", r->str);
 		return false;
 	}
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || !int_elem(r, 0, &a->share) ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 || !int_elem(r, 0, &a->share) ||
 	    !int_elem(r, 1, &lease) || !int_elem(r, 2, &a->live) || !int_elem(r, 3, &a->known) ||
-	    r->element[4]->type != REDIS_REPLY_STRING || a->share > a->ceiling) {
+	    r->element[4]->type != REDIS_REPLY_STRING || !int_elem(r, 5, &a->in_force) ||
+	    r->element[6]->type != REDIS_REPLY_STRING || a->share > a->ceiling ||
+	    a->share > a->in_force || a->in_force > a->limit) {
 		snprintf(a->note, sizeof(a->note), "malformed reply from Redis");
 		return false;
 	}
 	snprintf(a->note, sizeof(a->note), "%s", r->element[4]->str);
+	snprintf(a->lowest, sizeof(a->lowest), "%s", r->element[6]->str);
 	a->ok = true;
 	a->refused = false;
 	return true;
 }
 
 int
-fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, struct fleet_ask *asks, size_t n,
-    uint64_t seq, char *err, size_t errlen)
+fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, const struct fleet_me *me,
+    struct fleet_ask *asks, size_t n, uint64_t seq, char *err, size_t errlen)
 {
-	char key[BS_NAME_MAX * 2 + 32], num[8][24], sq[24], lease[16], forget[16], hosts[16];
-	const char *argv[15];
+	char key[BS_NAME_MAX * 2 + 32], num[8][24], sq[24], lease[16], forget[24], hosts[16];
+	const char *argv[18];
 	void *reply;
 
 	snprintf(sq, sizeof(sq), "%llu", (unsigned long long)seq);
 	snprintf(lease, sizeof(lease), "%u", f->lease_ms);
 	snprintf(hosts, sizeof(hosts), "%u", f->max_hosts);
-	/* A host silent for ten leases is taken for gone; its floor returns. */
-	snprintf(forget, sizeof(forget), "%llu", (unsigned long long)f->lease_ms * 10);
+	/* A host silent this long is taken for gone: what it held, and its
+	 * floor, return to the others. */
+	snprintf(forget, sizeof(forget), "%llu", (unsigned long long)f->forget_s * 1000);
 	for (size_t i = 0; i < n; i++) {
 		struct fleet_ask *a = &asks[i];
 		const uint32_t v[6] = { a->limit, a->floor, a->ceiling, a->held, a->want, a->applied };
 
 		a->ok = a->refused = false;
-		a->note[0] = '\0';
+		a->note[0] = a->lowest[0] = '\0';
+		a->in_force = 0;
 		fleet_key(f->name, a->comp, key, sizeof(key));
 		for (int k = 0; k < 6; k++)
 			snprintf(num[k], sizeof(num[k]), "%u", v[k]);
@@ -230,7 +235,10 @@ fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, struct fleet_ask *
 		argv[12] = forget;
 		argv[13] = sq;
 		argv[14] = hosts;
-		if (redisAppendCommandArgv(fc->rc, 15, argv, NULL) != REDIS_OK)
+		argv[15] = me->token;
+		argv[16] = me->agent;
+		argv[17] = a->leave ? "leave" : "";
+		if (redisAppendCommandArgv(fc->rc, 18, argv, NULL) != REDIS_OK)
 			goto lost;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -284,16 +292,40 @@ fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64
 	}
 	for (size_t i = 0; i + 1 < r->elements; i += 2) {
 		const redisReply *k = r->element[i], *v = r->element[i + 1];
-		unsigned long long x[8];
+		unsigned long long x[10], seq;
+		const char *tab, *cut;
 		struct fleet_entry e;
 
 		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
 		    strncmp(k->str, "h:", 2) != 0)
 			continue;
-		if (sscanf(v->str, "%llu %llu %llu %llu %llu %llu %llu %llu", &x[0], &x[1], &x[2],
-		    &x[3], &x[4], &x[5], &x[6], &x[7]) != 8)
+		if (sscanf(v->str, "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &x[0], &x[1],
+		    &x[2], &x[3], &x[4], &x[5], &x[6], &x[7], &seq, &x[8]) != 10)
 			continue;
-		e = (struct fleet_entry){ k->str + 2, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7] };
+		memset(&e, 0, sizeof(e));
+		/* The field is "h:<host>#<token>"; the token is Redis's business. */
+		cut = strchr(k->str + 2, '#');
+		snprintf(e.host, sizeof(e.host), "%.*s",
+		    (int)(cut != NULL ? (size_t)(cut - k->str - 2) : strlen(k->str + 2)), k->str + 2);
+		tab = strchr(v->str, '\t');
+		e.agent = tab != NULL ? tab + 1 : "";
+		e.share = x[0];
+		e.applied = x[1];
+		e.held = x[2];
+		e.want = x[3];
+		e.floor = x[4];
+		e.ceiling = x[5];
+		e.expires = x[6];
+		e.seen = x[7];
+		e.limit = x[8];
+		e.reserved = e.share > e.applied ? e.share : e.applied;
+		e.reserved = e.held > e.reserved ? e.held : e.reserved;
+		if (e.expires <= *now_ms && e.floor > e.reserved)
+			e.reserved = e.floor;
+		/* An entry of an agent older than tokens, as fleet.lua counts it. */
+		e.old = cut == NULL;
+		if (e.old && e.expires <= *now_ms)
+			e.reserved = e.floor;
 		fn(&e, arg);
 		n++;
 	}

@@ -1,6 +1,10 @@
 /* fleet_seg.c - the agent and its segment: attach to the service's, create it as the config says, wait, or refuse. */
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "fleet.h"
@@ -183,4 +187,53 @@ fleet_seg_plan(const struct bs_config *cfg, const struct seg_perm *p, const stru
 	if (p == NULL)
 		return plan_missing(cfg, self, svc, msg, len);
 	return plan_existing(cfg, p, self, svc, msg, len);
+}
+
+/* ---- who the agent is, to Redis ---- */
+
+/* This boot of this machine: the kernel's boot id, 32 hex digits, or
+ * "noboot" where /proc cannot say (then the segment's inode alone tells
+ * segments of one machine apart). */
+static void
+boot_id(char *out, size_t len)
+{
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+	char line[64] = "";
+	size_t n = 0;
+
+	if (f != NULL) {
+		if (fgets(line, sizeof(line), f) == NULL)
+			line[0] = '\0';
+		fclose(f);
+	}
+	for (const char *p = line; *p != '\0' && n + 1 < len; p++)
+		if (isxdigit((unsigned char)*p))
+			out[n++] = *p;
+	out[n] = '\0';
+	if (n == 0)
+		snprintf(out, len, "noboot");
+}
+
+void
+fleet_me_init(struct fleet_me *me, const char *segment)
+{
+	char name[BS_NAME_MAX + 16], path[BS_NAME_MAX + 32], boot[40];
+	struct utsname u;
+	struct stat st;
+
+	/* The segment file's device and inode tell it from every other on
+	 * this boot (a container's /dev/shm is a device of its own); the boot
+	 * id tells this machine from a clone of it. A restarted agent of the
+	 * same segment has the same token, and takes its entry back. */
+	boot_id(boot, sizeof(boot));
+	seg_shm_name(segment, name, sizeof(name));
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	if (stat(path, &st) < 0)
+		memset(&st, 0, sizeof(st));
+	snprintf(me->token, sizeof(me->token), "%s-%llx-%llx", boot, (unsigned long long)st.st_dev,
+	    (unsigned long long)st.st_ino);
+	if (uname(&u) < 0)
+		snprintf(u.nodename, sizeof(u.nodename), "?");
+	snprintf(me->agent, sizeof(me->agent), "pid %d on %.64s, segment %s, boot %.8s",
+	    (int)getpid(), u.nodename, segment, boot);
 }

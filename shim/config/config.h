@@ -65,11 +65,14 @@ struct cfg_fleet {
 	char redis[BS_FLEET_ADDR_MAX];	/* "host:port" or "unix:/path" */
 	char password_file[PATH_MAX];	/* "" = no AUTH */
 	char name[BS_NAME_MAX];		/* the fleet, shared by every host */
-	char host[BS_HOST_MAX];		/* this host's name in the fleet */
+	/* This host's name in the fleet; by default "<host name>/<segment>",
+	 * so that two segments of one machine never share one. */
+	char host[BS_HOST_MAX];
 	uint32_t lease_ms;
 	uint32_t interval_ms;		/* renewal period */
 	uint32_t timeout_ms;		/* Redis connect and reply timeout */
 	uint32_t max_hosts;		/* `hosts`: floors held back for all; 0 = known only */
+	uint32_t forget_s;		/* how long Redis counts what a silent host may hold */
 };
 
 struct bs_config {

@@ -12,10 +12,15 @@
 #define FLEET_LEASE_MIN_MS	300
 #define FLEET_LEASE_MAX_MS	600000
 #define FLEET_HOSTS_MAX		100000
+/* Linux's default keepalive gives up on a dead peer after 7200 s idle and
+ * nine probes 75 s apart: a database server that keeps the default (as
+ * PostgreSQL and Redis do) counts a vanished host's connections that long. */
+#define FLEET_FORGET_DEFAULT_S	(7200 + 9 * 75)
+#define FLEET_FORGET_MAX_S	(7 * 86400)
 
 static const char *const fleet_keys[] = {
 	"redis", "password_file", "name", "host", "hosts", "lease_ms", "interval_ms", "timeout_ms",
-	NULL,
+	"forget_s", NULL,
 };
 
 /* "unix:/path", "host:port" or "[v6]:port", port 1..65535. */
@@ -97,10 +102,7 @@ cfg_parse_fleet(struct cfg_ctx *c, const config_setting_t *s)
 		if ((rc = get_text(c, e, f->host, sizeof(f->host))) < 0 ||
 		    (rc = cfg_check_name(c, e, "fleet host", f->host)) < 0)
 			return rc;
-	} else if (gethostname(f->host, sizeof(f->host)) < 0 || f->host[0] == '\0') {
-		snprintf(f->host, sizeof(f->host), "%s", "localhost");
 	}
-	f->host[sizeof(f->host) - 1] = '\0';
 	/* The most hosts of the fleet: Redis holds back the floor of each,
 	 * also of those it has not heard from (they run on their floors). */
 	if ((e = config_setting_get_member(s, "hosts")) != NULL) {
@@ -128,7 +130,33 @@ cfg_parse_fleet(struct cfg_ctx *c, const config_setting_t *s)
 			return rc;
 		f->timeout_ms = (uint32_t)v;
 	}
+	/* A silent host's connections are counted until they must be dead. */
+	f->forget_s = FLEET_FORGET_DEFAULT_S;
+	if ((e = config_setting_get_member(s, "forget_s")) != NULL) {
+		if ((rc = cfg_get_range(c, e, 1, FLEET_FORGET_MAX_S, &v)) < 0)
+			return rc;
+		if ((uint64_t)v * 1000 < 2 * (uint64_t)f->lease_ms)
+			return cfg_fail(c, e, -EINVAL, "fleet forget_s %lld is less than two leases "
+					"(lease_ms %u)", v, f->lease_ms);
+		f->forget_s = (uint32_t)v;
+	}
 	return 0;
+}
+
+/* The default host name in the fleet: this machine's name and the
+ * segment's, "web1/shop", as a name can be ("web1" is one already). */
+static void
+default_host(struct cfg_fleet *f, const char *segment)
+{
+	char node[BS_HOST_MAX / 2];
+
+	if (gethostname(node, sizeof(node)) < 0 || node[0] == '\0')
+		snprintf(node, sizeof(node), "%s", "localhost");
+	node[sizeof(node) - 1] = '\0';
+	for (char *p = node; *p != '\0'; p++)
+		if (!cfg_name_char(*p))
+			*p = '_';
+	snprintf(f->host, sizeof(f->host), "%s/%s", node, segment);
 }
 
 /* Reads fleet_limit and fleet_floor of one compartment, if set. */
@@ -183,5 +211,8 @@ cfg_check_fleet(struct cfg_ctx *c)
 	if (cfg->fleet.on && !any)
 		return cfg_fail_at(c, c->path, cfg->fleet.line, -EINVAL,
 				   "a fleet block, but no compartment sets fleet_limit");
+	/* After the whole file: the segment may be named after the block. */
+	if (cfg->fleet.on && cfg->fleet.host[0] == '\0')
+		default_host(&c->cfg->fleet, cfg->segment);
 	return 0;
 }

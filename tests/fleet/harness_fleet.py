@@ -148,26 +148,55 @@ class Host:
     """One host of the fleet: config, segment, agent, client program."""
 
     def __init__(self, name, fleet, redis_addr, witness_port, limit, floor, ceiling, lease_ms=1500,
-                 password_file=None, max_hosts=None):
+                 password_file=None, max_hosts=None, host=True, forget_s=None, interval_ms=None):
+        """host: the fleet host name in the config: True for name, a string for
+        that one, None for none (the default identity)."""
         self.name = name
         self.segment = harness.new_segment()
-        block = {"redis": redis_addr, "name": fleet, "host": name, "lease_ms": lease_ms}
+        self.block = {"redis": redis_addr, "name": fleet, "lease_ms": lease_ms}
+        if host is not None:
+            self.block["host"] = name if host is True else host
         if password_file:
-            block["password_file"] = password_file
+            self.block["password_file"] = password_file
         if max_hosts:
-            block["hosts"] = max_hosts
-        # The agent creates the segment for the user the clients run as,
-        # this one: without an owner in the config it would wait for them.
-        self.text = harness_io.config_text(
-            [{"name": COMP, "destinations": ["127.0.0.1:%d" % witness_port],
-              "max_connections": ceiling, "fleet_limit": limit, "fleet_floor": floor}],
-            self.segment, {"owner": os.geteuid(), "fleet": block})
+            self.block["hosts"] = max_hosts
+        if forget_s:
+            self.block["forget_s"] = forget_s
+        if interval_ms:
+            self.block["interval_ms"] = interval_ms
+        self.witness_port, self.ceiling, self.limit = witness_port, ceiling, limit
+        self.text = self.config_text(limit, floor)
         self.config = harness.write_file(self.text)
         self.ctl = harness.write_file("0", suffix=".ctl")
         self.log = harness.write_file("", suffix=".log")
         self.agent = None
         self.load = None
         self.floor = floor
+
+    def config_text(self, limit, floor):
+        # The agent creates the segment for the user the clients run as,
+        # this one: without an owner in the config it would wait for them.
+        return harness_io.config_text(
+            [{"name": COMP, "destinations": ["127.0.0.1:%d" % self.witness_port],
+              "max_connections": self.ceiling, "fleet_limit": limit, "fleet_floor": floor}],
+            self.segment, {"owner": os.geteuid(), "fleet": self.block})
+
+    def reload_limit(self, limit):
+        """Edits the config to another fleet_limit and applies it with `bulkshim reload`."""
+        self.limit = limit
+        self.text = self.config_text(limit, self.floor)
+        with open(self.config, "w") as f:
+            f.write(self.text)
+        r = subprocess.run([harness.CLI, "reload", "-c", self.config], capture_output=True,
+                           text=True, env=harness.clean_env(), timeout=10)
+        assert r.returncode == 0, "reload of host %s: %s" % (self.name, r.stderr or r.stdout)
+
+    def fleet_status(self):
+        """`bulkshim fleet --status --json` through this host's config."""
+        r = subprocess.run([harness.CLI, "fleet", "--status", "--json", "-c", self.config],
+                           capture_output=True, text=True, env=harness.clean_env(), timeout=10)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["compartments"][0]
 
     def start_agent(self):
         with open(self.log, "a") as f:

@@ -124,11 +124,20 @@ def test_fleet_agent_sigkilled_host_falls_to_floor():
     st = a.status()
     assert st["fleet_redis"] == "no agent" and not st["fleet_lease"], st
     hf.wait_for(lambda: a.comp()["in_use"] <= FLOOR, 3, "host a's connections to drain to its floor")
-    # Redis frees the dead host's share when its lease runs out there.
-    took = hf.wait_for(lambda: b.live_limit() >= LIMIT - 3 * FLOOR - 1, LEASE + 3,
+    # Redis cannot know that they drained: what host a may hold stays
+    # counted, past the end of its lease there, until it reports again.
+    time.sleep(LEASE + 0.5)
+    fs = a.fleet_status()
+    entry = [x for x in fs["hosts"] if x["host"] == "a"][0]
+    assert not entry["live"] and entry["reserved"] >= (LIMIT - 3 * FLOOR) // 2, fs
+    assert fs["reserved"] <= LIMIT, fs
+    assert b.live_limit() <= LIMIT - entry["reserved"] - FLOOR, (shares((a, b, c)), fs)
+    # Its agent is back: it reports the drained host, and b gets the rest.
+    a.start_agent()
+    took = hf.wait_for(lambda: b.live_limit() >= LIMIT - 3 * FLOOR - 1, 6,
                        "host b to get host a's share (shares %s)" % shares((a, b, c)))
-    hf.note("agent of host a SIGKILLed: host b's share reached %d %.2fs after the kill",
-            b.live_limit(), time.monotonic() - t_kill)
+    hf.note("agent of host a SIGKILLed and restarted: host b's share reached %d %.2fs after "
+            "the restart, %.2fs after the kill", b.live_limit(), took, time.monotonic() - t_kill)
     time.sleep(1.0)
     a.set_load(0)
     b.set_load(0)
@@ -278,8 +287,6 @@ def test_fleet_bad_redis_keeps_hosts_on_floor():
                                witness.port, LIMIT, FLOOR, CEILING, LEASE_MS, max_hosts=6),
         "malformed": hf.Host("malformed", name, "127.0.0.1:%d" % fake.port, witness.port, LIMIT,
                              FLOOR, CEILING, LEASE_MS, max_hosts=6),
-        "otherlimit": hf.Host("otherlimit", name, redis.address(), witness.port, LIMIT + 6,
-                              FLOOR, CEILING, LEASE_MS, password_file=good_pw, max_hosts=6),
     }
     # The good host holds the fleet's record of the limit first.
     hosts["good"].start_agent()
@@ -292,7 +299,6 @@ def test_fleet_bad_redis_keeps_hosts_on_floor():
         "nopassfile": ("refused", "cannot read password_file"),
         "unreachable": ("unreachable", "cannot connect to Redis"),
         "malformed": ("refused", "malformed reply from Redis"),
-        "otherlimit": ("refused", "every host of a fleet must set the same fleet_limit"),
     }
     for k, (state, words) in want.items():
         h = hosts[k]
@@ -300,8 +306,8 @@ def test_fleet_bad_redis_keeps_hosts_on_floor():
         hf.wait_for(lambda: h.status().get("fleet_redis") == state, 3,
                     "host %s's status to say %s (it says %s)" % (k, state, h.status()))
     # Loaded, each bad host stays on its floor; the good one gets the rest
-    # but the floors of the five others, which Redis holds back (hosts = 6)
-    # though it never heard from most of them.
+    # but the floors of five others, which Redis holds back (hosts = 6)
+    # though it never heard from any of them.
     for h in hosts.values():
         h.start_load(witness.port, HOLD_MS, threads=CEILING + 4)
         h.set_load(CEILING + 4)
@@ -319,7 +325,7 @@ def test_fleet_bad_redis_keeps_hosts_on_floor():
         assert not h.status()["fleet_lease"]
     for h in hosts.values():
         h.set_load(0)
-    check_witness(witness, t0, time.monotonic(), "bad Redis input (5 hosts on floors, 1 leasing)",
+    check_witness(witness, t0, time.monotonic(), "bad Redis input (4 hosts on floors, 1 leasing)",
                   at_least=LIMIT - 2)
 
 

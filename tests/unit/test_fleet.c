@@ -154,11 +154,27 @@ test_fleet_keys_and_their_defaults(void **state)
 	assert_int_equal(c.fleet.interval_ms, 200);
 	assert_int_equal(c.fleet.timeout_ms, 200);
 	assert_int_equal(c.fleet.max_hosts, 0);
-	gethostname(host, sizeof(host));
+	/* The host's name in the fleet: the machine's and the segment's. */
+	gethostname(host, sizeof(host) / 2);
+	strcat(host, "/");
+	strcat(host, c.segment);
 	assert_string_equal(c.fleet.host, host);
+	/* Keepalive's default time to give up on a dead peer. */
+	assert_int_equal(c.fleet.forget_s, 7875);
 	assert_int_equal(c.comp[0].fleet_limit, 500);
 	assert_int_equal(c.comp[0].fleet_floor, 4);
 	cfg_free(&c);
+	/* A name given is kept as it is; forget_s is at least two leases. */
+	assert_int_equal(load_text("fleet = { redis = \"h:1\"; name = \"f\"; host = \"web1\"; "
+	    "forget_s = 60; };\ncompartments = ( { name = \"pg\"; destinations = [ "
+	    "\"10.0.0.1:5432\" ]; max_connections = 4; fleet_limit = 10; } );\n", &c), 0);
+	assert_string_equal(c.fleet.host, "web1");
+	assert_int_equal(c.fleet.forget_s, 60);
+	cfg_free(&c);
+	assert_int_equal(load_text("fleet = { redis = \"h:1\"; name = \"f\"; lease_ms = 3000; "
+	    "forget_s = 5; };\ncompartments = ( { name = \"pg\"; destinations = [ "
+	    "\"10.0.0.1:5432\" ]; max_connections = 4; fleet_limit = 10; } );\n", &c), -EINVAL);
+	assert_non_null(strstr(err, "less than two leases"));
 	/* fleet_limit needs max_connections, this host's ceiling. */
 	assert_int_equal(load_text("fleet = { redis = \"h:1\"; name = \"f\"; };\ncompartments = ( "
 	    "{ name = \"pg\"; destinations = [ \"10.0.0.1:5432\" ]; max_inflight = 4; "

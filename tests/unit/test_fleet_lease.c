@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "fleet.h"
 
@@ -24,8 +25,9 @@
  * whatever happens: by the group teardown, at exit, and by the kernel if
  * this process dies first (PR_SET_PDEATHSIG). Each test has a fleet of its
  * own, so a key of its own. A "host" is what one agent is to Redis: a
- * connection made by fleet_connect, a name, growing call numbers, and the
- * limit it applies (its last share, or its floor before any).
+ * connection made by fleet_connect, a name, the token of the segment it
+ * serves, growing call numbers, and the limit it applies (its last share,
+ * or its floor before any).
  */
 
 #define COMP "db"
@@ -42,6 +44,7 @@ static char err[BS_ERRLEN];
 
 struct host {
 	struct cfg_fleet f;
+	struct fleet_me me;
 	struct fleet_conn *fc;
 	uint64_t seq;
 	uint32_t applied;	/* the limit in force: the last share, or the floor */
@@ -114,6 +117,8 @@ static void fleet_cfg(struct cfg_fleet *f, const char *host, uint32_t lease_ms, 
 	f->interval_ms = 200;
 	f->timeout_ms = 2000;
 	f->max_hosts = max_hosts;
+	/* Ten leases, as long as a test may wait for a silent host. */
+	f->forget_s = lease_ms * 10 / 1000 ? lease_ms * 10 / 1000 : 1;
 }
 
 static int start_redis(void **state)
@@ -219,8 +224,10 @@ static void need_redis(void)
 		skip();
 }
 
-/* A new host of this test's fleet, connected. */
-static struct host *add_host_with(const char *name, uint32_t lease_ms, uint32_t max_hosts)
+/* A new host of this test's fleet, connected, serving segment `segment`
+ * (which makes its token). */
+static struct host *add_agent(const char *name, const char *segment, uint32_t lease_ms,
+    uint32_t max_hosts)
 {
 	struct host *h = &hosts[nhosts];
 	bool refused;
@@ -228,11 +235,19 @@ static struct host *add_host_with(const char *name, uint32_t lease_ms, uint32_t 
 	assert_true(nhosts < MAX_HOSTS);
 	memset(h, 0, sizeof(*h));
 	fleet_cfg(&h->f, name, lease_ms, max_hosts);
+	snprintf(h->me.token, sizeof(h->me.token), "token-of-%s", segment);
+	snprintf(h->me.agent, sizeof(h->me.agent), "agent %zu of segment %s", nhosts, segment);
 	h->fc = fleet_connect(&h->f, &refused, err, sizeof(err));
 	if (h->fc == NULL)
 		fail_msg("host %s: fleet_connect: %s", name, err);
 	nhosts++;
 	return h;
+}
+
+/* A host with a segment of its own. */
+static struct host *add_host_with(const char *name, uint32_t lease_ms, uint32_t max_hosts)
+{
+	return add_agent(name, name, lease_ms, max_hosts);
 }
 
 static struct host *add_host(const char *name)
@@ -257,7 +272,7 @@ static const struct fleet_ask *renew_seq(struct host *h, uint64_t seq, uint32_t 
 	a->held = held;
 	a->want = want;
 	a->applied = h->seq == 0 ? floor : h->applied;
-	if (fleet_renew(h->fc, &h->f, a, 1, seq, err, sizeof(err)) != 0)
+	if (fleet_renew(h->fc, &h->f, &h->me, a, 1, seq, err, sizeof(err)) != 0)
 		fail_msg("host %s: fleet_renew: %s", h->f.host, err);
 	h->seq = seq > h->seq ? seq : h->seq;
 	h->applied = a->ok ? a->share : floor;
@@ -268,6 +283,28 @@ static const struct fleet_ask *renew(struct host *h, uint32_t limit, uint32_t fl
     uint32_t ceiling, uint32_t held, uint32_t want)
 {
 	return renew_seq(h, h->seq + 1, limit, floor, ceiling, held, want);
+}
+
+/* h's agent stops, its host on its floor and holding `held`: one last
+ * report, which must be answered. */
+static void leave(struct host *h, uint32_t limit, uint32_t floor, uint32_t ceiling, uint32_t held)
+{
+	struct fleet_ask *a = &h->a;
+
+	memset(a, 0, sizeof(*a));
+	a->comp = COMP;
+	a->limit = limit;
+	a->floor = floor;
+	a->ceiling = ceiling;
+	a->held = held;
+	a->want = held;
+	a->applied = floor;
+	a->leave = true;
+	if (fleet_renew(h->fc, &h->f, &h->me, a, 1, ++h->seq, err, sizeof(err)) != 0)
+		fail_msg("host %s: fleet_renew: %s", h->f.host, err);
+	if (!a->ok || a->share != 0 || strcmp(a->note, "left") != 0)
+		fail_msg("host %s left: ok %d, share %u, \"%s\"", h->f.host, a->ok, a->share, a->note);
+	h->applied = floor;
 }
 
 /* renew, which must be answered (not refused). */
@@ -286,8 +323,9 @@ static uint32_t share_of(struct host *h, uint32_t limit, uint32_t floor, uint32_
 /* What Redis holds of the fleet's hosts, read as `bulkshim fleet --status`
  * reads it: the worst each may have in use until its next call (for a
  * live lease the largest of its share, the limit it applied and what it
- * held; for a lease run out its floor), summed over all hosts and over all
- * but one (but); the sum of the live shares; the latest expiry. */
+ * held; for a lease run out its floor too, since it keeps what it opened),
+ * summed over all hosts and over all but one (but); the sum of the live
+ * shares; the latest expiry. */
 struct tally {
 	const char *but;
 	uint64_t now, worst, others, shares, expires;
@@ -300,13 +338,17 @@ static void count_entry(const struct fleet_entry *e, void *arg)
 	uint64_t w = e->share;
 
 	t->expires = e->expires > t->expires ? e->expires : t->expires;
-	if (e->expires > t->now) {
-		w = e->applied > w ? e->applied : w;
-		w = e->held > w ? e->held : w;
+	w = e->applied > w ? e->applied : w;
+	w = e->held > w ? e->held : w;
+	if (e->expires > t->now)
 		t->shares += e->share;
-	} else {
+	else if (e->old)
 		w = e->floor;
-	}
+	else
+		w = e->floor > w ? e->floor : w;
+	if (e->reserved != w)
+		fail_msg("host %s: fleet_entries says %llu reserved, but it may hold %llu", e->host,
+		    (unsigned long long)e->reserved, (unsigned long long)w);
 	t->worst += w;
 	if (t->but == NULL || strcmp(e->host, t->but) != 0)
 		t->others += w;
@@ -611,9 +653,11 @@ static void a_ceiling_caps_a_share_and_the_rest_goes_to_the_others(void **state)
 
 /* ---- leases that run out ---- */
 
-/* A host that stops calling is on its floor once its lease runs out, and
- * the rest of its share goes to those still calling. */
-static void an_expired_lease_hands_its_share_back(void **state)
+/* A host that stops calling is on its floor once its lease runs out, but
+ * keeps what it opened under its share (a pool, keep-alive): Redis keeps
+ * counting all it may hold, and hands it on only once the host reports it
+ * gone. */
+static void an_expired_lease_keeps_what_the_host_may_hold_until_it_reports(void **state)
 {
 	struct host *a, *b;
 	struct tally t;
@@ -625,24 +669,62 @@ static void an_expired_lease_hands_its_share_back(void **state)
 	born(a, 24, 2, 20, 20);
 	assert_int_equal(share_of(a, 24, 2, 20, 2, 20), 20);
 	assert_int_equal(share_of(b, 24, 2, 20, 0, 20), 4);
+	/* a holds 20 (its share is lowered to 12 for b) and its agent stops
+	 * calling. */
+	assert_int_equal(share_of(a, 24, 2, 20, 20, 20), 12);
 	sleep_ms(LEASE_MS + 100);
-	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 20);
+	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 4);
 	assert_int_equal(b->a.live, 1);
 	assert_int_equal(b->a.known, 2);
 	t = tally(b);
 	assert_int_equal(t.hosts, 2);
-	assert_int_equal(t.shares, 20);
+	assert_int_equal(t.worst, 24);
+	check_call(b, 24, 0);
+	check_total(b, 24, 0);
+	/* a's agent is back: a holds 3 now, and b may have the rest. */
+	a->applied = 2;
+	assert_int_equal(share_of(a, 24, 2, 20, 3, 3), 3);
+	check_call(a, 24, 0);
+	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 20);
 	check_call(b, 24, 0);
 	check_total(b, 24, 0);
 }
 
-/* A host silent for ten leases is forgotten, and its floor comes back:
- * the one left may have all of a limit no larger than its ceiling. */
-static void a_host_silent_for_ten_leases_is_forgotten(void **state)
+/* An agent that stops says what its host holds on its floor: that, not
+ * the share it had, is what Redis counts for it from then on. */
+static void a_stopping_agent_reports_what_its_host_keeps(void **state)
+{
+	struct host *a, *b;
+	struct tally t;
+
+	(void)state;
+	need_redis();
+	a = add_host("a");
+	b = add_host("b");
+	born(a, 24, 2, 20, 20);
+	assert_int_equal(share_of(a, 24, 2, 20, 2, 20), 20);
+	assert_int_equal(share_of(b, 24, 2, 20, 0, 20), 4);
+	leave(a, 24, 2, 20, 5);
+	t = tally(b);
+	assert_int_equal(t.hosts, 2);
+	assert_int_equal(t.worst, 5 + 4);
+	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 19);
+	check_call(b, 24, 0);
+	check_total(b, 24, 0);
+	/* Its floor, when it holds less. */
+	leave(a, 24, 2, 20, 1);
+	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 20);
+	check_total(b, 24, 0);
+	assert_int_equal(tally(b).worst, 2 + 20);
+}
+
+/* A host silent for forget_s is taken for gone: what it may have held and
+ * its floor come back, and the one left may have all of a limit no larger
+ * than its ceiling. Until then, none of it is given away. */
+static void a_host_silent_for_forget_s_is_forgotten(void **state)
 {
 	const uint32_t lease = 300;
 	struct host *a, *b;
-	struct timespec t0, t;
 
 	(void)state;
 	need_redis();
@@ -652,22 +734,51 @@ static void a_host_silent_for_ten_leases_is_forgotten(void **state)
 	assert_int_equal(share_of(a, 24, 2, 24, 2, 24), 24);
 	assert_int_equal(share_of(b, 24, 2, 24, 0, 24), 0);
 	/* b renews every 200 ms (at most 30 times, 6 s): a's lease runs out,
-	 * then, ten leases after a's last call, a is forgotten. */
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	 * then, forget_s (3 s) after a's last call, a is forgotten. */
 	for (int i = 0; i < 30; i++) {
 		sleep_ms(200);
 		share_of(b, 24, 2, 24, b->applied, 24);
 		check_call(b, 24, 0);
-		clock_gettime(CLOCK_MONOTONIC, &t);
+		check_total(b, 24, 0);
 		if (b->a.known == 1)
 			break;
-		/* Known but run out: a's floor is kept from b. */
-		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > 2 * lease)
-			assert_int_equal(b->a.share, 22);
+		/* Known, live or run out: all a may hold is kept from b. */
+		assert_int_equal(b->a.share, 0);
 	}
 	assert_int_equal(b->a.known, 1);
 	assert_int_equal(b->a.share, 24);
 	assert_int_equal(tally(b).hosts, 1);
+}
+
+/* The case of an agent killed while its host keeps long-lived
+ * connections, with three hosts: the others ask for more all the time,
+ * and what all may hold stays within the limit. */
+static void a_silent_host_holding_connections_is_never_given_away(void **state)
+{
+	struct host *h[3];
+	static const char *const names[] = { "a", "b", "c" };
+
+	(void)state;
+	need_redis();
+	for (int i = 0; i < 3; i++)
+		h[i] = add_host(names[i]);
+	born(h[0], 10, 1, 10, 10);
+	for (int round = 0; round < 4; round++)
+		for (int i = 0; i < 3; i++)
+			share_of(h[i], 10, 1, 10, h[i]->applied, 10);
+	/* a's agent dies holding its share; b and c want everything, for
+	 * longer than a lease. */
+	sleep_ms(LEASE_MS / 2);
+	for (int round = 0; round < 8; round++) {
+		for (int i = 1; i < 3; i++) {
+			share_of(h[i], 10, 1, 10, h[i]->applied, 10);
+			check_call(h[i], 10, 0);
+			check_total(h[i], 10, 0);
+		}
+		sleep_ms(LEASE_MS / 4);
+	}
+	assert_int_equal(h[1]->a.live, 2);
+	assert_int_equal(h[1]->a.known, 3);
 }
 
 /* ---- renewals ---- */
@@ -707,9 +818,110 @@ static void a_renewal_moves_the_lease_on_and_a_stale_call_is_refused(void **stat
 	assert_int_equal(t1.worst, 20);
 }
 
-/* Every host of a fleet must have the same fleet_limit: another one is
- * refused while a lease of the first runs, and taken once it has run out. */
-static void another_fleet_limit_is_refused_while_a_lease_of_the_first_runs(void **state)
+/* ---- identities ---- */
+
+/* A second agent that claims a host name another agent holds with a live
+ * lease (another segment: another token) is refused, with a message naming
+ * both; the first keeps its share, and what the second holds on its floor
+ * is counted. Once the first's lease has run out, the name is the second's,
+ * and what the first may still hold stays counted. */
+static void a_second_agent_with_a_name_another_live_agent_holds_is_refused(void **state)
+{
+	struct host *a, *b;
+	const struct fleet_ask *r;
+	struct tally t;
+
+	(void)state;
+	need_redis();
+	a = add_agent("web1", "shop", LEASE_MS, 0);
+	b = add_agent("web1", "cart", LEASE_MS, 0);
+	born(a, 24, 2, 20, 20);
+	assert_int_equal(share_of(a, 24, 2, 20, 2, 20), 20);
+	r = renew(b, 24, 2, 20, 2, 20);
+	assert_false(r->ok);
+	assert_true(r->refused);
+	if (strstr(r->note, "held by another live agent") == NULL ||
+	    strstr(r->note, a->me.agent) == NULL || strstr(r->note, b->me.agent) == NULL)
+		fail_msg("a second agent of one name: \"%s\"", r->note);
+	assert_int_equal(b->applied, 2);
+	/* a may hold 20 beside b's floor of 2. */
+	assert_int_equal(share_of(a, 24, 2, 20, 20, 20), 20);
+	check_call(a, 24, 0);
+	a->applied = 20;
+	t = tally(a);
+	assert_int_equal(t.hosts, 2);
+	assert_int_equal(t.shares, 20);
+	assert_int_equal(t.worst, 22);
+	/* a falls silent: once its lease has run out, b has the name. */
+	sleep_ms(LEASE_MS + 100);
+	r = renew(b, 24, 2, 20, 2, 20);
+	assert_true(r->ok);
+	assert_int_equal(r->share, 4);
+	check_call(b, 24, 0);
+	check_total(b, 24, 0);
+}
+
+/* An agent restarted for the same segment (same token) takes its entry
+ * back at once, its lease still running. */
+static void a_restarted_agent_of_the_same_segment_takes_its_name_back(void **state)
+{
+	struct host *a, *again;
+	struct tally t;
+
+	(void)state;
+	need_redis();
+	a = add_agent("web1", "shop", LEASE_MS, 0);
+	again = add_agent("web1", "shop", LEASE_MS, 0);
+	born(a, 24, 2, 20, 20);
+	assert_int_equal(share_of(a, 24, 2, 20, 5, 20), 20);
+	/* Its calls are numbered from the wall clock: above the old agent's. */
+	again->seq = a->seq + 1000;
+	again->applied = 20;
+	assert_int_equal(share_of(again, 24, 2, 20, 5, 20), 20);
+	t = tally(again);
+	assert_int_equal(t.hosts, 1);
+	assert_int_equal(t.worst, 20);
+}
+
+/* An entry an agent older than tokens left ("h:<host>", no token) is
+ * counted as that agent counted it: once its lease has run out, its floor
+ * only, so that an upgraded fleet does not hold back its own old entries. */
+static void an_entry_of_an_agent_without_a_token_counts_its_floor_once_run_out(void **state)
+{
+	struct host *a;
+	redisContext *rc;
+	redisReply *r;
+	char key[BS_NAME_MAX * 2 + 32], val[128];
+	unsigned long long now;
+
+	(void)state;
+	need_redis();
+	a = add_host("a");
+	born(a, 24, 2, 24, 24);
+	rc = redisConnectUnix(sock);
+	assert_true(rc != NULL && rc->err == 0);
+	r = redisCommand(rc, "TIME");
+	assert_true(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	now = strtoull(r->element[0]->str, NULL, 10) * 1000 +
+	    strtoull(r->element[1]->str, NULL, 10) / 1000;
+	freeReplyObject(r);
+	/* Share 10, held 10, its lease run out a moment ago. */
+	snprintf(val, sizeof(val), "10 10 10 10 2 24 %llu %llu 1 24", now - 1, now - 1);
+	fleet_key(fleet, COMP, key, sizeof(key));
+	r = redisCommand(rc, "HSET %s h:old %s", key, val);
+	assert_true(r != NULL && r->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(r);
+	redisFree(rc);
+	assert_int_equal(share_of(a, 24, 2, 24, 2, 24), 22);
+	check_total(a, 24, 0);
+}
+
+/* ---- fleet_limit ---- */
+
+/* Hosts with different fleet_limit: the lowest of the live hosts' is in
+ * force, whichever called first; every host is told which, and what all
+ * may hold settles within it. */
+static void the_lowest_fleet_limit_of_the_live_hosts_is_in_force(void **state)
 {
 	struct host *a, *b;
 	const struct fleet_ask *r;
@@ -718,17 +930,69 @@ static void another_fleet_limit_is_refused_while_a_lease_of_the_first_runs(void 
 	need_redis();
 	a = add_host("a");
 	b = add_host("b");
-	born(a, 24, 2, 20, 20);
-	assert_int_equal(share_of(a, 24, 2, 20, 2, 20), 20);
-	r = renew(b, 30, 2, 20, 0, 20);
-	assert_false(r->ok);
-	assert_true(r->refused);
-	if (strstr(r->note, "every host of a fleet must set the same fleet_limit") == NULL)
-		fail_msg("another fleet_limit: \"%s\"", r->note);
-	assert_int_equal(b->applied, 2);
-	sleep_ms(LEASE_MS + 100);
-	assert_int_equal(share_of(b, 30, 2, 20, 0, 20), 20);
-	check_call(b, 30, 0);
+	born(a, 12, 2, 20, 20);
+	assert_int_equal(share_of(a, 12, 2, 20, 2, 20), 12);
+	/* b says 6: a's 12 is too much now, and b gets nothing beside it. */
+	r = renew(b, 6, 2, 20, 0, 20);
+	assert_true(r->ok);
+	assert_int_equal(r->in_force, 6);
+	assert_string_equal(r->lowest, "b");
+	assert_int_equal(r->share, 0);
+	/* a was given its 12 under the old limit: b's nothing fits beside it. */
+	check_call(b, 12, 0);
+	for (int round = 0; round < 6; round++) {
+		r = renew(a, 12, 2, 20, a->applied, 20);
+		assert_true(r->ok);
+		assert_int_equal(r->in_force, 6);
+		assert_string_equal(r->lowest, "b");
+		check_call(a, 6, 0);
+		share_of(b, 6, 2, 20, b->applied, 20);
+		check_call(b, 6, 0);
+	}
+	check_total(a, 6, 0);
+	assert_int_equal(a->a.share, 3);
+	assert_int_equal(b->a.share, 3);
+}
+
+/* A raised fleet_limit, taken host by host: the fleet keeps the old one
+ * until every live host has the new one, and no host is put on its floor
+ * meanwhile; then the new one is in force. */
+static void a_rolling_change_of_fleet_limit_keeps_the_shares(void **state)
+{
+	struct host *h[3];
+	static const char *const names[] = { "a", "b", "c" };
+
+	(void)state;
+	need_redis();
+	for (int i = 0; i < 3; i++)
+		h[i] = add_host(names[i]);
+	born(h[0], 24, 2, 20, 20);
+	for (int round = 0; round < 4; round++)
+		for (int i = 0; i < 3; i++)
+			share_of(h[i], 24, 2, 20, h[i]->applied, 20);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(h[i]->a.share, 8);
+	/* One host after the other says 30. */
+	for (int changed = 1; changed <= 3; changed++) {
+		for (int round = 0; round < 3; round++) {
+			for (int i = 0; i < 3; i++) {
+				uint32_t lim = i < changed ? 30 : 24;
+				uint32_t in_force = changed == 3 ? 30 : 24;
+				const struct fleet_ask *r = renew(h[i], lim, 2, 20, h[i]->applied, 20);
+
+				assert_true(r->ok);
+				if (changed < 3 || round > 0)
+					assert_int_equal(r->in_force, in_force);
+				if (r->share < 8)
+					fail_msg("%d hosts changed: host %s put on %u", changed, names[i],
+					    r->share);
+				check_call(h[i], r->in_force, 0);
+				check_total(h[i], r->in_force, 0);
+			}
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(h[i]->a.share, 10);
 }
 
 int main(void)
@@ -743,10 +1007,16 @@ int main(void)
 		T(when_the_floors_pass_the_limit_a_host_gets_what_is_left),
 		T(max_hosts_holds_back_the_floors_of_hosts_not_heard_from),
 		T(a_ceiling_caps_a_share_and_the_rest_goes_to_the_others),
-		T(an_expired_lease_hands_its_share_back),
-		T(a_host_silent_for_ten_leases_is_forgotten),
+		T(an_expired_lease_keeps_what_the_host_may_hold_until_it_reports),
+		T(a_stopping_agent_reports_what_its_host_keeps),
+		T(a_host_silent_for_forget_s_is_forgotten),
+		T(a_silent_host_holding_connections_is_never_given_away),
 		T(a_renewal_moves_the_lease_on_and_a_stale_call_is_refused),
-		T(another_fleet_limit_is_refused_while_a_lease_of_the_first_runs),
+		T(a_second_agent_with_a_name_another_live_agent_holds_is_refused),
+		T(a_restarted_agent_of_the_same_segment_takes_its_name_back),
+		T(an_entry_of_an_agent_without_a_token_counts_its_floor_once_run_out),
+		T(the_lowest_fleet_limit_of_the_live_hosts_is_in_force),
+		T(a_rolling_change_of_fleet_limit_keeps_the_shares),
 	};
 #undef T
 
