@@ -656,9 +656,10 @@ slot_release(struct seg *s, uint32_t slot, bool reclaimed)
 		return;
 	}
 	/* A copy may live on where no record shows it: the kernel says when
-	 * it is gone (reconcile.c). */
-	if (used == SLOT_WATCHED)
-		atomic_compare_exchange_strong(&s->slots[slot].state, &used, SLOT_KERNEL);
+	 * it is gone (reconcile.c), at the next connect that needs it. */
+	if (used == SLOT_WATCHED &&
+	    atomic_compare_exchange_strong(&s->slots[slot].state, &used, SLOT_KERNEL))
+		reconcile_soon();
 }
 
 bool
