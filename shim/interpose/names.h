@@ -103,6 +103,9 @@ typedef void (*bs_sighandler)(int);
 	    const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,	\
 	    char *const argv[], char *const envp[]), (pid, file, fa, attr, argv, envp),	\
 	    ENOSYS)									\
+	X(TRAMP, popen, popen, void *, (const char *cmd, const char *mode), (cmd, mode),	\
+	    FB_ENOSYS(NULL))								\
+	X(TRAMP, system, system, int, (const char *cmd), (cmd), FB_ENOSYS(-1))	\
 	X(HAND, clone, clone, int, (int (*fn)(void *), void *stack, int flags, void *arg, ...),	\
 	    (), 0)									\
 	X(TRAMP, sigaction, sigaction, int, (int sig, const struct sigaction *act,	\

@@ -1,8 +1,10 @@
-/* spawn.c - processes made: fork with its bookkeeping; vfork, posix_spawn, _Fork and clone watch what the child may inherit and raise the unseen count (procid.c). */
+/* spawn.c - processes made: fork with its bookkeeping; vfork, posix_spawn, popen, system, _Fork and clone watch what the child may inherit. */
 #include <errno.h>
 #include <sched.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -141,6 +143,32 @@ posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *act
 
 	spawn_done(prepared);
 	return r;
+}
+
+/* popen and system: glibc makes their child with its internal posix_spawn,
+ * which no wrapper sees. popen returns once the child has exec'd, as
+ * posix_spawn does. */
+BS_EXPORT FILE *
+popen(const char *cmd, const char *mode)
+{
+	bool prepared = spawn_prepare();
+	FILE *f = real.popen(cmd, mode);
+
+	spawn_done(prepared);
+	return f;
+}
+
+/* system() returns only when the command has finished: the gate cannot
+ * stay closed that long (every connect of the program's other threads
+ * would wait for it), so it opens again before the child is made. What
+ * this process holds is watched and its fresh marks cleared all the same;
+ * a socket another thread makes and connects in the few microseconds
+ * before the child is made is not watched. */
+BS_EXPORT int
+system(const char *cmd)
+{
+	spawn_done(spawn_prepare());
+	return real.system(cmd);
 }
 
 BS_EXPORT pid_t

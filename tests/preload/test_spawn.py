@@ -1,4 +1,4 @@
-"""test_spawn.py - children made without fork() (vfork, posix_spawn, clone, _Fork) and forks the process table cannot record: the parent's close keeps the permit while the child has the socket."""
+"""test_spawn.py - children made without fork() (vfork, posix_spawn, popen, system, clone, _Fork) and forks the process table cannot record: the parent's close keeps the permit while the child has the socket."""
 
 import errno
 import time
@@ -204,6 +204,92 @@ def test_an_os_posix_spawn_child_without_the_library_keeps_the_permit():
 
 def test_an_os_posix_spawn_child_with_the_library_keeps_the_permit():
     _python_spawn("os_posix_spawn", False)
+
+
+# ---- the C library's popen() and system(), through ctypes ----
+
+# Run inside the agent: libc's popen and system as the program's own calls
+# (dlsym finds the library's wrappers first, as the program's PLT would),
+# the environment without the library if bare, and the agent's one child.
+LIBC = """
+import ctypes, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.popen.restype = ctypes.c_void_p
+libc.popen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.system.argtypes = [ctypes.c_char_p]
+def child_pid():
+    me = str(os.getpid())
+    for p in os.listdir('/proc'):
+        if p.isdigit():
+            try:
+                with open('/proc/%s/stat' % p) as f:
+                    if f.read().rsplit(')', 1)[1].split()[1] == me:
+                        return int(p)
+            except OSError:
+                pass
+    return None
+def wait_child():
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5:
+        pid = child_pid()
+        if pid is not None:
+            return pid
+        time.sleep(0.005)
+    raise RuntimeError('no child')
+"""
+
+# The socket is made inheritable: popen's and system's children get every
+# descriptor that is not close-on-exec.
+LIBC_SPAWNS = {
+    "popen": "FP = libc.popen(b'exec sleep 3600', b'r'); s.close(); CHILD = wait_child()",
+    # system() returns when the command ends: a thread of the agent waits
+    # in it, and the socket is closed once the child exists.
+    "system": "threading.Thread(target=libc.system, args=(b'exec sleep 3600',), daemon=True)"
+              ".start(); CHILD = wait_child(); s.close()",
+}
+
+
+def _libc_spawn(how, bare):
+    srv, shim = _setup()
+    a = Agent(shim.env(log="off"))
+    a.call(LIBC)
+    a.call("s = socket.create_connection(('127.0.0.1', %d)); os.set_inheritable(s.fileno(), True)"
+           % srv.port)
+    srv.wait_live(1)
+    if bare:
+        a.call("libc.unsetenv(b'LD_PRELOAD')")
+    a.call(LIBC_SPAWNS[how])
+
+    def attempt():
+        r = a("attempt(('127.0.0.1', %d))" % srv.port)
+        if r["ok"]:
+            return r["fd"]
+        assert r["errno"] == errno.ECONNREFUSED, "%s: the connect failed with %r" % (how, r)
+        return None
+
+    def close(fd):
+        a.call("close(%d)" % fd)
+
+    why = "%s child (%s)" % (how, "without the library" if bare else "with the library")
+    _refused_while_the_child_holds(srv, attempt, close, why)
+    a.call("os.kill(CHILD, 9)")
+    if how == "popen":
+        a.call("os.waitpid(CHILD, 0)")
+    _admitted_after_the_child(srv, attempt, close, why)
+    shim.wait("p", "in_use", 0, timeout=3)
+    assert a.finish() == 0
+
+
+def test_a_popen_child_without_the_library_keeps_the_permit():
+    _libc_spawn("popen", True)
+
+
+def test_a_popen_child_with_the_library_keeps_the_permit():
+    _libc_spawn("popen", False)
+
+
+def test_a_system_child_without_the_library_keeps_the_permit():
+    _libc_spawn("system", True)
 
 
 # ---- fork with the process table full ----
