@@ -7,7 +7,8 @@
 #
 #   make chaos           8 processes x 16 threads, kills, forks and execs, 20 s; again
 #                        with the three compartments in one pool (-P), and with
-#                        socket and process tables too small for them (-T)
+#                        socket and process tables too small for them (-T), and
+#                        with children made by posix_spawn and vfork (-S)
 #   make chaos-short     the same for a few seconds (part of `make test`)
 #   make check-sanitize  units + integration suite under ASan/UBSan, threaded units under TSan
 #   make fuzz            each libFuzzer target for FUZZ_SECONDS (default 60)
@@ -39,10 +40,12 @@ chaos: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -P
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -A -P
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -T 24,6
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -S
 chaos-short: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS)
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -P
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -A
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -S
 
 # The hostile-segment and permission tests alone.
 hostile: all $(HELPERS)

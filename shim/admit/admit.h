@@ -500,6 +500,15 @@ void proc_fork_prepare(struct seg *s, struct proc_fork *f);
  * descriptors and adopts what it still can with proc_adopt. */
 bool proc_fork_child(struct seg *s, const struct proc_fork *f);
 void proc_fork_parent(struct seg *s, const struct proc_fork *f, pid_t pid);
+/* A child made without fork() (vfork, posix_spawn, clone, _Fork) gets no
+ * record: nothing in the tables will say what it inherited. Before it is
+ * made, proc_spawn_prepare closes the gate (as fork does) and watches every
+ * slot this process holds (slot_watch), so that no close of ours gives back
+ * a permit the child may still hold: the reconcile does, once the kernel
+ * has no file of the socket left. proc_spawn_done, in the parent after the
+ * call, opens the gate. */
+void proc_spawn_prepare(struct seg *s);
+void proc_spawn_done(struct seg *s);
 /* Adopts the record this PID had before exec (same start time) and slots of
  * inherited descriptors; `cb` is told each descriptor that refers to a slot.
  * Slots of the old image without a descriptor left are dropped. */
@@ -538,6 +547,11 @@ int reconcile_class_full(struct seg *s, const struct seg_comp *c);
  * no file refers to go back. Returns the permits given back. Part of
  * reconcile_run; alone at attach, before leftovers are reset. */
 int reconcile_kernel_held(struct seg *s);
+/* A slot of this process's was just left to the kernel (SLOT_KERNEL): the
+ * next reconcile of this process runs unthrottled, so that a connect that
+ * finds its compartment full right after the close asks the kernel at
+ * once. Async-signal-safe (one store). */
+void reconcile_soon(void);
 /* The socket table has no free slot: reclaims dead holders and reconciles
  * every hold, and the slots no process the tables know holds any more
  * (each throttled), after which the claim is tried once more. */

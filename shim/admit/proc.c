@@ -318,6 +318,12 @@ gate_wait(struct seg *s)
 {
 	uint64_t deadline = 0;
 
+	/* A process that shares our memory but is not us (a vfork or clone
+	 * child, while our gate is closed around its making), or a copy made
+	 * while it was (clone, _Fork): its descriptors are not the tables',
+	 * and nobody would ever open the gate for it. */
+	if (sys_getpid() != s->my_pid)
+		return;
 	atomic_fetch_sub(&s->busy, 1);
 	for (;;) {
 		atomic_fetch_add(&s->busy, 1);
@@ -379,25 +385,33 @@ proc_gate_close(struct seg *s)
 		    "permit; the child's holds may miss it", GATE_WAIT_MS);
 }
 
+/* Every slot record rec holds becomes watched (slot_watch): a child the
+ * tables cannot name may hold its socket, so its permits stay until the
+ * kernel has no file of it left. */
+static void
+watch_all(struct seg *s, uint32_t rec)
+{
+	for (uint32_t slot = 0; slot < s->nslots; slot++) {
+		if (slot_held_by(s, rec, slot))
+			slot_watch(s, slot);
+	}
+}
+
 /*
  * A fork whose child gets no record (the process table is full): nothing
  * in the tables will say that the child holds what it inherits, so the
  * parent closing its copies would give their permits back while the
- * child's copies are open. Every slot the parent holds is watched instead
- * (slot_watch): its permits stay until the kernel has no file of its
- * socket left. Said at most once a second per process.
+ * child's copies are open. Every slot the parent holds is watched instead.
+ * Said at most once a second per process.
  */
 static void
 fork_unrecorded(struct seg *s, uint32_t rec)
 {
 	static _Atomic uint64_t said_ms;
 	uint64_t now = now_mono_ms(), last = atomic_load(&said_ms);
-
-	for (uint32_t slot = 0; slot < s->nslots; slot++) {
-		if (slot_held_by(s, rec, slot))
-			slot_watch(s, slot);
-	}
 	char name[BS_NAME_MAX];
+
+	watch_all(s, rec);
 
 	if ((last != 0 && now - last < 1000) || !atomic_compare_exchange_strong(&said_ms, &last, now))
 		return;
@@ -439,6 +453,38 @@ proc_fork_prepare(struct seg *s, struct proc_fork *f)
 		if (slot_held_by(s, (uint32_t)rec, slot))
 			slot_hold_add(s, (uint32_t)child, slot);
 	}
+}
+
+/*
+ * Every slot is watched, not only those whose descriptors the child could
+ * inherit: this process cannot tell which those are. Close-on-exec in the
+ * parent says nothing about the child (CPython's subprocess clears it on
+ * the child's copies of pass_fds; a posix_spawn file action dup2s a
+ * close-on-exec socket to a number that survives exec), a vfork or clone
+ * child may run any code before it execs or instead of it, and a thread of
+ * ours may close its copy while the child still has one. A slot watched
+ * for nothing costs only time: when its last holder drops it, its permit
+ * waits for the next reconcile, which the first connect to find its
+ * compartment full runs. The gate stays closed until proc_spawn_done, so
+ * no thread takes a slot between the watch and the child's copy of the
+ * descriptors that the watch missed (an unconnected socket connected
+ * meanwhile takes a watched slot: the caller clears its fresh marks).
+ */
+void
+proc_spawn_prepare(struct seg *s)
+{
+	int rec;
+
+	proc_gate_close(s);
+	rec = atomic_load(&s->rec);
+	if (rec >= 0)
+		watch_all(s, (uint32_t)rec);
+}
+
+void
+proc_spawn_done(struct seg *s)
+{
+	seg_dec_floor(&s->forking);
 }
 
 /* Writes pid into record f->rec if it is still the record of generation

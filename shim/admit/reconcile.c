@@ -416,6 +416,12 @@ reconcile_run(struct seg *s, const struct seg_comp *c)
 	return n;
 }
 
+void
+reconcile_soon(void)
+{
+	atomic_store(&last_run_ms, 0);
+}
+
 /* A reconcile of compartment comp (all if comp < 0), at most every
  * RECONCILE_EVERY_MS per process. Returns the permits given back. */
 static int

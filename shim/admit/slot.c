@@ -646,6 +646,19 @@ release_claimed(struct seg *s, uint32_t slot, uint32_t busy, bool reclaimed)
 	atomic_compare_exchange_strong(&sl->state, &busy, SLOT_FREE);
 }
 
+/* A watched slot's last known holder dropped it: a copy may live on where
+ * no record shows it, and the kernel says when it is gone (reconcile.c),
+ * asked at this process's next connect that needs the permit. Out of line:
+ * the common release never comes here. */
+static __attribute__((noinline, cold)) void
+leave_to_kernel(struct seg *s, uint32_t slot)
+{
+	uint32_t used = SLOT_WATCHED;
+
+	if (atomic_compare_exchange_strong(&s->slots[slot].state, &used, SLOT_KERNEL))
+		reconcile_soon();
+}
+
 void
 slot_release(struct seg *s, uint32_t slot, bool reclaimed)
 {
@@ -655,10 +668,8 @@ slot_release(struct seg *s, uint32_t slot, bool reclaimed)
 		release_claimed(s, slot, busy, reclaimed);
 		return;
 	}
-	/* A copy may live on where no record shows it: the kernel says when
-	 * it is gone (reconcile.c). */
 	if (used == SLOT_WATCHED)
-		atomic_compare_exchange_strong(&s->slots[slot].state, &used, SLOT_KERNEL);
+		leave_to_kernel(s, slot);
 }
 
 bool

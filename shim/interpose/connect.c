@@ -150,27 +150,31 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 /*
  * The slot fd's socket is admitted in: a pending one that a fork made for it
  * (then *shared is true), or a new one, watched unless the socket is fresh
- * from this process's socket() since its last fork (one made before a fork
- * that gave it no pending slot may be open in another process too). Either
- * way the slot is in the table before the fork gate opens again, so a fork
- * copies both or neither. -ENOSPC with *why if the segment's tables are
- * full. fd is one that fdt_valid passed.
+ * from this process's socket() since its last fork or spawn (one made
+ * before a fork that gave it no pending slot, or before a child made
+ * without fork, may be open in another process too). The mark is read
+ * here, inside the gate: a fork or spawn that ran since the caller's look
+ * has cleared it. Either way the slot is in the table before the fork
+ * gate opens again, so a fork copies both or neither. -ENOSPC with *why if
+ * the segment's tables are full. fd is one that fdt_valid passed.
  */
 static int
-claim_slot(int fd, uint64_t ino, bool fresh, struct seg_comp *c, bool *shared,
+claim_slot(int fd, uint64_t ino, struct seg_comp *c, bool *shared,
     enum bs_reason *why)
 {
+	uint64_t ent;
 	uint32_t e;
 	int slot = -ESTALE;
 
 	proc_gate_enter(shim.seg);
-	e = (uint32_t)fdt_entry_valid(fd);
+	ent = fdt_entry_valid(fd);
+	e = (uint32_t)ent;
 	if (e != 0 && slot_pending(shim.seg, e - 1) &&
 	    atomic_load(&seg_slot(shim.seg, e - 1)->inode) == ino)
 		slot = permit_share(shim.seg, e - 1, ino, why);
 	*shared = slot >= 0;
 	if (slot == -ESTALE) {
-		slot = permit_claim(shim.seg, c, ino, !fresh, why);
+		slot = permit_claim(shim.seg, c, ino, ent != FDT_FRESH, why);
 		if (slot >= 0)
 			slot_drop(shim.seg, fdt_set_valid(fd, (uint32_t)slot) - 1);
 	}
@@ -263,7 +267,7 @@ shim_admit(int fd, const struct sockaddr *sa, socklen_t len, const char *what,
 	if (!got->fresh &&
 	    (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_STREAM))
 		return TAKE_PASS;
-	slot = claim_slot(fd, (uint64_t)st.st_ino, got->fresh, c, &shared, &why);
+	slot = claim_slot(fd, (uint64_t)st.st_ino, c, &shared, &why);
 	if (slot < 0) {
 		stat_refused(shim.seg, c, why);
 	} else {

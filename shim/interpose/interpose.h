@@ -83,6 +83,12 @@ extern _Atomic int shim_unseen BS_HIDDEN;
 #pragma GCC diagnostic ignored "-Wattributes"
 BS_LTO_INLINE bool shim_foreign(void);
 #pragma GCC diagnostic pop
+/* spawn.c: a child made without the fork wrapper is about to be made, by
+ * this process: what it may inherit is watched (see spawn.c). True if the
+ * caller must call spawn_done(true) after the call, in the parent. Both
+ * keep errno. */
+bool spawn_prepare(void);
+void spawn_done(bool prepared);
 /* Registers the fork handler that marks children of unseen forks. */
 void shim_watch_forks(void);
 /* In the child of the fork wrapper: it is seen; shim.pid becomes its pid. */

@@ -22,6 +22,8 @@
  * these), and tests/preload/test_exports.py holds `nm -D` and the list in
  * libbulkshim(7) to this file.
  */
+#include <spawn.h>
+
 /* signal()'s type, which the list cannot write as `ret`. */
 typedef void (*bs_sighandler)(int);
 
@@ -93,6 +95,17 @@ typedef void (*bs_sighandler)(int);
 	X(TRAMP, read_chk, __read_chk, ssize_t, (int fd, void *buf, size_t n, size_t buflen),	\
 	    (fd, buf, n, buflen), FB_CHECKED(n, buflen, tr_read(fd, buf, n)))		\
 	X(TRAMP, _Fork, _Fork, pid_t, (void), (), FB_ENOSYS(-1))			\
+	X(TRAMP, posix_spawn, posix_spawn, int, (pid_t *pid, const char *path,		\
+	    const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,	\
+	    char *const argv[], char *const envp[]), (pid, path, fa, attr, argv, envp),	\
+	    ENOSYS)									\
+	X(TRAMP, posix_spawnp, posix_spawnp, int, (pid_t *pid, const char *file,	\
+	    const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,	\
+	    char *const argv[], char *const envp[]), (pid, file, fa, attr, argv, envp),	\
+	    ENOSYS)									\
+	X(TRAMP, popen, popen, void *, (const char *cmd, const char *mode), (cmd, mode),	\
+	    FB_ENOSYS(NULL))								\
+	X(TRAMP, system, system, int, (const char *cmd), (cmd), FB_ENOSYS(-1))	\
 	X(HAND, clone, clone, int, (int (*fn)(void *), void *stack, int flags, void *arg, ...),	\
 	    (), 0)									\
 	X(TRAMP, sigaction, sigaction, int, (int sig, const struct sigaction *act,	\

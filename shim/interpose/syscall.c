@@ -81,19 +81,24 @@ call_copy(long n, const long a[6], bool over)
 
 /* fork and clone by number: the child is one the fork wrapper did not
  * prepare, so shim_foreign() asks the kernel for the pid while it may run
- * (as clone() in spawn.c does). A child sharing our memory for good keeps
- * the count raised. */
+ * (as clone() in spawn.c does), and what it may inherit is watched
+ * (spawn_prepare) unless it shares our descriptor table. A child sharing
+ * our memory for good keeps the count raised. */
 static long
 call_spawn(long n, const long a[6], unsigned long flags)
 {
+	bool prepared = !(flags & CLONE_FILES) && spawn_prepare();
 	long r;
 	int saved;
 
 	atomic_fetch_add(&shim_unseen, 1);
 	r = call_forward(n, a);
 	saved = errno;
-	if (r != 0 && (!(flags & CLONE_VM) || (flags & CLONE_VFORK) || r < 0))
-		atomic_fetch_sub(&shim_unseen, 1);
+	if (r != 0) {
+		if (!(flags & CLONE_VM) || (flags & CLONE_VFORK) || r < 0)
+			atomic_fetch_sub(&shim_unseen, 1);
+		spawn_done(prepared);
+	}
 	errno = saved;
 	return r;
 }

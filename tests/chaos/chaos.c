@@ -30,7 +30,7 @@
 
 /*
  * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-P] [-K] [-D]
- *        [-k] [-A] [-T SOCKETS,PROCESSES]
+ *        [-k] [-A] [-T SOCKETS,PROCESSES] [-S]
  *
  * Starts a loopback server per compartment (and one no rule matches), writes
  * a config giving the compartments limits L0..L2, and runs PROCS workers of
@@ -80,6 +80,13 @@
  * -T gives the segment small tables (max_sockets, max_processes), so that
  * forks share unconnected sockets without pending slots and children get
  * no process record: their sockets' permits must then wait for the kernel.
+ *
+ * -S has the workers also make children without fork(), with posix_spawn
+ * and vfork (chaos_worker.c's op_spawn): the children keep, use or close
+ * the sockets they inherit, exec a worker image or sleep under the shim or
+ * without it, or exit, while their parent closes its copies. Permits of
+ * sockets a child may still have wait for the kernel (the reconcile): the
+ * same witness and the same settle check hold.
  *
  * -k runs the workers under the kernel engine instead of the shim: in a
  * cgroup of their own with `bulkshim attach`, no preload, and with sockets
@@ -144,6 +151,7 @@ static _Atomic long long accepted_total, lag_events, checks, overshoot_events;
 static _Atomic int worst_overshoot, live_now[CHAOS_SERVERS];
 static _Atomic int witness_stop;
 static bool freeze_on_overshoot;	/* -D: stop every worker at the first overshoot */
+static bool spawning;			/* -S: workers spawn children without fork() */
 static bool no_kills;			/* -K: workers end only by themselves */
 static void freeze_workers(void);
 static void show_worker_log(void);
@@ -619,6 +627,8 @@ start_worker(void)
 		int fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 
 		setpgid(0, 0);
+		if (spawning)
+			setenv("CHAOS_SPAWN", "1", 1);
 		if (fd >= 0) {
 			dup2(fd, 2);
 			close(fd);
@@ -977,6 +987,16 @@ show_worker_log(void)
 		printf("chaos: (no worker log)\n");
 }
 
+/* -S: what the workers spawned; a run that spawned nothing tested nothing. */
+static void
+spawn_report(int *status)
+{
+	printf("chaos: %llu children made with posix_spawn or vfork\n",
+	    (unsigned long long)k(K_SPAWN));
+	if (k(K_SPAWN) == 0)
+		*status = 1;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -990,8 +1010,11 @@ main(int argc, char **argv)
 	struct rlimit rl;
 
 	seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	while ((c = getopt(argc, argv, "b:t:p:n:s:l:T:DKPkA")) != -1) {
+	while ((c = getopt(argc, argv, "b:t:p:n:s:l:T:DKPkAS")) != -1) {
 		switch (c) {
+		case 'S':
+			spawning = true;
+			break;
 		case 'A':
 			adaptive = true;
 			break;
@@ -1197,6 +1220,8 @@ main(int argc, char **argv)
 	if (kernel_mode)
 		printf("chaos: %llu sockets handed to a child with SCM_RIGHTS\n",
 		    (unsigned long long)k(K_PASS));
+	if (spawning)
+		spawn_report(&status);
 	printf("chaos: witness: %lld connections accepted, %lld checks (one per accept in a limited "
 	    "compartment), %lld lag events (a close not yet seen), peak live c0=%d c1=%d c2=%d "
 	    "(confirmed open %d/%d/%d)\n",
@@ -1268,6 +1293,6 @@ main(int argc, char **argv)
 	return status;
 usage:
 	fprintf(stderr, "usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] "
-	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-A] [-T SOCKETS,PROCESSES]\n");
+	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-A] [-T SOCKETS,PROCESSES] [-S]\n");
 	return 2;
 }

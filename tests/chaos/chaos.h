@@ -51,6 +51,7 @@ enum chaos_counter {
 	K_EXIT,			/* workers that ended with exit() */
 	K_UNDERSCORE_EXIT,	/* workers that ended with _exit() */
 	K_PASS,			/* sockets handed to a child with SCM_RIGHTS (-k) */
+	K_SPAWN,		/* children made with posix_spawn or vfork (-S) */
 	K_MAX
 };
 

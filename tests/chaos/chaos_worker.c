@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -442,6 +443,117 @@ op_pass(struct thr *t)
 		;
 }
 
+/*
+ * With -S (CHAOS_SPAWN set): children made without fork(), as CPython's
+ * subprocess, Java and glibc's posix_spawn make them. The child inherits
+ * every socket of this process that is not close-on-exec (and, through a
+ * file action, one that is), and either execs a short-lived worker image
+ * under the shim (which adopts, uses and closes what it inherited), or
+ * sleep for up to 40 ms with or without the shim (which keeps it all until
+ * it exits), or, made by vfork, closes some of this thread's sockets in its
+ * own table and exits. Meanwhile the parent closes some of its copies, which
+ * the child may still have, and then waits for it.
+ */
+static bool spawn_on;
+static char **bare_env;		/* environ without LD_PRELOAD */
+extern char **environ;
+
+static void
+spawn_setup(void)
+{
+	int n = 0, k = 0;
+
+	spawn_on = getenv("CHAOS_SPAWN") != NULL;
+	if (!spawn_on)
+		return;
+	while (environ[n] != NULL)
+		n++;
+	bare_env = calloc((size_t)n + 1, sizeof(char *));
+	if (bare_env == NULL) {
+		spawn_on = false;
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+			bare_env[k++] = environ[i];
+	}
+}
+
+/* The vfork child: shares our memory, so it only closes, execs or exits. */
+static void
+vfork_child(unsigned what, const int *closing, int nclose, char **argv, char **sleep_argv)
+{
+	for (int i = 0; i < nclose; i++)
+		close(closing[i]);
+	if (what == 2)
+		execv(self_path, argv);
+	else if (what == 3)
+		execve("/bin/sleep", sleep_argv, bare_env);
+	_exit(0);
+}
+
+static void
+op_spawn(struct thr *t)
+{
+	char bufs[4][32], *argv[10], nap[16];
+	char *sleep_argv[] = { "sleep", nap, NULL };
+	int closing[HELD_MAX + RANGE_LEN], nclose = 0, st, err = 0, b;
+	unsigned what = pick(t, 6);
+	posix_spawn_file_actions_t fa;
+	pid_t pid = -1;
+
+	if (child_mode)
+		return;
+	snprintf(nap, sizeof(nap), "0.0%02u", 1 + pick(t, 40));
+	next_argv(t, argv, bufs, "child", 5 + (long)pick(t, 60));
+	for (int i = 0; i < t->nheld; i++) {
+		if (pick(t, 3) == 0)
+			closing[nclose++] = t->held[i];
+	}
+	switch (what) {
+	case 0:
+		err = posix_spawn(&pid, self_path, NULL, NULL, argv, environ);
+		break;
+	case 1:
+		/* sleep without the shim: some of our sockets closed in the
+		 * child, one (close-on-exec or not) copied to a free number. */
+		if (posix_spawn_file_actions_init(&fa) != 0)
+			return;
+		/* The copy first: its source may be one of those closed. */
+		if (t->nheld > 0 && (b = fresh_number(t)) >= 0)
+			posix_spawn_file_actions_adddup2(&fa, t->held[pick(t, (unsigned)t->nheld)], b);
+		for (int i = 0; i < nclose; i++)
+			posix_spawn_file_actions_addclose(&fa, closing[i]);
+		err = posix_spawnp(&pid, "sleep", &fa, NULL, sleep_argv, bare_env);
+		posix_spawn_file_actions_destroy(&fa);
+		break;
+	case 5:
+		err = posix_spawn(&pid, "/bin/sleep", NULL, NULL, sleep_argv, environ);
+		break;
+	default:
+		pid = vfork();
+		if (pid == 0)
+			vfork_child(what, closing, nclose, argv, sleep_argv);
+		break;
+	}
+	if (err != 0 || pid < 0) {
+		fprintf(stderr, "chaos_worker: spawn %u failed: %s\n", what,
+		    strerror(err != 0 ? err : errno));
+		return;
+	}
+	count(K_SPAWN);
+	for (int i = 0; i < t->nheld;) {
+		if (pick(t, 3) == 0) {
+			close(take_at(t, i));
+			count(K_CLOSE);
+		} else {
+			i++;
+		}
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+}
+
 /* The whole process execs a new image of itself; some of this thread's
  * sockets lose close-on-exec so that they live on in it. */
 static void
@@ -518,6 +630,8 @@ one_op(struct thr *t)
 		op_exec(t);
 	else if (r < 925 && pass_on)
 		op_pass(t);
+	else if (r >= 925 && r < 937 && spawn_on)
+		op_spawn(t);
 	else
 		sleep_ms((long)pick(t, 3));
 }
@@ -643,6 +757,7 @@ main(int argc, char **argv)
 	}
 	read_disabled();
 	pass_on = getenv("CHAOS_SCM") != NULL;
+	spawn_setup();
 	if (getenv("CHAOS_SRC") != NULL &&
 	    inet_pton(AF_INET, getenv("CHAOS_SRC"), &src.sin_addr) == 1) {
 		src.sin_family = AF_INET;

@@ -9,10 +9,12 @@
 #include <sys/socket.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/sched.h>
 
 /*
  * One command per line, one reply per command on stdout: "ok VALUE" or
@@ -37,6 +39,14 @@
  *   vfork_socket FD         a vfork() child closes FD and makes stream
  *                           sockets until one gets FD's number; replies once
  *                           it is gone (an error if none did)
+ *   spawn HOW FD ENV        a child made by HOW (vfork, posix_spawn,
+ *                           posix_spawnp, clone, clone_vfork, sys_clone,
+ *                           sys_clone3, _Fork) inherits FD and execs
+ *                           `sleep 3600`, with this environment (ENV keep)
+ *                           or without LD_PRELOAD (ENV bare); the parent
+ *                           closes FD as soon as the call that made the
+ *                           child returns, and replies the child's pid
+ *   reap PID                SIGKILLs and waits for a child of spawn
  *   exit STATUS             exit(3): a normal exit, nothing closed first
  *   _exit STATUS
  */
@@ -210,6 +220,91 @@ static long child_close(const char *how, int fd)
 	return 0;
 }
 
+extern char **environ;
+
+static char *sleep_argv[] = { "sleep", "3600", NULL };
+static char **spawn_envp;
+
+/* The child of spawn: execs sleep, holding what it inherited. */
+static int exec_sleep(void *arg)
+{
+	(void)arg;
+	execve("/bin/sleep", sleep_argv, spawn_envp);
+	_exit(127);
+}
+
+/* environ, without LD_PRELOAD if bare; built before any child is made. */
+static char **child_env(int bare)
+{
+	static char *env[512];
+	int n = 0;
+
+	for (char **e = environ; *e != NULL && n < 511; e++) {
+		if (bare && strncmp(*e, "LD_PRELOAD=", 11) == 0)
+			continue;
+		env[n++] = *e;
+	}
+	env[n] = NULL;
+	return env;
+}
+
+/* Makes a child by `how` that inherits fd (not close-on-exec here) and
+ * execs sleep, then closes fd; returns the child's pid. */
+static long spawn_child(const char *how, int fd, int bare)
+{
+	static char stack[64 * 1024] __attribute__((aligned(16)));
+	pid_t pid = -1;
+	int err;
+
+	spawn_envp = child_env(bare);
+	if (strcmp(how, "vfork") == 0) {
+		pid = vfork();
+		if (pid == 0)
+			exec_sleep(NULL);
+	} else if (strcmp(how, "posix_spawn") == 0 || strcmp(how, "posix_spawnp") == 0) {
+		err = how[11] == 'p' ?
+		    posix_spawnp(&pid, "sleep", NULL, NULL, sleep_argv, spawn_envp) :
+		    posix_spawn(&pid, "/bin/sleep", NULL, NULL, sleep_argv, spawn_envp);
+		if (err != 0) {
+			errno = err;
+			return -1;
+		}
+	} else if (strcmp(how, "clone") == 0) {
+		pid = clone(exec_sleep, stack + sizeof(stack), SIGCHLD, NULL);
+	} else if (strcmp(how, "clone_vfork") == 0) {
+		pid = clone(exec_sleep, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+	} else if (strcmp(how, "sys_clone") == 0) {
+		pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+		if (pid == 0)
+			exec_sleep(NULL);
+	} else if (strcmp(how, "sys_clone3") == 0) {
+		struct clone_args ca;
+
+		memset(&ca, 0, sizeof(ca));
+		ca.exit_signal = SIGCHLD;
+		pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+		if (pid == 0)
+			exec_sleep(NULL);
+	} else if (strcmp(how, "_Fork") == 0) {
+		pid = _Fork();
+		if (pid == 0)
+			exec_sleep(NULL);
+	} else {
+		errno = EINVAL;
+	}
+	if (pid > 0)
+		close(fd);
+	return pid;
+}
+
+static long reap(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGKILL);
+	return waitpid(pid, &st, 0) == pid ? 0 : -1;
+}
+
 int main(void)
 {
 	char line[512], a[256], b[256], c[256];
@@ -263,6 +358,12 @@ int main(void)
 		    strcmp(a, "clone_close") == 0 || strcmp(a, "sysfork_close") == 0 ||
 		    strcmp(a, "vfork_socket") == 0) && n == 2) {
 			reply(child_close(a, atoi(b)));
+		} else if (strcmp(a, "spawn") == 0 && n == 3) {
+			char d[16] = "keep";
+			sscanf(line, "%*s %*s %*s %15s", d);
+			reply(spawn_child(b, atoi(c), strcmp(d, "bare") == 0));
+		} else if (strcmp(a, "reap") == 0 && n == 2) {
+			reply(reap(atoi(b)));
 		} else if (strcmp(a, "pid") == 0) {
 			reply(getpid());
 		} else if (strcmp(a, "exit") == 0 && n == 2) {

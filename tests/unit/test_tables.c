@@ -243,6 +243,32 @@ test_a_fork_without_a_child_record_keeps_the_parents_permits(void **state)
 }
 
 static void
+test_a_spawn_watches_what_the_process_holds_inside_the_gate(void **state)
+{
+	struct seg *s = attach();
+	int sv[2], slot = real_socket_permit(s, sv, false);
+
+	(void)state;
+	proc_spawn_prepare(s);
+	/* The gate stays closed until the call that makes the child returns. */
+	assert_int_equal(atomic_load(&s->forking), 1);
+	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_WATCHED);
+	/* No child here: the socket stands in for the child's copy. */
+	proc_spawn_done(s);
+	assert_int_equal(atomic_load(&s->forking), 0);
+	slot_drop(s, (uint32_t)slot);
+	kernel_keeps_it_until_closed(s, sv, slot);
+	/* A slot taken after the child was made is an ordinary one. */
+	slot = real_socket_permit(s, sv, false);
+	assert_int_equal(atomic_load(&s->slots[slot].state), SLOT_USED);
+	slot_drop(s, (uint32_t)slot);
+	assert_int_equal(atomic_load(&seg_comp(s, 0)->in_use), 0);
+	close(sv[0]);
+	close(sv[1]);
+	seg_close(s);
+}
+
+static void
 test_a_watched_slot_can_be_held_again_until_its_last_drop(void **state)
 {
 	struct seg *s = attach();
@@ -323,6 +349,8 @@ main(void)
 		    test_a_watched_slot_dropped_by_a_killed_holder_stays_the_kernels, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_a_fork_without_a_child_record_keeps_the_parents_permits, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_a_spawn_watches_what_the_process_holds_inside_the_gate, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_a_watched_slot_can_be_held_again_until_its_last_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(
