@@ -160,7 +160,7 @@ static const struct cli_command commands[] = {
 	  "  -q   print nothing but errors\n"
 	  "Exit status: 0 valid, 1 not valid, 2 usage error.\n" },
 	{ "set", cmd_set,
-	  "set [-c FILE | -s SEGMENT] {COMPARTMENT | --all} KEY VALUE",
+	  "set [-c FILE | -s SEGMENT] [--force] {COMPARTMENT | --all} KEY VALUE",
 	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
 	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
 	  "io_timeout_ms, errno, enforce (on or off), adaptive (off pins the adaptive limit,\n"
@@ -168,6 +168,8 @@ static const struct cli_command commands[] = {
 	  "its pool); for a pool, COMPARTMENT is the pool's name and KEY is size or reserved.\n"
 	  "KEY=VALUE works too.\n"
 	  "  --all   every compartment of the segment (`set --all enforce off`: the kill switch)\n"
+	  "  --force set a max_connections, guaranteed, size or reserved that breaks the config's\n"
+	  "          budget or pool sums (refused otherwise, as `check` and `reload` refuse it)\n"
 	  "errno EAGAIN is refused for a compartment with max_inflight (clients would spin).\n" },
 	{ "reload", cmd_reload,
 	  "reload -c FILE [-s SEGMENT] [--dry-run]",
