@@ -265,6 +265,9 @@ describe_use(const struct victim *v, char *buf, size_t len)
 		if (v->npids > 0)
 			pos += (size_t)snprintf(buf, len, "attached by %d process%s (%s)", v->npids,
 			    v->npids == 1 ? "" : "es", pids);
+		else if (geteuid() == 0)
+			pos += (size_t)snprintf(buf, len, "open in a process that does not map it: "
+			    "being set up or read at this moment");
 		else
 			pos += (size_t)snprintf(buf, len, "attached by processes this user cannot see");
 	}

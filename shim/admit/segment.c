@@ -565,6 +565,9 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		created = true;
 	} else if (errno == EEXIST) {
 		fd = open_existing(name);
+		/* Removed between the two opens: create it, this time. */
+		if (fd < 0 && errno == ENOENT && retries < 3)
+			return try_attach(cfg, out, err, errlen, retries + 1);
 	}
 	if (fd < 0) {
 		r = -errno;

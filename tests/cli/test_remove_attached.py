@@ -6,6 +6,7 @@ in the removed copy while the next process makes a fresh one, and each copy admi
 limit. The witness is a loopback server counting its own live connections.
 """
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -35,10 +36,15 @@ class Idle:
             "        except OSError: pass\n"
             "    print(ok,flush=True)\n")
 
-    def __init__(self, config, port):
+    def __init__(self, config, port, wait=True):
         self.p = subprocess.Popen([PY, "-c", self.CODE % port], env=shim_env(config),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         harness.defer(self.stop)
+        if wait:
+            self.up()
+
+    def up(self):
+        """Waits until it has started (and attached)."""
         assert self.p.stdout.readline().strip() == "up"
 
     def connect(self, n):
@@ -164,3 +170,40 @@ def test_rm_and_prune_keep_a_segment_a_kernel_engine_uses():
     assert "kept segment %s" % seg in out and os.path.exists(_shm(seg)), out
     out = cli_ok("rm", "--force", seg)
     assert not os.path.exists(_shm(seg)) and "kernel engine stays attached" in out, out
+
+
+F_SETLEASE, F_WRLCK, F_UNLCK = 1024, 1, 2
+
+
+def test_a_program_starting_during_the_removal_makes_a_fresh_segment():
+    """A program that opens the segment while rm holds its lease and removes it never
+    counts in the removed object: it makes a fresh segment, and the limit holds at the
+    witness for it and a process started afterwards."""
+    srv = Server()
+    seg = new_segment()
+    config = config_file(seg, [web_comp(srv.port, LIMIT)])
+    r = harness.run([PY, "-c", "pass"], shim_env(config))
+    assert r.returncode == 0 and os.path.exists(_shm(seg)), r.stderr
+    # What rm does: a write lease on an object nobody maps, held across the unlink.
+    old = signal.signal(signal.SIGIO, signal.SIG_IGN)
+    fd = os.open(_shm(seg), os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(fd, F_SETLEASE, F_WRLCK)
+        a = Idle(config, srv.port, wait=False)
+        # Its open meets the lease (and breaks it) before the name goes.
+        wait_until(lambda: "BREAK" in open("/proc/locks").read() or a.p.poll() is not None,
+                   30, what="the lease broken")
+        os.unlink(_shm(seg))
+    finally:
+        fcntl.fcntl(fd, F_SETLEASE, F_UNLCK)
+        os.close(fd)
+        signal.signal(signal.SIGIO, old)
+    a.up()
+    with open("/proc/%d/maps" % a.p.pid) as f:
+        mapped = [line.strip() for line in f if ("bulkshim." + seg) in line]
+    b = Idle(config, srv.port)
+    b.connect(LIMIT)
+    a.connect(LIMIT)
+    assert srv.max_live <= LIMIT, "witness held %d connections against a limit of %d " \
+        "(the starting program maps %s)" % (srv.max_live, LIMIT, mapped)
+    assert mapped and not any("(deleted)" in m for m in mapped), mapped
