@@ -8,7 +8,7 @@ the limit where it was for every attached process.
 import subprocess
 
 import harness
-from harness import PY, Server, comp_of, new_segment, run, shim_env, status_json, write_file
+from harness import PY, Server, comp_of, new_segment, shim_env, status_json, write_file
 from harness_cli import attach, cli, cli_fails, cli_ok, config_file, connect_py
 
 
@@ -24,11 +24,19 @@ def _holder(config, port):
 
 
 def _most(srv, config, n):
-    """Has a process under config make n connections to srv at once; returns
-    how many the witness held at most."""
-    r = run([PY, "-c", connect_py(srv.port, n)], shim_env(config))
-    assert r.returncode == 0, r.stderr
-    return srv.max_live
+    """Has a process under config make n connections to srv and hold them
+    until the witness has seen every one; returns how many connected and the
+    most the witness held at once."""
+    code = connect_py(srv.port, n).replace("print(ok)\n", "print(ok, flush=True)\n"
+                                           "import sys\nsys.stdin.read()\n")
+    p = subprocess.Popen([PY, "-c", code], env=shim_env(config), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    harness.defer(p.kill)
+    ok = int(p.stdout.readline())
+    srv.wait_live(ok, timeout=20)
+    p.stdin.close()
+    p.wait(10)
+    return ok, srv.max_live
 
 
 def test_set_over_the_budget_is_refused_with_the_arithmetic():
@@ -44,9 +52,9 @@ def test_set_over_the_budget_is_refused_with_the_arithmetic():
     # apply the file's limits again, whatever `set` did.
     holder = _holder(config, other.port)
     r = cli("set", "-c", config, "a", "max_connections", "9")
-    most = _most(srv, config, 9)
-    assert most == 4, "witness held %d against the configured 4 after a set over budget " \
-        "(exit %d: %s%s)" % (most, r.returncode, r.stdout, r.stderr)
+    ok, most = _most(srv, config, 9)
+    assert ok == 4 and most == 4, "%d connected, witness held %d, against the configured 4 " \
+        "after a set over budget (exit %d: %s%s)" % (ok, most, r.returncode, r.stdout, r.stderr)
     assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
     assert "budget exceeded: 9 + 4 = 13 > 10 - 2 reserved" in r.stderr, r.stderr
     assert "--force sets it anyway" in r.stderr, r.stderr
