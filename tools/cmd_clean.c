@@ -271,9 +271,12 @@ describe_use(const struct victim *v, char *buf, size_t len)
 		else
 			pos += (size_t)snprintf(buf, len, "attached by processes this user cannot see");
 	}
-	if (pos < len && (v->pinned || v->engine > 0))
+	if (pos < len && v->engine > 0)
 		pos += (size_t)snprintf(buf + pos, len - pos, "%sused by the kernel engine attached "
 		    "to %d cgroup%s", pos ? "; " : "", v->engine, v->engine == 1 ? "" : "s");
+	else if (pos < len && v->pinned)
+		pos += (size_t)snprintf(buf + pos, len - pos, "%sused by the kernel engine pinned "
+		    "for it under " KERN_PIN_ROOT, pos ? "; " : "");
 	if (pos < len && (v->mapped < 0 || v->engine < 0))
 		snprintf(buf + pos, len - pos, "%s%s", pos ? "; " : "", v->doubt);
 }
@@ -364,11 +367,16 @@ cmd_rm(int argc, char **argv)
 		check_use(&v);
 		describe_use(&v, use, sizeof(use));
 		if (in_use(&v) && !force) {
-			fprintf(stderr, "bulkshim: segment %s holds no permits but is in use (%s); not "
-			    "removed (--force removes it: %s)\n", v.name, use,
-			    v.engine != 0 && v.mapped == 0 ? "the kernel engine would count apart from "
-			    "the next segment; `bulkshim detach` it first" : "those processes would go "
-			    "on counting in the removed copy while new ones start a fresh segment");
+			if (v.mapped == 0 && (v.pinned || v.engine != 0))
+				fprintf(stderr, "bulkshim: segment %s holds no permits but is in use (%s); "
+				    "not removed (`bulkshim detach -s %s` first; --force removes it, and "
+				    "the engine then counts apart from the next segment)\n", v.name, use,
+				    v.name);
+			else
+				fprintf(stderr, "bulkshim: segment %s holds no permits but is in use (%s); "
+				    "not removed (--force removes it: those processes would go on counting "
+				    "in the removed copy while new ones start a fresh segment)\n", v.name,
+				    use);
 			release_segment(&v);
 			r = 1;
 			continue;

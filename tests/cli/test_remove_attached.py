@@ -166,6 +166,7 @@ def test_rm_and_prune_keep_a_segment_a_kernel_engine_uses():
     r = cli("rm", seg)
     assert r.returncode == 1 and os.path.exists(_shm(seg)), (r.stdout, r.stderr)
     assert "used by the kernel engine attached to 1 cgroup" in r.stderr, r.stderr
+    assert "bulkshim detach -s %s" % seg in r.stderr, r.stderr
     out = cli_ok("prune", "--older-than", "0", seg)
     assert "kept segment %s" % seg in out and os.path.exists(_shm(seg)), out
     out = cli_ok("rm", "--force", seg)
