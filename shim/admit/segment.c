@@ -605,10 +605,10 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "segment /dev/shm%s is not a regular shared-memory object; not trusted", name);
 		goto fail;
 	}
-	/* Removed between our lookup of the name and now: `bulkshim rm`
-	 * holds a lease on the object while it unlinks it, so an open that
-	 * raced it waits and then gets the removed object. Counting there
-	 * would split the count from the processes that start after us. */
+	/* Removed between our lookup of the name and now (`bulkshim rm`
+	 * without a lease to hold, or an open that waited out its lease):
+	 * counting in the removed object would split the count from every
+	 * process that starts after us. */
 	if (st.st_nlink == 0 && retries < 3) {
 		flock(fd, LOCK_UN);
 		sys_close(fd);
