@@ -161,7 +161,7 @@ static const struct cli_command commands[] = {
 	  "  -q   print nothing but errors\n"
 	  "Exit status: 0 valid, 1 not valid, 2 usage error.\n" },
 	{ "set", cmd_set,
-	  "set [-c FILE | -s SEGMENT] {COMPARTMENT | --all} KEY VALUE",
+	  "set [-c FILE | -s SEGMENT] [--force] {COMPARTMENT | --all} KEY VALUE",
 	  "Changes a live setting for every attached process at once; shrinking revokes nothing.\n"
 	  "KEY is max_connections, max_inflight, max_wait_ms, max_waiting, connect_timeout_ms,\n"
 	  "io_timeout_ms, errno, enforce (on or off), adaptive (off pins the adaptive limit,\n"
@@ -169,6 +169,8 @@ static const struct cli_command commands[] = {
 	  "its pool); for a pool, COMPARTMENT is the pool's name and KEY is size or reserved.\n"
 	  "KEY=VALUE works too.\n"
 	  "  --all   every compartment of the segment (`set --all enforce off`: the kill switch)\n"
+	  "  --force set a max_connections, guaranteed, size or reserved that breaks the config's\n"
+	  "          budget or pool sums (refused otherwise, as `check` and `reload` refuse it)\n"
 	  "errno EAGAIN is refused for a compartment with max_inflight (clients would spin).\n" },
 	{ "reload", cmd_reload,
 	  "reload -c FILE [-s SEGMENT] [--dry-run]",
@@ -198,13 +200,16 @@ static const struct cli_command commands[] = {
 	  "names that fit on the row, then their number; --json names every one).\n" },
 	{ "rm", cmd_rm,
 	  "rm [--force] SEGMENT...",
-	  "Removes segments. One that live processes hold permits in is kept unless --force;\n"
-	  "a damaged one is removed (programs facing it would run without limits).\n" },
+	  "Removes segments. One that any live process has attached (holding permits or not)\n"
+	  "or that a kernel engine uses is kept unless --force, which says what it breaks;\n"
+	  "a damaged one nothing uses is removed (programs facing it run without limits).\n" },
 	{ "prune", cmd_prune,
-	  "prune [--older-than AGE] [--dry-run] [PATTERN...]",
-	  "Removes the segments (matching the globs) that no live process holds and that were\n"
+	  "prune [--older-than AGE] [--dry-run] [--force] [PATTERN...]",
+	  "Removes the segments (matching the globs) that no live process holds permits in,\n"
 	  "created more than AGE ago (90s, 15m, 2h, 7d; default 1h), damaged ones included.\n"
-	  "  --dry-run   say what would be removed; remove nothing\n" },
+	  "One still attached by a live process or used by a kernel engine is kept and named.\n"
+	  "  --dry-run   say what would be removed; remove nothing\n"
+	  "  --force     remove those attached or used by an engine too, saying what it breaks\n" },
 	{ "fleet", cmd_fleet,
 	  "fleet [-c FILE] [-v] [--wait SECONDS] [--status [--json]]",
 	  "Runs this host's fleet agent in the foreground: leases its share of each\n"

@@ -393,6 +393,16 @@ size_t live_diff(const struct seg *s, const struct bs_config *cfg, const int *cm
 void live_note_set(struct seg_header *h, const char *comp, const char *key);
 /* True if it did since the last reload. */
 bool live_was_set(const struct seg_header *h, const char *comp, const char *key);
+/* Whether `set NAME KEY VALUE` (NAME NULL: --all) keeps the budget that
+ * `check` and `reload` hold a config to (cfg_check_sums), with every other
+ * limit as the segment has it now; a pool's own sums are left to the
+ * setters, which refuse them with or without --force. The config is the
+ * file `config` names, else the one the segment records. False, said on
+ * stderr with the arithmetic, when the change breaks the budget, unless
+ * force (then said, and true). True, with a note, when there is no config
+ * to check against; true for keys and changes that cannot break it. */
+bool live_sums_ok(const struct seg *s, const char *config, const char *name, const char *key,
+    const char *value, bool force);
 
 /* ---- cli_hosts.c ---- */
 

@@ -306,20 +306,26 @@ cmd_set(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "all", no_argument, NULL, 'a' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli_target t = { NULL, NULL };
 	char *key = NULL, *value = NULL, *eq;
-	bool all = false;
+	const char *config;
+	bool all = false, force = false;
 	struct seg *s;
 	int c, i, r = 0;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+c:s:fh", longopts, NULL)) != -1) {
 		if (cli_target_opt(&t, c, optarg))
 			continue;
 		if (c == 'a') {
 			all = true;
+			continue;
+		}
+		if (c == 'f') {
+			force = true;
 			continue;
 		}
 		if (c == 'h')
@@ -339,6 +345,13 @@ cmd_set(int argc, char **argv)
 		return cli_help("set", stderr, 2);
 	if (cli_open(&t, true, &s) < 0)
 		return 1;
+	/* The budget is the config file's: -c FILE's, the default one when
+	 * neither -c nor -s is given, else the one the segment records. */
+	config = t.segment != NULL ? NULL : cli_config_path(&t);
+	if (!live_sums_ok(s, config, all ? NULL : argv[optind], key, value, force)) {
+		seg_close(s);
+		return 1;
+	}
 	if (all) {
 		for (uint32_t k = 0; k < s->ncomp && r == 0; k++) {
 			r = apply_set(s, seg_comp(s, k), key, value);

@@ -1,4 +1,5 @@
-/* live_diff.c - what `bulkshim reload` changes, setting by setting, and which live `set` it undoes. */
+/* live_diff.c - what `bulkshim reload` changes, setting by setting, which live `set` it undoes, and whether a `set` keeps the budget. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,4 +171,144 @@ live_diff(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 	}
 	free(want);
 	return changes;
+}
+
+/* ---- the sums a `set` must keep ---- */
+
+static int
+comp_index(const struct seg *s, const char *name)
+{
+	for (uint32_t j = 0; j < s->ncomp; j++)
+		if (strncmp(seg_comp(s, j)->name, name, BS_NAME_MAX) == 0)
+			return (int)j;
+	return -1;
+}
+
+/* Puts into cfg the limits, guarantees and pool sizes the segment has
+ * now, for the compartments and pools both know. */
+static void
+live_values(const struct seg *s, struct bs_config *cfg)
+{
+	const struct seg_header *h = seg_header(s);
+
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		int j = comp_index(s, cfg->comp[i].name);
+		uint32_t lim;
+
+		if (j < 0)
+			continue;
+		lim = atomic_load(&seg_comp(s, (uint32_t)j)->limit);
+		cfg->comp[i].max_connections = lim == UINT32_MAX ? 0 : lim;
+		if (cfg->comp[i].pool != BS_NO_POOL)
+			cfg->comp[i].guaranteed = atomic_load(&seg_comp(s, (uint32_t)j)->guaranteed);
+	}
+	for (size_t p = 0; p < cfg->npools; p++) {
+		int q = cli_find_pool(s, cfg->pools[p].name);
+
+		if (q < 0)
+			continue;
+		cfg->pools[p].size = atomic_load(&h->pools[q].size);
+		cfg->pools[p].reserved = atomic_load(&h->pools[q].reserved);
+	}
+}
+
+/* Puts the change into cfg. Returns 1 if it may break a sum, 0 if it
+ * cannot (it only lowers limits or guarantees, so every sum only falls;
+ * a ceiling below its guarantee is the setter's own check), -1 if it
+ * names nothing cfg has (a compartment or pool the file lacks). A pool's
+ * size or reserve moves two sums in opposite directions: always 1. */
+static int
+put_change(struct bs_config *cfg, const char *name, const char *key, uint32_t v)
+{
+	int r = -1;
+
+	if (strcmp(key, "size") == 0 || strcmp(key, "reserved") == 0) {
+		for (size_t p = 0; p < cfg->npools; p++) {
+			if (strcmp(cfg->pools[p].name, name) != 0)
+				continue;
+			if (key[0] == 's')
+				cfg->pools[p].size = v;
+			else
+				cfg->pools[p].reserved = v;
+			r = 1;
+		}
+		return r;
+	}
+	for (size_t i = 0; i < cfg->ncomp; i++) {
+		uint32_t *word = key[0] == 'm' ? &cfg->comp[i].max_connections :
+		    &cfg->comp[i].guaranteed;
+
+		if (name != NULL && strcmp(cfg->comp[i].name, name) != 0)
+			continue;
+		if (r < 0)
+			r = 0;
+		/* A max_connections of 0 (none) counts nothing in the budget. */
+		if (v > *word || (key[0] == 'm' && *word == 0))
+			r = 1;
+		*word = v;
+	}
+	return r;
+}
+
+bool
+live_sums_ok(const struct seg *s, const char *config, const char *name, const char *key,
+    const char *value, bool force)
+{
+	static const char *const keys[] = { "max_connections", "guaranteed", "size", "reserved" };
+	const struct seg_header *h = seg_header(s);
+	char path[sizeof(h->config_path)], err[BS_ERRLEN];
+	struct bs_config cfg;
+	bool known = false;
+	uint64_t v;
+	int r;
+
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+		known = known || strcmp(key, keys[k]) == 0;
+	/* A value that is no number is refused by the setter itself. */
+	if (!known || !cli_parse_u64(value, &v) || v > UINT32_MAX)
+		return true;
+	snprintf(path, sizeof(path), "%s", config != NULL ? config : h->config_path);
+	/* The segment's own record, written by whoever created or reloaded
+	 * it, counts only as an absolute path: a relative one was relative
+	 * to that process's directory. */
+	if (path[0] == '\0' || (config == NULL && path[0] != '/')) {
+		fprintf(stderr, "bulkshim: note: the budget is not checked: segment %s records no "
+		    "config file by absolute path (-c FILE names one)\n", CLI_SEGNAME(h->name));
+		return true;
+	}
+	if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bulkshim: note: the budget is not checked: %s\n", err);
+		return true;
+	}
+	if (strncmp(cfg.segment, h->name, sizeof(cfg.segment)) != 0) {
+		fprintf(stderr, "bulkshim: note: the budget is not checked: %s is now the config of "
+		    "segment %s, not %s\n", path, cfg.segment, CLI_SEGNAME(h->name));
+		cfg_free(&cfg);
+		return true;
+	}
+	live_values(s, &cfg);
+	if (put_change(&cfg, name, key, (uint32_t)v) <= 0) {
+		cfg_free(&cfg);
+		return true;
+	}
+	/* A pool's guarantees beyond its room, or above a ceiling, are
+	 * refused by the setter itself with the same sums, and no --force
+	 * makes the pool lend what it has not: left to it. */
+	r = cfg_check_sums(&cfg, CFG_SUM_POOLS, err, sizeof(err));
+	if (r == 0)
+		r = cfg_check_sums(&cfg, CFG_SUM_BUDGET, err, sizeof(err));
+	else if (r != -ENOMEM)
+		r = 0;
+	cfg_free(&cfg);
+	if (r == 0)
+		return true;
+	if (r == -ENOMEM) {
+		fprintf(stderr, "bulkshim: out of memory\n");
+		return false;
+	}
+	fprintf(stderr, "bulkshim: %s %s %s %s with the segment's other limits: %s; `check` and "
+	    "`reload` refuse this%s\n", force ? "--force: setting" : "not set:",
+	    name != NULL ? name : "--all", key, value, err,
+	    force ? "" : " (--force sets it anyway)");
+	return force;
 }

@@ -504,6 +504,25 @@ stranger(const struct bs_config *cfg, const char *name, const struct stat *st, b
 	return -EPERM;
 }
 
+/* Opens the existing object at shm name read-write. An open that meets
+ * the lease `bulkshim rm` holds while it removes an object nobody maps
+ * does not wait for the lease to be given up (the kernel would wait up to
+ * lease-break-time, 45 s): it fails with EWOULDBLOCK and is tried again,
+ * for LOCK_WAIT_MS at most. Returns the descriptor, or -1 with errno. */
+static int
+open_existing(const char *name)
+{
+	struct timespec ms = { 0, 1000000 };
+	int fd;
+
+	for (int waited = 0;; waited++) {
+		fd = shm_open(name, O_RDWR | O_NONBLOCK, 0);
+		if (fd >= 0 || errno != EWOULDBLOCK || waited >= LOCK_WAIT_MS)
+			return fd;
+		nanosleep(&ms, NULL);
+	}
+}
+
 /* lstat of the object behind shm name. */
 static int
 shm_stat(const char *name, struct stat *st)
@@ -545,7 +564,10 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	if (fd >= 0) {
 		created = true;
 	} else if (errno == EEXIST) {
-		fd = shm_open(name, O_RDWR, 0);
+		fd = open_existing(name);
+		/* Removed between the two opens: create it, this time. */
+		if (fd < 0 && errno == ENOENT && retries < 3)
+			return try_attach(cfg, out, err, errlen, retries + 1);
 	}
 	if (fd < 0) {
 		r = -errno;
@@ -581,6 +603,20 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	if (!S_ISREG(st.st_mode)) {
 		r = -EINVAL;
 		bs_format(err, errlen, "segment /dev/shm%s is not a regular shared-memory object; not trusted", name);
+		goto fail;
+	}
+	/* Removed between our lookup of the name and now (`bulkshim rm`
+	 * without a lease to hold, or an open that waited out its lease):
+	 * counting in the removed object would split the count from every
+	 * process that starts after us. */
+	if (st.st_nlink == 0 && retries < 3) {
+		flock(fd, LOCK_UN);
+		sys_close(fd);
+		return try_attach(cfg, out, err, errlen, retries + 1);
+	}
+	if (st.st_nlink == 0) {
+		r = -ESTALE;
+		bs_format(err, errlen, "segment /dev/shm%s is removed each time it is opened", name);
 		goto fail;
 	}
 	if (!owner_expected(cfg, st.st_uid)) {
@@ -735,6 +771,12 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		sys_close(fd);
 		bs_format(err, errlen, "/dev/shm%s is not a regular shared-memory object", name);
 		return -EINVAL;
+	}
+	/* Removed while we opened it (see try_attach): as if not there. */
+	if (st.st_nlink == 0) {
+		sys_close(fd);
+		bs_format(err, errlen, "cannot open segment /dev/shm%s: %s", name, strerror(ENOENT));
+		return -ENOENT;
 	}
 	s = seg_new(0);
 	if (s == NULL) {

@@ -106,6 +106,17 @@ struct bs_config {
  * the file does not exist; -EINVAL (or another -errno) with one message
  * "FILE:LINE: what is wrong" in err. On error *cfg holds nothing to free. */
 int cfg_load(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen);
+/* Checks the sums of cfg that cfg_load checks across compartments, for a
+ * config whose limits were changed since it was loaded (`bulkshim set`
+ * puts the live values in): with CFG_SUM_BUDGET the compartments'
+ * max_connections (a pool's as the most it can have in use) within the
+ * budget's pool less its reserve; with CFG_SUM_POOLS each pool's
+ * guarantees within its size less its reserve, each at most its
+ * compartment's ceiling. Returns 0, or -EINVAL (-ENOMEM) with one message
+ * "FILE: ..." in err that shows the arithmetic. */
+#define CFG_SUM_BUDGET	1u
+#define CFG_SUM_POOLS	2u
+int cfg_check_sums(struct bs_config *cfg, unsigned which, char *err, size_t errlen);
 /* The segment name a config file gets when it names none: its base name
  * without the extension. */
 void cfg_default_segment(const char *path, char *out, size_t outlen);

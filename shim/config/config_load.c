@@ -641,6 +641,22 @@ done:
 	return rc;
 }
 
+/* See config.h. The same checks as load_file's, with no libconfig setting
+ * to place them: messages name the file, or the pool's line. */
+int cfg_check_sums(struct bs_config *cfg, unsigned which, char *err, size_t errlen)
+{
+	struct cfg_ctx c = { .path = cfg->path, .cfg = cfg, .err = err, .errlen = errlen };
+	int rc = 0;
+
+	if (err != NULL && errlen > 0)
+		err[0] = '\0';
+	if (which & CFG_SUM_BUDGET)
+		rc = cfg_check_budget(&c);
+	if (rc == 0 && (which & CFG_SUM_POOLS))
+		rc = cfg_check_pools(&c);
+	return rc;
+}
+
 /* Parses path into lc without checking what it says, read as cfg_load
  * reads it (so a FIFO is refused, not waited on), for what a config that
  * cfg_load refused can still tell. False if it cannot be read or parsed;
