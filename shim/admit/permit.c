@@ -78,28 +78,62 @@ tick(struct seg *s, struct seg_comp *c, int p)
 
 /* ---- waiting ---- */
 
+/* take_step's permit of the count c shares with a kernel engine
+ * (kjoint.c), out of line: the compartment's own permit goes back when it
+ * is refused. Admitted, socket fd (when admission has one) is marked the
+ * library's, for the engine's program. */
+static __attribute__((noinline)) enum take
+kern_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t *seen,
+    int fd)
+{
+	enum take r = kjoint_take(s, c, slot, gen, seen);
+
+	if (r != TAKE_OK) {
+		tally_give(s, c, slot, gen, P_CONN);
+		return r;
+	}
+	if (fd >= 0)
+		kjoint_mark(s, c, fd);
+	return r;
+}
+
 /*
  * One attempt at permit kind p for slot, of compartment c; for a
- * connection in a pool, the pool's permit after the compartment's
- * (pool.h), and the compartment's given back, here and only here, when the
- * pool has none. On TAKE_FULL, *word is the word to sleep on and *why the
- * reason.
+ * connection counted with a kernel engine too, the joint count's permit
+ * after the compartment's (kjoint.c); for a connection in a pool, the
+ * pool's permit after those (pool.h); the compartment's given back, here
+ * and only here, when a later one has none. On TAKE_FULL, *word is the
+ * word to sleep on and *why the reason. wait is admission's (a descriptor
+ * when >= 0).
  */
 static inline __attribute__((always_inline)) enum take
 take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
-    _Atomic uint32_t **word, enum bs_reason *why)
+    _Atomic uint32_t **word, enum bs_reason *why, int wait)
 {
 	uint32_t took = 0;
 	enum take r = p == P_CONN ? tally_take_conn(s, slot, gen, c, seen, &took) :
 	    tally_take(s, c, slot, gen, p, 0, seen);
 	struct seg_pool *pool;
 
-	if (r != TAKE_OK || p != P_CONN || (pool = seg_pool_at(s, c)) == NULL)
+	if (r != TAKE_OK || p != P_CONN)
+		return r;
+	/* Read after the take (both sequentially consistent): an `attach`
+	 * that sets the word after this load counts the permit in itself
+	 * (kjoint_adopt). */
+	if (__builtin_expect(atomic_load(&c->kernel) != 0, 0) &&
+	    (r = kern_step(s, c, slot, gen, seen, wait)) != TAKE_OK) {
+		*word = &c->in_use;
+		*why = REASON_FULL;
+		return r;
+	}
+	if ((pool = seg_pool_at(s, c)) == NULL)
 		return r;
 	/* The take made in_use *seen + 1: within the guarantee or not. */
 	r = pool_take(s, c, pool, slot, gen, took, *seen + 1, seen, word);
 	if (r == TAKE_OK)
 		return r;
+	if (atomic_load_explicit(&c->kernel, memory_order_relaxed) != 0)
+		tally_give(s, c, slot, gen, P_KERN);
 	tally_give(s, c, slot, gen, P_CONN);
 	if (r == TAKE_FULL)
 		*why = REASON_POOL_FULL;
@@ -130,7 +164,7 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 		return TAKE_BUSY;
 	/* p is P_CONN or P_INFLIGHT, both counted in c itself. */
 	count = word = p == P_CONN ? &c->in_use : &c->inflight;
-	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
+	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason, wait)) != TAKE_FULL)
 		return r;
 	/* What dead holders hold goes back first; then, for a connection,
 	 * what sockets closed unseen hold (reconcile.c). Observe mode refuses
@@ -143,7 +177,7 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	    reconcile_refused(s, c, reason) > 0)) {
 		word = count;
 		reason = full;
-		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
+		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason, wait)) != TAKE_FULL)
 			return r;
 	}
 	*why = reason;
@@ -172,7 +206,7 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	pool_sleepers(s, c, 1);
 	for (;;) {
 		word = count;
-		r = take_step(s, c, slot, gen, p, &seen, &word, &reason);
+		r = take_step(s, c, slot, gen, p, &seen, &word, &reason, wait);
 		if (r != TAKE_FULL)
 			break;
 		now = now_mono_us();
@@ -301,7 +335,7 @@ take_permits(struct seg *s, uint32_t slot, struct seg_comp *c, uint32_t cls, int
 		_Atomic uint32_t *word;
 
 		tick(s, c, P_CONN);	/* a stalled backend, seen without replies */
-		r = take_step(s, c, slot, gen, P_CONN, &seen, &word, &reason);
+		r = take_step(s, c, slot, gen, P_CONN, &seen, &word, &reason, wait);
 		if (__builtin_expect(r == TAKE_FULL, 0))
 			r = take_wait(s, c, slot, gen, P_CONN, wait, REASON_FULL, &reason);
 		if (__builtin_expect(r == TAKE_OK, 1))

@@ -766,6 +766,7 @@ seg_close(struct seg *s)
 	if (s == NULL)
 		return;
 	unmap(s);
+	kjoint_unmap(s);
 	free(s->lcount);
 	free(s->cmap);
 	free(s);
