@@ -426,6 +426,7 @@ merge_one(const struct kern_comp *k, struct cli_comp *c)
 
 	c->kernel = true;
 	c->kernel_in_use = in_use + over;
+	c->kernel_joint = __atomic_load_n(&k->joint, __ATOMIC_RELAXED);
 	c->in_use += in_use + over;
 	c->over += over;
 	/* The engine's peak is the joint count's, the library's permits in
