@@ -231,3 +231,78 @@ def test_joint_attach_counts_what_the_library_holds():
     k = Client(in_cgroup(cg, [helper("kclient_static"), "127.0.0.1", str(srv.port), "4"]))
     assert k.until_held()[0] == 3, k.lines
     k.finish()
+
+
+HOLD = r"""
+import errno, socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+held, out = [], []
+for i in range(n):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        held.append(s)
+        out.append("ok")
+    except OSError as e:
+        s.close()
+        out.append(errno.errorcode.get(e.errno, str(e.errno)))
+print(" ".join(out), flush=True)
+sys.stdin.read()
+"""
+
+
+def as_nobody(s, port, n):
+    """A preloaded Python client run as nobody that connects n times and
+    holds what it got; returns the process and its first line's words."""
+    os.chmod(os.path.dirname(s.config), 0o755)
+    os.chmod(s.config, 0o644)
+    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          h.PY, "-c", HOLD, str(port), str(n)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=s.env(log="error"))
+    h.defer(lambda: p.poll() is None and p.kill())
+    return p, p.stdout.readline().split()
+
+
+def test_joint_an_unprivileged_preloaded_process_counts_with_the_engine():
+    """attach gives the engine's maps the segment's owner and mode: a
+    preloaded process of another user (nobody, segment mode 0666) takes
+    from the joint count like root's."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 3}], extra='mode = "0666";')
+    cg = cgroup()
+    attach(s, cg)
+    k = Client(in_cgroup(cg, [helper("kclient_static"), "127.0.0.1", str(srv.port), "2"]))
+    assert k.until_held() == (2, []), k.lines
+    p, got = as_nobody(s, srv.port, 3)
+    assert got == ["ok", "ECONNREFUSED", "ECONNREFUSED"], (got, p.stderr.read())
+    srv.wait_live(3)
+    assert srv.max_live == 3, "the witness saw %d at once" % srv.max_live
+    s.expect("db", in_use=3, kernel_joint=3)
+    p.communicate("", timeout=20)
+    k.finish()
+    srv.wait_live(0, timeout=5)
+    s.wait("db", "in_use", 0, timeout=5)
+    s.expect("db", kernel_joint=0)
+
+
+def test_joint_a_process_that_cannot_reach_the_engine_refuses_loudly():
+    """A preloaded process that may not open the engine's map (its mode
+    taken away) refuses the compartment's connects rather than count apart,
+    and says why; the witness sees none of its connections."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 3}], extra='mode = "0666";')
+    cg = cgroup()
+    attach(s, cg)
+    comps = "/sys/fs/bpf/bulkshim/%s/comps" % s.segment.replace(".", "+")
+    os.chmod(comps, 0o600)
+    p, got = as_nobody(s, srv.port, 2)
+    assert got == ["ECONNREFUSED", "ECONNREFUSED"], got
+    out, err = p.communicate("", timeout=20)
+    assert "counted with a kernel engine" in err and "refused" in err, err
+    assert srv.max_live == 0, "the witness saw %d" % srv.max_live
+    s.expect("db", in_use=0, kernel_joint=0)
