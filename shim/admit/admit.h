@@ -600,6 +600,11 @@ void kjoint_reset(struct seg *s, struct seg_comp *c);
  * Compartments without an entry are no longer counted with an engine.
  * Returns the connections it counted in. */
 uint32_t kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id);
+/* At attach (segment.c, under the segment's lock): if an engine is
+ * loaded for the segment, kjoint_adopt with its map, so that a segment
+ * made again after `attach` is counted with it too. Says so when this
+ * process may not look. */
+void kjoint_probe(struct seg *s);
 /* The engine is unloaded: no compartment is counted with it any more. */
 void kjoint_forget(struct seg *s);
 /* Unmaps this process's view of the map (seg_close). */

@@ -344,18 +344,11 @@ kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id)
 			atomic_store(&c->kernel, 0);
 			continue;
 		}
-		if (was == id)
+		/* Whoever sets the word counts the compartment's connections
+		 * in: `attach` and a process attaching to the segment may
+		 * both be at it. */
+		if (was == id || !atomic_compare_exchange_strong(&c->kernel, &was, id))
 			continue;
-		/* A new map: no slot holds a permit of it yet. What a former
-		 * one said in the marks is stale (nobody has touched its
-		 * joint counts since `detach` cleared the word). */
-		if (was == 0) {
-			for (uint32_t j = 0; j < s->nslots; j++) {
-				if (atomic_load(&s->slots[j].comp) == i)
-					forget_stale(&s->slots[j]);
-			}
-		}
-		atomic_store(&c->kernel, id);
 		/* Connections the library admitted before the word was set go
 		 * into the joint count, past the limit if need be (they are
 		 * open): an admission from now on takes its own (kjoint_take),
@@ -376,10 +369,43 @@ kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id)
 }
 
 void
+kjoint_probe(struct seg *s)
+{
+	char path[sizeof(KJ_ROOT) + BS_NAME_MAX + 16];
+	uint32_t id;
+	void *p;
+	int fd, e;
+
+	if (!pin_path(s, "comps", path, sizeof(path)))
+		return;
+	fd = obj_get(path);
+	if (fd < 0) {
+		e = errno;
+		if (e == EACCES || e == EPERM)
+			bs_log(LOG_WARN, "cannot look for a kernel engine of segment %s (%s: errno "
+			    "%d): if one counts its compartments, `bulkshim attach` or `reload` must "
+			    "run again for them to be counted as one", s->h->name, path, e);
+		return;
+	}
+	id = map_id(fd);
+	p = id != 0 ? mmap(NULL, KJ_MAP_BYTES, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+	sys_close(fd);
+	if (p == MAP_FAILED)
+		return;
+	kjoint_adopt(s, p, id);
+	munmap(p, KJ_MAP_BYTES);
+}
+
+void
 kjoint_forget(struct seg *s)
 {
 	for (uint32_t i = 0; i < s->ncomp; i++)
 		atomic_store(&s->comp[i].kernel, 0);
+	/* Nobody moves a joint count of the unloaded map any more: what
+	 * the marks say of it is stale, and would keep a later engine's
+	 * permit from being counted (kjoint_adopt). */
+	for (uint32_t j = 0; j < s->nslots; j++)
+		forget_stale(&s->slots[j]);
 }
 
 void

@@ -688,6 +688,8 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "out of memory");
 		goto fail;
 	}
+	if (locked)
+		kjoint_probe(s);
 	s->my_start = sys_pid_start(getpid());
 	/* Start-up may have rewritten settings (a fresh start, a repair). */
 	seg_settings_changed(s);

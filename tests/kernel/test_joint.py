@@ -306,3 +306,59 @@ def test_joint_a_process_that_cannot_reach_the_engine_refuses_loudly():
     assert "counted with a kernel engine" in err and "refused" in err, err
     assert srv.max_live == 0, "the witness saw %d" % srv.max_live
     s.expect("db", in_use=0, kernel_joint=0)
+
+
+def test_joint_a_segment_made_again_is_counted_with_the_engine():
+    """The segment removed while the engine runs (nobody held anything in
+    it): the next preloaded process makes it again and finds the engine
+    itself, so its connects still take from the joint count."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 3}])
+    cg = cgroup()
+    attach(s, cg)
+    k = Client(in_cgroup(cg, [helper("kclient_static"), "127.0.0.1", str(srv.port), "2"]))
+    assert k.until_held() == (2, []), k.lines
+    os.unlink(h.SHM_PREFIX + s.segment)
+    p = Client([helper("kclient"), "127.0.0.1", str(srv.port), "3"], env=s.env())
+    ok, errs = p.until_held()
+    assert ok == 1 and len(errs) == 2, p.lines
+    srv.wait_live(3)
+    assert srv.max_live == 3, "the witness saw %d at once" % srv.max_live
+    s.expect("db", in_use=3, kernel_joint=3)
+    p.finish()
+    k.finish()
+    srv.wait_live(0, timeout=5)
+    s.wait("db", "in_use", 0, timeout=5)
+
+
+def test_joint_detach_and_attach_again_while_the_library_holds():
+    """Detached (the engine unloaded) and attached again while a preloaded
+    program holds two connections: the new engine counts them in once, and
+    their closes give back to it exactly what they took."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 3}])
+    cg = cgroup()
+    attach(s, cg)
+    p = Client([helper("kclient"), "127.0.0.1", str(srv.port), "2"], env=s.env())
+    assert p.until_held() == (2, []), p.lines
+    s.expect("db", kernel_joint=2)
+    r = subprocess.run([h.CLI, "detach", "-c", s.config], capture_output=True, text=True)
+    assert r.returncode == 0 and "unloaded" in r.stdout, (r.stdout, r.stderr)
+    r = attach(s, cg)
+    assert "2 connections of preloaded processes counted in" in r.stdout, r.stdout
+    s.expect("db", in_use=2, kernel_joint=2)
+    k = Client(in_cgroup(cg, [helper("kclient_static"), "127.0.0.1", str(srv.port), "3"]))
+    ok, errs = k.until_held()
+    assert ok == 1 and len(errs) == 2, k.lines
+    srv.wait_live(3)
+    p.finish()
+    s.wait("db", "kernel_joint", 1, timeout=5)
+    k.finish()
+    srv.wait_live(0, timeout=5)
+    s.wait("db", "in_use", 0, timeout=5)
+    s.expect("db", kernel_joint=0)
+    assert srv.max_live == 3, "the witness saw %d at once" % srv.max_live
