@@ -103,7 +103,9 @@ static __always_inline bool
 take_permit(struct kern_comp *c)
 {
 	__u32 lim = c->limit, cur, old;
+	bool ok = true;
 
+	__sync_fetch_and_add(&c->begun, 1);
 	__sync_fetch_and_add(&c->in_use, 1);
 	for (int i = 0; i < CAS_TRIES; i++) {
 		cur = c->joint;
@@ -111,7 +113,7 @@ take_permit(struct kern_comp *c)
 			goto full;
 		if (__sync_val_compare_and_swap(&c->joint, cur, cur + 1) == cur) {
 			note_peak(c, cur + 1);
-			return true;
+			goto done;
 		}
 	}
 	old = __sync_fetch_and_add(&c->joint, 1);
@@ -120,20 +122,25 @@ take_permit(struct kern_comp *c)
 		goto full;
 	}
 	note_peak(c, old + 1);
-	return true;
+	goto done;
 full:
 	__sync_fetch_and_add(&c->in_use, -1);
-	return false;
+	ok = false;
+done:
+	__sync_fetch_and_add(&c->done, 1);
+	return ok;
 }
 
 /* Gives back a permit the program took: the joint count first, then the
- * program's own. The joint count never goes below 0 (a reset may have put
- * it at the program's own part while this socket was being admitted). */
+ * program's own. The joint count never goes below 0 (a damaged count may
+ * be put right meanwhile). Both steps, like a take's, lie between a count
+ * of `begun` and one of `done`. */
 static __always_inline void
 give_permit(struct kern_comp *c)
 {
 	__u32 cur, old;
 
+	__sync_fetch_and_add(&c->begun, 1);
 	for (int i = 0; i < CAS_TRIES; i++) {
 		cur = c->joint;
 		if (cur == 0)
@@ -146,6 +153,7 @@ give_permit(struct kern_comp *c)
 		__sync_fetch_and_add(&c->joint, 1);
 own:
 	__sync_fetch_and_add(&c->in_use, -1);
+	__sync_fetch_and_add(&c->done, 1);
 }
 
 /* Decides a connect of ctx's socket to the address in k: 1 lets it go on,

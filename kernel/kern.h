@@ -48,7 +48,8 @@ struct kern_site {
  * operation and the library's protocol holds. in_use is the program's own
  * part, exact: raised before its take of joint and lowered after its give,
  * so it is never below what the program holds in joint. A reset of the
- * library's leftovers puts joint back to in_use (repair.c).
+ * library's leftovers puts joint back to in_use (kjoint.c), reading both
+ * while `begun` equals `done`.
  */
 struct kern_comp {
 	char name[KERN_NAME_MAX];
@@ -66,7 +67,10 @@ struct kern_comp {
 	__u64 unmarked;		/* admissions skipped: no socket storage */
 	__u32 joint;		/* the program's and the library's permits (above) */
 	__u32 joint_tag;	/* the library's tally tag; the program never writes it */
-	__u64 pad;
+	/* The program's takes and gives begun and done: a reset reads joint
+	 * and in_use together only while none is under way (kjoint.c). */
+	__u32 begun;
+	__u32 done;
 };
 
 /* What a socket carries in its socket storage: admitted by the program

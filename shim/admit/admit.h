@@ -590,9 +590,6 @@ enum take kjoint_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t
  * again when this process is in its cgroup. Best effort: failing, the
  * socket is counted twice (held longer, never over). Leaves errno. */
 void kjoint_mark(const struct seg *s, const struct seg_comp *c, int fd);
-/* With no process record held (repair.c): c's joint count goes back to the
- * engine's own part, its tag cleared. */
-void kjoint_reset(struct seg *s, struct seg_comp *c);
 /* For `bulkshim attach` and `reload`, with map (of id `id`) mapped
  * writable: every compartment of the segment that has an entry in it is
  * counted with it from now on (its `kernel` word), and the connections the
@@ -602,9 +599,11 @@ void kjoint_reset(struct seg *s, struct seg_comp *c);
 uint32_t kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id);
 /* At attach (segment.c, under the segment's lock): if an engine is
  * loaded for the segment, kjoint_adopt with its map, so that a segment
- * made again after `attach` is counted with it too. Says so when this
- * process may not look. */
-void kjoint_probe(struct seg *s);
+ * made again after `attach` is counted with it too; with `reset` (nobody
+ * holds a process record) each joint count goes back to the engine's own
+ * part first. No engine: no compartment is counted with one (a word left
+ * over or damaged is cleared). Says so when this process may not look. */
+void kjoint_probe(struct seg *s, bool reset);
 /* The engine is unloaded: no compartment is counted with it any more. */
 void kjoint_forget(struct seg *s);
 /* Unmaps this process's view of the map (seg_close). */

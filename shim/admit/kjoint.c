@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <linux/bpf.h>
 
+#include "admit/repair.h"
 #include "admit/tally.h"
 #include "log.h"
 #include "sys.h"
@@ -288,38 +289,6 @@ kjoint_mark(const struct seg *s, const struct seg_comp *c, int fd)
 	errno = e;
 }
 
-void
-kjoint_reset(struct seg *s, struct seg_comp *c)
-{
-	_Atomic uint32_t *j = kjoint_of(s, c);
-	_Atomic uint64_t *t;
-	uint64_t w;
-
-	if (j == NULL)
-		return;
-	t = (_Atomic uint64_t *)(uintptr_t)j;
-	w = atomic_load(t);
-	for (;;) {
-		/* The program's own part is never below what it holds of the
-		 * joint count (kern.h), so the count goes down to it at most:
-		 * a permit the program is taking meanwhile is kept. */
-		uint32_t own = __atomic_load_n(&entry_of(j)->in_use, __ATOMIC_SEQ_CST);
-		uint32_t cur = (uint32_t)w, to = cur > own ? own : cur;
-
-		if (w == to || atomic_compare_exchange_weak(t, &w, (uint64_t)to)) {
-			if (cur != to) {
-				char name[BS_NAME_MAX];
-
-				log_name(name, sizeof(name), c->name, sizeof(c->name));
-				bs_log(LOG_WARN, "compartment %s: the count shared with the kernel "
-				    "engine was %u with no process holding anything here; put back to "
-				    "the engine's own %u", name, cur, to);
-			}
-			return;
-		}
-	}
-}
-
 /* Clears MARK_HELD(P_KERN) in slot sl: what a map no longer counted said. */
 static void
 forget_stale(struct seg_slot *sl)
@@ -368,8 +337,55 @@ kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id)
 	return counted;
 }
 
+/*
+ * Nobody holds a process record, so the library holds nothing of e's
+ * joint count: it goes down to the program's own part (e->in_use), its tag
+ * cleared. The two are read together only while no take or give of the
+ * program is under way (begun == done before, begun unchanged after), and
+ * a process that claimed a record meanwhile (it may take) leaves it as it
+ * is. A program's take that starts after the reading finds the count
+ * changed by the swap, or changes it first and fails the swap.
+ */
+static void
+reset_joint(struct seg *s, struct kern_comp *e)
+{
+	_Atomic uint64_t *t = (_Atomic uint64_t *)(uintptr_t)&e->joint;
+
+	for (int i = 0; i < KJ_WAIT_SPINS; i++) {
+		uint32_t b = __atomic_load_n(&e->begun, __ATOMIC_SEQ_CST), own, cur;
+		uint64_t w;
+
+		if (__atomic_load_n(&e->done, __ATOMIC_SEQ_CST) != b) {
+			sched_yield();
+			continue;
+		}
+		w = atomic_load(t);
+		own = __atomic_load_n(&e->in_use, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&e->begun, __ATOMIC_SEQ_CST) != b)
+			continue;
+		if (repair_in_use(s))
+			return;
+		cur = (uint32_t)w;
+		if (cur <= own && (w >> 32) == 0)
+			return;
+		if (cur < own)
+			own = cur;
+		if (atomic_compare_exchange_strong(t, &w, (uint64_t)own)) {
+			if (cur != own) {
+				char name[BS_NAME_MAX];
+
+				log_name(name, sizeof(name), e->name, sizeof(e->name));
+				bs_log(LOG_WARN, "compartment %s: the count shared with the kernel "
+				    "engine was %u with no process holding anything here; put back to "
+				    "the engine's own %u", name, cur, own);
+			}
+			return;
+		}
+	}
+}
+
 void
-kjoint_probe(struct seg *s)
+kjoint_probe(struct seg *s, bool reset)
 {
 	char path[sizeof(KJ_ROOT) + BS_NAME_MAX + 16];
 	uint32_t id;
@@ -381,17 +397,33 @@ kjoint_probe(struct seg *s)
 	fd = obj_get(path);
 	if (fd < 0) {
 		e = errno;
-		if (e == EACCES || e == EPERM)
+		if (e == ENOENT) {
+			/* No engine: a word that names one is left over or damaged. */
+			for (uint32_t i = 0; i < s->ncomp; i++) {
+				if (atomic_load(&s->comp[i].kernel) != 0) {
+					kjoint_forget(s);
+					break;
+				}
+			}
+		} else {
 			bs_log(LOG_WARN, "cannot look for a kernel engine of segment %s (%s: errno "
 			    "%d): if one counts its compartments, `bulkshim attach` or `reload` must "
 			    "run again for them to be counted as one", s->h->name, path, e);
+		}
 		return;
 	}
 	id = map_id(fd);
-	p = id != 0 ? mmap(NULL, KJ_MAP_BYTES, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+	p = id != 0 ? mmap(NULL, KJ_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) :
+	    MAP_FAILED;
 	sys_close(fd);
 	if (p == MAP_FAILED)
 		return;
+	for (uint32_t i = 0; reset && i < s->ncomp; i++) {
+		struct kern_comp *ent = find_entry(p, &s->comp[i]);
+
+		if (ent != NULL)
+			reset_joint(s, ent);
+	}
 	kjoint_adopt(s, p, id);
 	munmap(p, KJ_MAP_BYTES);
 }

@@ -139,12 +139,6 @@ repair_unheld(struct seg *s, const char *name)
 			    "process holding anything; reset to 0", name, cname, count_names[k], was);
 		}
 	}
-	/* The count shared with a kernel engine holds the engine's own
-	 * connections too: it goes back to those (kjoint.c). */
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		if (atomic_load(&s->comp[i].kernel) != 0)
-			kjoint_reset(s, &s->comp[i]);
-	}
 	for (uint32_t j = 0; j < s->nslots; j++) {
 		struct seg_slot *sl = &s->slots[j];
 		uint32_t st = slot_st[j];

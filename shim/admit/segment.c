@@ -688,8 +688,10 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* The count shared with a kernel engine is put right like the
+	 * others when nobody holds a record (its own part is the engine's). */
 	if (locked)
-		kjoint_probe(s);
+		kjoint_probe(s, !repair_in_use(s));
 	s->my_start = sys_pid_start(getpid());
 	/* Start-up may have rewritten settings (a fresh start, a repair). */
 	seg_settings_changed(s);

@@ -362,3 +362,37 @@ def test_joint_detach_and_attach_again_while_the_library_holds():
     s.wait("db", "in_use", 0, timeout=5)
     s.expect("db", kernel_joint=0)
     assert srv.max_live == 3, "the witness saw %d at once" % srv.max_live
+
+
+def test_joint_what_a_lost_segment_held_is_put_back():
+    """A preloaded holder is killed after its segment was removed: nothing
+    can give its permits back from the shared count. The next process makes
+    the segment again with nobody holding a record there, and puts the
+    shared count back to the engine's own connections: the limit's rest is
+    the library's again, no more."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 3}])
+    cg = cgroup()
+    attach(s, cg)
+    k = Client(in_cgroup(cg, [helper("kclient_static"), "127.0.0.1", str(srv.port), "1"]))
+    assert k.until_held() == (1, []), k.lines
+    p = Client([helper("kclient"), "127.0.0.1", str(srv.port), "2"], env=s.env())
+    assert p.until_held() == (2, []), p.lines
+    s.expect("db", kernel_joint=3)
+    os.unlink(h.SHM_PREFIX + s.segment)
+    p.p.kill()
+    p.p.wait()
+    srv.wait_live(1, timeout=5)
+    p = Client([helper("kclient"), "127.0.0.1", str(srv.port), "3"],
+               env=s.env(log="warn"))
+    ok, errs = p.until_held()
+    assert ok == 2 and len(errs) == 1, p.lines
+    srv.wait_live(3)
+    s.expect("db", in_use=3, kernel_joint=3)
+    p.finish()
+    k.finish()
+    srv.wait_live(0, timeout=5)
+    s.wait("db", "in_use", 0, timeout=5)
+    s.expect("db", kernel_joint=0)
