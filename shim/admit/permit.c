@@ -78,33 +78,66 @@ tick(struct seg *s, struct seg_comp *c, int p)
 
 /* ---- waiting ---- */
 
-/* take_step's permit of the count c shares with a kernel engine
- * (kjoint.c), out of line: the compartment's own permit goes back when it
- * is refused. Admitted, socket fd (when admission has one) is marked the
- * library's, for the engine's program. */
-static __attribute__((noinline)) enum take
-kern_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t *seen,
-    int fd)
+/* The pool's permit after the compartment's (pool.h), whose take wrote tag
+ * `took` and made in_use v: the permits taken before it (`had`, MARK_HELD
+ * flags: the compartment's, the joint count's) go back when it is
+ * refused. */
+static inline __attribute__((always_inline)) enum take
+pool_step(struct seg *s, struct seg_comp *c, struct seg_pool *pool, uint32_t slot, uint32_t gen,
+    uint32_t took, uint32_t v, uint64_t had, uint32_t *seen, _Atomic uint32_t **word,
+    enum bs_reason *why)
 {
+	enum take r = pool_take(s, c, pool, slot, gen, took, v, seen, word);
+
+	if (r == TAKE_OK)
+		return r;
+	if (had & MARK_HELD(P_KERN))
+		tally_give(s, c, slot, gen, P_KERN);
+	tally_give(s, c, slot, gen, P_CONN);
+	if (r == TAKE_FULL)
+		*why = REASON_POOL_FULL;
+	return r;
+}
+
+/*
+ * take_step after the connection permit of a compartment that a kernel
+ * engine counts too, out of line: the joint count's permit (kjoint.c),
+ * then the pool's if c is in one; the permits taken go back when one is
+ * refused. Admitted, socket fd (when admission has one, >= 0) is marked
+ * the library's, for the engine's program: only now, so that a socket the
+ * library refused is never passed uncounted.
+ */
+static __attribute__((noinline)) enum take
+kern_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t took,
+    uint32_t *seen, _Atomic uint32_t **word, enum bs_reason *why, int fd)
+{
+	uint32_t v = *seen + 1;
+	struct seg_pool *pool;
 	enum take r = kjoint_take(s, c, slot, gen, seen);
 
 	if (r != TAKE_OK) {
 		tally_give(s, c, slot, gen, P_CONN);
+		*word = &c->in_use;
+		*why = REASON_FULL;
 		return r;
 	}
+	if ((pool = seg_pool_at(s, c)) != NULL &&
+	    (r = pool_step(s, c, pool, slot, gen, took, v, MARK_HELD(P_KERN), seen, word,
+	    why)) != TAKE_OK)
+		return r;
 	if (fd >= 0)
 		kjoint_mark(s, c, fd);
-	return r;
+	return TAKE_OK;
 }
 
 /*
  * One attempt at permit kind p for slot, of compartment c; for a
  * connection counted with a kernel engine too, the joint count's permit
- * after the compartment's (kjoint.c); for a connection in a pool, the
- * pool's permit after those (pool.h); the compartment's given back, here
- * and only here, when a later one has none. On TAKE_FULL, *word is the
- * word to sleep on and *why the reason. wait is admission's (a descriptor
- * when >= 0).
+ * after the compartment's (kern_step); for a connection in a pool, the
+ * pool's permit after those (pool_step); the compartment's given back,
+ * here and only here, when a later one has none. On TAKE_FULL, *word is
+ * the word to sleep on and *why the reason. wait is admission's (a
+ * descriptor when >= 0).
  */
 static inline __attribute__((always_inline)) enum take
 take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
@@ -120,24 +153,12 @@ take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	/* Read after the take (both sequentially consistent): an `attach`
 	 * that sets the word after this load counts the permit in itself
 	 * (kjoint_adopt). */
-	if (__builtin_expect(atomic_load(&c->kernel) != 0, 0) &&
-	    (r = kern_step(s, c, slot, gen, seen, wait)) != TAKE_OK) {
-		*word = &c->in_use;
-		*why = REASON_FULL;
-		return r;
-	}
+	if (__builtin_expect(atomic_load(&c->kernel) != 0, 0))
+		return kern_step(s, c, slot, gen, took, seen, word, why, wait);
 	if ((pool = seg_pool_at(s, c)) == NULL)
 		return r;
 	/* The take made in_use *seen + 1: within the guarantee or not. */
-	r = pool_take(s, c, pool, slot, gen, took, *seen + 1, seen, word);
-	if (r == TAKE_OK)
-		return r;
-	if (atomic_load_explicit(&c->kernel, memory_order_relaxed) != 0)
-		tally_give(s, c, slot, gen, P_KERN);
-	tally_give(s, c, slot, gen, P_CONN);
-	if (r == TAKE_FULL)
-		*why = REASON_POOL_FULL;
-	return r;
+	return pool_step(s, c, pool, slot, gen, took, *seen + 1, 0, seen, word, why);
 }
 
 /*
