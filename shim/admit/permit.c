@@ -299,10 +299,11 @@ admit_class(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint
 /* take_permits after a refusal for `reason`, out of line: the class
  * permits taken go back; enforcing, the slot is pending again and
  * TAKE_FULL; in observe mode the connect goes through (TAKE_OK), counted
- * apart. */
+ * apart (and, where a kernel engine counts c too, socket fd >= 0 marked
+ * the library's, which counted it). */
 static __attribute__((noinline)) enum take
 admit_refused(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, struct seg_class *k,
-    enum bs_reason reason, enum bs_reason *why)
+    enum bs_reason reason, enum bs_reason *why, int fd)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	struct seg_pool *pool;
@@ -328,6 +329,8 @@ admit_refused(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, st
 	/* Let past the pool as well: in its use and its peak. */
 	if ((pool = seg_pool_at(s, c)) != NULL)
 		pool_note_use(pool);
+	if (fd >= 0 && atomic_load(&c->kernel) != 0)
+		kjoint_mark(s, c, fd);
 	return TAKE_OK;
 }
 
@@ -365,7 +368,7 @@ take_permits(struct seg *s, uint32_t slot, struct seg_comp *c, uint32_t cls, int
 			reason = REASON_NO_SLOT;
 	}
 	if (__builtin_expect(reason != REASON_MAX, 0)) {
-		if (admit_refused(s, slot, gen, c, k, reason, why) != TAKE_OK)
+		if (admit_refused(s, slot, gen, c, k, reason, why, wait) != TAKE_OK)
 			return TAKE_FULL;
 		k = NULL;
 	}

@@ -396,3 +396,26 @@ def test_joint_what_a_lost_segment_held_is_put_back():
     srv.wait_live(0, timeout=5)
     s.wait("db", "in_use", 0, timeout=5)
     s.expect("db", kernel_joint=0)
+
+
+def test_joint_observe_mode_in_the_cgroup_counts_once():
+    """enforce = false: a preloaded program inside the engine's cgroup is let
+    past the limit by the library, which counts it (over), and the engine
+    does not count it again."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 1}])
+    with open(s.config) as f:
+        text = f.read()
+    with open(s.config, "w") as f:
+        f.write(text.replace("max_connections = 1;", "max_connections = 1; enforce = false;"))
+    c = Client([h.CLI, "run", "--kernel", "-c", s.config, "--", helper("kclient"), "127.0.0.1",
+                str(srv.port), "3"], env=s.env())
+    assert c.until_held() == (3, []), c.lines
+    srv.wait_live(3)
+    comp = s.expect("db", in_use=3, over=2, kernel_in_use=0, kernel_joint=1)
+    assert comp["would_reject"]["full"] == 2, comp
+    rc, err = c.finish()
+    assert rc == 0, err
+    s.wait("db", "in_use", 0, timeout=5)
