@@ -561,8 +561,9 @@ void reconcile_table_full(struct seg *s);
 
 struct kern_comp;
 /* kjoint_of's slow path: maps the engine's map of id `id` in this process
- * (system calls only) and returns c's joint count in it, or NULL when the
- * map cannot be reached (said once, loudly). */
+ * (system calls only), or looks again in the one mapped for an entry it
+ * gained, and returns c's joint count in it, or NULL when the map cannot
+ * be reached (said once, loudly) or has no entry for c. */
 _Atomic uint32_t *kjoint_map(const struct seg *s, const struct seg_comp *c, uint32_t id);
 /* The joint count of compartment c in its kernel engine's map, or NULL
  * when no engine counts c (its `kernel` word is 0) or this process cannot
@@ -571,12 +572,13 @@ static inline _Atomic uint32_t *
 kjoint_of(const struct seg *s, const struct seg_comp *c)
 {
 	uint32_t id = atomic_load(&c->kernel), i = (uint32_t)(c - s->comp);
+	uintptr_t j;
 
 	if (id == 0 || i >= BS_MAX_COMPARTMENTS)
 		return NULL;
-	if (atomic_load_explicit(&s->kern.id, memory_order_acquire) == id)
-		return (_Atomic uint32_t *)atomic_load_explicit(&s->kern.joint[i],
-		    memory_order_relaxed);
+	if (atomic_load_explicit(&s->kern.id, memory_order_acquire) == id &&
+	    (j = atomic_load_explicit(&s->kern.joint[i], memory_order_relaxed)) != 0)
+		return (_Atomic uint32_t *)j;
 	return kjoint_map(s, c, id);
 }
 /* After slot's connection permit of c, whose compartment an engine counts

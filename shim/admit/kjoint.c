@@ -147,6 +147,21 @@ warn_once(const struct seg *s, const struct seg_comp *c, const char *why, int e)
 	    e > 0 ? "" : ": not the engine the segment names");
 }
 
+/* Points every compartment of the segment that map m (of id `id`) counts
+ * at its joint count there. */
+static void
+point(const struct seg *s, struct kern_comp *m, uint32_t id)
+{
+	struct seg_kern *k = (struct seg_kern *)(uintptr_t)&s->kern;
+
+	for (uint32_t i = 0; i < s->ncomp && i < BS_MAX_COMPARTMENTS; i++) {
+		struct kern_comp *ent = atomic_load(&s->comp[i].kernel) == id ?
+		    find_entry(m, &s->comp[i]) : NULL;
+
+		atomic_store(&k->joint[i], ent != NULL ? (uintptr_t)&ent->joint : 0);
+	}
+}
+
 /* Maps the compartment map whose id is `id` and points every compartment
  * it covers at its joint count. Runs with system calls only; when another
  * thread of the process is at it, waits for it (boundedly: a signal
@@ -156,7 +171,6 @@ map_engine(const struct seg *s, const struct seg_comp *c, uint32_t id)
 {
 	struct seg_kern *k = (struct seg_kern *)(uintptr_t)&s->kern;
 	char path[sizeof(KJ_ROOT) + BS_NAME_MAX + 16];
-	struct kern_comp *m;
 	uint32_t free_ = 0;
 	void *p;
 	int fd, e = 0;
@@ -164,13 +178,13 @@ map_engine(const struct seg *s, const struct seg_comp *c, uint32_t id)
 
 	for (int i = 0; !atomic_compare_exchange_weak(&k->busy, &free_, 1); i++) {
 		free_ = 0;
-		if (atomic_load(&k->id) == id)
-			return true;
 		if (i >= KJ_WAIT_SPINS)
 			return false;
 		sched_yield();
 	}
-	if (atomic_load(&k->id) == id) {
+	if (atomic_load(&k->id) == id && k->map != NULL) {
+		/* Mapped already: an entry the map gained since (a reload). */
+		point(s, k->map, id);
 		ok = true;
 		goto done;
 	}
@@ -195,15 +209,9 @@ map_engine(const struct seg *s, const struct seg_comp *c, uint32_t id)
 		warn_once(s, c, "map", e);
 		goto done;
 	}
-	m = p;
 	/* A map replaced by a later engine stays mapped: another thread may
 	 * still be reading a count in it. */
-	for (uint32_t i = 0; i < s->ncomp && i < BS_MAX_COMPARTMENTS; i++) {
-		struct kern_comp *ent = atomic_load(&s->comp[i].kernel) == id ?
-		    find_entry(m, &s->comp[i]) : NULL;
-
-		atomic_store(&k->joint[i], ent != NULL ? (uintptr_t)&ent->joint : 0);
-	}
+	point(s, p, id);
 	k->map = p;
 	atomic_store(&k->id, id);
 	ok = true;
@@ -216,10 +224,13 @@ _Atomic uint32_t *
 kjoint_map(const struct seg *s, const struct seg_comp *c, uint32_t id)
 {
 	uint32_t i = (uint32_t)(c - s->comp);
+	uintptr_t j;
 
 	if (i >= BS_MAX_COMPARTMENTS || !map_engine(s, c, id))
 		return NULL;
-	return (_Atomic uint32_t *)atomic_load(&s->kern.joint[i]);
+	if ((j = atomic_load(&s->kern.joint[i])) == 0)
+		warn_once(s, c, "find it in", ENOENT);
+	return (_Atomic uint32_t *)j;
 }
 
 /* The engine's entry whose joint count is j. */
