@@ -58,6 +58,7 @@ struct seg_host {
  * compartment of the segment the address of its joint count in that map
  * (0: none). */
 struct seg_kern {
+	char segment[BS_NAME_MAX];	/* the name attached by, not the header's */
 	_Atomic uint32_t id;
 	_Atomic uint32_t busy;		/* a thread is mapping it */
 	_Atomic uint32_t warned;

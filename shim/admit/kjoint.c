@@ -56,12 +56,13 @@ bpf_call(int cmd, union bpf_attr *a)
 }
 
 /* KJ_ROOT<segment>/<file> into out, the segment's dots as '+' (bpffs
- * refuses dots; kern_pin_path). The name is read from the segment, so
+ * refuses dots; kern_pin_path). The name is the one this process attached
+ * by (never the header's, which any writer of the segment may change);
  * anything outside the characters a config allows fails. */
 static bool
 pin_path(const struct seg *s, const char *file, char *out, size_t len)
 {
-	const char *name = s->h->name;
+	const char *name = s->kern.segment;
 	size_t n = 0, i;
 
 	for (i = 0; KJ_ROOT[i] != '\0' && n + 1 < len; i++)
@@ -419,7 +420,7 @@ kjoint_probe(struct seg *s, bool reset)
 		} else {
 			bs_log(LOG_WARN, "cannot look for a kernel engine of segment %s (%s: errno "
 			    "%d): if one counts its compartments, `bulkshim attach` or `reload` must "
-			    "run again for them to be counted as one", s->h->name, path, e);
+			    "run again for them to be counted as one", s->kern.segment, path, e);
 		}
 		return;
 	}

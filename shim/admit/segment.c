@@ -690,6 +690,7 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	}
 	/* The count shared with a kernel engine is put right like the
 	 * others when nobody holds a record (its own part is the engine's). */
+	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", cfg->segment);
 	if (locked)
 		kjoint_probe(s, !repair_in_use(s));
 	s->my_start = sys_pid_start(getpid());
@@ -760,6 +761,7 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		return -EINVAL;
 	}
 	set_pointers(s);
+	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", segment);
 	*out = s;
 	return 0;
 }
