@@ -611,6 +611,9 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* Before any release (the reclaim and repairs below) may need the
+	 * engine's map (kjoint.c). */
+	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", cfg->segment);
 	if (st.st_size == 0 || unfinished(fd, &st)) {
 		/* New, or left empty by a creator that died before sizing it
 		 * or before finishing it: whoever holds the lock initialises
@@ -690,7 +693,6 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 	}
 	/* The count shared with a kernel engine is put right like the
 	 * others when nobody holds a record (its own part is the engine's). */
-	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", cfg->segment);
 	if (locked)
 		kjoint_probe(s, !repair_in_use(s));
 	s->my_start = sys_pid_start(getpid());
@@ -746,6 +748,7 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		sys_close(fd);
 		return -ENOMEM;
 	}
+	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", segment);
 	r = st.st_size > 0 ? map_fd(s, fd, (size_t)st.st_size, writable, name) : -EINVAL;
 	sys_close(fd);
 	if (r < 0) {
@@ -761,7 +764,6 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		return -EINVAL;
 	}
 	set_pointers(s);
-	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", segment);
 	*out = s;
 	return 0;
 }
