@@ -419,3 +419,46 @@ def test_joint_observe_mode_in_the_cgroup_counts_once():
     rc, err = c.finish()
     assert rc == 0, err
     s.wait("db", "in_use", 0, timeout=5)
+
+
+ON_DEMAND = r"""
+import errno, socket, sys
+port = int(sys.argv[1])
+held = []
+for line in sys.stdin:
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        held.append(s)
+        print("ok", flush=True)
+    except OSError as e:
+        s.close()
+        print(errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+"""
+
+
+def test_joint_a_process_started_before_attach_joins_at_its_next_connect():
+    """A preloaded program that started (and connected once) before the
+    engine was attached takes from the joint count from its next connect
+    on, with nothing restarted or reloaded."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 3}])
+    p = h.LineProc([h.PY, "-c", ON_DEMAND, str(srv.port)], s.env())
+    h.defer(p.kill)
+    assert p.cmd("c") == "ok"
+    cg = cgroup()
+    attach(s, cg)
+    k = Client(in_cgroup(cg, [helper("kclient_static"), "127.0.0.1", str(srv.port), "1"]))
+    assert k.until_held() == (1, []), k.lines
+    assert p.cmd("c") == "ok"
+    assert p.cmd("c") == "ECONNREFUSED"
+    srv.wait_live(3)
+    assert srv.max_live == 3, "the witness saw %d at once" % srv.max_live
+    s.expect("db", in_use=3, kernel_joint=3)
+    p.finish()
+    k.finish()
+    srv.wait_live(0, timeout=5)
+    s.wait("db", "in_use", 0, timeout=5)
+    s.expect("db", kernel_joint=0)
