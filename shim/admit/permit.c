@@ -107,7 +107,7 @@ pool_step(struct seg *s, struct seg_comp *c, struct seg_pool *pool, uint32_t slo
  * the library's, for the engine's program: only now, so that a socket the
  * library refused is never passed uncounted.
  */
-static __attribute__((noinline)) enum take
+static __attribute__((noinline, cold)) enum take
 kern_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t took,
     uint32_t *seen, _Atomic uint32_t **word, enum bs_reason *why, int fd)
 {
