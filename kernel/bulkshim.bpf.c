@@ -15,6 +15,12 @@
  * cgroup/sock_release runs once when the kernel frees the socket, after the
  * last descriptor in the last process is gone (dup, fork, SCM_RIGHTS, kill):
  * it gives the permit back only for a socket the program marked.
+ *
+ * The count a permit is taken from is the compartment's joint count, which
+ * the preloaded library takes from too (kern.h): one limit for both. A
+ * socket that a preloaded process in the cgroup already admitted carries
+ * KSOCK_LIB, written by the library before its connect: it is the
+ * library's, and passes here uncounted.
  */
 
 #define SOCK_STREAM	1
@@ -85,31 +91,69 @@ note_peak(struct kern_comp *c, __u32 now)
 	}
 }
 
-/* One permit of c: true if taken. The count only moves by one successful
- * compare-and-swap, so it never passes the limit; should the swap keep
- * losing to other CPUs, an add that is undone when it went past the limit
- * decides instead, which is just as exact. */
+/* One permit of c: true if taken. The program's own count goes up first,
+ * so it is never below what the program holds of the joint count. The
+ * joint count (shared with the library, which writes its tag: kern.h) only
+ * moves by a compare-and-swap of its count below the limit, so it never
+ * passes the limit; should the swap keep losing to other CPUs and
+ * processes, an add that is undone when it went past the limit decides
+ * instead, which is just as exact. Only the count word is written, never
+ * the tag beside it. */
 static __always_inline bool
 take_permit(struct kern_comp *c)
 {
 	__u32 lim = c->limit, cur, old;
+	bool ok = true;
 
+	__sync_fetch_and_add(&c->begun, 1);
+	__sync_fetch_and_add(&c->in_use, 1);
 	for (int i = 0; i < CAS_TRIES; i++) {
-		cur = c->in_use;
+		cur = c->joint;
 		if (lim != KERN_NO_LIMIT && cur >= lim)
-			return false;
-		if (__sync_val_compare_and_swap(&c->in_use, cur, cur + 1) == cur) {
+			goto full;
+		if (__sync_val_compare_and_swap(&c->joint, cur, cur + 1) == cur) {
 			note_peak(c, cur + 1);
-			return true;
+			goto done;
 		}
 	}
-	old = __sync_fetch_and_add(&c->in_use, 1);
+	old = __sync_fetch_and_add(&c->joint, 1);
 	if (lim != KERN_NO_LIMIT && old >= lim) {
-		__sync_fetch_and_add(&c->in_use, -1);
-		return false;
+		__sync_fetch_and_add(&c->joint, -1);
+		goto full;
 	}
 	note_peak(c, old + 1);
-	return true;
+	goto done;
+full:
+	__sync_fetch_and_add(&c->in_use, -1);
+	ok = false;
+done:
+	__sync_fetch_and_add(&c->done, 1);
+	return ok;
+}
+
+/* Gives back a permit the program took: the joint count first, then the
+ * program's own. The joint count never goes below 0 (a damaged count may
+ * be put right meanwhile). Both steps, like a take's, lie between a count
+ * of `begun` and one of `done`. */
+static __always_inline void
+give_permit(struct kern_comp *c)
+{
+	__u32 cur, old;
+
+	__sync_fetch_and_add(&c->begun, 1);
+	for (int i = 0; i < CAS_TRIES; i++) {
+		cur = c->joint;
+		if (cur == 0)
+			goto own;
+		if (__sync_val_compare_and_swap(&c->joint, cur, cur - 1) == cur)
+			goto own;
+	}
+	old = __sync_fetch_and_add(&c->joint, -1);
+	if (old == 0)
+		__sync_fetch_and_add(&c->joint, 1);
+own:
+	__sync_fetch_and_add(&c->in_use, -1);
+	__sync_fetch_and_add(&c->done, 1);
 }
 
 /* Decides a connect of ctx's socket to the address in k: 1 lets it go on,
@@ -127,7 +171,7 @@ admit(struct bpf_sock_addr *ctx, struct kern_key *k)
 		return 1;
 	st = bpf_sk_storage_get(&socks, ctx->sk, 0, 0);
 	if (st != NULL && st->kind != KSOCK_NONE)
-		return 1;	/* a second connect of a socket already admitted */
+		return 1;	/* a second connect, or one the library admitted */
 	comp = find_comp(k, port);
 	if (comp < 0)
 		return 1;
@@ -196,13 +240,13 @@ int bs_release(struct bpf_sock *sk)
 	struct kern_comp *c;
 	__u32 idx;
 
-	if (st == NULL || st->kind == KSOCK_NONE)
+	if (st == NULL || st->kind == KSOCK_NONE || st->kind == KSOCK_LIB)
 		return 1;
 	idx = st->comp;
 	c = bpf_map_lookup_elem(&comps, &idx);
 	if (c != NULL) {
 		if (st->kind == KSOCK_PERMIT)
-			__sync_fetch_and_add(&c->in_use, -1);
+			give_permit(c);
 		else
 			__sync_fetch_and_add(&c->over, -1);
 		__sync_fetch_and_add(&c->released, 1);

@@ -60,6 +60,7 @@ void kern_pin_path(char *out, size_t len, const char *segment, const char *name)
 struct kern_view {
 	struct kern_comp *comp;	/* KERN_MAX_COMPS entries */
 	size_t size;
+	unsigned id;		/* the map's id (a segment's `kernel` words name it) */
 };
 
 /* Maps the pinned compartment map of segment. Returns 0, -ENOENT when no
@@ -76,6 +77,11 @@ struct kern_comp *kern_view_find(const struct kern_view *v, const char *name);
 int kern_apply(int comps_fd, int sites_fd, const struct bs_config *cfg, char *err, size_t errlen);
 /* kern_apply on the maps pinned for cfg's segment. */
 int kern_apply_pinned(const struct bs_config *cfg, char *err, size_t errlen);
+/* Gives the pinned maps of cfg's segment that preloaded processes use
+ * (comps, socks) and their directories the owner, group and mode of the
+ * segment's object in /dev/shm, so that every process that may use the
+ * segment may count with the engine. Returns 0 or -errno with a message. */
+int kern_share(const struct bs_config *cfg, char *err, size_t errlen);
 /* CLOCK_REALTIME milliseconds of a CLOCK_BOOTTIME nanosecond stamp, 0 for 0. */
 unsigned long long kern_boot_to_real_ms(unsigned long long boot_ns);
 

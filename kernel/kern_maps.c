@@ -104,8 +104,70 @@ kern_view_open(const char *segment, bool writable, struct kern_view *v)
 	if (fd < 0)
 		return -errno;
 	r = view_map(fd, writable, v);
+	if (r == 0) {
+		struct bpf_map_info info;
+		__u32 len = sizeof(info);
+
+		memset(&info, 0, sizeof(info));
+		if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+			v->id = info.id;
+	}
 	close(fd);
 	return r;
+}
+
+/* chown and chmod of one pinned file or directory, kept quiet about an
+ * owner this process may not give (it keeps root's). */
+static int
+share_one(const char *path, const struct stat *seg, mode_t mode, char *err, size_t errlen)
+{
+	if (chown(path, seg->st_uid, seg->st_gid) < 0 && errno != EPERM) {
+		bs_format(err, errlen, "cannot give %s the segment's owner: %s", path,
+		    strerror(errno));
+		return -errno;
+	}
+	if (chmod(path, mode) < 0) {
+		bs_format(err, errlen, "cannot set the mode of %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+int
+kern_share(const struct bs_config *cfg, char *err, size_t errlen)
+{
+	char shm[PATH_MAX], path[PATH_MAX];
+	static const char *const files[] = { "comps", "socks" };
+	struct stat st, root;
+	mode_t rw, x;
+	int r;
+
+	snprintf(shm, sizeof(shm), "/dev/shm/bulkshim.%s", cfg->segment);
+	if (stat(shm, &st) < 0) {
+		bs_format(err, errlen, "%s: %s", shm, strerror(errno));
+		return -errno;
+	}
+	rw = st.st_mode & 0666;
+	/* Directories: searchable by whoever may read or write the maps. */
+	x = (rw & 0066) ? ((rw & 0060) ? 0010 : 0) | ((rw & 0006) ? 0001 : 0) : 0;
+	/* The root of every segment's pins lets anyone search it (as
+	 * /dev/shm does) but lists nothing new: each segment's directory
+	 * has its own owner and mode. */
+	if (stat(KERN_PIN_ROOT, &root) == 0 && (root.st_mode & 0111) != 0111 &&
+	    chmod(KERN_PIN_ROOT, (root.st_mode & 07777) | 0111) < 0) {
+		bs_format(err, errlen, "cannot set the mode of %s: %s", KERN_PIN_ROOT,
+		    strerror(errno));
+		return -errno;
+	}
+	kern_pin_path(path, sizeof(path), cfg->segment, NULL);
+	if ((r = share_one(path, &st, 0700 | x, err, errlen)) < 0)
+		return r;
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		kern_pin_path(path, sizeof(path), cfg->segment, files[i]);
+		if ((r = share_one(path, &st, rw, err, errlen)) < 0)
+			return r;
+	}
+	return 0;
 }
 
 void
@@ -309,7 +371,7 @@ write_sites(int fd, const struct kern_key *keys, const struct kern_site *vals, s
 int
 kern_apply(int comps_fd, int sites_fd, const struct bs_config *cfg, char *err, size_t errlen)
 {
-	struct kern_view v = { NULL, 0 };
+	struct kern_view v = { NULL, 0, 0 };
 	struct kern_key *keys = NULL;
 	struct kern_site *vals = NULL;
 	struct ksrc *src = NULL;

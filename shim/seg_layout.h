@@ -26,7 +26,7 @@
  */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	7	/* bumped by every change to this file's structures */
+#define SEG_VERSION	8	/* bumped by every change to this file's structures */
 
 /* SLOT_WATCHED: in use like SLOT_USED, but processes the tables cannot
  * name may hold the socket too (it was shared by a fork before it had a
@@ -217,7 +217,12 @@ struct seg_comp {
 	_Atomic uint32_t max_waiting;
 	_Atomic uint32_t connect_timeout_ms;
 	_Atomic uint32_t io_timeout_ms;
-	uint32_t pad;
+	/* The id of the kernel engine's compartment map that counts this
+	 * compartment's connections with the library's, 0 = none: written by
+	 * `bulkshim attach` and `reload`, cleared when the engine is unloaded.
+	 * While it is set every admission takes a permit of the joint count
+	 * in that map as well (P_KERN, shim/admit/kjoint.c). */
+	_Atomic uint32_t kernel;
 	_Atomic uint64_t admitted;
 	_Atomic uint64_t rejected;	/* sum of rejected_by */
 	_Atomic uint64_t last_rejection_ms;	/* CLOCK_REALTIME, 0 = never */
@@ -284,19 +289,21 @@ struct seg_comp {
 /* P_CLENT: one of the compartment's unguaranteed part, lent to a class
  * beyond its guarantee; P_LENT: one of a pool's shared part, lent to a
  * compartment beyond its guarantee (share.c). A permit within a guarantee
- * is no kind of its own: MARK_GUARANTEED says so. */
+ * is no kind of its own: MARK_GUARANTEED says so. P_KERN: one of the joint
+ * count that the compartment shares with a kernel engine (seg_comp's
+ * `kernel`), a tally in the engine's map (kjoint.c). */
 enum permit_kind { P_CONN, P_CLASS, P_OVER, P_INFLIGHT, P_INFLIGHT_OVER, P_CLENT, P_LENT,
-	P_KINDS };
+	P_KERN, P_KINDS };
 #define MARK_HELD(p)	(1ULL << (p))
 #define MARK_HELD_ALL	(MARK_HELD(P_KINDS) - 1)
-#define MARK_RELEASED	(1ULL << 7)	/* released: holds nothing, takes nothing */
-#define MARK_WAITING	(1ULL << 8)	/* counted in its compartment's `waiting` */
+#define MARK_RELEASED	(1ULL << 8)	/* released: holds nothing, takes nothing */
+#define MARK_WAITING	(1ULL << 9)	/* counted in its compartment's `waiting` */
 /* Moved on by every reflection of a tally into the mark (tally.c), so that
- * a compare-and-swap prepared before one fails; 31 bits, it never wraps
+ * a compare-and-swap prepared before one fails; 30 bits, it never wraps
  * while a thread is preempted. */
-#define MARK_SEQ	(0x7fffffffULL << 9)
-#define MARK_SEQ_ONE	(1ULL << 9)
-#define MARK_SEQ_OF(m)	((uint32_t)(((m) & MARK_SEQ) >> 9))
+#define MARK_SEQ	(0x3fffffffULL << 10)
+#define MARK_SEQ_ONE	(1ULL << 10)
+#define MARK_SEQ_OF(m)	((uint32_t)(((m) & MARK_SEQ) >> 10))
 /* The slot's generation, 22 bits, above the sequence. */
 #define MARK_GEN_SHIFT	40
 #define MARK_GEN_MASK	0x3fffffu
@@ -385,7 +392,7 @@ _Static_assert(offsetof(struct seg_comp, over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_comp, inflight_over) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_class, in_use) % 8 == 0, "tally alignment");
 _Static_assert(BS_MAX_SOCKETS <= (1u << 20), "a tag has room for a stamp of 6 bits");
-_Static_assert(P_KINDS <= 7, "mark flags fit");
+_Static_assert(P_KINDS <= 8, "mark flags fit");
 _Static_assert(offsetof(struct seg_comp, cls_lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_pool, lent) % 8 == 0, "tally alignment");
 _Static_assert(offsetof(struct seg_header, pools) % 8 == 0, "tally alignment");

@@ -200,6 +200,7 @@ struct cli_comp {
 	uint64_t fleet_lease_age_ms;	/* since the last renewal; UINT64_MAX: never */
 	bool kernel;		/* the kernel engine counts this compartment too */
 	uint32_t kernel_in_use;	/* of in_use, the kernel engine's */
+	uint32_t kernel_joint;	/* the count shared with the engine: its own and the library's */
 	/* Its values that cannot be true, bits 1 << enum cli_field (their
 	 * numbers are 0, a limit none); classes have their own. */
 	uint64_t damaged;

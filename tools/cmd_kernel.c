@@ -59,8 +59,57 @@ tell_limits(const struct kern_env *env, const struct bs_config *cfg)
 		    "connects fail with EPERM, not the config's errno\n", env->major, env->minor);
 }
 
+/*
+ * The segment's compartments that the engine's map has count with it from
+ * now on: their `kernel` words name the map, and the connections that
+ * preloaded processes hold in them go into the joint count (kjoint.c).
+ * Returns 0, or -1 after saying why.
+ */
+static int
+adopt(const char *segment)
+{
+	char err[BS_ERRLEN];
+	struct kern_view v;
+	struct seg *s;
+	uint32_t n;
+	int r;
+
+	if (seg_open(segment, true, &s, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bulkshim: %s\n", err);
+		return -1;
+	}
+	if ((r = kern_view_open(segment, true, &v)) < 0 || v.id == 0) {
+		fprintf(stderr, "bulkshim: cannot map the kernel engine's compartments of segment "
+		    "%s: %s\n", segment, strerror(r < 0 ? -r : EINVAL));
+		kern_view_close(&v);
+		seg_close(s);
+		return -1;
+	}
+	n = kjoint_adopt(s, v.comp, v.id);
+	if (n > 0)
+		printf("kernel engine of segment %s: %u connection%s of preloaded processes counted "
+		    "in\n", segment, n, n == 1 ? "" : "s");
+	kern_view_close(&v);
+	seg_close(s);
+	return 0;
+}
+
+/* The engine of segment was unloaded: its compartments count alone again. */
+static void
+forget(const char *segment)
+{
+	char err[BS_ERRLEN];
+	struct seg *s;
+
+	if (seg_open(segment, true, &s, err, sizeof(err)) < 0)
+		return;
+	kjoint_forget(s);
+	seg_close(s);
+}
+
 /* Checks the machine, makes the segment (so that status and the rest see
- * the compartments) and attaches the engine to cgroup. */
+ * the compartments), attaches the engine to cgroup and joins the counts of
+ * both (adopt). */
 static int
 attach_to(const struct bs_config *cfg, const char *cgroup, struct kern_env *env)
 {
@@ -72,11 +121,12 @@ attach_to(const struct bs_config *cfg, const char *cgroup, struct kern_env *env)
 		return -1;
 	}
 	seg_close(s);
-	if (kern_attach(env, cfg, cgroup, err, sizeof(err)) < 0) {
+	if (kern_attach(env, cfg, cgroup, err, sizeof(err)) < 0 ||
+	    kern_share(cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "bulkshim: %s\n", err);
 		return -1;
 	}
-	return 0;
+	return adopt(cfg->segment);
 }
 
 static int
@@ -192,6 +242,8 @@ cmd_detach(int argc, char **argv)
 		fprintf(stderr, "bulkshim: %s\n", err);
 		return 1;
 	}
+	if (kern_links(name, NULL, 0) == 0)
+		forget(name);
 	printf("detached the kernel engine of segment %s from %d cgroup%s%s\n", name, n,
 	    n == 1 ? "" : "s", kern_links(name, NULL, 0) == 0 ? "; it is unloaded" : "");
 	return 0;
@@ -333,6 +385,8 @@ cmd_run_kernel(int argc, char **argv)
 		made = false;
 	} else if (kern_detach(cfg.segment, dir, err, sizeof(err)) < 0) {
 		fprintf(stderr, "bulkshim: %s\n", err);
+	} else if (kern_links(cfg.segment, NULL, 0) == 0) {
+		forget(cfg.segment);
 	}
 done:
 	if (made)
@@ -372,8 +426,11 @@ merge_one(const struct kern_comp *k, struct cli_comp *c)
 
 	c->kernel = true;
 	c->kernel_in_use = in_use + over;
+	c->kernel_joint = __atomic_load_n(&k->joint, __ATOMIC_RELAXED);
 	c->in_use += in_use + over;
 	c->over += over;
+	/* The engine's peak is the joint count's, the library's permits in
+	 * it: the most both held at once. */
 	c->peak = peak > c->peak ? peak : c->peak;
 	c->admitted += __atomic_load_n(&k->admitted, __ATOMIC_RELAXED);
 	c->rejected += rej;
@@ -453,7 +510,7 @@ cli_kernel_reset(const struct seg *s, const char *name)
 		__atomic_store_n(&k->released, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&k->unmarked, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&k->last_rejection_ns, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&k->peak, __atomic_load_n(&k->in_use, __ATOMIC_RELAXED),
+		__atomic_store_n(&k->peak, __atomic_load_n(&k->joint, __ATOMIC_RELAXED),
 		    __ATOMIC_RELAXED);
 	}
 	kern_view_close(&v);
@@ -473,5 +530,9 @@ cli_kernel_reload(const struct bs_config *cfg)
 		return -1;
 	}
 	printf("kernel engine of segment %s: destinations and limits reloaded\n", cfg->segment);
-	return 0;
+	if (kern_share(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bulkshim: kernel engine: %s\n", err);
+		return -1;
+	}
+	return adopt(cfg->segment);
 }

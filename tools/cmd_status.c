@@ -101,8 +101,8 @@ json_comp(FILE *f, const struct cli_comp *c)
 	cli_json_field(f, m, CF_IO_TIMEOUTS, c->io_timeouts);
 	cli_json_field(f, m, CF_RECONCILED, c->reconciled);
 	cli_json_fleet(f, c);
-	fprintf(f, ", \"kernel\": %s, \"kernel_in_use\": %u", c->kernel ? "true" : "false",
-	    c->kernel_in_use);
+	fprintf(f, ", \"kernel\": %s, \"kernel_in_use\": %u, \"kernel_joint\": %u",
+	    c->kernel ? "true" : "false", c->kernel_in_use, c->kernel_joint);
 	json_reasons(f, "rejected_by", c->rejected_by, CLI_DAMAGED(m, CF_REJECTED_BY));
 	json_reasons(f, "would_reject", c->would_reject, CLI_DAMAGED(m, CF_WOULD_REJECT));
 	cli_json_comp_pool(f, c);

@@ -18,6 +18,7 @@
  *   slot.c      a counted socket's whole life: claim, holds, drop, release
  *   proc.c      process records: reclaim of the dead, fork, exec, exit
  *   reconcile.c holds checked against the kernel
+ *   kjoint.c    the count a compartment shares with a kernel engine
  *   permit.c    admission: take, wait, refuse; requests in flight
  *   segment.c   creating, validating and attaching a segment, and its settings
  * tally.h, share.h and pool.h hold the inline steps of admission, private
@@ -50,6 +51,19 @@ struct seg_host {
 	int (*fd_high)(void);
 	uint32_t (*fd_slot)(int fd);
 	bool (*fd_forget)(int fd, uint32_t e);
+};
+
+/* A kernel engine's compartment map as this process sees it (kjoint.c):
+ * mapped on first need, the id of the map mapped (0: none), and per
+ * compartment of the segment the address of its joint count in that map
+ * (0: none). */
+struct seg_kern {
+	char segment[BS_NAME_MAX];	/* the name attached by, not the header's */
+	_Atomic uint32_t id;
+	_Atomic uint32_t busy;		/* a thread is mapping it */
+	_Atomic uint32_t warned;
+	void *map;
+	_Atomic uintptr_t joint[BS_MAX_COMPARTMENTS];
 };
 
 /* ---- segment.c: mapping, validating and attaching a segment ---- */
@@ -95,6 +109,7 @@ struct seg {
 	/* Set once the mapping shrank under this process and was replaced
 	 * by zero pages (guard.c): nothing in it is the segment any more. */
 	_Atomic int lost;
+	struct seg_kern kern;		/* kjoint.c */
 };
 
 /* Creates or attaches the segment that cfg names and maps each compartment of
@@ -556,6 +571,60 @@ void reconcile_soon(void);
  * every hold, and the slots no process the tables know holds any more
  * (each throttled), after which the claim is tried once more. */
 void reconcile_table_full(struct seg *s);
+
+/* ---- kjoint.c: the count a compartment shares with a kernel engine ---- */
+
+struct kern_comp;
+/* kjoint_of's slow path: maps the engine's map of id `id` in this process
+ * (system calls only), or looks again in the one mapped for an entry it
+ * gained, and returns c's joint count in it, or NULL when the map cannot
+ * be reached (said once, loudly) or has no entry for c. */
+_Atomic uint32_t *kjoint_map(const struct seg *s, const struct seg_comp *c, uint32_t id);
+/* The joint count of compartment c in its kernel engine's map, or NULL
+ * when no engine counts c (its `kernel` word is 0) or this process cannot
+ * reach it. Async-signal-safe. */
+static inline _Atomic uint32_t *
+kjoint_of(const struct seg *s, const struct seg_comp *c)
+{
+	uint32_t id = atomic_load(&c->kernel), i = (uint32_t)(c - s->comp);
+	uintptr_t j;
+
+	if (id == 0 || i >= BS_MAX_COMPARTMENTS)
+		return NULL;
+	if (atomic_load_explicit(&s->kern.id, memory_order_acquire) == id &&
+	    (j = atomic_load_explicit(&s->kern.joint[i], memory_order_relaxed)) != 0)
+		return (_Atomic uint32_t *)j;
+	return kjoint_map(s, c, id);
+}
+/* After slot's connection permit of c, whose compartment an engine counts
+ * too: one permit of the joint count (P_KERN) under c's limit. TAKE_OK,
+ * TAKE_FULL (also when this process cannot reach the map: refused rather
+ * than counted apart), or TAKE_BUSY. */
+enum take kjoint_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen,
+    uint32_t *seen);
+/* Tells the engine that socket fd (about to connect, admitted by the
+ * library into c) is the library's, so that its program does not count it
+ * again when this process is in its cgroup. Best effort: failing, the
+ * socket is counted twice (held longer, never over). Leaves errno. */
+void kjoint_mark(const struct seg *s, const struct seg_comp *c, int fd);
+/* For `bulkshim attach` and `reload`, with map (of id `id`) mapped
+ * writable: every compartment of the segment that has an entry in it is
+ * counted with it from now on (its `kernel` word), and the connections the
+ * library holds in a compartment newly counted go into its joint count.
+ * Compartments without an entry are no longer counted with an engine.
+ * Returns the connections it counted in. */
+uint32_t kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id);
+/* At attach (segment.c, under the segment's lock): if an engine is
+ * loaded for the segment, kjoint_adopt with its map, so that a segment
+ * made again after `attach` is counted with it too; with `reset` (nobody
+ * holds a process record) each joint count goes back to the engine's own
+ * part first. No engine: no compartment is counted with one (a word left
+ * over or damaged is cleared). Says so when this process may not look. */
+void kjoint_probe(struct seg *s, bool reset);
+/* The engine is unloaded: no compartment is counted with it any more. */
+void kjoint_forget(struct seg *s);
+/* Unmaps this process's view of the map (seg_close). */
+void kjoint_unmap(struct seg *s);
 
 /* ---- permit.c: admission, waiting, requests in flight ---- */
 

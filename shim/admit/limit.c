@@ -47,8 +47,10 @@ limit_now(_Atomic uint32_t *limit, int p)
 	if (p == P_INFLIGHT)
 		return ad_limit((const struct seg_comp *)((uintptr_t)limit -
 		    offsetof(struct seg_comp, inflight_limit)), p, v);
-	if (p == P_CONN) {
-		/* A fleet lease may lower the static limit (limit_conn). */
+	if (p == P_CONN || p == P_KERN) {
+		/* A fleet lease may lower the static limit (limit_conn); the
+		 * count shared with a kernel engine (P_KERN) is held to the
+		 * same limit as the compartment's own. */
 		const struct seg_comp *c = (const struct seg_comp *)((uintptr_t)limit -
 		    offsetof(struct seg_comp, limit));
 

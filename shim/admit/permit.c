@@ -78,32 +78,87 @@ tick(struct seg *s, struct seg_comp *c, int p)
 
 /* ---- waiting ---- */
 
+/* The pool's permit after the compartment's (pool.h), whose take wrote tag
+ * `took` and made in_use v: the permits taken before it (`had`, MARK_HELD
+ * flags: the compartment's, the joint count's) go back when it is
+ * refused. */
+static inline __attribute__((always_inline)) enum take
+pool_step(struct seg *s, struct seg_comp *c, struct seg_pool *pool, uint32_t slot, uint32_t gen,
+    uint32_t took, uint32_t v, uint64_t had, uint32_t *seen, _Atomic uint32_t **word,
+    enum bs_reason *why)
+{
+	enum take r = pool_take(s, c, pool, slot, gen, took, v, seen, word);
+
+	if (r == TAKE_OK)
+		return r;
+	if (had & MARK_HELD(P_KERN))
+		tally_give(s, c, slot, gen, P_KERN);
+	tally_give(s, c, slot, gen, P_CONN);
+	if (r == TAKE_FULL)
+		*why = REASON_POOL_FULL;
+	return r;
+}
+
+/*
+ * take_step after the connection permit of a compartment that a kernel
+ * engine counts too, out of line: the joint count's permit (kjoint.c),
+ * then the pool's if c is in one; the permits taken go back when one is
+ * refused. Admitted, socket fd (when admission has one, >= 0) is marked
+ * the library's, for the engine's program: only now, so that a socket the
+ * library refused is never passed uncounted.
+ */
+static __attribute__((noinline, cold)) enum take
+kern_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t took,
+    uint32_t *seen, _Atomic uint32_t **word, enum bs_reason *why, int fd)
+{
+	uint32_t v = *seen + 1;
+	struct seg_pool *pool;
+	enum take r = kjoint_take(s, c, slot, gen, seen);
+
+	if (r != TAKE_OK) {
+		tally_give(s, c, slot, gen, P_CONN);
+		*word = &c->in_use;
+		*why = REASON_FULL;
+		return r;
+	}
+	if ((pool = seg_pool_at(s, c)) != NULL &&
+	    (r = pool_step(s, c, pool, slot, gen, took, v, MARK_HELD(P_KERN), seen, word,
+	    why)) != TAKE_OK)
+		return r;
+	if (fd >= 0)
+		kjoint_mark(s, c, fd);
+	return TAKE_OK;
+}
+
 /*
  * One attempt at permit kind p for slot, of compartment c; for a
- * connection in a pool, the pool's permit after the compartment's
- * (pool.h), and the compartment's given back, here and only here, when the
- * pool has none. On TAKE_FULL, *word is the word to sleep on and *why the
- * reason.
+ * connection counted with a kernel engine too, the joint count's permit
+ * after the compartment's (kern_step); for a connection in a pool, the
+ * pool's permit after those (pool_step); the compartment's given back,
+ * here and only here, when a later one has none. On TAKE_FULL, *word is
+ * the word to sleep on and *why the reason. wait is admission's (a
+ * descriptor when >= 0).
  */
 static inline __attribute__((always_inline)) enum take
 take_step(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p, uint32_t *seen,
-    _Atomic uint32_t **word, enum bs_reason *why)
+    _Atomic uint32_t **word, enum bs_reason *why, int wait)
 {
 	uint32_t took = 0;
 	enum take r = p == P_CONN ? tally_take_conn(s, slot, gen, c, seen, &took) :
 	    tally_take(s, c, slot, gen, p, 0, seen);
 	struct seg_pool *pool;
 
-	if (r != TAKE_OK || p != P_CONN || (pool = seg_pool_at(s, c)) == NULL)
+	if (r != TAKE_OK || p != P_CONN)
+		return r;
+	/* Read after the take (both sequentially consistent): an `attach`
+	 * that sets the word after this load counts the permit in itself
+	 * (kjoint_adopt). */
+	if (__builtin_expect(atomic_load(&c->kernel) != 0, 0))
+		return kern_step(s, c, slot, gen, took, seen, word, why, wait);
+	if ((pool = seg_pool_at(s, c)) == NULL)
 		return r;
 	/* The take made in_use *seen + 1: within the guarantee or not. */
-	r = pool_take(s, c, pool, slot, gen, took, *seen + 1, seen, word);
-	if (r == TAKE_OK)
-		return r;
-	tally_give(s, c, slot, gen, P_CONN);
-	if (r == TAKE_FULL)
-		*why = REASON_POOL_FULL;
-	return r;
+	return pool_step(s, c, pool, slot, gen, took, *seen + 1, 0, seen, word, why);
 }
 
 /*
@@ -130,7 +185,7 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 		return TAKE_BUSY;
 	/* p is P_CONN or P_INFLIGHT, both counted in c itself. */
 	count = word = p == P_CONN ? &c->in_use : &c->inflight;
-	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
+	if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason, wait)) != TAKE_FULL)
 		return r;
 	/* What dead holders hold goes back first; then, for a connection,
 	 * what sockets closed unseen hold (reconcile.c). Observe mode refuses
@@ -143,7 +198,7 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	    reconcile_refused(s, c, reason) > 0)) {
 		word = count;
 		reason = full;
-		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason)) != TAKE_FULL)
+		if ((r = take_step(s, c, slot, gen, p, &seen, &word, &reason, wait)) != TAKE_FULL)
 			return r;
 	}
 	*why = reason;
@@ -172,7 +227,7 @@ take_wait(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, int p,
 	pool_sleepers(s, c, 1);
 	for (;;) {
 		word = count;
-		r = take_step(s, c, slot, gen, p, &seen, &word, &reason);
+		r = take_step(s, c, slot, gen, p, &seen, &word, &reason, wait);
 		if (r != TAKE_FULL)
 			break;
 		now = now_mono_us();
@@ -244,10 +299,11 @@ admit_class(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, uint
 /* take_permits after a refusal for `reason`, out of line: the class
  * permits taken go back; enforcing, the slot is pending again and
  * TAKE_FULL; in observe mode the connect goes through (TAKE_OK), counted
- * apart. */
+ * apart (and, where a kernel engine counts c too, socket fd >= 0 marked
+ * the library's, which counted it). */
 static __attribute__((noinline)) enum take
 admit_refused(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, struct seg_class *k,
-    enum bs_reason reason, enum bs_reason *why)
+    enum bs_reason reason, enum bs_reason *why, int fd)
 {
 	struct seg_slot *sl = &s->slots[slot];
 	struct seg_pool *pool;
@@ -273,6 +329,8 @@ admit_refused(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, st
 	/* Let past the pool as well: in its use and its peak. */
 	if ((pool = seg_pool_at(s, c)) != NULL)
 		pool_note_use(pool);
+	if (fd >= 0 && atomic_load(&c->kernel) != 0)
+		kjoint_mark(s, c, fd);
 	return TAKE_OK;
 }
 
@@ -301,7 +359,7 @@ take_permits(struct seg *s, uint32_t slot, struct seg_comp *c, uint32_t cls, int
 		_Atomic uint32_t *word;
 
 		tick(s, c, P_CONN);	/* a stalled backend, seen without replies */
-		r = take_step(s, c, slot, gen, P_CONN, &seen, &word, &reason);
+		r = take_step(s, c, slot, gen, P_CONN, &seen, &word, &reason, wait);
 		if (__builtin_expect(r == TAKE_FULL, 0))
 			r = take_wait(s, c, slot, gen, P_CONN, wait, REASON_FULL, &reason);
 		if (__builtin_expect(r == TAKE_OK, 1))
@@ -310,7 +368,7 @@ take_permits(struct seg *s, uint32_t slot, struct seg_comp *c, uint32_t cls, int
 			reason = REASON_NO_SLOT;
 	}
 	if (__builtin_expect(reason != REASON_MAX, 0)) {
-		if (admit_refused(s, slot, gen, c, k, reason, why) != TAKE_OK)
+		if (admit_refused(s, slot, gen, c, k, reason, why, wait) != TAKE_OK)
 			return TAKE_FULL;
 		k = NULL;
 	}

@@ -647,6 +647,9 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* Before any release (the reclaim and repairs below) may need the
+	 * engine's map (kjoint.c). */
+	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", cfg->segment);
 	if (st.st_size == 0 || unfinished(fd, &st)) {
 		/* New, or left empty by a creator that died before sizing it
 		 * or before finishing it: whoever holds the lock initialises
@@ -724,6 +727,10 @@ try_attach(const struct bs_config *cfg, struct seg **out, char *err, size_t errl
 		bs_format(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* The count shared with a kernel engine is put right like the
+	 * others when nobody holds a record (its own part is the engine's). */
+	if (locked)
+		kjoint_probe(s, !repair_in_use(s));
 	s->my_start = sys_pid_start(getpid());
 	/* Start-up may have rewritten settings (a fresh start, a repair). */
 	seg_settings_changed(s);
@@ -783,6 +790,7 @@ seg_open(const char *segment, bool writable, struct seg **out, char *err, size_t
 		sys_close(fd);
 		return -ENOMEM;
 	}
+	bs_format(s->kern.segment, sizeof(s->kern.segment), "%s", segment);
 	r = st.st_size > 0 ? map_fd(s, fd, (size_t)st.st_size, writable, name) : -EINVAL;
 	sys_close(fd);
 	if (r < 0) {
@@ -808,6 +816,7 @@ seg_close(struct seg *s)
 	if (s == NULL)
 		return;
 	unmap(s);
+	kjoint_unmap(s);
 	free(s->lcount);
 	free(s->cmap);
 	free(s);

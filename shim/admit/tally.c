@@ -134,6 +134,12 @@ count_in(const struct seg *s, struct seg_comp *c, const struct seg_slot *sl, int
 		if (limit != NULL)
 			*limit = &c->cls_shared;
 		return &c->cls_lent;
+	case P_KERN:
+		/* The joint count in a kernel engine's map (kjoint.c), held to
+		 * the compartment's limit. */
+		if (limit != NULL)
+			*limit = &c->limit;
+		return kjoint_of(s, c);
 	case P_LENT:
 		/* The pool's lent count, its limit the shared part. */
 		if ((pool = seg_pool_at(s, c)) == NULL)
@@ -780,6 +786,8 @@ release_all(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, stru
 				had |= MARK_HELD(P_LENT);
 				lw = w;
 			}
+			if (atomic_load_explicit(&c->kernel, memory_order_relaxed) != 0)
+				had |= release_kind(s, slot, gen, P_KERN, c, kjoint_of(s, c));
 			had |= release_kind(s, slot, gen, P_CLENT, c, &c->cls_lent);
 			had |= release_kind(s, slot, gen, P_INFLIGHT_OVER, c, &c->inflight_over);
 			had |= release_kind(s, slot, gen, P_INFLIGHT, c, &c->inflight);
@@ -809,7 +817,8 @@ release_all(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, stru
  * The common release is one pass of release_all, inline: a slot that took
  * no class permit (so none of a class's share either), while nobody holds
  * a request in flight or a permit let past a limit in observe mode (their
- * counts read 0, so the slot holds none of them), gives back its pool's
+ * counts read 0, so the slot holds none of them) and no kernel engine
+ * shares the compartment's count, gives back its pool's
  * permit if it borrowed one, then its connection permit, and is marked
  * released. Anything else, or a mark that moved meanwhile (a reflection),
  * is release_all's, from what was given back here.
@@ -825,7 +834,8 @@ tally_release(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c,
 	    (atomic_load_explicit(&c->inflight, memory_order_relaxed) |
 	    atomic_load_explicit(&c->over, memory_order_relaxed) |
 	    atomic_load_explicit(&c->inflight_over, memory_order_relaxed) |
-	    atomic_load_explicit(&c->cls_lent, memory_order_relaxed)) != 0)
+	    atomic_load_explicit(&c->cls_lent, memory_order_relaxed) |
+	    atomic_load_explicit(&c->kernel, memory_order_relaxed)) != 0)
 		return release_all(s, slot, gen, c, pool, 0, 0, 0);
 	m = atomic_load(&sl->mark);
 	if (MARK_GEN(m) != gen || (m & MARK_RELEASED))
@@ -884,6 +894,8 @@ tally_sweep(struct seg *s)
 		sweep_one(s, &c->inflight, P_INFLIGHT);
 		sweep_one(s, &c->inflight_over, P_INFLIGHT_OVER);
 		sweep_one(s, &c->cls_lent, P_CLENT);
+		if (atomic_load(&c->kernel) != 0 && kjoint_of(s, c) != NULL)
+			sweep_one(s, kjoint_of(s, c), P_KERN);
 		for (int k = 0; k < BS_MAX_CLASSES; k++)
 			sweep_one(s, &c->cls[k].in_use, P_CLASS);
 	}

@@ -30,7 +30,7 @@
 
 /*
  * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-P] [-K] [-D]
- *        [-k] [-A] [-T SOCKETS,PROCESSES] [-S]
+ *        [-k] [-m] [-A] [-T SOCKETS,PROCESSES] [-S]
  *
  * Starts a loopback server per compartment (and one no rule matches), writes
  * a config giving the compartments limits L0..L2, and runs PROCS workers of
@@ -92,6 +92,14 @@
  * cgroup of their own with `bulkshim attach`, no preload, and with sockets
  * also handed to forked children over Unix sockets (SCM_RIGHTS). The
  * witness and the checks are the same; in_use is the engine's count.
+ *
+ * -m mixes both engines on the same compartments: the engine is attached
+ * to a cgroup as with -k, and the workers take turns being preloaded
+ * (outside the cgroup), in the cgroup without the preload (handing sockets
+ * over SCM_RIGHTS too), and in the cgroup with the preload (the library
+ * counts those, the engine lets them pass). The witness checks the limits
+ * against all of them together, and after the run the count the two share
+ * (kernel_joint in `status --json`) must come back to 0 with the rest.
  *
  * To hunt a failure down: -K turns the kills off, CHAOS_DISABLE (see
  * chaos_worker.c) turns operations off, and -D stops every worker and then
@@ -157,6 +165,7 @@ static void freeze_workers(void);
 static void show_worker_log(void);
 static int diag_fd = -1;
 static bool kernel_mode;		/* -k: the kernel engine, not the shim */
+static bool mixed_mode;			/* -m: both, on the same compartments */
 static char cgroup_dir[PATH_MAX];
 
 static long long
@@ -569,6 +578,19 @@ kernel_join(void)
 	return r;
 }
 
+/* -m: in the child of start_worker, puts the n-th worker on its side:
+ * preloaded outside the cgroup (n % 3 == 0), in the cgroup without the
+ * preload (1), or in the cgroup and preloaded (2). True for the side
+ * without the preload, whose worker also hands sockets over SCM_RIGHTS
+ * (only the engine follows them). */
+static bool
+mixed_side(long long n)
+{
+	if (n % 3 != 0 && kernel_join() < 0)
+		_exit(126);
+	return n % 3 == 1;
+}
+
 /* -k: a cgroup under the cgroup v2 mount, with the engine attached. */
 static void
 kernel_setup(void)
@@ -633,8 +655,8 @@ start_worker(void)
 			dup2(fd, 2);
 			close(fd);
 		}
-		if (kernel_mode) {
-			if (kernel_join() < 0)
+		if (kernel_mode || (mixed_mode && mixed_side(restarts))) {
+			if (kernel_mode && kernel_join() < 0)
 				_exit(126);
 			setenv("CHAOS_SCM", "1", 1);
 			execv(worker_path, argv);
@@ -776,6 +798,8 @@ in_use_total(char *shown, size_t len)
 	total += sum_key(out, "\"in_use\":", "", shown, len, &used);
 	total += sum_key(out, "\"inflight\":", " inflight ", shown, len, &used);
 	total += sum_key(out, "lent\":", " lent ", shown, len, &used);
+	/* -m: the count both engines share, of each compartment. */
+	total += sum_key(out, "\"kernel_joint\":", " joint ", shown, len, &used);
 	return total;
 }
 
@@ -1010,7 +1034,7 @@ main(int argc, char **argv)
 	struct rlimit rl;
 
 	seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	while ((c = getopt(argc, argv, "b:t:p:n:s:l:T:DKPkAS")) != -1) {
+	while ((c = getopt(argc, argv, "b:t:p:n:s:l:T:DKPkmAS")) != -1) {
 		switch (c) {
 		case 'S':
 			spawning = true;
@@ -1024,6 +1048,9 @@ main(int argc, char **argv)
 			break;
 		case 'k':
 			kernel_mode = true;
+			break;
+		case 'm':
+			mixed_mode = true;
 			break;
 		case 'K':
 			no_kills = true;
@@ -1090,7 +1117,7 @@ main(int argc, char **argv)
 	listen_all();
 	write_config(dir);
 	make_stats(dir);
-	if (kernel_mode)
+	if (kernel_mode || mixed_mode)
 		kernel_setup();
 	if (pthread_create(&wt, NULL, witness, NULL) != 0)
 		die("pthread_create");
@@ -1192,12 +1219,12 @@ main(int argc, char **argv)
 	}
 	atomic_store(&witness_stop, 1);
 	pthread_join(wt, NULL);
-	if (kernel_mode)
+	if (kernel_mode || mixed_mode)
 		kernel_teardown();
 
 	printf("chaos: %.1f s, %d processes x %d threads, limits c0=%d c1=%d c2=%d%s\n",
 	    (double)(drained_at - t0) / 1000, procs, nthreads, limits[0], limits[1], limits[2],
-	    kernel_mode ? ", kernel engine" : "");
+	    kernel_mode ? ", kernel engine" : mixed_mode ? ", kernel engine and library mixed" : "");
 	printf("chaos: %llu operations: %llu connects (%llu non-blocking; %llu admitted, "
 	    "%llu unmatched, %llu refused, %llu failed, %llu abandoned), %llu closes, %llu writes, "
 	    "%llu dup, %llu dup2 over a counted socket, %llu dup2 to a free number, %llu dup3, "
@@ -1217,7 +1244,7 @@ main(int argc, char **argv)
 	    (unsigned long long)k(K_CHILD_EXEC), (unsigned long long)k(K_ADOPTED),
 	    (unsigned long long)k(K_WORKER_START), (unsigned long long)k(K_EXIT),
 	    (unsigned long long)k(K_UNDERSCORE_EXIT));
-	if (kernel_mode)
+	if (kernel_mode || mixed_mode)
 		printf("chaos: %llu sockets handed to a child with SCM_RIGHTS\n",
 		    (unsigned long long)k(K_PASS));
 	if (spawning)
@@ -1293,6 +1320,6 @@ main(int argc, char **argv)
 	return status;
 usage:
 	fprintf(stderr, "usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] "
-	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-A] [-T SOCKETS,PROCESSES] [-S]\n");
+	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-m] [-A] [-T SOCKETS,PROCESSES] [-S]\n");
 	return 2;
 }

@@ -23,7 +23,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 7
+SEG_VERSION = 8
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -133,7 +133,7 @@ COMP = Layout("seg_comp", [
     ("inflight_over", "I"), ("inflight_over_tag", "I"), ("waiting", "I"), ("reject_errno", "i"),
     ("enforce", "I"), ("inflight_limit", "I"), ("inflight_peak", "I"),
     ("max_wait_ms", "I"), ("max_waiting", "I"), ("connect_timeout_ms", "I"),
-    ("io_timeout_ms", "I"), ("pad", "I"),
+    ("io_timeout_ms", "I"), ("kernel", "I"),
     ("admitted", "Q"), ("rejected", "Q"), ("last_rejection_ms", "Q"), ("reclaimed", "Q"),
     ("inflight_admitted", "Q"), ("connect_timeouts", "Q"), ("io_timeouts", "Q"),
     ("peak_rate", "Q"),
