@@ -62,18 +62,19 @@ $(B)/tests/goclient_cgo: $(GO_SRC) | $(B)/tests
 	cd tests/kernel/goclient && $(GO_ENV) CGO_ENABLED=1 go build -tags netcgo -o $(abspath $@) .
 
 # Skipped, with the reason, where this machine cannot load BPF programs.
-# -k: the engine alone; -m: the engine and the library on the same
-# compartments, with one count.
+# -k: the engine alone; -m -S: the engine and the library on the same
+# compartments, with one count, while workers also make children with
+# posix_spawn and vfork.
 chaos-kernel: chaos-bin
 	@if r=$$(sh tests/kernel/can_load.sh); then \
 		$(B)/tests/chaos -b $(B) -k -t $(CHAOS_SECONDS) && \
-		$(B)/tests/chaos -b $(B) -m -t $(CHAOS_SECONDS); \
-	else echo "chaos -k, -m: skipped: $$r"; fi
+		$(B)/tests/chaos -b $(B) -m -S -t $(CHAOS_SECONDS); \
+	else echo "chaos -k, -m -S: skipped: $$r"; fi
 chaos-kernel-short: chaos-bin
 	@if r=$$(sh tests/kernel/can_load.sh); then \
 		$(B)/tests/chaos -b $(B) -k -t $(CHAOS_SHORT_SECONDS) && \
-		$(B)/tests/chaos -b $(B) -m -t $(CHAOS_SHORT_SECONDS); \
-	else echo "chaos -k, -m: skipped: $$r"; fi
+		$(B)/tests/chaos -b $(B) -m -S -t $(CHAOS_SHORT_SECONDS); \
+	else echo "chaos -k, -m -S: skipped: $$r"; fi
 
 # ---- benchmark: connect + close with the kernel engine, none, and the library ----
 
