@@ -313,7 +313,15 @@ class Tmux:
         return r
 
     def start(self, command, width=120, height=30):
-        self("new-session", "-d", "-x", str(width), "-y", str(height), command)
+        # A server whose last session just ended may still be exiting: a new session asked of
+        # it then fails with "server exited unexpectedly", and the next one starts a new server.
+        for _ in range(20):
+            r = self("new-session", "-d", "-x", str(width), "-y", str(height), command,
+                     check=False)
+            if r.returncode == 0 or "server exited unexpectedly" not in r.stderr:
+                break
+            time.sleep(0.1)
+        assert r.returncode == 0, "tmux new-session %s: %s" % (command, r.stderr.strip())
 
     def screen(self):
         return self("capture-pane", "-p").stdout

@@ -12,7 +12,8 @@ Module names are unique across the folders, so a name says which file a
 test is in. Each test runs in a child process of its own (so a hang, a
 stray thread or a crash stays there), with its own folder and tests/lib on
 its import path; the child's process group is killed when the test ends or
-overruns its limit (default 60 s, or BULKSHIM_TEST_TIMEOUT). Prints
+overruns its limit (default 60 s, or BULKSHIM_TEST_TIMEOUT; a test whose
+function has a time_limit attribute gets that many seconds if more). Prints
 "ok NAME (0.12s)" or "FAIL NAME: reason" per test ("skip NAME: why" for a
 test that raised harness.Skip), then "N passed, M failed"; exits 1 if any
 failed, and 2 for an argument that looks like a folder but is none.
@@ -47,7 +48,7 @@ def folder_of(arg):
 
 
 def discover(subjects=SUBJECTS):
-    """[(folder, module, function)] in folder, file, then definition order,
+    """[(folder, module, function, time limit or None)] in folder, file, then definition order,
     and [(module, error)] for the modules that cannot be imported or whose
     name another folder uses too."""
     sys.path.insert(0, LIB)
@@ -70,9 +71,10 @@ def discover(subjects=SUBJECTS):
                 continue
             finally:
                 sys.path.remove(os.path.join(TESTS, s))
-            fns = [(f.__code__.co_firstlineno, n) for n, f in vars(mod).items()
+            fns = [(f.__code__.co_firstlineno, n, getattr(f, "time_limit", None))
+                   for n, f in vars(mod).items()
                    if n.startswith("test_") and inspect.isfunction(f) and f.__module__ == name]
-            found += [(s, name, n) for _, n in sorted(fns)]
+            found += [(s, name, n, t) for _, n, t in sorted(fns)]
     return found, broken
 
 
@@ -143,14 +145,14 @@ def main(argv):
         else:
             filters.append(a)
     found, broken = discover(subjects or SUBJECTS)
-    tests = [(s, m, f) for s, m, f in found
+    tests = [(s, m, f, t) for s, m, f, t in found
              if not filters or any(x in "%s.%s" % (m, f) for x in filters)]
     passed = failed = skipped = 0
     for module, why in broken:
         if not filters or any(x in module for x in filters):
             failed += 1
             print("FAIL %s: %s" % (module, why), flush=True)
-    for subject, module, func in tests:
+    for subject, module, func, own in tests:
         name = "%s.%s" % (module, func)
         t0 = time.monotonic()
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--one", subject, module,
@@ -158,7 +160,7 @@ def main(argv):
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True, errors="replace")
         try:
-            out, _ = p.communicate(timeout=limit)
+            out, _ = p.communicate(timeout=max(limit, own or 0))
             reason = None
             if p.returncode == SKIPPED:
                 lines = [l for l in out.splitlines() if l.startswith(SKIP)]
@@ -173,7 +175,7 @@ def main(argv):
         except subprocess.TimeoutExpired:
             kill_group(p.pid)
             out, _ = p.communicate()
-            reason = "timed out after %gs" % limit
+            reason = "timed out after %gs" % max(limit, own or 0)
         kill_group(p.pid)
         leftovers(p.pid)
         dt = time.monotonic() - t0
