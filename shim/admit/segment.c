@@ -86,7 +86,7 @@ validate(struct seg *s)
 	if (size < offsetof(struct seg_header, version) + sizeof(h->version))
 		return "truncated (smaller than its header)";
 	if (h->magic == 0)
-		return "unfinished (magic 0: its creator died setting it up; the next program to attach sets it up)";
+		return "unfinished (magic 0: its creator is setting it up, or died doing so; then the next program to attach sets it up)";
 	if (h->magic != SEG_MAGIC)
 		return "bad magic (not a bulkshim segment)";
 	if (h->version != SEG_VERSION)
