@@ -315,12 +315,14 @@ def test_watch_into_a_pipe_prints_plain_lines():
 
 # ---- metrics ----
 
-def _live_segment_with_rejections():
-    srv, shim = _one(2)
+def _live_segment_with_rejections(limit=2, refused=3):
+    """A server, a Shim of one compartment with limit, and an Agent holding limit connections
+    after refused attempts were refused."""
+    srv, shim = _one(limit)
     a = Agent(shim.env(log="off"))
-    for _ in range(2):
+    for _ in range(limit):
         a("tcp(%d)" % srv.port)
-    for _ in range(3):
+    for _ in range(refused):
         assert _refused(a("attempt(('127.0.0.1', %d))" % srv.port))
     return srv, shim, a
 
@@ -511,12 +513,7 @@ def test_suggest_sizes_connections_from_how_long_they_are_held():
 def test_suggest_counts_what_refused_callers_would_have_held():
     # 12 clients each holding one connection at a limit of 8: 8 held, 4 refused. The demand is
     # 12, not what a connect's time would say; a compartment that refused never "fits".
-    srv, shim = _one(8)
-    a = Agent(shim.env(log="off"))
-    for _ in range(8):
-        a("tcp(%d)" % srv.port)
-    for _ in range(4):
-        assert _refused(a("attempt(('127.0.0.1', %d))" % srv.port))
+    srv, shim, a = _live_segment_with_rejections(8, 4)
     c = cli_json("suggest", "-s", shim.segment, "--window", "0.5", "--json", timeout=30)
     x, co = c["compartments"][0], c["compartments"][0]["connections"]
     assert co["mean_open"] == 8 and co["asked_ratio_from"] == "lifetime", co
