@@ -681,9 +681,10 @@ static void an_expired_lease_keeps_what_the_host_may_hold_until_it_reports(void 
 	assert_int_equal(t.worst, 24);
 	check_call(b, 24, 0);
 	check_total(b, 24, 0);
-	/* a's agent is back: a holds 3 now, and b may have the rest. */
+	/* a's agent is back: a holds 3 now, and b may have the rest. a is
+	 * given 4: b's ceiling leaves one over, the spare. */
 	a->applied = 2;
-	assert_int_equal(share_of(a, 24, 2, 20, 3, 3), 3);
+	assert_int_equal(share_of(a, 24, 2, 20, 3, 3), 4);
 	check_call(a, 24, 0);
 	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 20);
 	check_call(b, 24, 0);
