@@ -34,7 +34,26 @@ struct fleet_comp {
 	uint32_t need[NEED_SAMPLES];
 	uint64_t need_at[NEED_SAMPLES];
 	uint32_t next;
+	/* Share changes, each weighing less as a minute passes: about the
+	 * changes of the last minute; and when it was last weighed. */
+	double churn;
+	uint64_t churn_at;
 };
+
+/* Weighs fc's churn to now, counting one more change if changed: an
+ * exponential average over a minute, by its first-order step (rounds are
+ * a few seconds apart at most). */
+static uint32_t
+count_churn(struct fleet_comp *fc, bool changed)
+{
+	uint64_t now = now_mono_ms();
+	uint64_t dt = fc->churn_at != 0 && now > fc->churn_at ? now - fc->churn_at : 0;
+
+	fc->churn = dt >= 60000 ? 0 : fc->churn * (1.0 - (double)dt / 60000.0);
+	fc->churn += changed ? 1 : 0;
+	fc->churn_at = now;
+	return (uint32_t)(fc->churn * 100 + 0.5);
+}
 
 static volatile sig_atomic_t stop_signal;
 
@@ -216,6 +235,9 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 				lowered = true;
 			apply_share(c, asks[i].share, t0, f->lease_ms);
 			atomic_store(&c->fleet_hosts, asks[i].live);
+			atomic_store(&c->fleet_demand, asks[i].want);
+			atomic_store(&c->fleet_churn_c,
+			    count_churn(&fcs[i], fcs[i].state == FLEET_OK && before != asks[i].share));
 			note_limit(&fcs[i], c, &asks[i]);
 			set_state(&fcs[i], c, FLEET_OK, asks[i].note);
 			if (verbose && before != asks[i].share)

@@ -35,6 +35,7 @@ def test_fleet_shares_beat_a_static_split_and_keep_the_limit():
               [(0.1 * s, goodput.kill_agent("a")), (0.35 * s, goodput.restart_agent("a")),
                (0.5 * s, goodput.freeze_redis), (0.75 * s, goodput.thaw_redis)])
     fs = bed.fleet[0].fleet_status()
+    st = bed.fleet[1].status()
     rows = bed.results()
     hf.note("\n" + goodput.table(rows, LIMIT))
     by = {r["name"]: r for r in rows}
@@ -53,7 +54,12 @@ def test_fleet_shares_beat_a_static_split_and_keep_the_limit():
     changes = by["alternating"]["changes"]
     assert max(changes) <= MOST_CHANGES, "share changes per agent in %gs of alternating " \
         "bursts: %s" % (ALTERNATE, changes)
-    # fleet --status shows each host's demand, share and churn.
+    # fleet --status shows each host's demand, share and churn, and so does
+    # each host's status (the page's data) for itself.
     for x in fs["hosts"]:
         for k in ("want", "share", "churn_per_min"):
             assert k in x, "fleet --status lacks %s: %s" % (k, x)
+        assert x["churn_per_min"] < 30, fs
+    for k in ("fleet_share", "fleet_demand", "fleet_churn_per_min"):
+        assert k in st, "status --json lacks %s: %s" % (k, st)
+    assert 1 <= st["fleet_demand"] <= LIMIT and st["fleet_churn_per_min"] < 30, st
