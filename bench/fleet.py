@@ -143,6 +143,7 @@ def main():
            % (time.strftime("%Y-%m-%d"), os.cpu_count() or 0, args.runs, args.limit, args.limit,
               args.floor, args.limit, args.limit // 3, args.limit, args.seconds),
            ""]
+    out += ["The clients are threads that hold a connection to a witness server rather than `psql` loops against PostgreSQL: three setups of three hosts side by side, each `psql` a process per query, would spend this machine's two shared cores starting processes, and the ratios would measure the CPU rather than the budget. The witness counts what a database would: live connections, and each one accepted.", ""]
     if args.baseline:
         out += ["The baseline is the build before demand over a lease, hysteresis and the spare "
                 "(the agent asking for what its host needed at the instant of each round), run "
