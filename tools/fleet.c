@@ -235,7 +235,9 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 				lowered = true;
 			apply_share(c, asks[i].share, t0, f->lease_ms);
 			atomic_store(&c->fleet_hosts, asks[i].live);
-			atomic_store(&c->fleet_demand, asks[i].want);
+			/* As Redis counts it: never below the floor. */
+			atomic_store(&c->fleet_demand,
+			    asks[i].want > asks[i].floor ? asks[i].want : asks[i].floor);
 			atomic_store(&c->fleet_churn_c,
 			    count_churn(&fcs[i], fcs[i].state == FLEET_OK && before != asks[i].share));
 			note_limit(&fcs[i], c, &asks[i]);
