@@ -19,9 +19,10 @@ LIMIT, FLOOR = 24, 1
 PHASE = 4.0          # seconds a phase
 ALTERNATE = 6.0      # the alternating bursts, long enough to count changes
 # Share changes an agent may make in the alternating phase: its share moves
-# once or twice as the load settles; an agent that follows every burst
-# changes it at every switch (six here).
-MOST_CHANGES = 3
+# once or twice as the load settles (in two steps when other hosts lower
+# theirs later); an agent that follows every burst changes it at every
+# switch (six here, eight or nine counted).
+MOST_CHANGES = 4
 
 
 def test_fleet_shares_beat_a_static_split_and_keep_the_limit():
