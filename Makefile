@@ -163,5 +163,6 @@ deb-test: deb
 -include tests/model/model.mk
 -include bench/bench.mk
 -include bench/adaptive.mk
+-include bench/fleet.mk
 # The kernel engine adds to the CLI's link: after the fragments above.
 -include kernel/kernel.mk

@@ -272,6 +272,11 @@ struct seg_comp {
 	_Atomic uint32_t cls_lent_tag;
 	_Atomic uint64_t rejected_by_v4[REASON_MAX - REASON_V3];
 	_Atomic uint64_t would_reject_v4[REASON_MAX - REASON_V3];
+	/* What the fleet agent last told Redis and saw, for the views: this
+	 * host's demand (the most it needed over the last lease), and how
+	 * often its share changed, in changes per minute times 100. */
+	_Atomic uint32_t fleet_demand;
+	_Atomic uint32_t fleet_churn_c;
 };
 
 #define SLOT_NO_CLASS	0xffu

@@ -194,6 +194,8 @@ struct cli_comp {
 	/* A fleet budget (read by fleet_view.c); fleet_limit 0 = none. */
 	uint32_t live_limit;	/* what admission enforces now (limit_conn, adaptive) */
 	uint32_t fleet_limit, fleet_floor, fleet_share, fleet_hosts, fleet_state;
+	uint32_t fleet_demand;		/* the agent's last demand */
+	uint32_t fleet_churn_c;		/* share changes per minute, times 100 */
 	int32_t fleet_agent_pid;
 	bool fleet_lease;	/* the lease is valid now */
 	uint64_t fleet_lease_left_ms;

@@ -17,6 +17,11 @@
 #define WAIT_MAX_S	86400
 #define EX_TEMPFAIL	75	/* sysexits.h: systemd's Restart= starts the agent again */
 
+/* Rounds of demand remembered: a lease's worth at the default interval
+ * (a sixth of it), and more; an agent renewing more often than that
+ * remembers the last NEED_SAMPLES rounds only. */
+#define NEED_SAMPLES	32
+
 /* One compartment of the segment in a fleet budget, as the agent follows it. */
 struct fleet_comp {
 	uint32_t idx;			/* in the segment */
@@ -24,7 +29,31 @@ struct fleet_comp {
 	uint32_t state;			/* FLEET_* last written */
 	uint32_t in_force;		/* the fleet's limit, as Redis last said */
 	char note[256];			/* the last note or error, logged once */
+	/* What the host needed at each of the last rounds, and when
+	 * (CLOCK_MONOTONIC ms; 0 = no sample): a ring, next is the oldest. */
+	uint32_t need[NEED_SAMPLES];
+	uint64_t need_at[NEED_SAMPLES];
+	uint32_t next;
+	/* Share changes, each weighing less as a minute passes: about the
+	 * changes of the last minute; and when it was last weighed. */
+	double churn;
+	uint64_t churn_at;
 };
+
+/* Weighs fc's churn to now, counting one more change if changed: an
+ * exponential average over a minute, by its first-order step (rounds are
+ * a few seconds apart at most). */
+static uint32_t
+count_churn(struct fleet_comp *fc, bool changed)
+{
+	uint64_t now = now_mono_ms();
+	uint64_t dt = fc->churn_at != 0 && now > fc->churn_at ? now - fc->churn_at : 0;
+
+	fc->churn = dt >= 60000 ? 0 : fc->churn * (1.0 - (double)dt / 60000.0);
+	fc->churn += changed ? 1 : 0;
+	fc->churn_at = now;
+	return (uint32_t)(fc->churn * 100 + 0.5);
+}
 
 static volatile sig_atomic_t stop_signal;
 
@@ -54,15 +83,32 @@ say(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-/* What this host asks for: what it holds and waits for, the calls it
- * refused since the last round (each wanted a permit), and one more so that
- * a quiet host can start without a refusal. */
+/*
+ * What this host asks for: what it will need during the next lease. Each
+ * round measures what it needs now: what it holds and waits for, the calls
+ * it refused since the last round (each wanted a permit), and one more so
+ * that a quiet host can start without a refusal. The demand is the most it
+ * needed over the last lease: a bursty host (a pool that closes and opens
+ * again, clients that connect once per query) keeps what it is about to use
+ * again, and a host gone quiet gives its share back a lease later, not at
+ * the first quiet moment. A rise counts at once.
+ */
 static uint32_t
-demand(const struct seg_comp *c, uint64_t refused, uint32_t ceiling)
+demand(struct fleet_comp *fc, const struct seg_comp *c, uint64_t refused, uint32_t ceiling,
+    uint32_t lease_ms)
 {
-	uint64_t want = (uint64_t)atomic_load(&c->in_use) + atomic_load(&c->waiting) + refused + 1;
+	uint64_t now = now_mono_ms();
+	uint64_t need = (uint64_t)atomic_load(&c->in_use) + atomic_load(&c->waiting) + refused + 1;
+	uint32_t most;
 
-	return want > ceiling ? ceiling : (uint32_t)want;
+	fc->need[fc->next] = need > ceiling ? ceiling : (uint32_t)need;
+	fc->need_at[fc->next] = now;
+	fc->next = (fc->next + 1) % NEED_SAMPLES;
+	most = 0;
+	for (size_t i = 0; i < NEED_SAMPLES; i++)
+		if (fc->need_at[i] != 0 && fc->need_at[i] + lease_ms > now && fc->need[i] > most)
+			most = fc->need[i];
+	return most;
 }
 
 /* Writes a granted share. Share first, then the lease's end with release
@@ -121,7 +167,8 @@ note_limit(struct fleet_comp *fc, const struct seg_comp *c, const struct fleet_a
 
 /* This host's report on each compartment, into asks. */
 static void
-fill_asks(struct seg *s, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n, bool leave)
+fill_asks(struct seg *s, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
+    uint32_t lease_ms, bool leave)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
@@ -133,7 +180,7 @@ fill_asks(struct seg *s, struct fleet_comp *fcs, struct fleet_ask *asks, size_t 
 		asks[i].floor = atomic_load(&c->fleet_floor);
 		asks[i].ceiling = lim > BS_MAX_LIMIT ? BS_MAX_LIMIT : lim;
 		asks[i].held = atomic_load(&c->in_use) + atomic_load(&c->over);
-		asks[i].want = demand(c, rej - fcs[i].rejected, asks[i].ceiling);
+		asks[i].want = demand(&fcs[i], c, rej - fcs[i].rejected, asks[i].ceiling, lease_ms);
 		asks[i].applied = limit_conn(c);
 		asks[i].leave = leave;
 		fcs[i].rejected = rej;
@@ -155,7 +202,8 @@ next_seq(uint64_t *seq)
 
 /* One round: report every compartment and apply what Redis grants. Returns
  * true if a share went down (then the next round comes sooner, so that Redis
- * learns quickly that the host applied it and can hand the rest on). */
+ * learns quickly that the host applied it and can hand the rest on), or if
+ * Redis said that more is coming once other hosts have lowered theirs. */
 static bool
 round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
     const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
@@ -175,7 +223,7 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 			return false;
 		}
 	}
-	fill_asks(s, fcs, asks, n, false);
+	fill_asks(s, fcs, asks, n, f->lease_ms, false);
 	t0 = now_mono_ms();
 	r = fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err));
 	for (size_t i = 0; i < n; i++) {
@@ -183,10 +231,15 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 		uint32_t before = atomic_load(&c->fleet_share);
 
 		if (asks[i].ok) {
-			if (asks[i].share < asks[i].applied)
+			if (asks[i].share < asks[i].applied || asks[i].soon)
 				lowered = true;
 			apply_share(c, asks[i].share, t0, f->lease_ms);
 			atomic_store(&c->fleet_hosts, asks[i].live);
+			/* As Redis counts it: never below the floor. */
+			atomic_store(&c->fleet_demand,
+			    asks[i].want > asks[i].floor ? asks[i].want : asks[i].floor);
+			atomic_store(&c->fleet_churn_c,
+			    count_churn(&fcs[i], fcs[i].state == FLEET_OK && before != asks[i].share));
 			note_limit(&fcs[i], c, &asks[i]);
 			set_state(&fcs[i], c, FLEET_OK, asks[i].note);
 			if (verbose && before != asks[i].share)
@@ -251,7 +304,7 @@ report_leaving(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *
 		    "shares until an agent reports again", err);
 		return;
 	}
-	fill_asks(s, fcs, asks, n, true);
+	fill_asks(s, fcs, asks, n, f->lease_ms, true);
 	if (fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err)) < 0) {
 		say("cannot tell Redis what this host holds (%s): it counts this host's last "
 		    "shares until an agent reports again", err);
@@ -499,20 +552,21 @@ print_entry(const struct fleet_entry *e, void *arg)
 		cli_json_string(x->f, agent);
 		fprintf(x->f, ", \"share\": %llu, \"held\": %llu, \"want\": %llu, \"floor\": %llu, "
 		    "\"ceiling\": %llu, \"fleet_limit\": %llu, \"reserved\": %llu, "
-		    "\"lease_left_ms\": %lld, \"silent_ms\": %lld, \"live\": %s}",
+		    "\"churn_per_min\": %.2f, \"lease_left_ms\": %lld, \"silent_ms\": %lld, "
+		    "\"live\": %s}",
 		    (unsigned long long)e->share, (unsigned long long)e->held,
 		    (unsigned long long)e->want, (unsigned long long)e->floor,
 		    (unsigned long long)e->ceiling, (unsigned long long)e->limit,
-		    (unsigned long long)e->reserved, left > 0 ? left : 0, silent > 0 ? silent : 0,
-		    left > 0 ? "true" : "false");
+		    (unsigned long long)e->reserved, e->churn, left > 0 ? left : 0,
+		    silent > 0 ? silent : 0, left > 0 ? "true" : "false");
 	} else {
 		if (left > 0)
 			snprintf(lease, sizeof(lease), "live");
 		else
 			snprintf(lease, sizeof(lease), "expired %llds", silent > 0 ? silent / 1000 : 0);
-		fprintf(x->f, "  %-24s %7llu %7llu %7llu %7llu %7llu %8llu  %-12s %s\n", host,
+		fprintf(x->f, "  %-24s %7llu %7llu %7llu %6.0f %7llu %7llu %8llu  %-12s %s\n", host,
 		    (unsigned long long)e->share, (unsigned long long)e->held,
-		    (unsigned long long)e->want, (unsigned long long)e->floor,
+		    (unsigned long long)e->want, e->churn, (unsigned long long)e->floor,
 		    (unsigned long long)e->limit, (unsigned long long)e->reserved, lease, agent);
 	}
 	x->first = false;
@@ -552,9 +606,9 @@ show_status(const struct bs_config *cfg, bool json)
 			cli_json_string(stdout, cc->name);
 			fprintf(stdout, ", \"fleet_limit\": %u, \"hosts\": [", cc->fleet_limit);
 		} else {
-			printf("\n%s: fleet_limit %u\n  %-24s %7s %7s %7s %7s %7s %8s  %-12s %s\n",
-			    cc->name, cc->fleet_limit, "HOST", "SHARE", "HELD", "WANT", "FLOOR", "LIMIT",
-			    "RESERVED", "LEASE", "AGENT");
+			printf("\n%s: fleet_limit %u\n  %-24s %7s %7s %7s %6s %7s %7s %8s  %-12s %s\n",
+			    cc->name, cc->fleet_limit, "HOST", "SHARE", "HELD", "DEMAND", "CHURN", "FLOOR",
+			    "LIMIT", "RESERVED", "LEASE", "AGENT");
 		}
 		r = fleet_entries(conn, cfg->fleet.name, cc->name, &x.now, print_entry, &x, err,
 		    sizeof(err));
@@ -570,7 +624,7 @@ show_status(const struct bs_config *cfg, bool json)
 			    "\"reserved\": %u}", x.sum_share, x.sum_live_held, x.sum_held,
 			    x.sum_reserved);
 		else
-			printf("  %-24s %7u %7u %23s %8u  (shares of live leases; held and reserved "
+			printf("  %-24s %7u %7u %30s %8u  (shares of live leases; held and reserved "
 			    "by all)\n", "total", x.sum_share, x.sum_held, "", x.sum_reserved);
 		first = false;
 	}

@@ -46,6 +46,9 @@ struct fleet_ask {
 	char lowest[BS_HOST_MAX];	/* the host whose limit that is */
 	char note[256];		/* from the script, or the error */
 	bool refused;		/* Redis answered with an error, not a failure to talk */
+	/* The share is short of this host's target only until other live
+	 * hosts lower theirs at their next calls: call again sooner. */
+	bool soon;
 };
 
 /* Connects to f->redis within f->timeout_ms and authenticates with the
@@ -74,6 +77,9 @@ struct fleet_entry {
 	 * lease the largest of share, applied and held; for one run out the
 	 * floor too (the host keeps what it opened, and may open its floor). */
 	uint64_t reserved;
+	/* The host's share changes per minute, as Redis weighs them (about the
+	 * last minute); 0 in the entry of an older agent. */
+	double churn;
 	bool old;	/* left by an agent older than tokens: a floor once run out */
 };
 int fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64_t *now_ms,

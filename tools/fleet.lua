@@ -10,13 +10,16 @@
 --          agent stops (its host is on its floor: what it holds is recorded
 --          and its lease ends)
 -- Returns  { share, lease_ms, live hosts, known hosts, note, limit in force,
---          host whose limit that is }, note being "" or words the agent logs
---          ("quiet", "floors").
+--          host whose limit that is, soon }, note being "" or words the
+--          agent logs ("quiet", "floors"), soon 1 when the share is short of
+--          the caller's target only until other live hosts give back what
+--          their next calls lower (the agent then calls again sooner).
 --
 -- The hash holds "=limit" and "=born" and one field "h:<host>#<token>" per
--- host: "share applied held want floor ceiling expires seen seq limit forget",
--- a tab and the agent's description; times in Redis's own milliseconds
--- (TIME), so that no host's clock matters here.
+-- host: "share applied held want floor ceiling expires seen seq limit forget
+-- churn", a tab and the agent's description; times in Redis's own
+-- milliseconds (TIME), so that no host's clock matters here. churn is the
+-- host's share changes per minute, weighted to the last minute or so.
 --
 -- Safety: what a host may have in use until its next call is at most
 -- max(share, applied, held): it can admit up to the larger of the limit in
@@ -78,7 +81,7 @@ for i = 1, #flat, 2 do
 		-- does not hold back the old entries of its own hosts for long.
 		local e = { share = v[1], applied = v[2], held = v[3], want = v[4], floor = v[5],
 			ceiling = v[6], expires = v[7], seen = v[8], seq = v[9], limit = v[10],
-			forget = v[11] or (cut and forget or lease * 10), agent = desc or '',
+			forget = v[11] or (cut and forget or lease * 10), churn = v[12] or 0, agent = desc or '',
 			ident = cut and string.sub(name, 1, cut - 1) or name, old = not cut }
 		if not (e.limit and e.share and e.applied and e.held and e.floor and e.expires and
 		    e.seen and e.seq) then
@@ -113,10 +116,14 @@ if me and seq <= me.seq then
 	return redis.error_reply('BULKSHIM stale call (seq ' .. seq .. ' after ' .. me.seq .. ')')
 end
 if not me then
-	me = { share = 0, ident = host }
+	me = { share = 0, ident = host, churn = 0, expires = 0, seen = now, fresh = true }
 	hosts[mine] = me
 	order[#order + 1] = mine
 end
+-- What the caller was last given, while that still holds: the share its
+-- lease runs on, which a small change of the targets leaves alone.
+local had = (not me.fresh and me.expires > now) and me.share or nil
+local last_seen = me.seen
 me.applied = applied
 me.held = held
 me.want = math.max(floor, math.min(want, ceiling))
@@ -132,8 +139,8 @@ me.agent = agent
 local function save(share)
 	me.share = share
 	redis.call('HSET', key, 'h:' .. mine, table.concat({ me.share, me.applied, me.held, me.want,
-		me.floor, me.ceiling, me.expires, me.seen, me.seq, me.limit, me.forget }, ' ') ..
-		'\t' .. me.agent)
+		me.floor, me.ceiling, me.expires, me.seen, me.seq, me.limit, me.forget,
+		string.format('%.2f', me.churn) }, ' ') .. '\t' .. me.agent)
 	local keep = forget
 	for _, name in ipairs(order) do
 		keep = math.max(keep, hosts[name].forget)
@@ -146,7 +153,7 @@ end
 if leave then
 	me.expires = 0
 	save(0)
-	return { 0, lease, 0, 0, 'left', limit, host }
+	return { 0, lease, 0, 0, 'left', limit, host, 0 }
 end
 
 -- One identity, one agent: while another agent (another segment, or
@@ -178,16 +185,21 @@ redis.call('HSET', key, '=limit', lim)
 
 -- Fair targets: every known host keeps its floor, and one without a
 -- live lease all it may hold; what is left goes to the hosts with a live
--- lease, max-min fair on what they want above the floor.
+-- lease, max-min fair on what they want above the floor (their demand over
+-- the last lease, as their agents measure it).
 local pool = lim
 local live, nknown = 0, 0
 local ask = {}
+local extra = {}
+local lives = {}
 for _, name in ipairs(order) do
 	local e = hosts[name]
 	nknown = nknown + 1
 	if e.expires > now then
 		pool = pool - e.floor
 		live = live + 1
+		lives[#lives + 1] = name
+		extra[name] = 0
 		local d = math.max(0, math.min(e.want, e.ceiling) - e.floor)
 		if d > 0 then
 			ask[#ask + 1] = { name = name, d = d }
@@ -201,12 +213,18 @@ end
 local unknown = math.max(0, maxhosts - nknown) * floor
 pool = pool - unknown
 local note = ''
-local extra = {}
 if pool < 0 then
 	note = 'floors'
 	pool = 0
 end
-table.sort(ask, function(a, b) return a.d < b.d end)
+-- Ties in the order of names, so that every host's call computes the same
+-- targets from the same entries.
+table.sort(ask, function(a, b)
+	if a.d ~= b.d then
+		return a.d < b.d
+	end
+	return a.name < b.name
+end)
 local left = #ask
 for _, a in ipairs(ask) do
 	local fair = math.floor(pool / left)
@@ -216,15 +234,56 @@ for _, a in ipairs(ask) do
 	left = left - 1
 end
 -- What integer division left over goes to the first that still want more.
+local short = false
 for _, a in ipairs(ask) do
-	if pool <= 0 then
-		break
+	if pool > 0 then
+		local more = math.min(pool, a.d - extra[a.name])
+		extra[a.name] = extra[a.name] + more
+		pool = pool - more
 	end
-	local more = math.min(pool, a.d - extra[a.name])
-	extra[a.name] = extra[a.name] + more
-	pool = pool - more
+	if extra[a.name] < a.d then
+		short = true	-- a host wants more than it is given
+	end
+end
+-- The spare, what no host wants: handed out evenly to the hosts with a live
+-- lease (within their ceilings), so that the shares add up to the whole
+-- budget and a host whose demand rises finds headroom already there.
+table.sort(lives)
+local room_in = {}
+local nroom = 0
+for _, name in ipairs(lives) do
+	local e = hosts[name]
+	room_in[name] = math.max(0, e.ceiling - e.floor - extra[name])
+	if room_in[name] > 0 then
+		nroom = nroom + 1
+	end
+end
+while pool > 0 and nroom > 0 do
+	local each = math.max(1, math.floor(pool / nroom))
+	nroom = 0
+	for _, name in ipairs(lives) do
+		local give = math.min(each, room_in[name], pool)
+		extra[name] = extra[name] + give
+		room_in[name] = room_in[name] - give
+		pool = pool - give
+		if room_in[name] > 0 then
+			nroom = nroom + 1
+		end
+	end
 end
 local target = floor + (extra[mine] or 0)
+-- Hysteresis: a share that moves by a little keeps what it had, so that
+-- shares settle instead of following every wobble of the demand. A share
+-- goes down at once when another host wants more than it is given, and up
+-- at once when this host wants more than it has.
+local band = math.max(1, math.floor(lim / 10))
+if had then
+	if target < had and not short and had - target <= band then
+		target = had
+	elseif target > had and me.want <= had and target - had <= band then
+		target = had
+	end
+end
 -- A lease a host holds ends (by its own clock) a third of a lease before
 -- Redis's, counted from before its call was sent: whatever the lost state
 -- granted has run out two thirds of a lease after this state was born.
@@ -241,5 +300,23 @@ for _, name in ipairs(order) do
 	end
 end
 local share = math.max(0, math.min(target, ceiling, room))
+-- Churn: share changes per minute, each change weighing less as a minute
+-- passes (an exponential average over about a minute).
+me.churn = (me.churn or 0) * math.exp(-math.max(0, now - last_seen) / 60000)
+if had and share ~= had then
+	me.churn = me.churn + 1
+end
 save(share)
-return { share, lease, live, nknown, note, lim, lowest }
+-- Short of what it wants and of its target because live hosts still have
+-- shares (or limits in force) above theirs, which their next calls lower:
+-- the caller comes back sooner for the rest.
+local soon = 0
+if share < math.min(target, ceiling) and me.want > share then
+	for _, name in ipairs(lives) do
+		local e = hosts[name]
+		if name ~= mine and math.max(e.share, e.applied) > e.floor + extra[name] then
+			soon = 1
+		end
+	end
+end
+return { share, lease, live, nknown, note, lim, lowest, soon }

@@ -177,7 +177,7 @@ int_elem(const redisReply *r, size_t i, uint32_t *out)
 static bool
 take_answer(struct fleet_ask *a, const redisReply *r)
 {
-	uint32_t lease;
+	uint32_t lease, soon;
 
 	a->ok = false;
 	a->refused = true;
@@ -185,14 +185,16 @@ take_answer(struct fleet_ask *a, const redisReply *r)
 		snprintf(a->note, sizeof(a->note), "%s", r->str);
 		return false;
 	}
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 || !int_elem(r, 0, &a->share) ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 || !int_elem(r, 0, &a->share) ||
 	    !int_elem(r, 1, &lease) || !int_elem(r, 2, &a->live) || !int_elem(r, 3, &a->known) ||
 	    r->element[4]->type != REDIS_REPLY_STRING || !int_elem(r, 5, &a->in_force) ||
-	    r->element[6]->type != REDIS_REPLY_STRING || a->share > a->ceiling ||
+	    r->element[6]->type != REDIS_REPLY_STRING || !int_elem(r, 7, &soon) ||
+	    a->share > a->ceiling ||
 	    a->share > a->in_force || a->in_force > a->limit) {
 		snprintf(a->note, sizeof(a->note), "malformed reply from Redis");
 		return false;
 	}
+	a->soon = soon != 0;
 	snprintf(a->note, sizeof(a->note), "%s", r->element[4]->str);
 	snprintf(a->lowest, sizeof(a->lowest), "%s", r->element[6]->str);
 	a->ok = true;
@@ -218,7 +220,7 @@ fleet_renew(struct fleet_conn *fc, const struct cfg_fleet *f, const struct fleet
 		struct fleet_ask *a = &asks[i];
 		const uint32_t v[6] = { a->limit, a->floor, a->ceiling, a->held, a->want, a->applied };
 
-		a->ok = a->refused = false;
+		a->ok = a->refused = a->soon = false;
 		a->note[0] = a->lowest[0] = '\0';
 		a->in_force = 0;
 		fleet_key(f->name, a->comp, key, sizeof(key));
@@ -293,16 +295,19 @@ fleet_entries(struct fleet_conn *fc, const char *fleet, const char *comp, uint64
 	for (size_t i = 0; i + 1 < r->elements; i += 2) {
 		const redisReply *k = r->element[i], *v = r->element[i + 1];
 		unsigned long long x[10], seq;
+		double churn = 0;
 		const char *tab, *cut;
 		struct fleet_entry e;
 
 		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
 		    strncmp(k->str, "h:", 2) != 0)
 			continue;
-		if (sscanf(v->str, "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &x[0], &x[1],
-		    &x[2], &x[3], &x[4], &x[5], &x[6], &x[7], &seq, &x[8]) != 10)
+		/* forget and churn are missing from the entries of older agents. */
+		if (sscanf(v->str, "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %lf", &x[0],
+		    &x[1], &x[2], &x[3], &x[4], &x[5], &x[6], &x[7], &seq, &x[8], &x[9], &churn) < 10)
 			continue;
 		memset(&e, 0, sizeof(e));
+		e.churn = churn >= 0 && churn < 1e9 ? churn : 0;
 		/* The field is "h:<host>#<token>"; the token is Redis's business. */
 		cut = strchr(k->str + 2, '#');
 		snprintf(e.host, sizeof(e.host), "%.*s",

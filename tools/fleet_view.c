@@ -18,6 +18,8 @@ cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 	c->fleet_floor = atomic_load(&sc->fleet_floor);
 	c->fleet_share = atomic_load(&sc->fleet_share);
 	c->fleet_hosts = atomic_load(&sc->fleet_hosts);
+	c->fleet_demand = atomic_load(&sc->fleet_demand);
+	c->fleet_churn_c = atomic_load(&sc->fleet_churn_c);
 	c->fleet_state = atomic_load(&sc->fleet_redis_ok);
 	c->fleet_agent_pid = atomic_load(&sc->fleet_agent_pid);
 	expiry = atomic_load(&sc->fleet_expiry_ms);
@@ -40,11 +42,12 @@ cli_json_fleet(FILE *f, const struct cli_comp *c)
 		return;
 	fprintf(f, ", \"fleet_floor\": %u, \"fleet_share\": %u, \"fleet_lease\": %s, "
 	    "\"fleet_lease_left_ms\": %llu, \"fleet_lease_age_ms\": %lld, \"fleet_redis\": \"%s\", "
-	    "\"fleet_redis_reachable\": %s, \"fleet_hosts\": %u", c->fleet_floor, c->fleet_share,
+	    "\"fleet_redis_reachable\": %s, \"fleet_hosts\": %u, \"fleet_demand\": %u, "
+	    "\"fleet_churn_per_min\": %u.%02u", c->fleet_floor, c->fleet_share,
 	    c->fleet_lease ? "true" : "false", (unsigned long long)c->fleet_lease_left_ms,
 	    c->fleet_lease_age_ms == UINT64_MAX ? -1LL : (long long)c->fleet_lease_age_ms,
 	    fleet_state_name(c->fleet_state), c->fleet_state == FLEET_OK ? "true" : "false",
-	    c->fleet_hosts);
+	    c->fleet_hosts, c->fleet_demand, c->fleet_churn_c / 100, c->fleet_churn_c % 100);
 }
 
 void

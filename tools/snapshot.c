@@ -269,6 +269,7 @@ check_fleet(struct cli_comp *c)
 		return;
 	if (c->fleet_limit > BS_MAX_LIMIT || c->fleet_floor > c->fleet_limit ||
 	    c->fleet_share > c->fleet_limit || c->fleet_hosts > BS_MAX_LIMIT ||
+	    c->fleet_demand > BS_MAX_LIMIT || c->fleet_churn_c > 100u * 60 * 1000 ||
 	    c->fleet_lease_left_ms > CLOCK_AHEAD_MS) {
 		c->fleet_limit = 0;
 		c->live_limit = UINT32_MAX;

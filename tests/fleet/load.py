@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """load.py - one host's client program in a fleet test: threads that connect, hold and close.
 
-usage: load.py PORT CONTROLFILE HOLD_MS THREADS MAX_SECONDS
+usage: load.py PORT CONTROLFILE HOLD_MS THREADS MAX_SECONDS [RETRY_MS]
 
 Thread i works while i is below the number in CONTROLFILE (read every 50
 ms): it connects to 127.0.0.1:PORT, holds the connection HOLD_MS and closes
-it; a refused connect (the shim's ECONNREFUSED) is retried after 20 ms.
+it; a refused connect (the shim's ECONNREFUSED) is retried after RETRY_MS
+(default 20).
 Runs under libbulkshim.so; stops after MAX_SECONDS or when CONTROLFILE
 holds "stop". Prints "connected N refused M" at the end.
 """
@@ -18,6 +19,7 @@ import time
 
 port, ctl = int(sys.argv[1]), sys.argv[2]
 hold, nthreads, max_s = float(sys.argv[3]) / 1000, int(sys.argv[4]), float(sys.argv[5])
+retry = float(sys.argv[6]) / 1000 if len(sys.argv) > 6 else 0.02
 want = [0]
 done = threading.Event()
 counts = {"connected": 0, "refused": 0, "other": 0}
@@ -54,7 +56,7 @@ def worker(i):
             s.close()
             with lock:
                 counts["refused" if e.errno == errno.ECONNREFUSED else "other"] += 1
-            time.sleep(0.02)
+            time.sleep(retry)
             continue
         with lock:
             counts["connected"] += 1

@@ -104,7 +104,10 @@ def test_fleet_shares_follow_the_load():
         h.set_load(0)
     t_end = time.monotonic()
     check_witness(witness, t_start, t_end, "load moving between 3 hosts", at_least=LIMIT - 6)
-    assert max(follow) <= 2.0, "shares took %s s to follow the load (more than 2 s)" % follow
+    # The demand is the most a host needed over the last lease: the idle host
+    # gives its share back a lease after its load stopped.
+    assert max(follow) <= LEASE + 1.5, "shares took %s s to follow the load (more than %g s)" % (
+        follow, LEASE + 1.5)
 
 
 def test_fleet_agent_sigkilled_host_falls_to_floor():

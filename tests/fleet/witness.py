@@ -9,8 +9,10 @@ end of file already readable has been taken: a client releases its permit
 when it closes, so the close that made room for a new connection is always
 readable by the time that connection is accepted, and the witness never
 counts a connection and its successor at once. On SIGTERM, or after
-MAX_SECONDS (default 300), it writes {"max": M, "timeline": [[t, n], ...]}
-to OUTFILE, t being CLOCK_MONOTONIC seconds, which the test shares.
+MAX_SECONDS (default 300), it writes {"max": M, "timeline": [[t, n], ...],
+"accepts": [t, ...]} to OUTFILE, t being CLOCK_MONOTONIC seconds, which the
+test shares: the timeline of live connections and the time of every accept
+(the fleet's goodput, as the server saw it).
 """
 
 import json
@@ -45,6 +47,7 @@ def main():
     ep.register(ls.fileno(), select.EPOLLIN)
     conns = {}
     timeline = [[time.monotonic(), 0]]
+    accepts = []
     peak = 0
     end = time.monotonic() + limit_s
 
@@ -81,6 +84,7 @@ def main():
             except BlockingIOError:
                 break
             c.setblocking(False)
+            accepts.append(round(time.monotonic(), 4))
             conns[c.fileno()] = c
             ep.register(c.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
             # The closes that made room for this one are readable now.
@@ -93,7 +97,7 @@ def main():
         if n != timeline[-1][1]:
             timeline.append([time.monotonic(), n])
     with open(outfile + ".tmp", "w") as f:
-        json.dump({"max": peak, "timeline": timeline}, f)
+        json.dump({"max": peak, "timeline": timeline, "accepts": accepts}, f)
     os.rename(outfile + ".tmp", outfile)
 
 

@@ -152,6 +152,7 @@ COMP = Layout("seg_comp", [
     ("cls_guaranteed", "I", MAX_CLASSES), ("cls_shared", "I"), ("cls_shares", "I"),
     ("cls_lent", "I"), ("cls_lent_tag", "I"),
     ("rejected_by_v4", "Q", len(REASONS_V4)), ("would_reject_v4", "Q", len(REASONS_V4)),
+    ("fleet_demand", "I"), ("fleet_churn_c", "I"),
 ])
 
 SLOT = Layout("seg_slot", [

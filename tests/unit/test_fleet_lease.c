@@ -681,9 +681,10 @@ static void an_expired_lease_keeps_what_the_host_may_hold_until_it_reports(void 
 	assert_int_equal(t.worst, 24);
 	check_call(b, 24, 0);
 	check_total(b, 24, 0);
-	/* a's agent is back: a holds 3 now, and b may have the rest. */
+	/* a's agent is back: a holds 3 now, and b may have the rest. a is
+	 * given 4: b's ceiling leaves one over, the spare. */
 	a->applied = 2;
-	assert_int_equal(share_of(a, 24, 2, 20, 3, 3), 3);
+	assert_int_equal(share_of(a, 24, 2, 20, 3, 3), 4);
 	check_call(a, 24, 0);
 	assert_int_equal(share_of(b, 24, 2, 20, 4, 20), 20);
 	check_call(b, 24, 0);
@@ -995,6 +996,106 @@ static void a_rolling_change_of_fleet_limit_keeps_the_shares(void **state)
 		assert_int_equal(h[i]->a.share, 10);
 }
 
+/* ---- shares that settle ---- */
+
+/* What no host wants, the spare, is handed out evenly: idle hosts hold the
+ * whole budget between them, and give it back as soon as one wants more,
+ * which is told to come back sooner for the rest. */
+static void the_spare_is_handed_out_and_the_shares_add_up_to_the_limit(void **state)
+{
+	const char *names[3] = { "a", "b", "c" };
+	struct host *h[3];
+
+	(void)state;
+	need_redis();
+	for (int i = 0; i < 3; i++)
+		h[i] = add_host_with(names[i], LEASE_MS, 3);
+	born(h[0], 30, 1, 30, 1);
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < 3; i++) {
+			uint32_t reserve = round == 0 ? (uint32_t)(2 - i) : 0;
+
+			share_of(h[i], 30, 1, 30, 0, 1);
+			check_call(h[i], 30, reserve);
+			check_total(h[i], 30, reserve);
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(h[i]->a.share, 10);
+	assert_int_equal(tally(h[0]).shares, 30);
+	/* a wants all it can have: the others' spare is on its way. */
+	assert_int_equal(share_of(h[0], 30, 1, 30, 10, 30), 10);
+	assert_true(h[0]->a.soon);
+	check_call(h[0], 30, 0);
+	/* b and c are lowered, and say so at their next calls (which their
+	 * agents make sooner). */
+	for (int i = 1; i < 3; i++) {
+		assert_int_equal(share_of(h[i], 30, 1, 30, 0, 1), 1);
+		assert_int_equal(share_of(h[i], 30, 1, 30, 0, 1), 1);
+	}
+	assert_int_equal(share_of(h[0], 30, 1, 30, 10, 30), 28);
+	assert_false(h[0]->a.soon);
+	check_call(h[0], 30, 0);
+	check_total(h[0], 30, 0);
+}
+
+/* The churn Redis keeps for host name, as fleet --status reads it. */
+static void churn_entry(const struct fleet_entry *e, void *arg)
+{
+	double *churn = arg;
+
+	if (strcmp(e->host, "a") == 0)
+		*churn = e->churn;
+}
+
+static double churn_of_a(struct host *via)
+{
+	uint64_t now;
+	double churn = -1;
+
+	if (fleet_entries(via->fc, fleet, COMP, &now, churn_entry, &churn, err, sizeof(err)) < 0)
+		fail_msg("fleet_entries: %s", err);
+	return churn;
+}
+
+/* A share moves only when that matters: a demand that changes by a little
+ * leaves it alone, in both directions; another host that wants more than it
+ * is given takes it at once. Each change counts in the host's churn. */
+static void a_share_keeps_still_through_small_changes_but_not_when_another_needs_it(void **state)
+{
+	struct host *a, *b;
+	double before;
+
+	(void)state;
+	need_redis();
+	a = add_host_with("a", LEASE_MS, 2);
+	b = add_host_with("b", LEASE_MS, 2);
+	born(a, 30, 1, 30, 10);
+	for (int round = 0; round < 3; round++) {
+		share_of(a, 30, 1, 30, 5, 10);
+		share_of(b, 30, 1, 30, 5, 10);
+	}
+	/* 1 + 9 wanted + 5 of the spare each. */
+	assert_int_equal(a->a.share, 15);
+	assert_int_equal(b->a.share, 15);
+	before = churn_of_a(b);
+	/* a wants a little more, b a little less: nothing moves. */
+	assert_int_equal(share_of(a, 30, 1, 30, 5, 12), 15);
+	assert_int_equal(share_of(b, 30, 1, 30, 5, 8), 15);
+	assert_int_equal(share_of(a, 30, 1, 30, 5, 12), 15);
+	assert_true(churn_of_a(b) <= before + 0.01);
+	/* b wants all it can have: a gives back at once, down to what it wants. */
+	assert_int_equal(share_of(b, 30, 1, 30, 15, 30), 15);
+	assert_true(b->a.soon);
+	assert_int_equal(share_of(a, 30, 1, 30, 5, 12), 12);
+	assert_int_equal(share_of(a, 30, 1, 30, 5, 12), 12);
+	assert_int_equal(share_of(b, 30, 1, 30, 15, 30), 18);
+	check_call(b, 30, 0);
+	check_total(b, 30, 0);
+	if (churn_of_a(b) < before + 0.9 || churn_of_a(b) > before + 1.1)
+		fail_msg("a's churn went from %.2f to %.2f after one change", before, churn_of_a(b));
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, begin, end)
@@ -1017,6 +1118,8 @@ int main(void)
 		T(an_entry_of_an_agent_without_a_token_counts_its_floor_once_run_out),
 		T(the_lowest_fleet_limit_of_the_live_hosts_is_in_force),
 		T(a_rolling_change_of_fleet_limit_keeps_the_shares),
+		T(the_spare_is_handed_out_and_the_shares_add_up_to_the_limit),
+		T(a_share_keeps_still_through_small_changes_but_not_when_another_needs_it),
 	};
 #undef T
 
