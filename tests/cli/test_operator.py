@@ -19,11 +19,12 @@ from harness_hard import is_root
 # ---- processes attached and unprotected ----
 
 
-def _holder(config, other):
-    """A process under config that holds one connection to port other
+def _holder(config, other, n=1):
+    """A process under config that holds n connections to port other
     until its stdin closes."""
-    p = subprocess.Popen([PY, "-c", "import socket,sys; s=socket.create_connection("
-                          "('127.0.0.1',%d)); print('up',flush=True); sys.stdin.read()" % other],
+    p = subprocess.Popen([PY, "-c", "import socket,sys; h=[socket.create_connection("
+                          "('127.0.0.1',%d)) for _ in range(%d)]; print('up',flush=True); "
+                          "sys.stdin.read()" % (other, n)],
                          env=shim_env(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)
     harness.defer(p.kill)
@@ -453,17 +454,6 @@ def test_metrics_filters_and_list_stays_one_line_with_1000_compartments():
 
 # ---- watch fits 80x24, busiest first, and scrolls ----
 
-def _holder(config, port, n=3):
-    """A preloaded python holding n connections to port until its stdin closes."""
-    holder = subprocess.Popen([PY, "-c", "import socket,sys; h=[socket.create_connection("
-                               "('127.0.0.1',%d)) for _ in range(%d)]; print('up',flush=True); "
-                               "sys.stdin.read()" % (port, n)], env=shim_env(config),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    harness.defer(holder.kill)
-    assert holder.stdout.readline().strip() == "up"
-    return holder
-
-
 def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
     """No wrapped rows at 80x24; 1,000 compartments keep the header, busiest first."""
     from harness_cli import Tmux, need_tool
@@ -477,7 +467,7 @@ def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
     comps.append({"name": "the-busy-one", "destinations": ["127.0.0.1:%d" % srv.port],
                   "max_connections": 4})
     config = config_file(seg, comps)
-    holder = _holder(config, srv.port)
+    holder = _holder(config, srv.port, 3)
     poke(seg, "a-rather-long-compartment-name-0500", peak=1)
     t = Tmux(tmux)
     t.start("%s watch -s %s -i 0.3" % (CLI, seg), width=80, height=24)
@@ -527,7 +517,7 @@ def test_watch_at_80x24_fits_every_table_and_keeps_long_names_apart():
         f.write(text.replace("compartments = (", 'pools = ( { name = "a-pool-with-a-long-name-too"; '
                              'size = 12; reserved = 2; } );\ncompartments = (', 1))
     assert cli("check", config).returncode == 0, cli("check", config).stderr
-    holder = _holder(config, srv.port)
+    holder = _holder(config, srv.port, 3)
     t = Tmux(tmux)
     t.start("%s watch -s %s -i 0.3" % (CLI, seg), width=80, height=24)
     screen = t.wait_screen(lambda s: "the-busy-one" in s and "POOL" in s, 8, "rows and the pool")
