@@ -137,7 +137,7 @@ def test_fleet_agent_sigkilled_host_falls_to_floor():
     assert b.live_limit() <= LIMIT - entry["reserved"] - FLOOR, (shares((a, b, c)), fs)
     # Its agent is back: it reports the drained host, and b gets the rest.
     a.start_agent()
-    took = hf.wait_for(lambda: b.live_limit() >= LIMIT - 3 * FLOOR - 1, 6,
+    took = hf.wait_for(lambda: b.live_limit() >= LIMIT - 3 * FLOOR - 1, 15,
                        "host b to get host a's share (shares %s)" % shares((a, b, c)))
     hf.note("agent of host a SIGKILLed and restarted: host b's share reached %d %.2fs after "
             "the restart, %.2fs after the kill", b.live_limit(), took, time.monotonic() - t_kill)
