@@ -143,6 +143,17 @@ class Witness:
                 worst = max(worst, n)
         return worst
 
+    def over(self, t0, t1, limit):
+        """The moments between t0 and t1 the witness counted more than limit,
+        each with the accepts of the 50 ms before it: what a failure shows."""
+        res = self.finish()
+        out = []
+        for t, n in res["timeline"]:
+            if t0 <= t <= t1 and n > limit:
+                near = [round(a - t, 4) for a in res["accepts"] if t - 0.05 <= a <= t]
+                out.append("t=%.4f n=%d accepts at %s" % (t, n, near))
+        return out[:10]
+
 
 class Host:
     """One host of the fleet: config, segment, agent, client program."""

@@ -6,7 +6,11 @@ usage: load.py PORT CONTROLFILE HOLD_MS THREADS MAX_SECONDS [RETRY_MS]
 Thread i works while i is below the number in CONTROLFILE (read every 50
 ms): it connects to 127.0.0.1:PORT, holds the connection HOLD_MS and closes
 it; a refused connect (the shim's ECONNREFUSED) is retried after RETRY_MS
-(default 20).
+(default 20). To close, a thread shuts its side down and waits (at most 2 s)
+for the server to close its own: the server has counted the connection gone
+before the close releases its permit, so a close still on its way through
+the kernel's queues never shows the witness a connection and its successor
+at once (the permit is held a round trip longer, never shorter).
 Runs under libbulkshim.so; stops after MAX_SECONDS or when CONTROLFILE
 holds "stop". Prints "connected N refused M" at the end.
 """
@@ -61,6 +65,13 @@ def worker(i):
         with lock:
             counts["connected"] += 1
         time.sleep(hold)
+        try:
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(2.0)
+            while s.recv(4096):
+                pass
+        except OSError:
+            pass
         s.close()
 
 

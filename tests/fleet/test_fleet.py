@@ -68,8 +68,10 @@ def test_fleet_shares_follow_the_load():
         hf.wait_for(lambda: h.comp()["in_use"] >= LIMIT - 2 * FLOOR - 2, 5,
                     "host %s's clients to use its share" % h.name)
         if prev is not None:
-            # The idle host's lease renews at its floor plus a headroom of one.
-            idle = hf.wait_for(lambda: prev.live_limit() <= FLOOR + 1, 3,
+            # The idle host's lease renews at its floor plus a headroom of
+            # one, once its demand over the last lease has gone (a lease and
+            # a few renewals; more on a busy machine).
+            idle = hf.wait_for(lambda: prev.live_limit() <= FLOOR + 1, 6,
                                "idle host %s to fall back to its floor" % prev.name)
             hf.note("host %s idle: back to %d within %.2fs", prev.name, prev.live_limit(), idle)
         prev = h

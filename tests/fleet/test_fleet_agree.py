@@ -34,8 +34,8 @@ def start(redis, witness, specs, lease_ms=LEASE_MS, **kw):
 def check_witness(witness, t0, t1, limit, what, at_least):
     worst = witness.max_between(t0, t1)
     hf.note("%s: witness worst fleet total %d (limit %d)", what, worst, limit)
-    assert worst <= limit, "%s: the witness counted %d connections, above %d" % (
-        what, worst, limit)
+    assert worst <= limit, "%s: the witness counted %d connections, above %d: %s" % (
+        what, worst, limit, witness.over(t0, t1, limit))
     # The load did press against the limit, or the bound proves nothing.
     assert worst >= at_least, "%s: the witness saw only %d connections" % (what, worst)
 

@@ -4,11 +4,14 @@
 usage: witness.py PORTFILE OUTFILE [MAX_SECONDS]
 
 Listens on a free loopback port (written to PORTFILE), accepts every
-connection and counts those still open. A count is recorded only after every
-end of file already readable has been taken: a client releases its permit
-when it closes, so the close that made room for a new connection is always
-readable by the time that connection is accepted, and the witness never
-counts a connection and its successor at once. On SIGTERM, or after
+connection and counts those still open; it closes its side of a connection
+as soon as it reads the client's end of file. Its clients (load.py) shut
+their side down, wait for that close and only then close, which releases
+their permit: a connection is counted gone before the permit that made room
+for its successor is free, however long the kernel takes to deliver a close
+on a busy machine, and the witness never counts a connection and its
+successor at once. A count is recorded after every end of file already
+readable has been taken. On SIGTERM, or after
 MAX_SECONDS (default 300), it writes {"max": M, "timeline": [[t, n], ...],
 "accepts": [t, ...]} to OUTFILE, t being CLOCK_MONOTONIC seconds, which the
 test shares: the timeline of live connections and the time of every accept
