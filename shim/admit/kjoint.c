@@ -350,7 +350,9 @@ kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id)
 }
 
 /*
- * Nobody holds a process record, so the library holds nothing of e's
+ * Nobody holds a process record and no slot is held for processes the
+ * tables cannot name (SLOT_KERNEL: a child made without fork() that has a
+ * socket its dead parent counted), so the library holds nothing of e's
  * joint count: it goes down to the program's own part (e->in_use), its tag
  * cleared. The two are read together only while no take or give of the
  * program is under way (begun == done before, begun unchanged after), and
@@ -375,7 +377,7 @@ reset_joint(struct seg *s, struct kern_comp *e)
 		own = __atomic_load_n(&e->in_use, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&e->begun, __ATOMIC_SEQ_CST) != b)
 			continue;
-		if (repair_in_use(s))
+		if (repair_in_use(s) || repair_kernel_held(s))
 			return;
 		cur = (uint32_t)w;
 		if (cur <= own && (w >> 32) == 0)

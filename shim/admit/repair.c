@@ -215,6 +215,17 @@ repair_setting(const struct seg_comp *c)
 
 /* See repair.h. */
 bool
+repair_kernel_held(const struct seg *s)
+{
+	for (uint32_t j = 0; j < s->nslots; j++) {
+		if (atomic_load(&s->slots[j].state) == SLOT_KERNEL)
+			return true;
+	}
+	return false;
+}
+
+/* See repair.h. */
+bool
 repair_in_use(const struct seg *s)
 {
 	for (uint32_t i = 0; i < s->nprocs; i++) {

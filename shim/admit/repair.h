@@ -6,6 +6,9 @@
 
 /* Whether any process record is taken: then no count can be recomputed. */
 bool repair_in_use(const struct seg *s);
+/* Whether any slot is held for processes the tables cannot name
+ * (SLOT_KERNEL): its permits are held with no record. */
+bool repair_kernel_held(const struct seg *s);
 /* Frees the process records whose state is none of ours; returns how many. */
 uint32_t repair_records(struct seg *s);
 /* With no record held: recomputes every count from the slots, keeping

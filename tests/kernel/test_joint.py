@@ -464,3 +464,56 @@ def test_joint_a_process_started_before_attach_joins_at_its_next_connect():
     srv.wait_live(0, timeout=5)
     s.wait("db", "in_use", 0, timeout=5)
     s.expect("db", kernel_joint=0)
+
+
+SPAWN_AND_LEAVE = r"""
+import os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+os.set_inheritable(s.fileno(), True)
+env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+quiet = [(os.POSIX_SPAWN_OPEN, fd, "/dev/null", os.O_RDWR, 0) for fd in (0, 1, 2)]
+pid = os.posix_spawn("/bin/sleep", ["sleep", "60"], env, file_actions=quiet)
+print(pid, flush=True)
+"""
+
+
+def test_joint_a_socket_a_spawned_child_keeps_is_counted_after_its_parent_is_gone():
+    """max_connections = 1. A preloaded process connects, makes a child
+    without the library with posix_spawn that keeps the socket, and exits:
+    no process record is left, but the child holds the connection. The next
+    preloaded process to attach finds no record; it must not put the count
+    shared with the engine back to the engine's own (none), or its own
+    connect would pass the limit beside the child's."""
+    need_kernel()
+    srv = h.Server()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                "max_connections": 1}])
+    cg = cgroup()
+    attach(s, cg)
+    r = subprocess.run([h.PY, "-c", SPAWN_AND_LEAVE, str(srv.port)], capture_output=True,
+                       text=True, env=s.env(), timeout=30)
+    assert r.returncode == 0, r.stderr
+    child = int(r.stdout.split()[0])
+    h.defer(lambda: os.kill(child, signal.SIGKILL))
+    srv.wait_live(1)
+    s.expect("db", in_use=1, kernel_joint=1)
+    p = Client([helper("kclient"), "127.0.0.1", str(srv.port), "1"], env=s.env())
+    ok, errs = p.until_held()
+    assert ok == 0 and [e for e, _ in errs] == [ECONNREFUSED], p.lines
+    assert srv.max_live == 1, "the witness saw %d at once" % srv.max_live
+    s.expect("db", kernel_joint=1)
+    p.finish()
+    # The child's exit closes the last copy: the reconcile gives it back.
+    os.kill(child, signal.SIGKILL)
+    srv.wait_live(0, timeout=5)
+    p = Client([helper("kclient"), "127.0.0.1", str(srv.port), "1"], env=s.env())
+    deadline = time.monotonic() + 10
+    ok, errs = p.until_held()
+    while ok == 0 and time.monotonic() < deadline:
+        p.finish()
+        time.sleep(0.2)
+        p = Client([helper("kclient"), "127.0.0.1", str(srv.port), "1"], env=s.env())
+        ok, errs = p.until_held()
+    assert ok == 1, p.lines
+    p.finish()
+    assert srv.max_live == 1, "the witness saw %d at once" % srv.max_live
