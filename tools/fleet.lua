@@ -272,10 +272,21 @@ while pool > 0 and nroom > 0 do
 	end
 end
 local target = floor + (extra[mine] or 0)
+-- Another live host that was granted less than its target and wants more
+-- waits for room that shares kept through the band below would hold: it is
+-- as short as one the targets give too little.
+for _, name in ipairs(lives) do
+	local e = hosts[name]
+	if name ~= mine and e.share < math.min(e.floor + extra[name], e.ceiling) and
+	    e.want > e.share then
+		short = true
+	end
+end
 -- Hysteresis: a share that moves by a little keeps what it had, so that
 -- shares settle instead of following every wobble of the demand. A share
--- goes down at once when another host wants more than it is given, and up
--- at once when this host wants more than it has.
+-- goes down at once when another host wants more than it is given (or
+-- than it was granted), and up at once when this host wants more than it
+-- has.
 local band = math.max(1, math.floor(lim / 10))
 if had then
 	if target < had and not short and had - target <= band then

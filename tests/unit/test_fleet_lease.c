@@ -1096,6 +1096,37 @@ static void a_share_keeps_still_through_small_changes_but_not_when_another_needs
 		fail_msg("a's churn went from %.2f to %.2f after one change", before, churn_of_a(b));
 }
 
+/* A share kept through the band must not keep another host below its
+ * target: b wants its ceiling and was granted 18 of a target of 20 because
+ * a, gone quiet, kept 4 where its target is its floor of 2 (a change within
+ * the band). a gives back at once, and b gets its 20. */
+static void a_share_kept_through_the_band_is_given_back_to_a_host_granted_less(void **state)
+{
+	struct host *a, *b, *c;
+
+	(void)state;
+	need_redis();
+	a = add_host_with("a", LEASE_MS, 3);
+	b = add_host_with("b", LEASE_MS, 3);
+	c = add_host_with("c", LEASE_MS, 3);
+	born(a, 24, 2, 20, 4);
+	/* a wants 4, b all it can have, c its floor: 4 + 18 + 2. */
+	for (int round = 0; round < 3; round++) {
+		share_of(c, 24, 2, 20, 0, 2);
+		share_of(a, 24, 2, 20, 4, 4);
+		share_of(b, 24, 2, 20, 16, 20);
+	}
+	assert_int_equal(a->a.share, 4);
+	assert_int_equal(b->a.share, 18);
+	/* a goes quiet: its target is its floor, 2 below what it has; b's
+	 * target becomes 20, which it cannot have while a keeps 4. */
+	assert_int_equal(share_of(b, 24, 2, 20, 18, 20), 18);
+	assert_int_equal(share_of(a, 24, 2, 20, 0, 2), 2);
+	assert_int_equal(share_of(b, 24, 2, 20, 18, 20), 20);
+	check_call(b, 24, 0);
+	check_total(b, 24, 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, begin, end)
@@ -1118,6 +1149,7 @@ int main(void)
 		T(an_entry_of_an_agent_without_a_token_counts_its_floor_once_run_out),
 		T(the_lowest_fleet_limit_of_the_live_hosts_is_in_force),
 		T(a_rolling_change_of_fleet_limit_keeps_the_shares),
+		T(a_share_kept_through_the_band_is_given_back_to_a_host_granted_less),
 		T(the_spare_is_handed_out_and_the_shares_add_up_to_the_limit),
 		T(a_share_keeps_still_through_small_changes_but_not_when_another_needs_it),
 	};
