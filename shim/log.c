@@ -496,6 +496,36 @@ log_rejection_due(unsigned comp, uint64_t *skipped)
 	return true;
 }
 
+bool
+log_gate_due(_Atomic uint64_t *gate, uint64_t *skipped)
+{
+	const uint64_t count_max = (1ULL << LOG_GATE_COUNT_BITS) - 1;
+	uint64_t now, w, last, next;
+
+	if (log_level < LOG_WARN)
+		return false;
+	/* The time is the millisecond + 1, so that 0 means never; CLOCK_MONOTONIC
+	 * is one clock for every process of the host (2^40 ms is 34 years). */
+	now = (now_mono_ms() + 1) & ((1ULL << LOG_GATE_TIME_BITS) - 1);
+	w = atomic_load(gate);
+	for (int tries = 0; tries < 64; tries++) {
+		last = w >> LOG_GATE_COUNT_BITS;
+		/* A time after now was not written by a process of this clock:
+		 * the line goes out and the word is made sane again. */
+		if (last != 0 && last <= now && now - last < 1000) {
+			next = (w & count_max) == count_max ? w : w + 1;
+			if (next == w || atomic_compare_exchange_weak(gate, &w, next))
+				return false;
+			continue;
+		}
+		if (atomic_compare_exchange_weak(gate, &w, now << LOG_GATE_COUNT_BITS)) {
+			*skipped = w & count_max;
+			return true;
+		}
+	}
+	return false;
+}
+
 void
 log_refusal(const struct log_refusal *r, uint64_t skipped)
 {
