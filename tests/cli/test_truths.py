@@ -71,3 +71,61 @@ def test_refusal_lines_are_once_a_second_per_compartment_across_processes():
     assert r.stdout.startswith("ready\nrefused"), r.stdout
     suppressed = [int(n) for n in re.findall(r"\((\d+) similar suppressed\)", r.stderr)]
     assert suppressed and suppressed[0] == 10 - len(lines), (lines, r.stderr)
+
+
+def _adaptive_config(seg, port, **ad):
+    bounds = {"min": 2, "max": 16}
+    bounds.update(ad)
+    return config_file(seg, [{"name": "be", "destinations": ["127.0.0.1:%d" % port],
+                              "max_inflight": 64, "adaptive": bounds}])
+
+
+def test_reload_names_and_applies_every_adaptive_change():
+    """adaptive max 16 -> 4 (and min, window_ms): the reload lists each change, the limit
+    the controller had learned brought within the new bounds, and applies them; a dry run
+    counts them; reloading the same file again changes nothing."""
+    srv = Server()
+    seg = new_segment()
+    config = _adaptive_config(seg, srv.port)
+    assert subprocess.run([PY, "-c", "pass"], env=shim_env(config)).returncode == 0
+    assert comp_of(status_json(seg), "be")["adaptive"]["max"] == 16
+    with open(config, "w") as f:
+        f.write(open(_adaptive_config(seg, srv.port, min=1, max=4, window_ms=250)).read())
+    dry = cli_ok("reload", "--dry-run", "-c", config)
+    assert "no setting changes" not in dry, dry
+    assert "4 settings change" in dry, dry
+    out = cli_ok("reload", "-c", config)
+    for line in ("be adaptive.min 2 -> 1", "be adaptive.max 16 -> 4",
+                 "be adaptive.window_ms 100 -> 250", "be adaptive.limit 16 -> 4"):
+        assert line in out, "%r not in:\n%s" % (line, out)
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["min"], ad["max"], ad["window_ms"], ad["limit"]) == (1, 4, 250, 4), ad
+    assert "no setting changes" in cli_ok("reload", "-c", config)
+
+
+def test_set_pins_the_adaptive_limit_at_its_value_until_adaptive_on():
+    """`set be max_inflight 3` on an adaptive compartment: status shows the adaptive limit
+    pinned at 3 (mode off, reason pinned), a later set pins it at its new value, and
+    `adaptive on` resumes from the pinned value, not from where the controller was."""
+    srv = Server()
+    seg = new_segment()
+    config = _adaptive_config(seg, srv.port)
+    assert subprocess.run([PY, "-c", "pass"], env=shim_env(config)).returncode == 0
+    assert comp_of(status_json(seg), "be")["adaptive"]["limit"] == 16
+    out = cli_ok("set", "-s", seg, "be", "max_inflight", "3")
+    assert "pinned at 3" in out, out
+    c = comp_of(status_json(seg), "be")
+    ad = c["adaptive"]
+    assert (c["inflight_limit"], ad["mode"], ad["limit"], ad["last_change_reason"]) == \
+        (3, "off", 3, "pinned"), c
+    out = cli_ok("set", "-s", seg, "be", "max_inflight", "5")
+    assert "pinned at 5" in out, out
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["mode"], ad["limit"]) == ("off", 5), ad
+    out = cli_ok("set", "-s", seg, "be", "adaptive", "on")
+    assert "resumes from 5" in out, out
+    c = comp_of(status_json(seg), "be")
+    assert (c["adaptive"]["mode"], c["adaptive"]["limit"], c["inflight_limit"]) == \
+        ("on", 5, 64), c
+    out = cli_ok("set", "-s", seg, "be", "adaptive", "off")
+    assert "pinned at 5" in out, out
