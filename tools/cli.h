@@ -197,6 +197,7 @@ struct cli_comp {
 	uint32_t fleet_demand;		/* the agent's last demand */
 	uint32_t fleet_churn_c;		/* share changes per minute, times 100 */
 	int32_t fleet_agent_pid;
+	uint32_t fleet_agent;	/* FLEET_AGENT_* (fleet.h) */
 	bool fleet_lease;	/* the lease is valid now */
 	uint64_t fleet_lease_left_ms;
 	uint64_t fleet_lease_age_ms;	/* since the last renewal; UINT64_MAX: never */

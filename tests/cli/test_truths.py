@@ -3,8 +3,11 @@ compartment across processes, a reload that names every adaptive change, a `set`
 adaptive limit where it says, the fleet agent's liveness, and JSON log lines from the CLI's own
 long-running commands."""
 
+import os
 import re
+import signal
 import subprocess
+import sys
 import time
 
 import harness
@@ -129,3 +132,38 @@ def test_set_pins_the_adaptive_limit_at_its_value_until_adaptive_on():
         ("on", 5, 64), c
     out = cli_ok("set", "-s", seg, "be", "adaptive", "off")
     assert "pinned at 5" in out, out
+
+
+def test_status_says_when_the_fleet_agent_is_stopped_or_gone():
+    """The agent leasing for a compartment is SIGSTOPped: status --json says fleet_agent
+    "stopped" and fleet_redis "no agent" (not the "ok" of its last round trip); SIGCONT: it
+    runs and leases again; SIGKILL: "none" and "no agent". The witness is Redis's own entry
+    for the host: it stops being renewed while the agent is stopped."""
+    sys.path.insert(0, os.path.join(harness.ROOT, "tests", "fleet"))
+    import harness_fleet as hf
+
+    redis = hf.Redis()
+    srv = Server()
+    h = hf.Host("a", harness.unique("fleet"), redis.address(), srv.port, 8, 2, 6, 1000)
+    h.start_agent()
+    hf.wait_for(lambda: h.status().get("fleet_redis") == "ok", 10, "the agent to lease")
+    os.kill(h.agent.pid, signal.SIGSTOP)
+    try:
+        hf.wait_for(lambda: h.status()["fleet_redis"] == "no agent", 5,
+                    "status to see the agent stopped (fleet_redis %r)" % h.status()["fleet_redis"])
+        st = h.status()
+        assert st["fleet_agent"] == "stopped" and not st["fleet_redis_reachable"], st
+        # Redis agrees: the entry's lease runs out unrenewed.
+        hf.wait_for(lambda: not [x for x in h.fleet_status()["hosts"] if x["host"] == "a"][0]
+                    ["live"], 5, "Redis to see the lease run out")
+        assert h.status()["fleet_redis"] == "no agent"
+    finally:
+        os.kill(h.agent.pid, signal.SIGCONT)
+    hf.wait_for(lambda: h.status()["fleet_agent"] == "running" and
+                h.status()["fleet_redis"] == "ok" and h.status()["fleet_lease"], 10,
+                "the agent to lease again after SIGCONT")
+    st = h.status()
+    assert (st["fleet_agent"], st["fleet_agent_pid"]) == ("running", h.agent.pid), st
+    h.kill_agent()
+    st = h.status()
+    assert (st["fleet_agent"], st["fleet_redis"]) == ("none", "no agent"), st
