@@ -456,6 +456,12 @@ emit_json(int level, const char *msg, const struct log_refusal *r, uint64_t supp
 }
 
 void
+log_json_message(int level, const char *msg)
+{
+	emit_json(level, msg, NULL, 0);
+}
+
+void
 bs_log(int level, const char *fmt, ...)
 {
 	va_list ap;

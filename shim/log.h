@@ -37,6 +37,10 @@ bool log_name(char *out, size_t len, const char *field, size_t size);
  * "bulkshim[pid]: message") or "json" (one object a line); -EINVAL else. */
 int log_set_format(const char *word);
 bool log_is_json(void);
+/* Writes msg as one JSON line of the given level, whatever the level and
+ * format set: time, pid, program, level and message, as bs_log's JSON
+ * lines (the CLI's long-running commands, tools/cli_log.c). */
+void log_json_message(int level, const char *msg);
 /* The program name JSON lines carry (cut at 63 bytes). */
 void log_set_program(const char *name);
 /* A refusal, for log_refusal: the human message and its fields. */

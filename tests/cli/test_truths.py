@@ -3,6 +3,7 @@ compartment across processes, a reload that names every adaptive change, a `set`
 adaptive limit where it says, the fleet agent's liveness, and JSON log lines from the CLI's own
 long-running commands."""
 
+import json
 import os
 import re
 import signal
@@ -167,3 +168,70 @@ def test_status_says_when_the_fleet_agent_is_stopped_or_gone():
     h.kill_agent()
     st = h.status()
     assert (st["fleet_agent"], st["fleet_redis"]) == ("none", "no agent"), st
+
+
+JSON_KEYS = {"time", "pid", "program", "level", "message"}
+
+
+def _json_lines(text, program):
+    """Every line of text, each parsed as a JSON object of the library's shape from program."""
+    objs = []
+    for line in text.splitlines():
+        try:
+            o = json.loads(line)
+        except ValueError:
+            raise AssertionError("not a JSON line: %r (in %r)" % (line, text))
+        assert JSON_KEYS <= set(o) and o["program"] == program, o
+        assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", o["time"]), o
+        objs.append(o)
+    return objs
+
+
+def _json_env():
+    env = harness.clean_env()
+    env["BULKSHIM_LOG_FORMAT"] = "json"
+    return env
+
+
+def test_serve_run_and_fleet_lines_follow_the_json_log_format():
+    """With BULKSHIM_LOG_FORMAT=json, `serve` (start and stop), `run` (a config it refuses)
+    and `fleet` (its start, a stop) write JSON objects with the library's fields, each line
+    one object; without it they write the text lines scripts read."""
+    seg = new_segment()
+    config = config_file(seg, [{"name": "x", "destinations": ["127.0.0.1:9"],
+                                "max_connections": 1}])
+    p = subprocess.Popen([harness.CLI, "serve", "--listen", "127.0.0.1:0", "-c", config],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=_json_env())
+    harness.defer(p.kill)
+    first = p.stderr.readline()
+    p.send_signal(signal.SIGTERM)
+    rest = p.communicate(timeout=10)[1]
+    lines = _json_lines(first + rest, "bulkshim serve")
+    assert lines[0]["level"] == "info" and "http://127.0.0.1:" in lines[0]["message"], lines
+    assert "stopped" in lines[-1]["message"], lines
+
+    bad = harness.write_file("compartments = ( { name = \"x\"; max_connections = -3; } );\n")
+    r = harness.run([harness.CLI, "run", "-c", bad, "true"], _json_env(), 20)
+    assert r.returncode == 78, (r.returncode, r.stderr)
+    lines = _json_lines(r.stderr, "bulkshim run")
+    assert lines and all(o["level"] == "error" for o in lines), lines
+    assert "not started" in lines[-1]["message"], lines
+    r = harness.run([harness.CLI, "run", "-c", bad, "true"], harness.clean_env(), 20)
+    assert r.stderr.startswith("bulkshim: ") and "not started" in r.stderr, r.stderr
+
+    sys.path.insert(0, os.path.join(harness.ROOT, "tests", "fleet"))
+    import harness_fleet as hf
+
+    redis = hf.Redis()
+    h = hf.Host("a", harness.unique("fleet"), redis.address(), 9, 8, 2, 6, 1000)
+    with open(h.log, "a") as f:
+        agent = subprocess.Popen([harness.CLI, "fleet", "-c", h.config], env=_json_env(),
+                                 stdout=f, stderr=f)
+    harness.defer(agent.kill)
+    hf.wait_for(lambda: "leasing from Redis" in h.agent_log(), 10, "the agent to lease")
+    agent.send_signal(signal.SIGTERM)
+    agent.wait(10)
+    lines = _json_lines(h.agent_log(), "bulkshim fleet")
+    assert any(o["message"].startswith("host a of fleet") for o in lines), lines
+    assert any("stopped" in o["message"] for o in lines), lines
