@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import harness
 from harness import PY, Server, comp_of, new_segment, shim_env, status_json
@@ -205,6 +207,12 @@ def test_serve_run_and_fleet_lines_follow_the_json_log_format():
                          env=_json_env())
     harness.defer(p.kill)
     first = p.stderr.readline()
+    # Stopped once it serves (its handler of SIGTERM is in place then).
+    port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", first).group(1))
+    try:
+        urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).close()
+    except urllib.error.HTTPError:
+        pass    # an answer all the same (no segment yet: 503)
     p.send_signal(signal.SIGTERM)
     rest = p.communicate(timeout=10)[1]
     lines = _json_lines(first + rest, "bulkshim serve")
