@@ -456,6 +456,12 @@ emit_json(int level, const char *msg, const struct log_refusal *r, uint64_t supp
 }
 
 void
+log_json_message(int level, const char *msg)
+{
+	emit_json(level, msg, NULL, 0);
+}
+
+void
 bs_log(int level, const char *fmt, ...)
 {
 	va_list ap;
@@ -494,6 +500,36 @@ log_rejection_due(unsigned comp, uint64_t *skipped)
 	}
 	*skipped = atomic_exchange(&rej_state[comp].suppressed, 0);
 	return true;
+}
+
+bool
+log_gate_due(_Atomic uint64_t *gate, uint64_t *skipped)
+{
+	const uint64_t count_max = (1ULL << LOG_GATE_COUNT_BITS) - 1;
+	uint64_t now, w, last, next;
+
+	if (log_level < LOG_WARN)
+		return false;
+	/* The time is the millisecond + 1, so that 0 means never; CLOCK_MONOTONIC
+	 * is one clock for every process of the host (2^40 ms is 34 years). */
+	now = (now_mono_ms() + 1) & ((1ULL << LOG_GATE_TIME_BITS) - 1);
+	w = atomic_load(gate);
+	for (int tries = 0; tries < 64; tries++) {
+		last = w >> LOG_GATE_COUNT_BITS;
+		/* A time after now was not written by a process of this clock:
+		 * the line goes out and the word is made sane again. */
+		if (last != 0 && last <= now && now - last < 1000) {
+			next = (w & count_max) == count_max ? w : w + 1;
+			if (next == w || atomic_compare_exchange_weak(gate, &w, next))
+				return false;
+			continue;
+		}
+		if (atomic_compare_exchange_weak(gate, &w, now << LOG_GATE_COUNT_BITS)) {
+			*skipped = w & count_max;
+			return true;
+		}
+	}
+	return false;
 }
 
 void

@@ -37,6 +37,10 @@ bool log_name(char *out, size_t len, const char *field, size_t size);
  * "bulkshim[pid]: message") or "json" (one object a line); -EINVAL else. */
 int log_set_format(const char *word);
 bool log_is_json(void);
+/* Writes msg as one JSON line of the given level, whatever the level and
+ * format set: time, pid, program, level and message, as bs_log's JSON
+ * lines (the CLI's long-running commands, tools/cli_log.c). */
+void log_json_message(int level, const char *msg);
 /* The program name JSON lines carry (cut at 63 bytes). */
 void log_set_program(const char *name);
 /* A refusal, for log_refusal: the human message and its fields. */
@@ -49,6 +53,20 @@ struct log_refusal {
  * one a second per compartment), with the count suppressed since the last
  * one in *skipped; false counts this one as suppressed. Async-signal-safe. */
 bool log_rejection_due(unsigned comp, uint64_t *skipped);
+/* The split of a segment compartment's log_gate word (seg_layout.h). */
+#define LOG_GATE_COUNT_BITS	24
+#define LOG_GATE_TIME_BITS	(64 - LOG_GATE_COUNT_BITS)
+/* log_rejection_due for a gate every process of a segment shares (a
+ * compartment's log_gate): true when a refusal line may go out now, at
+ * most one a second across all the processes, with the count of those
+ * the processes suppressed since the last line in *skipped; false counts
+ * this one as suppressed (in the word, so the next line, whichever
+ * process prints it, reports it). Nothing is claimed or counted when this
+ * process logs no warnings. Lock-free and async-signal-safe; a word
+ * another process damaged lets a line through rather than silence the
+ * compartment, and a word that keeps changing under a bounded number of
+ * tries suppresses this line uncounted rather than spin. */
+bool log_gate_due(_Atomic uint64_t *gate, uint64_t *skipped);
 /* Writes the line of a refusal that log_rejection_due let through, as text
  * or JSON; async-signal-safe. */
 void log_refusal(const struct log_refusal *r, uint64_t skipped);

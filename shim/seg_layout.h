@@ -26,7 +26,7 @@
  */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	8	/* bumped by every change to this file's structures */
+#define SEG_VERSION	9	/* bumped by every change to this file's structures */
 
 /* SLOT_WATCHED: in use like SLOT_USED, but processes the tables cannot
  * name may hold the socket too (it was shared by a fork before it had a
@@ -277,6 +277,12 @@ struct seg_comp {
 	 * often its share changed, in changes per minute times 100. */
 	_Atomic uint32_t fleet_demand;
 	_Atomic uint32_t fleet_churn_c;
+	/* The gate of the compartment's refusal lines, shared by every
+	 * process of the segment so that they print one a second between
+	 * them (log_gate_due, shim/log.c): the CLOCK_MONOTONIC millisecond
+	 * of the last line + 1 in the high LOG_GATE_TIME_BITS bits (0 =
+	 * never), the lines suppressed since in the low LOG_GATE_COUNT_BITS. */
+	_Atomic uint64_t log_gate;
 };
 
 #define SLOT_NO_CLASS	0xffu

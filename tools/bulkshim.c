@@ -64,9 +64,10 @@ cmd_run(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return cli_help("run", stderr, 2);
+	cli_log_init("bulkshim run", false);
 	if (find_library(lib, sizeof(lib)) < 0) {
-		fprintf(stderr, "bulkshim: cannot find libbulkshim.so beside the bulkshim binary "
-		    "or in %s\n", BS_LIBDIR);
+		cli_log(LOG_ERROR, "bulkshim: ", "cannot find libbulkshim.so beside the bulkshim "
+		    "binary or in %s", BS_LIBDIR);
 		return 127;
 	}
 	if (config != NULL) {
@@ -74,7 +75,8 @@ cmd_run(int argc, char **argv)
 		 * at its start, so pass a path that does not depend on it. */
 		if (realpath(config, abs) == NULL) {
 			/* Not started, as for any config that cannot be used. */
-			fprintf(stderr, "bulkshim: %s: %s; not started\n", config, strerror(errno));
+			cli_log(LOG_ERROR, "bulkshim: ", "%s: %s; not started", config,
+			    strerror(errno));
 			return BS_EX_CONFIG;
 		}
 		setenv("BULKSHIM_CONFIG", abs, 1);
@@ -100,7 +102,7 @@ cmd_run(int argc, char **argv)
 		return 1;
 	setenv("LD_PRELOAD", preload, 1);
 	execvp(argv[optind], argv + optind);
-	fprintf(stderr, "bulkshim: cannot run %s: %s\n", argv[optind], strerror(errno));
+	cli_log(LOG_ERROR, "bulkshim: ", "cannot run %s: %s", argv[optind], strerror(errno));
 	return 127;
 }
 

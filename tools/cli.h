@@ -197,6 +197,7 @@ struct cli_comp {
 	uint32_t fleet_demand;		/* the agent's last demand */
 	uint32_t fleet_churn_c;		/* share changes per minute, times 100 */
 	int32_t fleet_agent_pid;
+	uint32_t fleet_agent;	/* FLEET_AGENT_* (fleet.h) */
 	bool fleet_lease;	/* the lease is valid now */
 	uint64_t fleet_lease_left_ms;
 	uint64_t fleet_lease_age_ms;	/* since the last renewal; UINT64_MAX: never */
@@ -371,6 +372,20 @@ void cli_status_json(FILE *f, const struct cli_snap *snap, bool hosts);
 /* Writes the Prometheus text exposition of snap to f, the latency
  * histograms unless !histograms; write errors are left to the stream. */
 void cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms);
+
+/* ---- cli_log.c: the lines of fleet, serve and run ---- */
+
+/* Sets the format of cli_log's lines: JSON when BULKSHIM_LOG_FORMAT is
+ * "json", or when it is unset and config_json (the config's log_format);
+ * program is what JSON lines name ("bulkshim fleet"). Any other value of
+ * the variable is said in a warning and ignored. Before it, lines are text. */
+void cli_log_init(const char *program, bool config_json);
+bool cli_log_json(void);
+/* One line on stderr: prefix and the message as text, or the message as a
+ * JSON object of the given level (LOG_ERROR, LOG_WARN, LOG_INFO), with the
+ * fields of the library's lines (log_json_message). */
+void cli_log(int level, const char *prefix, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* ---- run_check.c ---- */
 

@@ -170,7 +170,7 @@ static int
 set_adaptive(struct seg *s, struct seg_comp *c, const char *value)
 {
 	_Atomic uint32_t *word = atomic_load(&c->ad.kind) == P_CONN ? &c->limit : &c->inflight_limit;
-	uint32_t v, was = atomic_load(&c->ad.mode), cur = ad_current(c);
+	uint32_t v, was = atomic_load(&c->ad.mode);
 
 	if (parse_switch(value, &v) < 0)
 		return 1;
@@ -187,7 +187,7 @@ set_adaptive(struct seg *s, struct seg_comp *c, const char *value)
 	else
 		printf("%s: %s adaptive %s -> off (pinned at %u)\n",
 		    CLI_SEGNAME(seg_header(s)->name), CLI_SEGNAME(c->name),
-		    ad_mode_name(was), was == AD_ON ? cur : atomic_load(word));
+		    ad_mode_name(was), atomic_load(word));
 	wake_all(atomic_load(&c->ad.kind) == P_CONN ? &c->in_use : &c->inflight);
 	return 0;
 }
@@ -263,8 +263,9 @@ apply_set(struct seg *s, struct seg_comp *c, const char *key, const char *value)
 		word = (_Atomic uint32_t *)(void *)((char *)c + keys[i].off);
 		if (word == &c->limit && !cli_ceiling_ok(s, (uint32_t)(c - seg_comp(s, 0)), v))
 			return 1;
-		/* A number set for the limit the adaptive one moves pins it. */
-		pinned = keys[i].is_limit && atomic_load(&c->ad.mode) == AD_ON &&
+		/* A number set for the limit the adaptive one moves pins it
+		 * there, and a pinned one again where it is set now. */
+		pinned = keys[i].is_limit && atomic_load(&c->ad.mode) != AD_NONE &&
 		    word == (atomic_load(&c->ad.kind) == P_CONN ? &c->limit : &c->inflight_limit);
 		old = atomic_exchange(word, v);
 		if (pinned)

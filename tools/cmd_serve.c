@@ -366,7 +366,7 @@ clients_init(struct clients *t)
 	t->pf = calloc((size_t)t->cap + 1, sizeof(*t->pf));
 	t->who = calloc((size_t)t->cap + 1, sizeof(*t->who));
 	if (t->cl == NULL || t->pf == NULL || t->who == NULL) {
-		fprintf(stderr, "bulkshim: serve: out of memory for %d clients\n", t->cap);
+		cli_log(LOG_ERROR, "bulkshim: ", "serve: out of memory for %d clients", t->cap);
 		return -1;
 	}
 	return 0;
@@ -398,13 +398,13 @@ listen_on(const char *spec, char *shown, size_t shownlen)
 
 	if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= sizeof(port) ||
 	    (size_t)(colon - spec) >= sizeof(host)) {
-		fprintf(stderr, "bulkshim: --listen wants ADDR:PORT, not \"%s\"\n", spec);
+		cli_log(LOG_ERROR, "bulkshim: ", "--listen wants ADDR:PORT, not \"%s\"", spec);
 		return -1;
 	}
 	snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
 	snprintf(port, sizeof(port), "%s", colon + 1);
 	if (strspn(port, "0123456789") != strlen(port) || atoi(port) > 65535) {
-		fprintf(stderr, "bulkshim: --listen %s: the port must be 0 to 65535\n", spec);
+		cli_log(LOG_ERROR, "bulkshim: ", "--listen %s: the port must be 0 to 65535", spec);
 		return -1;
 	}
 	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
@@ -417,7 +417,7 @@ listen_on(const char *spec, char *shown, size_t shownlen)
 	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
 	r = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
 	if (r != 0) {
-		fprintf(stderr, "bulkshim: --listen %s: %s\n", spec, gai_strerror(r));
+		cli_log(LOG_ERROR, "bulkshim: ", "--listen %s: %s", spec, gai_strerror(r));
 		return -1;
 	}
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
@@ -433,7 +433,7 @@ listen_on(const char *spec, char *shown, size_t shownlen)
 		errno = r;
 	}
 	if (fd < 0)
-		fprintf(stderr, "bulkshim: cannot listen on %s: %s\n", spec, strerror(errno));
+		cli_log(LOG_ERROR, "bulkshim: ", "cannot listen on %s: %s", spec, strerror(errno));
 	freeaddrinfo(res);
 	if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
 	    getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
@@ -538,7 +538,7 @@ add_target(struct serve_set *set, int opt, const char *arg)
 			return 0;
 	}
 	if (set->n == SERVE_MAX) {
-		fprintf(stderr, "bulkshim: serve shows at most %d segments\n", SERVE_MAX);
+		cli_log(LOG_ERROR, "bulkshim: ", "serve shows at most %d segments", SERVE_MAX);
 		return -1;
 	}
 	set->config[set->n] = opt == 'c' ? arg : NULL;
@@ -562,6 +562,7 @@ cmd_serve(int argc, char **argv)
 	struct seg *s;
 	int c, lfd;
 
+	cli_log_init("bulkshim serve", false);
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
 		if (c == 'c' || c == 's') {
@@ -590,18 +591,18 @@ cmd_serve(int argc, char **argv)
 		clients_free(&clients);
 		return 1;
 	}
-	fprintf(stderr, "bulkshim: serving %s on http://%s/metrics, /status.json and the page "
-	    "at http://%s/\n", set.all ? "every readable segment" : set.n == 1 ? set.name[0] :
+	cli_log(LOG_INFO, "bulkshim: ", "serving %s on http://%s/metrics, /status.json and the "
+	    "page at http://%s/", set.all ? "every readable segment" : set.n == 1 ? set.name[0] :
 	    "several segments", shown, shown);
 	for (size_t i = 0; i < set.n; i++) {
 		if (seg_open(set.name[i], false, &s, err, sizeof(err)) < 0)
-			fprintf(stderr, "bulkshim: %s; shown once it exists\n", err);
+			cli_log(LOG_WARN, "bulkshim: ", "%s; shown once it exists", err);
 		else
 			seg_close(s);
 	}
 	serve_loop(lfd, &set, &clients);
 	clients_free(&clients);
 	close(lfd);
-	fprintf(stderr, "bulkshim: %s, stopped\n", strsignal(stop_signal));
+	cli_log(LOG_INFO, "bulkshim: ", "%s, stopped", strsignal(stop_signal));
 	return 0;
 }

@@ -65,22 +65,43 @@ on_stop(int sig)
 
 static void
 say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void
+warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* One line on stderr, with the wall-clock time: the agent is a service. */
+/* One line on stderr, with the wall-clock time (the agent is a service),
+ * or a JSON object as the library writes them (cli_log). */
+static void
+say_v(int level, const char *fmt, va_list ap)
+{
+	char when[32], prefix[64], msg[1024];
+	struct tm tm;
+	time_t t = time(NULL);
+
+	strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&t, &tm));
+	snprintf(prefix, sizeof(prefix), "bulkshim fleet %s: ", when);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	cli_log(level, prefix, "%s", msg);
+}
+
 static void
 say(const char *fmt, ...)
 {
-	char when[32];
-	struct tm tm;
-	time_t t = time(NULL);
 	va_list ap;
 
-	strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&t, &tm));
-	fprintf(stderr, "bulkshim fleet %s: ", when);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	say_v(LOG_INFO, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+}
+
+/* say() of something the operator should act on: a warning in JSON. */
+static void
+warn(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	say_v(LOG_WARN, fmt, ap);
+	va_end(ap);
 }
 
 /*
@@ -135,13 +156,13 @@ set_state(struct fleet_comp *fc, struct seg_comp *c, uint32_t state, const char 
 			say("%s: Redis has no recent state for this fleet (new, or restarted): "
 			    "floors only for one lease", c->name);
 		else if (state == FLEET_OK && strcmp(note, "floors") == 0)
-			say("%s: warning: the hosts' floors add up to more than fleet_limit %u",
+			warn("%s: warning: the hosts' floors add up to more than fleet_limit %u",
 			    c->name, fc->in_force ? fc->in_force : atomic_load(&c->fleet_limit));
 		else if (state == FLEET_REFUSED)
-			say("%s: %s; this host is on its floor of %u", c->name, note,
+			warn("%s: %s; this host is on its floor of %u", c->name, note,
 			    atomic_load(&c->fleet_floor));
 		else if (state != FLEET_OK)
-			say("%s: %s; this host is on its floor of %u once its lease ends", c->name,
+			warn("%s: %s; this host is on its floor of %u once its lease ends", c->name,
 			    note, atomic_load(&c->fleet_floor));
 	}
 	fc->state = state;
@@ -157,7 +178,7 @@ note_limit(struct fleet_comp *fc, const struct seg_comp *c, const struct fleet_a
 	if (a->in_force == fc->in_force)
 		return;
 	if (a->in_force < a->limit)
-		say("%s: fleet_limit %u here, but %u on host %s: the fleet keeps to the lowest "
+		warn("%s: fleet_limit %u here, but %u on host %s: the fleet keeps to the lowest "
 		    "limit of its hosts, %u", c->name, a->limit, a->in_force, a->lowest,
 		    a->in_force);
 	else if (fc->in_force != 0)
@@ -295,24 +316,24 @@ report_leaving(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *
 	/* Another signal: the operator is in a hurry, and Redis goes on
 	 * counting the last shares, which is safe. */
 	if (nanosleep(&ts, NULL) != 0) {
-		say("stopped again: Redis counts this host's last shares until an agent reports "
+		warn("stopped again: Redis counts this host's last shares until an agent reports "
 		    "again");
 		return;
 	}
 	if (*conn == NULL && (*conn = fleet_connect(f, &refused, err, sizeof(err))) == NULL) {
-		say("cannot tell Redis what this host holds (%s): it counts this host's last "
+		warn("cannot tell Redis what this host holds (%s): it counts this host's last "
 		    "shares until an agent reports again", err);
 		return;
 	}
 	fill_asks(s, fcs, asks, n, f->lease_ms, true);
 	if (fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err)) < 0) {
-		say("cannot tell Redis what this host holds (%s): it counts this host's last "
+		warn("cannot tell Redis what this host holds (%s): it counts this host's last "
 		    "shares until an agent reports again", err);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (!asks[i].ok)
-			say("%s: Redis did not take what this host holds: %s", asks[i].comp,
+			warn("%s: Redis did not take what this host holds: %s", asks[i].comp,
 			    asks[i].note);
 		held += asks[i].held;
 	}
@@ -359,7 +380,7 @@ open_segment(const struct bs_config *cfg, uint32_t wait_s, struct seg **out)
 	*out = NULL;
 	memset(&svc, 0, sizeof(svc));
 	if (seg_user_self(&self) < 0 || (cfg->has_owner && seg_user_of(cfg->owner, &svc) < 0)) {
-		fprintf(stderr, "bulkshim: out of memory\n");
+		cli_log(LOG_ERROR, "bulkshim: ", "out of memory");
 		seg_user_free(&self);
 		return 1;
 	}
@@ -390,7 +411,7 @@ open_segment(const struct bs_config *cfg, uint32_t wait_s, struct seg **out)
 				break;
 			}
 			if (now_mono_ms() >= deadline) {
-				say("no segment /dev/shm/bulkshim.%s after %u s: start the service's "
+				warn("no segment /dev/shm/bulkshim.%s after %u s: start the service's "
 				    "programs%s", cfg->segment, wait_s, cfg->has_owner ? "" :
 				    ", or name their user in the config (owner) so that this agent "
 				    "creates it");
@@ -403,7 +424,7 @@ open_segment(const struct bs_config *cfg, uint32_t wait_s, struct seg **out)
 		if (msg[0] != '\0')
 			say("%s", msg);
 		if (seg_attach(cfg, out, err, sizeof(err)) < 0) {
-			fprintf(stderr, "bulkshim: %s\n", err);
+			cli_log(LOG_ERROR, "bulkshim: ", "%s", err);
 			break;
 		}
 		if (seg_perm_of(cfg->segment, &p, NULL) == 0 &&
@@ -441,7 +462,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	int r;
 
 	if (fcs == NULL || asks == NULL) {
-		fprintf(stderr, "bulkshim: out of memory\n");
+		cli_log(LOG_ERROR, "bulkshim: ", "out of memory");
 		free(fcs);
 		free(asks);
 		return 1;
@@ -464,7 +485,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 		if (cfg->comp[i].fleet_limit == 0)
 			continue;
 		if (k < 0) {
-			say("%s: not in segment %s (added after it was created?); restart its "
+			warn("%s: not in segment %s (added after it was created?); restart its "
 			    "programs to lease for it", cfg->comp[i].name, cfg->segment);
 			continue;
 		}
@@ -581,7 +602,7 @@ show_status(const struct bs_config *cfg, bool json)
 	struct fleet_conn *conn = fleet_connect(&cfg->fleet, &refused, err, sizeof(err));
 
 	if (conn == NULL) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+		cli_log(LOG_ERROR, "bulkshim: ", "%s", err);
 		return 1;
 	}
 	if (json) {
@@ -615,7 +636,7 @@ show_status(const struct bs_config *cfg, bool json)
 		if (r < 0) {
 			if (json)
 				fputs("]}]}\n", stdout);
-			fprintf(stderr, "bulkshim: %s\n", err);
+			cli_log(LOG_ERROR, "bulkshim: ", "%s", err);
 			fleet_disconnect(conn);
 			return 1;
 		}
@@ -673,18 +694,20 @@ cmd_fleet(int argc, char **argv)
 		return cli_help("fleet", stderr, 2);
 	if (path == NULL)
 		path = cli_config_path(NULL);
+	cli_log_init("bulkshim fleet", false);
 	if (cfg_load(path, &cfg, false, err, sizeof(err)) < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
+		cli_log(LOG_ERROR, "bulkshim: ", "%s", err);
 		return BS_EX_CONFIG;
 	}
 	if (!cfg.fleet.on) {
-		fprintf(stderr, "bulkshim: %s has no fleet = { redis = ...; name = ...; } block\n",
-		    path);
+		cli_log(LOG_ERROR, "bulkshim: ", "%s has no fleet = { redis = ...; name = ...; } "
+		    "block", path);
 		cfg_free(&cfg);
 		return BS_EX_CONFIG;
 	}
 	/* Line by line, so that a journal or a pipe sees each at once. */
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	cli_log_init("bulkshim fleet", cfg.log_json);
 	r = status ? show_status(&cfg, json) : run_agent(&cfg, (uint32_t)wait_s, verbose);
 	cfg_free(&cfg);
 	return r;

@@ -19,6 +19,16 @@ enum { FLEET_NO_AGENT = 0, FLEET_OK = 1, FLEET_UNREACHABLE = 2, FLEET_REFUSED = 
 /* "no agent", "ok", "unreachable", "refused". */
 const char *fleet_state_name(uint32_t state);
 
+/* The fleet agent of a compartment, as the views judge it from the
+ * segment (fleet_view.c): none (never ran, exited or died: its pid is
+ * gone), running, stopped (alive but stopped by a signal, SIGSTOP or a
+ * frozen cgroup: it renews nothing) or not renewing (alive, Redis last
+ * answered, yet its lease ran out a lease ago: hung, or Redis hangs). */
+enum { FLEET_AGENT_NONE = 0, FLEET_AGENT_RUNNING = 1, FLEET_AGENT_STOPPED = 2,
+	FLEET_AGENT_NOT_RENEWING = 3 };
+/* "none", "running", "stopped", "not renewing". */
+const char *fleet_agent_name(uint32_t agent);
+
 /* Who is calling, besides the host name of the config (cfg_fleet.host). */
 struct fleet_me {
 	/* The segment this agent serves, on this boot of this machine: the

@@ -5,6 +5,54 @@
 #include "cli.h"
 #include "fleet.h"
 
+const char *
+fleet_agent_name(uint32_t agent)
+{
+	switch (agent) {
+	case FLEET_AGENT_RUNNING: return "running";
+	case FLEET_AGENT_STOPPED: return "stopped";
+	case FLEET_AGENT_NOT_RENEWING: return "not renewing";
+	default: return "none";
+	}
+}
+
+/* Whether process pid is stopped (by SIGSTOP, a debugger or a frozen
+ * cgroup): its state in /proc/PID/stat, after the command's parenthesis. */
+static bool
+pid_stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+/* The agent's liveness: from its pid (the agent clears it when it exits),
+ * its process state, and the lease it renews. A lease whose end passed
+ * more than a lease ago (expiry - renewed is two thirds of one) while the
+ * last word from Redis was ok has an agent that does not work. */
+static uint32_t
+agent_of(const struct cli_comp *c, uint64_t now, uint64_t expiry, uint64_t renewed)
+{
+	if (c->fleet_agent_pid <= 0 || !sys_pid_alive(c->fleet_agent_pid, 0))
+		return FLEET_AGENT_NONE;
+	if (pid_stopped(c->fleet_agent_pid))
+		return FLEET_AGENT_STOPPED;
+	if (c->fleet_state == FLEET_OK && expiry != 0 && renewed != 0 && expiry > renewed &&
+	    now > expiry && now - expiry > (expiry - renewed) * 3 / 2)
+		return FLEET_AGENT_NOT_RENEWING;
+	return FLEET_AGENT_RUNNING;
+}
+
 void
 cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 {
@@ -28,8 +76,10 @@ cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 	c->fleet_lease_left_ms = c->fleet_lease ? expiry - now : 0;
 	if (renewed != 0)
 		c->fleet_lease_age_ms = now > renewed ? now - renewed : 0;
-	/* An agent that died left its last state behind. */
-	if (c->fleet_agent_pid > 0 && !sys_pid_alive(c->fleet_agent_pid, 0))
+	/* An agent that died left its last state behind, and one that is
+	 * stopped does not talk to Redis whatever it last heard. */
+	c->fleet_agent = agent_of(c, now, expiry, renewed);
+	if (c->fleet_agent == FLEET_AGENT_NONE || c->fleet_agent == FLEET_AGENT_STOPPED)
 		c->fleet_state = FLEET_NO_AGENT;
 }
 
@@ -48,6 +98,8 @@ cli_json_fleet(FILE *f, const struct cli_comp *c)
 	    c->fleet_lease_age_ms == UINT64_MAX ? -1LL : (long long)c->fleet_lease_age_ms,
 	    fleet_state_name(c->fleet_state), c->fleet_state == FLEET_OK ? "true" : "false",
 	    c->fleet_hosts, c->fleet_demand, c->fleet_churn_c / 100, c->fleet_churn_c % 100);
+	fprintf(f, ", \"fleet_agent\": \"%s\", \"fleet_agent_pid\": %d",
+	    fleet_agent_name(c->fleet_agent), c->fleet_agent == FLEET_AGENT_NONE ? 0 : (int)c->fleet_agent_pid);
 }
 
 void

@@ -6,7 +6,7 @@
 
 #include "cli.h"
 
-enum kind { K_LIMIT, K_NUM, K_BOOL, K_ERRNO, K_CLASS };
+enum kind { K_LIMIT, K_NUM, K_BOOL, K_ERRNO, K_CLASS, K_ADMODE, K_ADKIND };
 
 /* One setting of a compartment, as the segment holds it. */
 struct setting {
@@ -15,7 +15,18 @@ struct setting {
 	uint32_t v;
 };
 
-#define NSETTINGS (8 + BS_MAX_CLASSES)
+#define NADAPTIVE 7	/* the adaptive limit's settings */
+#define NSETTINGS (8 + NADAPTIVE + BS_MAX_CLASSES)
+
+/* The adaptive limit of c in whole permits, on or pinned (ad_current's
+ * reading of the controller's word). */
+static uint32_t
+ad_limit_now(const struct seg_comp *c)
+{
+	uint32_t l = AD_CTL_LIMIT(atomic_load(&c->ad.ctl)) / 16;
+
+	return l > 0 ? l : 1;
+}
 
 /* The settings of c, in a fixed order; returns how many. */
 static size_t
@@ -35,12 +46,35 @@ settings_of(const struct seg_comp *c, const struct seg_header *h, struct setting
 		{ "connect_timeout_ms", K_NUM, atomic_load(&c->connect_timeout_ms) },
 		{ "io_timeout_ms", K_NUM, atomic_load(&c->io_timeout_ms) },
 	};
+	/* The adaptive limit's settings, and the limit itself (a reload
+	 * keeps it within the new bounds: live_diff works out where). A
+	 * compartment that is not adaptive has none of them, whatever its
+	 * words kept from an earlier config. */
+	bool ad = atomic_load(&c->ad.mode) != AD_NONE;
+	const struct {
+		const char *key;
+		enum kind kind;
+		uint32_t v;
+	} adaptive[NADAPTIVE] = {
+		{ "adaptive", K_ADMODE, atomic_load(&c->ad.mode) },
+		{ "adaptive.applies_to", K_ADKIND, ad ? atomic_load(&c->ad.kind) : 0 },
+		{ "adaptive.min", K_NUM, ad ? atomic_load(&c->ad.min) : 0 },
+		{ "adaptive.max", K_NUM, ad ? atomic_load(&c->ad.max) : 0 },
+		{ "adaptive.window_ms", K_NUM, ad ? atomic_load(&c->ad.window_ms) : 0 },
+		{ "adaptive.tolerance_pct", K_NUM, ad ? atomic_load(&c->ad.tolerance_pct) : 0 },
+		{ "adaptive.limit", K_NUM, ad ? ad_limit_now(c) : 0 },
+	};
 	size_t n = 0;
 
 	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++, n++) {
 		snprintf(out[n].key, sizeof(out[n].key), "%s", plain[i].key);
 		out[n].kind = plain[i].kind;
 		out[n].v = plain[i].v;
+	}
+	for (size_t i = 0; i < NADAPTIVE; i++, n++) {
+		snprintf(out[n].key, sizeof(out[n].key), "%s", adaptive[i].key);
+		out[n].kind = adaptive[i].kind;
+		out[n].v = adaptive[i].v;
 	}
 	for (uint32_t k = 1; k < h->nclass && k < BS_MAX_CLASSES; k++, n++) {
 		snprintf(out[n].key, sizeof(out[n].key), "class.%.*s", BS_CLASS_NAME_MAX - 1,
@@ -68,6 +102,10 @@ text_of(const struct setting *s, uint32_t v, char *buf, size_t len)
 		if (v == 0)
 			return "none";
 		break;
+	case K_ADMODE:
+		return v == AD_OFF ? "off (pinned)" : ad_mode_name(v);
+	case K_ADKIND:
+		return v == P_CONN ? "connections" : v == P_INFLIGHT ? "inflight" : "-";
 	case K_NUM:
 		break;
 	}
@@ -159,6 +197,15 @@ live_diff(const struct seg *s, const struct bs_config *cfg, const int *cmap)
 		wanted(cfg, i, kmap, want);
 		settings_of(want, h, to);
 		for (size_t k = 0; k < n; k++) {
+			/* A reload keeps the limit an adaptive compartment
+			 * learned (or was pinned at), within the new bounds
+			 * (ad_apply); a newly adaptive one starts at `initial`. */
+			if (strcmp(now[k].key, "adaptive.limit") == 0 &&
+			    atomic_load(&live->ad.mode) != AD_NONE && to[k].v != 0) {
+				uint32_t lo = atomic_load(&want->ad.min), hi = atomic_load(&want->ad.max);
+
+				to[k].v = now[k].v < lo ? lo : now[k].v > hi ? hi : now[k].v;
+			}
 			if (now[k].v == to[k].v)
 				continue;
 			changes++;

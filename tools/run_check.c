@@ -143,14 +143,14 @@ run_check_program(const char *prog, bool force)
 	if (why == NULL)
 		return 0;
 	if (force) {
-		fprintf(stderr, "bulkshim: warning: %s is %s; the shim cannot see its calls and it "
-		    "runs WITHOUT LIMITS (--force)\n", path, why);
+		cli_log(LOG_WARN, "bulkshim: warning: ", "%s is %s; the shim cannot see its calls "
+		    "and it runs WITHOUT LIMITS (--force)", path, why);
 		return 0;
 	}
-	fprintf(stderr, "bulkshim: %s is %s; the shim cannot see its calls, so it would run "
-	    "without limits. Not started: `bulkshim run --kernel` counts its connects in the "
+	cli_log(LOG_ERROR, "bulkshim: ", "%s is %s; the shim cannot see its calls, so it would "
+	    "run without limits. Not started: `bulkshim run --kernel` counts its connects in the "
 	    "kernel instead (root, or CAP_BPF and CAP_NET_ADMIN); --force runs it without "
-	    "limits\n", path, why);
+	    "limits", path, why);
 	return -1;
 }
 
@@ -160,7 +160,7 @@ cli_print_errors(char *errs)
 	for (char *line = errs, *nl; line != NULL && *line != '\0'; line = nl) {
 		if ((nl = strchr(line, '\n')) != NULL)
 			*nl++ = '\0';
-		fprintf(stderr, "bulkshim: %s\n", line);
+		cli_log(LOG_ERROR, "bulkshim: ", "%s", line);
 	}
 }
 
@@ -174,14 +174,14 @@ run_check_config(const char *path)
 	 * every error said at once. */
 	if (cfg_load_all(path, &cfg, true, err, sizeof(err)) < 0) {
 		cli_print_errors(err);
-		fprintf(stderr, "bulkshim: not started: with this config the program would run "
-		    "without limits\n");
+		cli_log(LOG_ERROR, "bulkshim: ", "not started: with this config the program would "
+		    "run without limits");
 		return -1;
 	}
 	/* A segment that a stranger made first would leave it unprotected. */
 	if (seg_check_owner(&cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "bulkshim: %s\nbulkshim: not started: the program would run without "
-		    "limits\n", err);
+		cli_log(LOG_ERROR, "bulkshim: ", "%s", err);
+		cli_log(LOG_ERROR, "bulkshim: ", "not started: the program would run without limits");
 		cfg_free(&cfg);
 		return -1;
 	}

@@ -342,12 +342,22 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 		atomic_store(&a->sample_conc16, w.conc16);
 	}
 	atomic_fetch_add(&a->windows, 1);
+	/* Pinned by `set` (AD_OFF): the window is measured, the limit stays. */
+	if (atomic_load(&a->mode) != AD_ON)
+		return;
 	old = atomic_load(&a->ctl);
 	ad_unpack(old, &st);
 	why = ad_step(&p, &st, &w);
 	next = ad_pack(&st);
 	if (next == old || !atomic_compare_exchange_strong(&a->ctl, &old, next))
 		return;
+	/* A pin (ad_pin) sets the mode before it writes its limit: when the
+	 * mode changed between the check above and this swap, the pin's limit
+	 * was the one replaced (its write, if later, replaced this one). */
+	if (atomic_load(&a->mode) != AD_ON) {
+		atomic_compare_exchange_strong(&a->ctl, &next, old);
+		return;
+	}
 	if (why != AD_R_NONE)
 		note_change(a, AD_CTL_LIMIT(old) / 16, st.limit16 / 16, why);
 }
@@ -423,6 +433,8 @@ ad_stall_due(struct seg_comp *c, uint32_t ci, uint64_t *now, uint64_t *old, uint
 
 	if (ci >= BS_MAX_COMPARTMENTS)
 		return false;
+	if (atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON)
+		return false;	/* pinned: nothing to judge */
 	*start = atomic_load(&a->win_start_us);
 	base = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed));
 	if (*start == 0 || base == 0)
@@ -513,42 +525,86 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&a->mode, AD_ON);
 }
 
+/* Writes limit (whole permits) into the controller's word, keeping the
+ * baseline it learned and starting its phase afresh (no ramp, no run of
+ * cuts): what a pin holds and what a resume starts from. */
+static void
+put_limit(struct seg_adaptive *a, uint32_t limit)
+{
+	uint64_t old = atomic_load(&a->ctl), next;
+	struct ad_state st;
+
+	if (limit < 1)
+		limit = 1;
+	if (limit > ((1u << AD_LIMIT_BITS) - 1) / 16)
+		limit = ((1u << AD_LIMIT_BITS) - 1) / 16;
+	do {
+		ad_unpack(old, &st);
+		st.limit16 = limit * 16;
+		st.ramp = false;
+		st.floor_windows = 0;
+		st.high = false;
+		st.prev16 = 0;
+		st.stuck = 0;
+		next = ad_pack(&st);
+	} while (!atomic_compare_exchange_weak(&a->ctl, &old, next));
+}
+
+/* The static limit word that c's adaptive limit stands in for. */
+static _Atomic uint32_t *
+limit_word(struct seg_comp *c)
+{
+	return atomic_load(&c->ad.kind) == P_CONN ? &c->limit : &c->inflight_limit;
+}
+
 int
 ad_set_mode(struct seg_comp *c, bool on)
 {
 	struct seg_adaptive *a = &c->ad;
-	_Atomic uint32_t *word = atomic_load(&a->kind) == P_CONN ? &c->limit : &c->inflight_limit;
-	uint32_t mode = atomic_load(&a->mode), cur;
+	_Atomic uint32_t *word = limit_word(c);
+	uint32_t mode = atomic_load(&a->mode), cur, pin;
+	struct ad_params p = { atomic_load(&a->min), atomic_load(&a->max), 0, false };
 
 	if (mode == AD_NONE)
 		return -EINVAL;
 	if (!on) {
+		if (mode != AD_ON)
+			return 0;
 		cur = ad_current(c);
-		if (mode == AD_ON && cur < atomic_load(word))
+		if (cur < atomic_load(word))
 			atomic_store(word, cur);
-		atomic_store(&a->mode, AD_OFF);
-		if (mode == AD_ON)
-			note_change(a, cur, cur, AD_R_PINNED);
+		pin = atomic_load(word);
+		ad_pin(c, pin);
 		return 0;
 	}
 	if (mode == AD_ON)
 		return 0;
-	cur = AD_CTL_LIMIT(atomic_load(&a->ctl)) / 16;
+	/* The pin is the static word (a `set` of the limit or `adaptive off`
+	 * wrote it there): the controller starts from it, within its bounds. */
+	pin = atomic_load(word);
+	cur = clamp16(&p, (uint64_t)(pin < (1u << 20) ? pin : (1u << 20)) * 16) / 16;
+	put_limit(a, cur);
 	atomic_store(&a->win_start_us, 0);
 	atomic_store(&a->acc, 0);
 	atomic_store(&a->mode, AD_ON);
 	atomic_store(word, atomic_load(&a->static_limit));
-	note_change(a, cur, cur, AD_R_RESUMED);
+	note_change(a, pin, cur, AD_R_RESUMED);
 	return 0;
 }
 
 void
 ad_pin(struct seg_comp *c, uint32_t v)
 {
-	uint32_t cur = ad_current(c), on = AD_ON;
+	uint32_t mode = atomic_load(&c->ad.mode);
+	uint32_t was = mode == AD_ON ? ad_current(c) : AD_CTL_LIMIT(atomic_load(&c->ad.ctl)) / 16;
 
-	if (atomic_compare_exchange_strong(&c->ad.mode, &on, AD_OFF))
-		note_change(&c->ad, cur, v, AD_R_PINNED);
+	if (mode == AD_NONE)
+		return;
+	/* The mode first: a window closing meanwhile sees it and leaves the
+	 * limit to this pin (close_window). */
+	atomic_store(&c->ad.mode, AD_OFF);
+	put_limit(&c->ad, v);
+	note_change(&c->ad, was, v, AD_R_PINNED);
 }
 
 const char *

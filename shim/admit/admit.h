@@ -338,12 +338,16 @@ void ad_stall(struct seg_comp *c, uint64_t start, uint64_t now, uint64_t n, uint
 void ad_reset_stats(struct seg_comp *c);
 /* Writes the configured adaptive settings into c (seg_apply_limits). */
 void ad_apply(struct seg_comp *c, const struct cfg_compartment *cc);
-/* `set NAME adaptive=off`: pins the current limit into the static word;
- * `on`: resumes from the current limit with the configured static limit
- * back. Returns -EINVAL if c is not adaptive. */
+/* `set NAME adaptive=off`: pins the current limit into the static word
+ * (ad_pin); `on`: resumes from the pinned limit (the static word, within
+ * min..max) with the configured static limit back. Returns -EINVAL if c
+ * is not adaptive. */
 int ad_set_mode(struct seg_comp *c, bool on);
 /* `set NAME max_inflight V` (the limit c's adaptive one moves) while it is
- * on: turns it off, noting the pin of V as the last change. */
+ * adaptive, on or pinned already: pins it at V (mode off, the controller's
+ * limit V, which it no longer moves), noting the pin as the last change.
+ * The caller has written V into the static word. Nothing for a compartment
+ * that is not adaptive. */
 void ad_pin(struct seg_comp *c, uint32_t v);
 const char *ad_reason_name(unsigned r);
 const char *ad_mode_name(unsigned mode);

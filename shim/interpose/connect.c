@@ -62,7 +62,7 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 	uint64_t skipped;
 	char msg[640], name[BS_NAME_MAX], cname[BS_CLASS_NAME_MAX];
 
-	if (c == NULL || !log_rejection_due(comp, &skipped))
+	if (c == NULL || !log_gate_due(&shim.seg->comp[comp].log_gate, &skipped))
 		return;
 	/* The names are the segment's, which anybody who may write it may
 	 * have rewritten: logged only as a config could have given them. */

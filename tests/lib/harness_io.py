@@ -23,7 +23,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 8
+SEG_VERSION = 9
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -152,7 +152,7 @@ COMP = Layout("seg_comp", [
     ("cls_guaranteed", "I", MAX_CLASSES), ("cls_shared", "I"), ("cls_shares", "I"),
     ("cls_lent", "I"), ("cls_lent_tag", "I"),
     ("rejected_by_v4", "Q", len(REASONS_V4)), ("would_reject_v4", "Q", len(REASONS_V4)),
-    ("fleet_demand", "I"), ("fleet_churn_c", "I"),
+    ("fleet_demand", "I"), ("fleet_churn_c", "I"), ("log_gate", "Q"),
 ])
 
 SLOT = Layout("seg_slot", [

@@ -77,6 +77,9 @@ def test_config_key_json_and_env_text_wins_and_default_is_the_human_line():
     assert len(objs) == 1 and objs[0]["reason"] == "full", objs
     b = Agent(shim.env(log="warn", extra={"BULKSHIM_LOG_FORMAT": "text"}))
     b("tcp(%d)" % srv.port)
+    # Refusal lines are once a second per compartment across the segment's
+    # processes: b's comes a second after a's.
+    time.sleep(1.1)
     _refuse(b, srv.port, 1)
     assert b.finish() == 0
     assert shim_lines(b.stderr()) == [

@@ -549,6 +549,52 @@ test_a_stall_is_seen_without_completions(void **state)
 	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
 }
 
+/* A `set` of the limit pins the adaptive one at that value: the controller's
+ * word holds it, a stall (which closes windows without completions) does not
+ * move it, and `adaptive on` resumes from it, within min..max. */
+static void
+test_a_set_pins_at_its_value_until_on(void **state)
+{
+	struct seg sg = { .h = &hdr, .comp = &comp, .slots = slots, .ncomp = 1, .nslots = 8 };
+	uint64_t now = now_mono_us(), t = now - 2000000;
+
+	(void)state;
+	comp_init();
+	memset(slots, 0, sizeof(slots));
+	hdr.nslots = 8;
+	for (int i = 0; i < AD_FIRST_SAMPLES; i++)
+		ad_sample(&comp, P_INFLIGHT, 10000, t + 100 * (uint64_t)i);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
+	atomic_store(&comp.inflight_limit, 5);
+	ad_pin(&comp, 5);
+	assert_int_equal(atomic_load(&comp.ad.mode), AD_OFF);
+	assert_int_equal(AD_CTL_LIMIT(atomic_load(&comp.ad.ctl)) / 16, 5);
+	assert_int_equal(atomic_load(&comp.ad.last_to), 5);
+	/* Four requests 300 ms old: a stall that would cut an adaptive limit. */
+	for (int i = 0; i < 4; i++) {
+		atomic_store(&slots[i].comp, 0);
+		atomic_store(&slots[i].mark, MARK_HELD(P_INFLIGHT));
+		atomic_store(&slots[i].sent_us, now - 300000);
+	}
+	memset(scanned_us, 0, sizeof(scanned_us));
+	permit_tick(&sg, &comp, P_INFLIGHT);
+	assert_int_equal(AD_CTL_LIMIT(atomic_load(&comp.ad.ctl)) / 16, 5);
+	assert_int_equal(atomic_load(&comp.ad.last_reason), AD_R_PINNED);
+	/* Set again while pinned: pinned at the new value. */
+	atomic_store(&comp.inflight_limit, 7);
+	ad_pin(&comp, 7);
+	assert_int_equal(AD_CTL_LIMIT(atomic_load(&comp.ad.ctl)) / 16, 7);
+	assert_int_equal(ad_set_mode(&comp, true), 0);
+	assert_int_equal(ad_current(&comp), 7);
+	assert_int_equal(atomic_load(&comp.inflight_limit), 64);
+	/* Pinned below min: resumes from min. */
+	atomic_store(&comp.inflight_limit, 1);
+	ad_pin(&comp, 1);
+	assert_int_equal(ad_set_mode(&comp, true), 0);
+	assert_int_equal(ad_current(&comp), 2);
+	memset(slots, 0, sizeof(slots));
+}
+
 /* The model of a stall: after the step, windows carry the ages of what is
  * in flight (growing with time, a window as long as the last sample);
  * the limit is down to C/4 (+30 %) within 2 s, and once the slow replies come back
@@ -730,6 +776,7 @@ main(void)
 		cmocka_unit_test(test_a_closer_killed_midway_leaves_nothing_inconsistent),
 		cmocka_unit_test(test_off_pins_and_on_resumes),
 		cmocka_unit_test(test_a_stall_is_seen_without_completions),
+		cmocka_unit_test(test_a_set_pins_at_its_value_until_on),
 		cmocka_unit_test(test_latency_step_sheds_within_2s),
 		cmocka_unit_test(test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue),
 		cmocka_unit_test(test_a_capacity_drop_to_a_few_permits_does_not_ratchet),

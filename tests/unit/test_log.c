@@ -334,6 +334,44 @@ test_json_refusals_are_rate_limited_and_count_the_suppressed(void **state)
 	assert_ptr_equal(strchr(out, '\n'), out + strlen(out) - 1);
 }
 
+/* The gate a segment's processes share: one line a second between them,
+ * the others counted in the word and handed to the next line; the count
+ * saturates; a time from the future (a damaged word) lets a line through. */
+static void
+test_shared_gate_lets_one_line_a_second_and_counts_the_rest(void **state)
+{
+	_Atomic uint64_t gate = 0;
+	uint64_t skipped = 99, now;
+
+	(void)state;
+	log_set_level("warn");
+	assert_true(log_gate_due(&gate, &skipped));
+	assert_int_equal(skipped, 0);
+	for (int i = 0; i < 9; i++)
+		assert_false(log_gate_due(&gate, &skipped));
+	assert_int_equal(atomic_load(&gate) & ((1ULL << LOG_GATE_COUNT_BITS) - 1), 9);
+	/* The line a second later (as another process would see it). */
+	now = now_mono_ms() + 1;
+	atomic_store(&gate, (now - 1000) << LOG_GATE_COUNT_BITS | 9);
+	assert_true(log_gate_due(&gate, &skipped));
+	assert_int_equal(skipped, 9);
+	/* Saturated, not wrapped. */
+	atomic_store(&gate, now << LOG_GATE_COUNT_BITS | ((1ULL << LOG_GATE_COUNT_BITS) - 1));
+	assert_false(log_gate_due(&gate, &skipped));
+	assert_int_equal(atomic_load(&gate) & ((1ULL << LOG_GATE_COUNT_BITS) - 1),
+	    (1ULL << LOG_GATE_COUNT_BITS) - 1);
+	/* A time ahead of this clock: the line goes out. */
+	atomic_store(&gate, (now + 3600000) << LOG_GATE_COUNT_BITS | 5);
+	assert_true(log_gate_due(&gate, &skipped));
+	assert_int_equal(skipped, 5);
+	/* A process that logs no warnings neither claims nor counts. */
+	atomic_store(&gate, 0);
+	log_set_level("error");
+	assert_false(log_gate_due(&gate, &skipped));
+	assert_int_equal(atomic_load(&gate), 0);
+	log_set_level("warn");
+}
+
 int
 main(void)
 {
@@ -342,6 +380,7 @@ main(void)
 		cmocka_unit_test(test_format_truncates_without_overflow),
 		cmocka_unit_test(test_unknown_level_word_is_refused),
 		cmocka_unit_test(test_rejections_log_at_most_once_a_second_per_compartment),
+		cmocka_unit_test(test_shared_gate_lets_one_line_a_second_and_counts_the_rest),
 		cmocka_unit_test(test_off_and_warn_levels_silence_what_they_should),
 		cmocka_unit_test(test_format_word_is_text_or_json),
 		cmocka_unit_test(test_time_matches_gmtime),
