@@ -410,6 +410,12 @@ cli_run_wants_kernel(int argc, char **argv)
 	return false;
 }
 
+int
+cli_kernel_cgroups(const char *segment)
+{
+	return kern_links(segment, NULL, 0);
+}
+
 /* ---- the engine's counts in status, watch, metrics, serve; set and reload ---- */
 
 /* Adds the engine's entry k to the compartment's figures: its connections
