@@ -59,9 +59,9 @@ limit_value(FILE *f, uint32_t v)
 /* Which per-compartment value a gauge or counter family shows. */
 enum field {
 	F_LIMIT, F_IN_USE, F_PEAK, F_INFLIGHT, F_INFLIGHT_LIMIT, F_INFLIGHT_PEAK, F_WAITING,
-	F_OVER, F_ENFORCE, F_ADMITTED, F_RECLAIMED, F_PEAK_RATE,
+	F_OVER, F_ENFORCE, F_ADMITTED, F_RECLAIMED, F_PEAK_RATE, F_KERNEL,
+	/* The fleet's last: a compartment outside a fleet has none of them. */
 	F_LIVE_LIMIT, F_FLEET_LIMIT, F_FLEET_SHARE, F_FLEET_LEASE, F_FLEET_LEASE_AGE, F_FLEET_REDIS,
-	F_KERNEL,
 };
 
 /* Each family with the field of enum cli_field its value is (CF_FIELDS:
