@@ -525,8 +525,9 @@ merge_one(const struct kern_comp *k, struct cli_comp *c)
 	c->kernel_joint = __atomic_load_n(&k->joint, __ATOMIC_RELAXED);
 	c->in_use += in_use + over;
 	c->over += over;
-	/* The engine's peak is the joint count's, the library's permits in
-	 * it: the most both held at once. */
+	/* The engine's peak is noted by both engines at every admission:
+	 * the joint count (every connection of the library's) and the
+	 * program's sockets let past the limit, the most both held at once. */
 	c->peak = peak > c->peak ? peak : c->peak;
 	c->admitted += __atomic_load_n(&k->admitted, __ATOMIC_RELAXED);
 	c->rejected += rej;
