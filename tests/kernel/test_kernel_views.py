@@ -11,6 +11,7 @@ server's own live count (the witness).
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -223,11 +224,56 @@ def test_views_next_run_removes_what_a_killed_run_left():
     s.expect("db", admitted=1, in_use=0, kernel=False)
 
 
-def test_views_metrics_and_watch_mark_the_engine():
+def test_views_next_run_removes_links_to_a_cgroup_that_is_gone():
+    """The engine attached to a cgroup that is then removed: its pinned
+    links keep the engine loaded; the next run --kernel removes them, says
+    so, and unloads the engine when it ends."""
+    need_kernel()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:1"], "max_connections": 2}])
+    cg = os.path.join(cgroup2(), h.unique("bs-gone-"))
+    os.mkdir(cg)
+    attach(s, cg)
+    os.rmdir(cg)
+    # The kernel lets go of a removed cgroup's links a moment later.
+    link = [os.path.join(pin_dir(s), f) for f in os.listdir(pin_dir(s))
+            if f.endswith("_connect4")][0]
+    bpftool = shutil.which("bpftool")
+    if bpftool is None:
+        raise h.Skip("bpftool is needed to see the kernel let go of the link")
+    h.wait_until(lambda: "cgroup_id 0 " in subprocess.run(
+        [bpftool, "link", "show", "pinned", link], capture_output=True, text=True).stdout,
+        15, 0.1, "the kernel to let go of the removed cgroup's link")
+    r = subprocess.run([h.CLI, "run", "--kernel", "-c", s.config, "--", "true"],
+                       capture_output=True, text=True, env=h.clean_env(), timeout=30)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "which no longer exists" in r.stderr, r.stderr
+    assert not os.path.exists(pin_dir(s)), os.listdir(pin_dir(s))
+
+
+def test_views_watch_marks_the_engine():
+    """watch marks the row of a compartment the engine counts (krn), and
+    not the one it does not, within 80 columns."""
+    need_kernel()
+    s = kshim([{"name": "db", "destinations": ["127.0.0.1:1"], "max_connections": 2}])
+    cg = cgroup()
+    attach(s, cg)
+    w = subprocess.run([h.CLI, "watch", "-s", s.segment, "-n", "1"], capture_output=True,
+                       text=True, env=dict(h.clean_env(), TERM="dumb"), timeout=30)
+    assert w.returncode == 0, w.stderr
+    rows = [l for l in w.stdout.splitlines() if l.startswith("db ")]
+    assert rows and rows[0].split()[1] == "krn", w.stdout
+    assert all(len(l) <= 80 for l in w.stdout.splitlines()), w.stdout
+    subprocess.run([h.CLI, "detach", "-c", s.config], capture_output=True, env=h.clean_env(),
+                   timeout=30)
+    w = subprocess.run([h.CLI, "watch", "-s", s.segment, "-n", "1"], capture_output=True,
+                       text=True, env=dict(h.clean_env(), TERM="dumb"), timeout=30)
+    assert "krn" not in w.stdout, w.stdout
+
+
+def test_views_metrics_mark_the_engine():
     """With the engine attached (and no preloaded process at all), metrics
     say bulkshim_kernel_attached 1 and mark the compartment the engine
-    counts; status --json says kernel; watch marks its row. Detached, all
-    of it goes back to 0."""
+    counts; status --json says kernel. Detached, all of it goes back to 0."""
     need_kernel()
     s = kshim([{"name": "db", "destinations": ["127.0.0.1:1"], "max_connections": 2}])
     cg = cgroup()
@@ -238,12 +284,6 @@ def test_views_metrics_and_watch_mark_the_engine():
     assert sample(m, "bulkshim_compartment_kernel", segment=s.segment,
                   compartment="db") == "1", m
     s.expect("db", kernel=True)
-    w = subprocess.run([h.CLI, "watch", "-s", s.segment, "-n", "1"], capture_output=True,
-                       text=True, env=dict(h.clean_env(), TERM="dumb"), timeout=30)
-    assert w.returncode == 0, w.stderr
-    rows = [l for l in w.stdout.splitlines() if l.startswith("db ")]
-    assert rows and rows[0].split()[1] == "krn", w.stdout
-    assert all(len(l) <= 80 for l in w.stdout.splitlines()), w.stdout
     r = subprocess.run([h.CLI, "detach", "-c", s.config], capture_output=True, text=True,
                        env=h.clean_env(), timeout=30)
     assert r.returncode == 0, r.stderr
