@@ -95,7 +95,7 @@ sweep_cgroups(const struct kern_env *env, const char *segment,
 		if (strncmp(e->d_name, prefix, plen) != 0)
 			continue;
 		pid = strtol(e->d_name + plen, &end, 10);
-		if (pid <= 0 || *end != '\0' || run_alive(pid))
+		if (pid <= 0 || *end != '\0' || pid == (long)getpid() || run_alive(pid))
 			continue;
 		if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", env->cgroup2, e->d_name) >=
 		    sizeof(dir) || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))

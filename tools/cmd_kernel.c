@@ -607,8 +607,9 @@ cli_kernel_reset(const struct seg *s, const char *name)
 		__atomic_store_n(&k->released, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&k->unmarked, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&k->last_rejection_ns, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&k->peak, __atomic_load_n(&k->joint, __ATOMIC_RELAXED),
-		    __ATOMIC_RELAXED);
+		/* What both engines hold now (kjoint.c's note_both). */
+		__atomic_store_n(&k->peak, __atomic_load_n(&k->joint, __ATOMIC_RELAXED) +
+		    __atomic_load_n(&k->over, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 	}
 	kern_view_close(&v);
 }

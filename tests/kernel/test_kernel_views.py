@@ -79,6 +79,11 @@ def test_views_peak_is_what_both_engines_held_at_once():
     s.expect("db", in_use=4, peak=4)
     assert sample(metrics(s), "bulkshim_compartment_peak", segment=s.segment,
                   compartment="db") == "4"
+    # A reset starts the peak again from what both hold now.
+    r = subprocess.run([h.CLI, "reset", "-c", s.config], capture_output=True, text=True,
+                       env=h.clean_env(), timeout=30)
+    assert r.returncode == 0, r.stderr
+    s.expect("db", in_use=4, peak=4, admitted=0)
     k.finish()
     p.finish()
     srv.wait_live(0, timeout=5)
