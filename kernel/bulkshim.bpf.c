@@ -80,6 +80,9 @@ find_comp(struct kern_key *k, __u16 port)
 	return -1;
 }
 
+/* Raises the peak to now: what both engines hold at once, the joint count
+ * (which holds every connection the library admitted or let past, kern.h)
+ * and this program's sockets let past a full limit. */
 static __always_inline void
 note_peak(struct kern_comp *c, __u32 now)
 {
@@ -112,7 +115,7 @@ take_permit(struct kern_comp *c)
 		if (lim != KERN_NO_LIMIT && cur >= lim)
 			goto full;
 		if (__sync_val_compare_and_swap(&c->joint, cur, cur + 1) == cur) {
-			note_peak(c, cur + 1);
+			note_peak(c, cur + 1 + c->over);
 			goto done;
 		}
 	}
@@ -121,7 +124,7 @@ take_permit(struct kern_comp *c)
 		__sync_fetch_and_add(&c->joint, -1);
 		goto full;
 	}
-	note_peak(c, old + 1);
+	note_peak(c, old + 1 + c->over);
 	goto done;
 full:
 	__sync_fetch_and_add(&c->in_use, -1);
@@ -195,7 +198,7 @@ admit(struct bpf_sock_addr *ctx, struct kern_key *k)
 	}
 	if (!c->enforce) {
 		st->kind = KSOCK_OVER;
-		__sync_fetch_and_add(&c->over, 1);
+		note_peak(c, c->joint + __sync_add_and_fetch(&c->over, 1));
 		__sync_fetch_and_add(&c->would_reject, 1);
 		return 1;
 	}

@@ -48,6 +48,29 @@ int kern_detach(const char *segment, const char *cgroup, char *err, size_t errle
  * ids (up to n); returns how many there are (possibly more than n), 0 if
  * the engine is not loaded. */
 int kern_links(const char *segment, unsigned long long *ids, int n);
+/* Removes the pinned links of segment's engine to the cgroup of id `id`
+ * (detaching it there); the programs and maps stay. Cannot fail. */
+void kern_unlink(const char *segment, unsigned long long id);
+/* The cgroup id the pinned link of segment's engine named by id is attached
+ * to now: id itself, or 0 when that cgroup is gone (the kernel detached the
+ * link when it was removed) or the link cannot be read. */
+unsigned long long kern_link_cgroup(const char *segment, unsigned long long id);
+/* Unpins the programs and maps of segment's engine if it is loaded and
+ * attached nowhere. Returns 1 if it did, 0 otherwise. */
+int kern_unload_idle(const char *segment);
+
+/* ---- kern_sweep.c: what a killed `run --kernel` left ---- */
+
+/* Removes what runs of segment's engine that ended without cleaning up
+ * (SIGKILL) left behind: the cgroups that `run --kernel` made
+ * (<cgroup2>/bulkshim.<segment>.<pid>) whose run is gone and which no
+ * process is in, with the engine's links to them, and the links to cgroups
+ * that no longer exist. A cgroup with a process in it is never removed.
+ * Calls say(arg, line) once per thing removed or kept, and unloads the
+ * engine when it is attached nowhere after that. Returns how many things
+ * were removed. */
+int kern_sweep(const struct kern_env *env, const char *segment,
+    void (*say)(void *arg, const char *line), void *arg);
 
 /* ---- kern_maps.c: the compartment and destination maps ---- */
 

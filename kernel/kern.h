@@ -40,7 +40,9 @@ struct kern_site {
  *
  * joint and joint_tag are the compartment's one count of connections,
  * shared with the preloaded library (shim/admit/kjoint.c): the sockets the
- * program admitted plus the library's permits of kind P_KERN. They are a
+ * program admitted plus the library's permits of kind P_KERN (one for each
+ * connection the library admitted, or let past a full limit in observe
+ * mode: past the limit). They are a
  * tally of the library's (shim/admit/tally.c): joint_tag names the last
  * library operation on it. The program moves only the count, by
  * compare-and-swap below the limit and by a release that never takes it
@@ -55,7 +57,7 @@ struct kern_comp {
 	char name[KERN_NAME_MAX];
 	__u32 limit;		/* KERN_NO_LIMIT = none */
 	__u32 in_use;		/* sockets the program admitted and holds */
-	__u32 peak;		/* the most joint ever held */
+	__u32 peak;		/* the most joint + over ever held */
 	__u32 over;		/* observe mode: sockets let past a full limit */
 	__u32 enforce;		/* 0 = observe: count, refuse nothing */
 	__s32 reject_errno;	/* positive, e.g. ECONNREFUSED */

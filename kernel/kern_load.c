@@ -240,11 +240,53 @@ kern_links(const char *segment, unsigned long long *ids, int n)
 	return count;
 }
 
+void
+kern_unlink(const char *segment, unsigned long long id)
+{
+	char path[PATH_MAX], name[64];
+
+	for (size_t k = 0; k < NHOOKS; k++) {
+		snprintf(name, sizeof(name), "cg%llu_%s", id, hooks[k].name);
+		kern_pin_path(path, sizeof(path), segment, name);
+		unlink(path);
+	}
+}
+
+unsigned long long
+kern_link_cgroup(const char *segment, unsigned long long id)
+{
+	struct bpf_link_info info;
+	char path[PATH_MAX], name[64];
+	__u32 len = sizeof(info);
+	int fd;
+
+	snprintf(name, sizeof(name), "cg%llu_%s", id, hooks[0].name);
+	kern_pin_path(path, sizeof(path), segment, name);
+	if ((fd = bpf_obj_get(path)) < 0)
+		return 0;
+	memset(&info, 0, sizeof(info));
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0 || info.type != BPF_LINK_TYPE_CGROUP)
+		info.cgroup.cgroup_id = 0;
+	close(fd);
+	return info.cgroup.cgroup_id;
+}
+
+int
+kern_unload_idle(const char *segment)
+{
+	char path[PATH_MAX];
+
+	kern_pin_path(path, sizeof(path), segment, "connect4");
+	if (access(path, F_OK) < 0 || kern_links(segment, NULL, 0) > 0)
+		return 0;
+	return unpin_all(segment) < 0 ? 0 : 1;
+}
+
 int
 kern_detach(const char *segment, const char *cgroup, char *err, size_t errlen)
 {
 	unsigned long long ids[256], want = 0;
-	char path[PATH_MAX], name[64];
+	char path[PATH_MAX];
 	int n, done = 0;
 
 	if (cgroup != NULL) {
@@ -267,11 +309,7 @@ kern_detach(const char *segment, const char *cgroup, char *err, size_t errlen)
 	for (int i = 0; i < n && i < 256; i++) {
 		if (cgroup != NULL && ids[i] != want)
 			continue;
-		for (size_t k = 0; k < NHOOKS; k++) {
-			snprintf(name, sizeof(name), "cg%llu_%s", ids[i], hooks[k].name);
-			kern_pin_path(path, sizeof(path), segment, name);
-			unlink(path);
-		}
+		kern_unlink(segment, ids[i]);
 		done++;
 	}
 	if (cgroup != NULL && done == 0) {

@@ -133,7 +133,8 @@ static const struct cli_command commands[] = {
 	{ "detach", cmd_detach,
 	  "detach [-c FILE | -s SEGMENT] [--cgroup PATH]",
 	  "Detaches the kernel engine from PATH (default: from every cgroup); unloads it\n"
-	  "when no cgroup is left.\n" },
+	  "when no cgroup is left, its counts kept in the segment. Removes the empty\n"
+	  "cgroups (and links) that a killed `run --kernel` left, and says so.\n" },
 	{ "status", cmd_status,
 	  "status [-c FILE | -s SEGMENT] [--json]",
 	  "Shows every compartment of a segment, HOT when at or above 80 % of a limit.\n"

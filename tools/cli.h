@@ -354,6 +354,9 @@ int cli_kernel_reload(const struct bs_config *cfg);
 /* Zeroes the kernel engine's statistics of compartment name (NULL: all),
  * as stat_reset does: never a count in use or a limit. */
 void cli_kernel_reset(const struct seg *s, const char *name);
+/* The cgroups the kernel engine of segment is attached to (0: none, or not
+ * visible to this user). Cannot fail. */
+int cli_kernel_cgroups(const char *segment);
 
 /* ---- cmd_status.c: `status` ---- */
 

@@ -94,17 +94,89 @@ adopt(const char *segment)
 	return 0;
 }
 
-/* The engine of segment was unloaded: its compartments count alone again. */
+/* Raises *w to at least v. */
 static void
-forget(const char *segment)
+raise_to(_Atomic uint64_t *w, uint64_t v)
+{
+	uint64_t cur = atomic_load(w);
+
+	while (v > cur && !atomic_compare_exchange_weak(w, &cur, v))
+		;
+}
+
+/*
+ * The engine's counts of an unloaded map (still mapped in v) go into the
+ * segment's own, so that every view keeps showing what the engine
+ * admitted and refused, and its peak, after it is gone. Each count is
+ * taken out of the map as it is added (an exchange with 0), so two
+ * commands that both saw the engine go add it once.
+ */
+static void
+fold(struct seg *s, struct kern_view *v)
+{
+	for (uint32_t i = 0; i < s->ncomp; i++) {
+		struct seg_comp *c = seg_comp(s, i);
+		struct kern_comp *k = kern_view_find(v, c->name);
+		uint64_t rej, would, last;
+		uint32_t peak, p;
+
+		if (k == NULL)
+			continue;
+		atomic_fetch_add(&c->admitted, __atomic_exchange_n(&k->admitted, 0,
+		    __ATOMIC_RELAXED));
+		rej = __atomic_exchange_n(&k->rejected, 0, __ATOMIC_RELAXED);
+		atomic_fetch_add(&c->rejected, rej);
+		atomic_fetch_add(&c->rejected_by[REASON_FULL], rej);
+		would = __atomic_exchange_n(&k->would_reject, 0, __ATOMIC_RELAXED);
+		atomic_fetch_add(&c->would_reject[REASON_FULL], would);
+		last = kern_boot_to_real_ms(__atomic_exchange_n(&k->last_rejection_ns, 0,
+		    __ATOMIC_RELAXED));
+		raise_to(&c->last_rejection_ms, last);
+		peak = __atomic_exchange_n(&k->peak, 0, __ATOMIC_RELAXED);
+		p = atomic_load(&c->peak);
+		while (peak > p && !atomic_compare_exchange_weak(&c->peak, &p, peak))
+			;
+	}
+}
+
+static bool
+engine_loaded(const char *segment)
+{
+	char path[PATH_MAX];
+
+	kern_pin_path(path, sizeof(path), segment, "connect4");
+	return access(path, F_OK) == 0;
+}
+
+/* After a detach or a sweep: if the engine of segment (its map mapped in
+ * v before, if it was loaded) is unloaded now, its counts go into the
+ * segment (fold) and its compartments count alone again. */
+static void
+after_unload(const char *segment, struct kern_view *v)
 {
 	char err[BS_ERRLEN];
 	struct seg *s;
 
-	if (seg_open(segment, true, &s, err, sizeof(err)) < 0)
+	if (engine_loaded(segment) || seg_open(segment, true, &s, err, sizeof(err)) < 0)
 		return;
+	if (v->comp != NULL)
+		fold(s, v);
 	kjoint_forget(s);
 	seg_close(s);
+}
+
+static void
+say_out(void *arg, const char *line)
+{
+	(void)arg;
+	printf("%s\n", line);
+}
+
+static void
+say_err(void *arg, const char *line)
+{
+	(void)arg;
+	fprintf(stderr, "bulkshim: %s\n", line);
 }
 
 /* Checks the machine, makes the segment (so that status and the rest see
@@ -215,7 +287,8 @@ cmd_detach(int argc, char **argv)
 	const char *cgroup = NULL;
 	char err[BS_ERRLEN], cg[PATH_MAX], name[BS_NAME_MAX];
 	struct kern_env env;
-	int c, n;
+	struct kern_view v;
+	int c, n, swept;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+c:s:h", longopts, NULL)) != -1) {
@@ -237,15 +310,23 @@ cmd_detach(int argc, char **argv)
 		fprintf(stderr, "bulkshim: %s\n", err);
 		return 1;
 	}
-	n = kern_detach(name, cgroup != NULL ? cg : NULL, err, sizeof(err));
-	if (n < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
-		return 1;
+	/* Mapped before anything goes: the counts outlive the pins. */
+	kern_view_open(name, true, &v);
+	swept = kern_sweep(&env, name, say_out, NULL);
+	n = 0;
+	if (engine_loaded(name) || swept == 0) {
+		n = kern_detach(name, cgroup != NULL ? cg : NULL, err, sizeof(err));
+		if (n < 0 && swept == 0) {
+			fprintf(stderr, "bulkshim: %s\n", err);
+			kern_view_close(&v);
+			return 1;
+		}
 	}
-	if (kern_links(name, NULL, 0) == 0)
-		forget(name);
-	printf("detached the kernel engine of segment %s from %d cgroup%s%s\n", name, n,
-	    n == 1 ? "" : "s", kern_links(name, NULL, 0) == 0 ? "; it is unloaded" : "");
+	after_unload(name, &v);
+	kern_view_close(&v);
+	if (n > 0 || !engine_loaded(name))
+		printf("detached the kernel engine of segment %s from %d cgroup%s%s\n", name,
+		    n < 0 ? 0 : n, n == 1 ? "" : "s", engine_loaded(name) ? "" : "; it is unloaded");
 	return 0;
 }
 
@@ -346,6 +427,7 @@ cmd_run_kernel(int argc, char **argv)
 	const char *config = NULL, *cgroup = NULL;
 	char err[BS_ERRLEN], dir[PATH_MAX];
 	struct kern_env env;
+	struct kern_view v;
 	struct bs_config cfg;
 	bool made = false;
 	int r;
@@ -372,6 +454,11 @@ cmd_run_kernel(int argc, char **argv)
 		}
 		made = true;
 	}
+	/* What an earlier run of this segment, killed, left behind. */
+	kern_view_open(cfg.segment, true, &v);
+	if (kern_sweep(&env, cfg.segment, say_err, NULL) > 0)
+		after_unload(cfg.segment, &v);
+	kern_view_close(&v);
 	if (attach_to(&cfg, dir, &env) < 0)
 		goto done;
 	tell_limits(&env, &cfg);
@@ -383,10 +470,13 @@ cmd_run_kernel(int argc, char **argv)
 		    "kernel engine stays attached there (bulkshim detach -c %s --cgroup %s)\n",
 		    argv[optind], dir, cfg.path, dir);
 		made = false;
-	} else if (kern_detach(cfg.segment, dir, err, sizeof(err)) < 0) {
-		fprintf(stderr, "bulkshim: %s\n", err);
-	} else if (kern_links(cfg.segment, NULL, 0) == 0) {
-		forget(cfg.segment);
+	} else {
+		kern_view_open(cfg.segment, true, &v);
+		if (kern_detach(cfg.segment, dir, err, sizeof(err)) < 0)
+			fprintf(stderr, "bulkshim: %s\n", err);
+		else
+			after_unload(cfg.segment, &v);
+		kern_view_close(&v);
 	}
 done:
 	if (made)
@@ -410,6 +500,12 @@ cli_run_wants_kernel(int argc, char **argv)
 	return false;
 }
 
+int
+cli_kernel_cgroups(const char *segment)
+{
+	return kern_links(segment, NULL, 0);
+}
+
 /* ---- the engine's counts in status, watch, metrics, serve; set and reload ---- */
 
 /* Adds the engine's entry k to the compartment's figures: its connections
@@ -429,8 +525,9 @@ merge_one(const struct kern_comp *k, struct cli_comp *c)
 	c->kernel_joint = __atomic_load_n(&k->joint, __ATOMIC_RELAXED);
 	c->in_use += in_use + over;
 	c->over += over;
-	/* The engine's peak is the joint count's, the library's permits in
-	 * it: the most both held at once. */
+	/* The engine's peak is noted by both engines at every admission:
+	 * the joint count (every connection of the library's) and the
+	 * program's sockets let past the limit, the most both held at once. */
 	c->peak = peak > c->peak ? peak : c->peak;
 	c->admitted += __atomic_load_n(&k->admitted, __ATOMIC_RELAXED);
 	c->rejected += rej;
@@ -510,8 +607,9 @@ cli_kernel_reset(const struct seg *s, const char *name)
 		__atomic_store_n(&k->released, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&k->unmarked, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&k->last_rejection_ns, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&k->peak, __atomic_load_n(&k->joint, __ATOMIC_RELAXED),
-		    __ATOMIC_RELAXED);
+		/* What both engines hold now (kjoint.c's note_both). */
+		__atomic_store_n(&k->peak, __atomic_load_n(&k->joint, __ATOMIC_RELAXED) +
+		    __atomic_load_n(&k->over, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 	}
 	kern_view_close(&v);
 }

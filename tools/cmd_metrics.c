@@ -59,7 +59,8 @@ limit_value(FILE *f, uint32_t v)
 /* Which per-compartment value a gauge or counter family shows. */
 enum field {
 	F_LIMIT, F_IN_USE, F_PEAK, F_INFLIGHT, F_INFLIGHT_LIMIT, F_INFLIGHT_PEAK, F_WAITING,
-	F_OVER, F_ENFORCE, F_ADMITTED, F_RECLAIMED, F_PEAK_RATE,
+	F_OVER, F_ENFORCE, F_ADMITTED, F_RECLAIMED, F_PEAK_RATE, F_KERNEL,
+	/* The fleet's last: a compartment outside a fleet has none of them. */
 	F_LIVE_LIMIT, F_FLEET_LIMIT, F_FLEET_SHARE, F_FLEET_LEASE, F_FLEET_LEASE_AGE, F_FLEET_REDIS,
 };
 
@@ -105,6 +106,8 @@ static const struct {
 	  "the lease (-1: never).", F_FLEET_LEASE_AGE, CF_FIELDS },
 	{ "bulkshim_fleet_redis_up", "gauge", "1 when the fleet agent's last round trip to Redis "
 	  "succeeded.", F_FLEET_REDIS, CF_FIELDS },
+	{ "bulkshim_compartment_kernel", "gauge", "1 when the kernel engine counts the "
+	  "compartment too (its figures include the engine's), 0 otherwise.", F_KERNEL, CF_FIELDS },
 };
 
 static void
@@ -134,6 +137,7 @@ simple_value(FILE *f, const struct cli_comp *c, enum field field)
 			fprintf(f, " %.3f\n", (double)c->fleet_lease_age_ms / 1000);
 		break;
 	case F_FLEET_REDIS: fprintf(f, " %d\n", c->fleet_state == FLEET_OK ? 1 : 0); break;
+	case F_KERNEL: fprintf(f, " %d\n", c->kernel ? 1 : 0); break;
 	}
 }
 
@@ -249,6 +253,12 @@ cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms)
 	fputs("bulkshim_processes", f);
 	labels(f, seg, NULL, NULL, NULL);
 	fprintf(f, " %u\n", snap->processes);
+	/* A kernel-only segment has no process attached and is still guarded. */
+	family(f, "bulkshim_kernel_attached", "gauge", "1 while the kernel engine of the segment "
+	    "is attached to a cgroup (bulkshim attach, run --kernel), 0 otherwise.");
+	fputs("bulkshim_kernel_attached", f);
+	labels(f, seg, NULL, NULL, NULL);
+	fprintf(f, " %d\n", cli_kernel_cgroups(seg) > 0 ? 1 : 0);
 	damage(f, snap, all, n);
 	/* What `status` says on its first line, for alerts: processes that
 	 * attached, and those that meant to and ran without limits. */

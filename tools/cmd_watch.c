@@ -242,7 +242,7 @@ row(FILE *f, struct view *v, const struct busy *b, const char *name, int namew, 
 {
 	const struct cli_comp *c = b->c;
 	char bar1[64], bar2[64], n1[32], n2[32], wait[24], rate[32];
-	const char *flag = c->hot ? "HOT" : c->enforce ? "" : "obs";
+	const char *flag = c->hot ? "HOT" : !c->enforce ? "obs" : c->kernel ? "krn" : "";
 
 	/* Both bars against what admission enforces now (live_limit has
 	 * the fleet share and an adaptive connection limit in it). */

@@ -606,6 +606,12 @@ kjoint_of(const struct seg *s, const struct seg_comp *c)
  * than counted apart), or TAKE_BUSY. */
 enum take kjoint_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen,
     uint32_t *seen);
+/* After observe mode let slot's connection of c past a full limit, c
+ * being counted with an engine: one permit of the joint count past its
+ * limit (the connection is open), and the engine's peak raised to what
+ * both engines hold. Cannot fail (a process that cannot reach the map
+ * counts nothing there). */
+void kjoint_take_over(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen);
 /* Tells the engine that socket fd (about to connect, admitted by the
  * library into c) is the library's, so that its program does not count it
  * again when this process is in its cgroup. Best effort: failing, the

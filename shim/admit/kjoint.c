@@ -22,7 +22,11 @@
  * a permit of it for every connect in its cgroup; the library takes one of
  * it (P_KERN) after the compartment's own permit, for every connection it
  * admits, under the compartment's limit, and gives it back with the
- * others. The joint count is a tally: its tag names the library's last
+ * others; one that observe mode lets past the limit takes one too, past
+ * it (kjoint_take_over), so that the joint count holds every connection
+ * of the library's in the compartment and the engine's peak (the most of
+ * the joint count and the program's own sockets let past, noted by both
+ * sides at each admission) is what both held at once. The joint count is a tally: its tag names the library's last
  * operation, and the program changes only the count beside it, so the
  * library's protocol (tally.c) holds as if the program's sockets were
  * there from the start. Neither side is ever above the limit the other
@@ -252,6 +256,17 @@ raise_peak(struct kern_comp *e, uint32_t v)
 		;
 }
 
+/* Raises the engine's peak to what both engines hold now: the joint count
+ * (every connection of the library's in the compartment, those observe
+ * mode let past included, and the program's permits) and the program's
+ * sockets let past a full limit. */
+static void
+note_both(struct kern_comp *e)
+{
+	raise_peak(e, __atomic_load_n(&e->joint, __ATOMIC_RELAXED) +
+	    __atomic_load_n(&e->over, __ATOMIC_RELAXED));
+}
+
 enum take
 kjoint_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint32_t *seen)
 {
@@ -266,10 +281,25 @@ kjoint_take(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen, uint
 	}
 	r = tally_take(s, c, slot, gen, P_KERN, 0, seen);
 	if (r == TAKE_OK)
-		raise_peak(entry_of(j), *seen + 1);
+		raise_peak(entry_of(j), *seen + 1 + __atomic_load_n(&entry_of(j)->over,
+		    __ATOMIC_RELAXED));
 	else if (r == TAKE_BUSY && tally_held(s, c, slot, gen, P_KERN))
 		r = TAKE_OK;	/* `attach` counted the slot first (kjoint_adopt) */
 	return r;
+}
+
+void
+kjoint_take_over(struct seg *s, struct seg_comp *c, uint32_t slot, uint32_t gen)
+{
+	_Atomic uint32_t *j = kjoint_of(s, c);
+
+	/* Past the limit: the connection is open already. A slot that holds
+	 * the permit still (kern_step took it before a later refusal) keeps
+	 * it. */
+	if (j == NULL)
+		return;
+	tally_take_past(s, c, slot, gen, P_KERN);
+	note_both(entry_of(j));
 }
 
 void
@@ -340,11 +370,12 @@ kjoint_adopt(struct seg *s, struct kern_comp *map, uint32_t id)
 			uint32_t gen = MARK_GEN(atomic_load(&sl->mark)), st = atomic_load(&sl->state);
 
 			if (atomic_load(&sl->comp) != i || !(SLOT_HELD(st) || st == SLOT_KERNEL) ||
-			    !tally_held(s, c, j, gen, P_CONN))
+			    !(tally_held(s, c, j, gen, P_CONN) || tally_held(s, c, j, gen, P_OVER)))
 				continue;
 			if (tally_take_past(s, c, j, gen, P_KERN) == TAKE_OK)
 				counted++;
 		}
+		note_both(find_entry(map, c));
 	}
 	return counted;
 }

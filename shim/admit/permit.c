@@ -329,8 +329,11 @@ admit_refused(struct seg *s, uint32_t slot, uint32_t gen, struct seg_comp *c, st
 	/* Let past the pool as well: in its use and its peak. */
 	if ((pool = seg_pool_at(s, c)) != NULL)
 		pool_note_use(pool);
-	if (fd >= 0 && atomic_load(&c->kernel) != 0)
-		kjoint_mark(s, c, fd);
+	if (atomic_load(&c->kernel) != 0) {
+		kjoint_take_over(s, c, slot, gen);
+		if (fd >= 0)
+			kjoint_mark(s, c, fd);
+	}
 	return TAKE_OK;
 }
 
