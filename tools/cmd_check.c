@@ -50,18 +50,11 @@ settings_line(const struct bs_config *cfg, const struct cfg_compartment *cc, cha
 #undef ADD
 }
 
-/* The most connections compartment cc may have open on this host, as the
- * budget counts it: its max_connections (an adaptive or fleet share moves
- * below it), 0 for none. */
-static uint32_t
-comp_most(const struct cfg_compartment *cc)
-{
-	return cc->max_connections;
-}
-
-/* What every compartment may have in use at once: the compartments outside
- * pools at their limits, and each pool once, at the most it can have in use
- * (cfg_pool_most: its members' ceilings overlap by design). */
+/* What every compartment may have in use at once, as the budget counts it:
+ * the compartments outside pools at their max_connections (an adaptive
+ * limit or a fleet share moves below it), and each pool once, at the most
+ * it can have in use (cfg_pool_most: its members' ceilings overlap by
+ * design). */
 static uint64_t
 total_most(const struct bs_config *cfg)
 {
@@ -69,7 +62,7 @@ total_most(const struct bs_config *cfg)
 
 	for (size_t i = 0; i < cfg->ncomp; i++)
 		if (cfg->comp[i].pool == BS_NO_POOL)
-			sum += comp_most(&cfg->comp[i]);
+			sum += cfg->comp[i].max_connections;
 	for (size_t p = 0; p < cfg->npools; p++)
 		sum += cfg_pool_most(cfg, p);
 	return sum;
