@@ -123,7 +123,8 @@ static const struct cli_command commands[] = {
 	  "  --kernel   no preload: a cgroup of its own (or --cgroup PATH) with the kernel\n"
 	  "             engine attached, for Go, static, setuid and io_uring programs; root\n"
 	  "Exit status 78 without starting COMMAND when the configuration is missing or not\n"
-	  "valid, or the shim cannot see COMMAND's calls; else COMMAND's own.\n" },
+	  "valid, or the shim cannot see COMMAND's calls; else COMMAND's own. A host name that\n"
+	  "resolves to nothing is a warning naming what starts unprotected (78 in strict mode).\n" },
 	{ "attach", cmd_attach,
 	  "attach [-c FILE] --cgroup PATH",
 	  "Attaches the kernel engine (eBPF) for FILE's compartments to a cgroup v2: every\n"
@@ -160,8 +161,10 @@ static const struct cli_command commands[] = {
 	  "  --listen ADDR:PORT   where to listen (default 127.0.0.1:9464; port 0 picks one)\n" },
 	{ "check", cmd_check,
 	  "check [-q] FILE",
-	  "Validates FILE exactly as the library does and prints the budget as bars.\n"
-	  "  -q   print nothing but errors\n"
+	  "Validates FILE exactly as the library does: every error and warning first, then\n"
+	  "the verdict and how each limit is made (pools, adaptive, fleet) against the budget.\n"
+	  "A host name that resolves to nothing is an error.\n"
+	  "  -q   print nothing but errors and warnings\n"
 	  "Exit status: 0 valid, 1 not valid, 2 usage error.\n" },
 	{ "set", cmd_set,
 	  "set [-c FILE | -s SEGMENT] [--force] {COMPARTMENT | --all} KEY VALUE",

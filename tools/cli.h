@@ -397,7 +397,9 @@ void cli_log(int level, const char *prefix, const char *fmt, ...)
 void cli_print_errors(char *errs);
 
 /* Loads path as the library would; prints every reason it would run the
- * program without limits and returns -1, else 0. */
+ * program without limits and returns -1, else 0. A host name that gives
+ * no address is a warning naming what runs unprotected, and -1 in strict
+ * mode (the file's strict = true; or BULKSHIM_STRICT). */
 int run_check_config(const char *path);
 /* Returns -1, after saying why, when the shim cannot see prog's calls
  * (static, Go, setuid/setgid, file capabilities), unless force (then a

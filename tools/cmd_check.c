@@ -1,4 +1,5 @@
 /* cmd_check.c - `bulkshim check` (a config and its budget as bars) and `bulkshim list`. */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -49,18 +50,173 @@ settings_line(const struct bs_config *cfg, const struct cfg_compartment *cc, cha
 #undef ADD
 }
 
-static void
-print_budget(const struct bs_config *cfg)
+/* What every compartment may have in use at once, as the budget counts it:
+ * the compartments outside pools at their max_connections (an adaptive
+ * limit or a fleet share moves below it), and each pool once, at the most
+ * it can have in use (cfg_pool_most: its members' ceilings overlap by
+ * design). */
+static uint64_t
+total_most(const struct bs_config *cfg)
 {
-	char b[BAR_WIDTH + 1], lim[16], more[512];
-	uint64_t sum = 0, scale;
+	uint64_t sum = 0;
 
 	for (size_t i = 0; i < cfg->ncomp; i++)
-		sum += cfg->comp[i].max_connections;
-	/* Without a budget the bars share the sum of the limits. */
+		if (cfg->comp[i].pool == BS_NO_POOL)
+			sum += cfg->comp[i].max_connections;
+	for (size_t p = 0; p < cfg->npools; p++)
+		sum += cfg_pool_most(cfg, p);
+	return sum;
+}
+
+/* The lines under a compartment's bar that say how its limit is made: the
+ * pool it draws from, the adaptive range, the fleet's arithmetic. */
+static void
+print_arithmetic(const struct bs_config *cfg, const struct cfg_compartment *cc)
+{
+	const char *pad = "                                    ";	/* under the bar */
+
+	if (cc->pool != BS_NO_POOL) {
+		const struct cfg_pool *pool = &cfg->pools[cc->pool];
+
+		printf("%spool %s: guaranteed %u, ceiling %u; with the pool's other members it "
+		    "holds at most the pool's %llu\n", pad, pool->name, cc->guaranteed,
+		    cc->max_connections, (unsigned long long)cfg_pool_most(cfg, (size_t)cc->pool));
+	}
+	if (cc->adaptive) {
+		const char *what = cc->max_inflight ? "max_inflight" : "max_connections";
+
+		printf("%sadaptive %s: the live limit starts at %u and moves between min %u and "
+		    "max %u with the latency (window_ms %u, tolerance_pct %u); never above %u\n", pad,
+		    what,
+		    cc->ad_initial, cc->ad_min, cc->ad_max, cc->ad_window_ms, cc->ad_tolerance_pct,
+		    cc->ad_max);
+	}
+	if (cc->fleet_limit != 0) {
+		const struct cfg_fleet *f = &cfg->fleet;
+
+		printf("%sfleet %s: fleet_limit %u across its hosts; this host's share is leased "
+		    "from Redis, at most its max_connections %u, and falls to fleet_floor %u "
+		    "without a valid lease\n", pad, f->name, cc->fleet_limit, cc->max_connections,
+		    cc->fleet_floor);
+		if (f->max_hosts != 0) {
+			uint64_t floors = (uint64_t)f->max_hosts * cc->fleet_floor;
+
+			printf("%s  hosts %u x fleet_floor %u = %llu %s fleet_limit %u%s\n", pad,
+			    f->max_hosts, cc->fleet_floor, (unsigned long long)floors,
+			    floors > cc->fleet_limit ? ">" : "<=", cc->fleet_limit,
+			    floors > cc->fleet_limit ? " (the warning above)" : "");
+		} else {
+			printf("%s  hosts not set: Redis holds back the floors of the hosts it knows\n",
+			    pad);
+		}
+		printf("%s  lease_ms %u, renewed every %u ms\n", pad, f->lease_ms, f->interval_ms);
+	}
+}
+
+/* The total line: the sum, as the budget counts it, and how it is made. */
+static void
+print_total(const struct bs_config *cfg, uint64_t sum)
+{
+	char b[BAR_WIDTH + 1];
+
+	if (cfg->has_budget) {
+		cli_bar(b, BAR_WIDTH, cfg->reserved, cfg->pool, 'r');
+		printf("  %-24s %7u  %s\n", "(reserved)", cfg->reserved, b);
+		cli_bar(b, BAR_WIDTH, sum + cfg->reserved, cfg->pool, '=');
+		printf("  %-24s %7llu  %s  of a pool of %u, %llu free\n", "total",
+		    (unsigned long long)(sum + cfg->reserved), b, cfg->pool,
+		    (unsigned long long)(cfg->pool - sum - cfg->reserved));
+	} else if (cfg->npools > 0) {
+		printf("  %-24s %7llu  the most in use at once, each pool counted once at what "
+		    "it caps\n", "total", (unsigned long long)sum);
+	} else {
+		printf("  %-24s %7llu  (no budget set)\n", "total", (unsigned long long)sum);
+	}
+	for (size_t p = 0; p < cfg->npools; p++) {
+		uint64_t ceil = 0;
+
+		for (size_t i = 0; i < cfg->ncomp; i++)
+			if (cfg->comp[i].pool == (int)p)
+				ceil += cfg->comp[i].max_connections;
+		printf("  %-24s %7s  pool %s counts %llu: its members' ceilings sum to %llu, "
+		    "capped at its size %u less %u reserved\n", "", "", cfg->pools[p].name,
+		    (unsigned long long)cfg_pool_most(cfg, p), (unsigned long long)ceil,
+		    cfg->pools[p].size, cfg->pools[p].reserved);
+	}
+}
+
+/* Prints the addresses host rule r resolved to when the config was loaded,
+ * the /128 rules that carry its name; false when it has none. */
+static bool
+print_addresses(const struct bs_config *cfg, const struct rule *r)
+{
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	char addr[INET6_ADDRSTRLEN];
+	size_t n = 0;
+
+	for (size_t i = 0; i < cfg->nrules; i++) {
+		const struct rule *a = &cfg->rules[i];
+
+		if (a->kind != RULE_IP || a->comp != r->comp || a->port_lo != r->port_lo ||
+		    a->port_hi != r->port_hi || strcmp(a->host, r->host) != 0)
+			continue;
+		if (memcmp(a->addr, mapped, sizeof(mapped)) == 0)
+			inet_ntop(AF_INET, a->addr + 12, addr, sizeof(addr));
+		else
+			inet_ntop(AF_INET6, a->addr, addr, sizeof(addr));
+		printf("%s %s", n++ ? "," : "", addr);
+	}
+	return n > 0;
+}
+
+/* Lists each host-name destination and what it resolved to at load, the
+ * addresses the library would match from its start. */
+static void
+print_hosts(const struct bs_config *cfg)
+{
+	for (size_t i = 0; i < cfg->nrules; i++) {
+		const struct rule *r = &cfg->rules[i];
+		char ports[16], said[BS_HOST_MAX + BS_NAME_MAX + 40];
+
+		if (r->kind != RULE_HOST)
+			continue;
+		if (r->port_lo == r->port_hi)
+			snprintf(ports, sizeof(ports), ":%u", r->port_lo);
+		else if (r->port_lo == 0 && r->port_hi == 65535)
+			ports[0] = '\0';
+		else
+			snprintf(ports, sizeof(ports), ":%u-%u", r->port_lo, r->port_hi);
+		printf("  host %s%s (%s) ->", r->host, ports, cfg->comp[r->comp].name);
+		snprintf(said, sizeof(said), "host \"%s\" of compartment \"%s\" ", r->host,
+		    cfg->comp[r->comp].name);
+		if (print_addresses(cfg, r))
+			;
+		else if (cfg->unresolved != NULL && strstr(cfg->unresolved, said) != NULL)
+			fputs(" NOTHING: not limited (the error above)", stdout);
+		else
+			fputs(" only addresses that destinations written earlier have", stdout);
+		putchar('\n');
+	}
+}
+
+static void
+print_budget(const struct bs_config *cfg, size_t errors, size_t warnings)
+{
+	char b[BAR_WIDTH + 1], lim[16], more[512], verdict[64];
+	uint64_t sum = total_most(cfg), scale;
+
+	/* Without a budget the bars share what can be in use at once. */
 	scale = cfg->has_budget ? cfg->pool : sum;
-	printf("%s: ok, segment %s, %zu compartment%s\n", cfg->path, cfg->segment, cfg->ncomp,
-	    cfg->ncomp == 1 ? "" : "s");
+	if (errors > 0)
+		snprintf(verdict, sizeof(verdict), "NOT ok, %zu error%s above", errors,
+		    errors == 1 ? "" : "s");
+	else if (warnings > 0)
+		snprintf(verdict, sizeof(verdict), "ok, with %zu warning%s above", warnings,
+		    warnings == 1 ? "" : "s");
+	else
+		snprintf(verdict, sizeof(verdict), "ok");
+	printf("%s: %s, segment %s, %zu compartment%s\n", cfg->path, verdict, cfg->segment,
+	    cfg->ncomp, cfg->ncomp == 1 ? "" : "s");
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		const struct cfg_compartment *cc = &cfg->comp[i];
 		const char *en = cfg_errno_name(cc->reject_errno);
@@ -74,17 +230,9 @@ print_budget(const struct bs_config *cfg)
 			printf("  %-24s %7s  %s\n", "", "", more);
 		else if (cc->max_connections == 0)
 			printf("  %-24s %7s  %s\n", "", "", "no connection limit");
+		print_arithmetic(cfg, cc);
 	}
-	if (cfg->has_budget) {
-		cli_bar(b, BAR_WIDTH, cfg->reserved, cfg->pool, 'r');
-		printf("  %-24s %7u  %s\n", "(reserved)", cfg->reserved, b);
-		cli_bar(b, BAR_WIDTH, sum + cfg->reserved, cfg->pool, '=');
-		printf("  %-24s %7llu  %s  of a pool of %u, %llu free\n", "total",
-		    (unsigned long long)(sum + cfg->reserved), b, cfg->pool,
-		    (unsigned long long)(cfg->pool - sum - cfg->reserved));
-	} else {
-		printf("  %-24s %7llu  (no budget set)\n", "total", (unsigned long long)sum);
-	}
+	print_total(cfg, sum);
 	cli_check_pools(cfg);
 	for (size_t k = 1; k < cfg->nclass; k++) {
 		printf("  class %s:", cfg->classes[k].name);
@@ -92,62 +240,35 @@ print_budget(const struct bs_config *cfg)
 			printf(" %s", cfg->classes[k].patterns[p]);
 		puts(cfg->classes[k].npatterns ? "" : " (no patterns: BULKSHIM_CLASS only)");
 	}
+	print_hosts(cfg);
 }
 
 /* Warns, on stderr, of each fleet compartment whose floors cannot all fit
  * in its fleet_limit: every host may run on its floor without asking Redis,
- * so hosts x fleet_floor above the limit lets the fleet pass it. */
-static void
+ * so hosts x fleet_floor above the limit lets the fleet pass it. Returns
+ * how many warnings it gave. */
+static size_t
 warn_fleet_floors(const struct bs_config *cfg)
 {
 	uint32_t hosts = cfg->fleet.max_hosts;
+	size_t n = 0;
 
 	if (!cfg->fleet.on || hosts == 0)
-		return;
+		return 0;
 	for (size_t i = 0; i < cfg->ncomp; i++) {
 		const struct cfg_compartment *cc = &cfg->comp[i];
 		uint64_t floors = (uint64_t)hosts * cc->fleet_floor;
 
 		if (cc->fleet_limit == 0 || floors <= cc->fleet_limit)
 			continue;
+		n++;
 		fprintf(stderr, "bulkshim: warning: %s:%d: compartment \"%s\": hosts %u x fleet_floor "
 		    "%u = %llu, more than fleet_limit %u: hosts on their floors (Redis unreachable, "
 		    "agents stopped) may hold that many; lower fleet_floor to at most %u\n",
 		    cfg->path, cc->line, cc->name, hosts, cc->fleet_floor, (unsigned long long)floors,
 		    cc->fleet_limit, cc->fleet_limit / hosts);
 	}
-}
-
-/* One host-name destination: what it resolves to, or the error. */
-struct host_out {
-	const char *path;
-	bool quiet;
-};
-
-static void
-print_host(const struct cli_host *h, void *arg)
-{
-	const struct host_out *o = arg;
-	char ports[16];
-
-	if (h->port_lo == h->port_hi)
-		snprintf(ports, sizeof(ports), ":%u", h->port_lo);
-	else if (h->port_lo == 0 && h->port_hi == 65535)
-		ports[0] = '\0';
-	else
-		snprintf(ports, sizeof(ports), ":%u-%u", h->port_lo, h->port_hi);
-	if (h->error != 0) {
-		fprintf(stderr, "bulkshim: %s:%d: host \"%s\" of compartment \"%s\" resolves to "
-		    "nothing (%s): nothing is limited for it until the program's own lookup "
-		    "succeeds\n", o->path, h->line, h->host, h->comp, cli_host_error(h));
-		return;
-	}
-	if (o->quiet)
-		return;
-	printf("  host %s%s (%s) ->", h->host, ports, h->comp);
-	for (size_t k = 0; k < h->naddr; k++)
-		printf("%s %s", k ? "," : "", h->addr[k]);
-	putchar('\n');
+	return n;
 }
 
 int
@@ -159,9 +280,8 @@ cmd_check(int argc, char **argv)
 	};
 	struct bs_config cfg;
 	char err[BS_ERRLEN];
-	struct host_out out;
 	bool quiet = false;
-	size_t bad;
+	size_t errors, warnings;
 	int c;
 
 	optind = 1;
@@ -184,16 +304,19 @@ cmd_check(int argc, char **argv)
 		cli_print_errors(err);
 		return 1;
 	}
+	/* Every error and warning first, then the verdict and the report: a
+	 * reader who stops at "ok" has missed nothing. A name that gave no
+	 * address limits nothing until the program's own lookup finds one:
+	 * an error, as the library would run. */
+	errors = cfg.nunresolved;
+	if (cfg.unresolved != NULL)
+		cli_print_errors(cfg.unresolved);
+	warnings = warn_fleet_floors(&cfg);
+	fflush(stderr);
 	if (!quiet)
-		print_budget(&cfg);
-	warn_fleet_floors(&cfg);
-	/* A name that resolves to nothing limits nothing until the program's
-	 * own lookup finds an address: an error, as the library would run. */
-	out.path = argv[optind];
-	out.quiet = quiet;
-	bad = cli_resolve_hosts(&cfg, print_host, &out);
+		print_budget(&cfg, errors, warnings);
 	cfg_free(&cfg);
-	return bad ? 1 : 0;
+	return errors ? 1 : 0;
 }
 
 /* ---- list ---- */

@@ -164,6 +164,14 @@ cli_print_errors(char *errs)
 	}
 }
 
+/* BULKSHIM_STRICT's values that mean yes, as the library reads them. */
+static bool
+env_true(const char *v)
+{
+	return v != NULL && (strcmp(v, "1") == 0 || strcmp(v, "yes") == 0 ||
+	    strcmp(v, "true") == 0 || strcmp(v, "on") == 0);
+}
+
 int
 run_check_config(const char *path)
 {
@@ -184,6 +192,29 @@ run_check_config(const char *path)
 		cli_log(LOG_ERROR, "bulkshim: ", "not started: the program would run without limits");
 		cfg_free(&cfg);
 		return -1;
+	}
+	/* A name that gave no address leaves its destinations unprotected
+	 * until the program looks the name up itself: said here, and in
+	 * strict mode (which promises never to run unprotected) not started. */
+	if (cfg.unresolved != NULL) {
+		bool strict = cfg.strict || env_true(getenv("BULKSHIM_STRICT"));
+
+		for (char *line = cfg.unresolved, *nl; *line != '\0'; line = nl) {
+			nl = line + strcspn(line, "\n");
+			if (*nl == '\n')
+				*nl++ = '\0';
+			fprintf(stderr, "bulkshim: %s%s\n", strict ? "" : "warning: ", line);
+		}
+		if (strict) {
+			fprintf(stderr, "bulkshim: not started: strict mode, and %zu host name%s of %s "
+			    "gave no address\n", cfg.nunresolved, cfg.nunresolved == 1 ? "" : "s",
+			    path);
+			cfg_free(&cfg);
+			return -1;
+		}
+		fprintf(stderr, "bulkshim: warning: starting with %zu destination%s NOT PROTECTED "
+		    "(strict = true; or BULKSHIM_STRICT=1 refuses to start instead)\n",
+		    cfg.nunresolved, cfg.nunresolved == 1 ? "" : "s");
 	}
 	cfg_free(&cfg);
 	return 0;

@@ -99,6 +99,11 @@ struct bs_config {
 	struct cfg_pool pools[BS_MAX_POOLS];
 	struct cfg_fleet fleet;
 	bool log_json;		/* log_format = "json" */
+	/* After a load that resolved host names: one line per host-name
+	 * destination that gave no address, "FILE:LINE: ...", each ending in
+	 * '\n' (NULL when every name gave some), and how many lines. */
+	char *unresolved;
+	size_t nunresolved;
 };
 
 /* Loads and validates path into *cfg (which it zeroes first). Host names are
@@ -123,6 +128,9 @@ void cfg_default_segment(const char *path, char *out, size_t outlen);
 /* Why errno EAGAIN and max_inflight are refused together: a refused send
  * answering EAGAIN on a blocking socket is retried at once, a busy loop. */
 extern const char cfg_eagain_spin[];
+/* The most connections pool p of cfg can have in use: its size less its
+ * reserve, or less when its compartments' ceilings sum to less. */
+uint64_t cfg_pool_most(const struct bs_config *cfg, size_t p);
 /* Parses "ECONNREFUSED" etc.; returns the errno value or -EINVAL. */
 int cfg_errno_value(const char *name);
 const char *cfg_errno_name(int value);

@@ -527,9 +527,8 @@ int cfg_check_duplicates(struct cfg_ctx *c)
 			   cfg->comp[cfg->rules[first].comp].name, cfg->rules[first].line);
 }
 
-/* The most connections pool p can have in use: its size less its
- * reserve, or less if its compartments' ceilings sum to less. */
-static uint64_t pool_most(const struct bs_config *cfg, size_t p)
+/* See config.h. */
+uint64_t cfg_pool_most(const struct bs_config *cfg, size_t p)
 {
 	uint64_t ceil = 0, room = (uint64_t)cfg->pools[p].size - cfg->pools[p].reserved;
 
@@ -561,7 +560,7 @@ int cfg_check_budget(struct cfg_ctx *c)
 		ncounted += cfg->comp[i].max_connections != 0;
 	}
 	for (size_t p = 0; p < cfg->npools; p++) {
-		sum += pool_most(cfg, p);
+		sum += cfg_pool_most(cfg, p);
 		ncounted++;
 	}
 	if (!cfg->has_budget || sum <= (uint64_t)cfg->pool - cfg->reserved)
@@ -582,7 +581,7 @@ int cfg_check_budget(struct cfg_ctx *c)
 						cfg->comp[i].max_connections);
 	for (size_t p = 0; p < cfg->npools; p++)
 		len += (size_t)snprintf(list + len, cap - len, "%s%llu (pool %s)", len ? " + " : "",
-					(unsigned long long)pool_most(cfg, p), cfg->pools[p].name);
+					(unsigned long long)cfg_pool_most(cfg, p), cfg->pools[p].name);
 	room = c->errlen < BS_ERRLEN ? c->errlen : BS_ERRLEN;
 	if (len + strlen(tail) + strlen(c->path) + 64 < room)
 		cfg_fail(c, c->budget, -EINVAL, "budget exceeded: %s = %llu > %s", list,

@@ -750,5 +750,6 @@ void cfg_free(struct bs_config *cfg)
 		return;
 	free(cfg->comp);
 	free(cfg->rules);
+	free(cfg->unresolved);
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -1,5 +1,6 @@
 /* config_resolve.c - resolves the host names of a config at load, with one bounded wait. */
 #include "config/config_int.h"
+#include "config/match_int.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -28,6 +29,7 @@ struct query {
 	struct gaicb cb;
 	struct addrinfo hints;
 	struct addrinfo *res;
+	int status;		/* getaddrinfo_a's answer; EAI_INPROGRESS: none in time */
 	char name[BS_HOST_MAX];
 };
 
@@ -100,6 +102,48 @@ static void wait_queries(struct gaicb **list, size_t n, unsigned timeout_ms)
 	free(wait);
 }
 
+/* What became of a name that gave no address, as the lines of
+ * cfg->unresolved say it. */
+static const char *unresolved_why(int status, unsigned timeout_ms, char *buf, size_t len)
+{
+	if (status == EAI_INPROGRESS || status == EAI_CANCELED)
+		snprintf(buf, len, "got no answer within resolve_timeout_ms %u", timeout_ms);
+	else if (status == 0 || status == EAI_NODATA || status == EAI_ADDRFAMILY)
+		snprintf(buf, len, "resolves to nothing (no IPv4 or IPv6 address)");
+	else
+		snprintf(buf, len, "resolves to nothing (%s)", gai_strerror(status));
+	return buf;
+}
+
+/* Appends to cfg->unresolved the line of host rule i, whose name gave no
+ * address (status: getaddrinfo_a's answer). Returns 0, or -ENOMEM. */
+static int note_unresolved(struct cfg_ctx *c, size_t i, int status)
+{
+	struct bs_config *cfg = c->cfg;
+	const struct rule *r = &cfg->rules[i];
+	const char *file = c->src != NULL && c->src[i].file != NULL ? c->src[i].file : c->path;
+	char why[128], dest[BS_HOST_MAX + 16], line[BS_ERRLEN];
+	size_t old = cfg->unresolved != NULL ? strlen(cfg->unresolved) : 0, n;
+	char *more;
+
+	match_rule_text(r, dest, sizeof(dest));
+	n = (size_t)snprintf(line, sizeof(line), "%s:%d: host \"%s\" of compartment \"%s\" %s: "
+			     "connections to %s are not limited until "
+			     "the program's own lookup of the name returns an address\n", file,
+			     r->line, r->host, cfg->comp[r->comp].name,
+			     unresolved_why(status, cfg->resolve_timeout_ms, why, sizeof(why)), dest);
+	if (n >= sizeof(line)) {
+		n = sizeof(line) - 1;
+		line[n - 1] = '\n';
+	}
+	if ((more = realloc(cfg->unresolved, old + n + 1)) == NULL)
+		return -ENOMEM;
+	memcpy(more + old, line, n + 1);
+	cfg->unresolved = more;
+	cfg->nunresolved++;
+	return 0;
+}
+
 /* Resolves every host named by a RULE_HOST rule at once with getaddrinfo_a
  * and appends each address as a RULE_IP /128 rule with the host rule's
  * ports, compartment and line. A host that fails or is late is skipped: the
@@ -107,6 +151,7 @@ static void wait_queries(struct gaicb **list, size_t n, unsigned timeout_ms)
  * already among the /128 rules with the same ports is skipped too, in any
  * compartment: the rule written first wins, so two names of one address
  * cannot turn into a duplicate-destination error that depends on DNS.
+ * Each name that gave no address adds a line to cfg->unresolved.
  * Returns 0, or -ENOMEM with a message. */
 int cfg_resolve_hosts(struct cfg_ctx *c)
 {
@@ -169,8 +214,9 @@ int cfg_resolve_hosts(struct cfg_ctx *c)
 				qs[i] = NULL;
 				continue;
 			}
-			st = st == EAI_ALLDONE ? gai_error(&qs[i]->cb) : st;
+			st = st == EAI_ALLDONE ? gai_error(&qs[i]->cb) : EAI_INPROGRESS;
 		}
+		qs[i]->status = st;
 		if (st == 0)
 			qs[i]->res = qs[i]->cb.ar_result;
 	}
@@ -182,6 +228,7 @@ int cfg_resolve_hosts(struct cfg_ctx *c)
 	}
 	for (size_t i = 0; i < nparsed && rc == 0; i++) {
 		struct rule host = cfg->rules[i];
+		bool any = false;
 
 		if (host.kind != RULE_HOST)
 			continue;
@@ -206,9 +253,12 @@ int cfg_resolve_hosts(struct cfg_ctx *c)
 			}
 			/* The name goes along, for a reload to keep (match_carry). */
 			memcpy(r.host, host.host, sizeof(r.host));
+			any = true;
 			if (seen_add(&set, r.addr, r.port_lo, r.port_hi, &rc))
 				rc = cfg_push_rule(c, &r, NULL, NULL);
 		}
+		if (!any && rc == 0)
+			rc = note_unresolved(c, i, q != NULL ? q->status : EAI_INPROGRESS);
 	}
 done:
 	HASH_ITER(hh, set, e, tmp) {

@@ -392,6 +392,7 @@ shim_init(void)
 		return;
 	}
 	notice_attached(&shim.cfg, shim.seg);
+	notice_unresolved(&shim.cfg);
 	atomic_store(&shim.m, m);
 	atomic_store(&shim.gen, atomic_load(&seg_header(shim.seg)->generation));
 	shim.cls = find_class(&shim.cfg);

@@ -164,5 +164,9 @@ void notice_denied(const struct bs_config *cfg);
 /* After an attach: counts it; warns (once per tree) when the segment's live
  * limits differ from cfg's or it was set up from another config file. */
 void notice_attached(const struct bs_config *cfg, struct seg *s);
+/* Warns, once per process tree and segment, one line per host-name
+ * destination of cfg that gave no address at load: its file and line, and
+ * that nothing is limited for it until the program's own lookup finds it. */
+void notice_unresolved(const struct bs_config *cfg);
 
 #endif

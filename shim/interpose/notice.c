@@ -210,3 +210,22 @@ notice_attached(const struct bs_config *cfg, struct seg *s)
 		    cfg->segment, (int)strnlen(h->config_path, sizeof(h->config_path)), h->config_path,
 		    cfg->path);
 }
+
+void
+notice_unresolved(const struct bs_config *cfg)
+{
+	char key[BS_NAME_MAX + 16];
+	const char *line = cfg->unresolved;
+
+	if (line == NULL)
+		return;
+	snprintf(key, sizeof(key), "unresolved:%s", cfg->segment);
+	if (!notice_once(key))
+		return;
+	while (*line != '\0') {
+		size_t n = strcspn(line, "\n");
+
+		say(LOG_WARN, "%.*s", (int)n, line);
+		line += n + (line[n] == '\n');
+	}
+}

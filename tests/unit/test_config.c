@@ -1305,6 +1305,45 @@ static void unresolvable_host_is_not_an_error(void **state)
 	cfg_free(&cfg);
 }
 
+/* A name that gives no address is one line naming the file and line of
+ * its destination (an included file's own), for the library, run and
+ * check to say; a name that resolves adds none. */
+static void an_unresolved_host_is_one_line_at_its_file_and_line(void **state)
+{
+	static const char main_text[] = "segment = \"x\";\nresolve_timeout_ms = 300;\n"
+					"@include \"hosts.cfg\"\n";
+	static const char hosts[] = "compartments = (\n"
+				    "{ name = \"a\"; destinations = [ \"localhost:80\" ];\n"
+				    "  max_connections = 1; },\n"
+				    "{ name = \"b\"; destinations = [ \"127.0.0.1:81\",\n"
+				    "  \"no-such-host.invalid:82\" ]; max_connections = 1; });\n";
+	struct bs_config cfg;
+	char dir[64], p[128], want[512];
+
+	(void)state;
+	make_dir(dir, sizeof(dir));
+	put_file(dir, "svc.cfg", main_text, sizeof(main_text) - 1);
+	put_file(dir, "hosts.cfg", hosts, sizeof(hosts) - 1);
+	snprintf(p, sizeof(p), "%s/svc.cfg", dir);
+	assert_int_equal(cfg_load(p, &cfg, true, err, sizeof(err)), 0);
+	assert_int_equal(cfg.nunresolved, 1);
+	assert_non_null(cfg.unresolved);
+	snprintf(want, sizeof(want), "hosts.cfg:5: host \"no-such-host.invalid\" of compartment "
+		 "\"b\" resolves to nothing (");
+	assert_non_null(strstr(cfg.unresolved, want));
+	assert_non_null(strstr(cfg.unresolved, "): connections to no-such-host.invalid:82 are not "
+			       "limited until the program's own lookup of the name returns an "
+			       "address\n"));
+	assert_int_equal(strchr(cfg.unresolved, '\n')[1], '\0');
+	cfg_free(&cfg);
+	/* Not resolved, nothing is known: no line. */
+	assert_int_equal(cfg_load(p, &cfg, false, err, sizeof(err)), 0);
+	assert_int_equal(cfg.nunresolved, 0);
+	assert_null(cfg.unresolved);
+	cfg_free(&cfg);
+	remove_dir(dir);
+}
+
 static bool wants_strict(const char *text)
 {
 	bool strict;
@@ -1968,6 +2007,7 @@ int main(void)
 		cmocka_unit_test(without_resolve_only_host_rules_are_kept),
 		cmocka_unit_test(resolved_addresses_are_not_repeated),
 		cmocka_unit_test(unresolvable_host_is_not_an_error),
+		cmocka_unit_test(an_unresolved_host_is_one_line_at_its_file_and_line),
 		cmocka_unit_test(broken_config_can_still_ask_for_strict),
 		cmocka_unit_test(default_segment_comes_from_the_file_name),
 		cmocka_unit_test(cfg_free_zeroes_the_config),
