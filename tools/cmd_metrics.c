@@ -147,6 +147,21 @@ simple_value(FILE *f, const struct cli_comp *c, enum field field)
 	}
 }
 
+/* A level's name as a label value: limit_by_name's, a space made '_'
+ * ("fleet_floor"), as label values of the other families are words. */
+static const char *
+by_label(enum limit_by by)
+{
+	static const char *const names[LIMIT_BY_MAX] = {
+		[LIMIT_BY_NONE] = "none", [LIMIT_BY_STATIC] = "static",
+		[LIMIT_BY_FLEET_SHARE] = "fleet_share", [LIMIT_BY_FLEET_FLOOR] = "fleet_floor",
+		[LIMIT_BY_ADAPTIVE] = "adaptive", [LIMIT_BY_POOL] = "pool",
+		[LIMIT_BY_CLASS] = "class",
+	};
+
+	return (unsigned)by < LIMIT_BY_MAX ? names[by] : "none";
+}
+
 /* What binds each live limit, as state sets: every compartment has one
  * series per level, always the same ones, 1 for the level that binds now
  * and 0 for the others, so that a change of level creates no series. A
@@ -159,14 +174,14 @@ live_by(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n)
 	};
 
 	family(f, "bulkshim_compartment_live_limit_by", "gauge", "Which level binds the live "
-	    "limit of connections: 1 for it, 0 for the others (none, static, fleet share, fleet "
-	    "floor, adaptive, pool, class).");
+	    "limit of connections: 1 for it, 0 for the others (none, static, fleet_share, "
+	    "fleet_floor, adaptive, pool, class).");
 	for (uint32_t i = 0; i < n; i++) {
 		if (CLI_DAMAGED(all[i].damaged, CF_LIVE_LIMIT))
 			continue;
 		for (int b = LIMIT_BY_NONE; b < LIMIT_BY_MAX; b++) {
 			fputs("bulkshim_compartment_live_limit_by", f);
-			labels(f, seg, all[i].name, "by", limit_by_name((enum limit_by)b));
+			labels(f, seg, all[i].name, "by", by_label((enum limit_by)b));
 			fprintf(f, " %d\n", all[i].live_by == (enum limit_by)b ? 1 : 0);
 		}
 	}
@@ -178,7 +193,7 @@ live_by(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n)
 			continue;
 		for (size_t b = 0; b < sizeof(inflight) / sizeof(inflight[0]); b++) {
 			fputs("bulkshim_compartment_inflight_live_limit_by", f);
-			labels(f, seg, all[i].name, "by", limit_by_name(inflight[b]));
+			labels(f, seg, all[i].name, "by", by_label(inflight[b]));
 			fprintf(f, " %d\n", all[i].inflight_live_by == inflight[b] ? 1 : 0);
 		}
 	}

@@ -140,7 +140,7 @@ def test_fleet_host_on_its_floor_shows_the_floor_and_refuses_past_it():
     m = _metrics(seg)
     assert sample(m, "bulkshim_compartment_live_limit", compartment="web") == 1, m
     assert sample(m, "bulkshim_compartment_live_limit_by", compartment="web",
-                  by="fleet floor") == 1
+                  by="fleet_floor") == 1
     err = h.stop()
     assert "web full (1/1, fleet floor; static 8): connect to" in err, err
 
