@@ -77,12 +77,12 @@ def test_adaptive_cut_is_the_live_limit_everywhere_and_in_the_refusal_line():
     h = Holder(cfg, srv.port, 3)
     srv.wait_live(2, timeout=10)
     assert h.held == 2 and srv.max_live == 2, (h.held, srv.max_live)
+    row = _row(cli_ok("status", "-s", seg), "web")
+    assert "2 adaptive" in row and "HOT" in row, row
     c = harness.comp_of(status_json(seg), "web")
     assert c["limit"] == 8 and c["adaptive"]["limit"] == 2, c
     assert c["live_limit"] == 2 and c["live_limit_by"] == "adaptive", c
     assert c["hot"] is True, c
-    row = _row(cli_ok("status", "-s", seg), "web")
-    assert "2 adaptive" in row and "HOT" in row, row
     m = _metrics(seg)
     assert sample(m, "bulkshim_compartment_live_limit", compartment="web") == 2, m
     assert sample(m, "bulkshim_compartment_live_limit_by", compartment="web",
@@ -104,13 +104,13 @@ def test_adaptive_inflight_cut_is_the_inflight_live_limit():
     cfg = config_file(seg, [web_comp(srv.port, 8, max_inflight=64,
                                      adaptive={"min": 1, "max": 64, "initial": 6})])
     h = Holder(cfg, srv.port, 1)
+    text = cli_ok("status", "-s", seg)
+    table = text[text.index("IN FLIGHT"):]
+    assert "6 adaptive" in _row(table, "web"), text
     c = harness.comp_of(status_json(seg), "web")
     assert c["inflight_limit"] == 64, c
     assert c["inflight_live_limit"] == 6 and c["inflight_live_limit_by"] == "adaptive", c
     assert c["live_limit"] == 8 and c["live_limit_by"] == "static", c
-    text = cli_ok("status", "-s", seg)
-    table = text[text.index("IN FLIGHT"):]
-    assert "6 adaptive" in _row(table, "web"), text
     m = _metrics(seg)
     assert sample(m, "bulkshim_compartment_inflight_live_limit", compartment="web") == 6, m
     assert sample(m, "bulkshim_compartment_inflight_live_limit_by", compartment="web",
@@ -132,11 +132,11 @@ def test_fleet_host_on_its_floor_shows_the_floor_and_refuses_past_it():
     h = Holder(cfg, srv.port, 2)
     srv.wait_live(1, timeout=10)
     assert h.held == 1 and srv.max_live == 1, (h.held, srv.max_live)
+    row = _row(cli_ok("status", "-s", seg), "web")
+    assert "1 fleet floor" in row and "HOT" in row, row
     c = harness.comp_of(status_json(seg), "web")
     assert c["limit"] == 8 and c["live_limit"] == 1 and c["live_limit_by"] == "fleet floor", c
     assert c["hot"] is True, c
-    row = _row(cli_ok("status", "-s", seg), "web")
-    assert "1 fleet floor" in row and "HOT" in row, row
     m = _metrics(seg)
     assert sample(m, "bulkshim_compartment_live_limit", compartment="web") == 1, m
     assert sample(m, "bulkshim_compartment_live_limit_by", compartment="web",
@@ -199,8 +199,9 @@ def test_exhausted_pool_is_hot_everywhere():
     for name, held, ceiling in (("checkout", 3, 6), ("reports", 5, 8)):
         c = harness.comp_of(st, name)
         assert c["in_use"] == held and c["limit"] == ceiling, c
+        assert c["hot"] is True, c
         assert c["live_limit"] == held and c["live_limit_by"] == "pool", c
-        assert c["pool_full"] is True and c["hot"] is True, c
+        assert c["pool_full"] is True, c
     text = cli_ok("status", "-s", seg)
     for name, held in (("checkout", 3), ("reports", 5)):
         row = _row(text, name)
@@ -239,7 +240,8 @@ def test_class_at_its_limit_is_hot_and_named():
     srv.wait_live(2, timeout=10)
     assert h.held == 2 and srv.max_live == 2, (h.held, srv.max_live)
     c = harness.comp_of(status_json(seg), "web")
-    assert c["limit"] == 10 and c["class_full"] is True and c["hot"] is True, c
+    assert c["limit"] == 10 and c["hot"] is True, c
+    assert c["class_full"] is True, c
     assert c["live_limit"] == 2 and c["live_limit_by"] == "class batch", c
     row = _row(cli_ok("status", "-s", seg), "web")
     assert "2 class batch" in row and "HOT" in row, row
