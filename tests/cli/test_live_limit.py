@@ -248,3 +248,20 @@ def test_class_at_its_limit_is_hot_and_named():
     assert sample(_metrics(seg), "bulkshim_compartment_live_limit_by", compartment="web",
                   by="class") == 1
     assert "class batch at its limit of 2" in h.stop()
+
+
+def test_inflight_refusal_line_names_the_adaptive_limit():
+    """max_inflight 64 with an adaptive limit at 1: a second request while the first
+    waits for its reply is refused, and the line says the adaptive limit binds."""
+    srv = Server()
+    seg = new_segment()
+    cfg = config_file(seg, [web_comp(srv.port, 8, max_inflight=64,
+                                     adaptive={"min": 1, "max": 64, "initial": 1})])
+    code = ("import socket\na=socket.create_connection(('127.0.0.1',%d))\n"
+            "b=socket.create_connection(('127.0.0.1',%d))\na.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n"
+            "try:\n    b.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print('sent')\n"
+            "except OSError as e: print('refused', e.errno)\n" % (srv.port, srv.port))
+    r = harness.run([PY, "-c", code], shim_env(cfg))
+    assert r.stdout.startswith("refused"), (r.stdout, r.stderr)
+    assert "web: 1/1 requests in flight (adaptive limit; static 64): send to " in r.stderr, \
+        r.stderr
