@@ -178,10 +178,10 @@ struct cli_comp {
 	bool enforce;
 	/* The next connect of its busiest class would be refused or wait:
 	 * at or above CLI_HOT_PERCENT of either live limit, its pool has no
-	 * room left for it, or a class of it is at its class limit. */
+	 * room left for it, or its busiest class is at its class limit. */
 	bool hot;
 	bool pool_full;		/* in a pool that can lend it nothing more */
-	bool class_full;	/* a class at its own limit */
+	bool class_full;	/* its busiest class is at its own limit */
 	uint64_t admitted, rejected, last_rejection_ms, reclaimed, inflight_admitted;
 	uint64_t connect_timeouts, io_timeouts, peak_rate;
 	uint64_t recent_rate;	/* highest admissions/s in the last BS_RATE_SECONDS s */
@@ -201,8 +201,8 @@ struct cli_comp {
 	/* A fleet budget (read by fleet_view.c); fleet_limit 0 = none. */
 	/* The live limit of connections: the lowest of the static limit, the
 	 * fleet share or floor, the adaptive limit (limit_why), what its pool
-	 * can still lend it plus what it holds, and the same for its fullest
-	 * class; live_by names the level that binds, live_by_text says it
+	 * can still lend it plus what it holds, and the same for its busiest
+	 * class when that class has a limit; live_by names the level that binds, live_by_text says it
 	 * ("adaptive", "class batch"). UINT32_MAX: none. */
 	uint32_t live_limit;
 	enum limit_by live_by;

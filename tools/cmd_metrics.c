@@ -95,14 +95,14 @@ static const struct {
 	  "holding them.", F_RECLAIMED, CF_RECLAIMED },
 	{ "bulkshim_compartment_live_limit", "gauge", "Connections admitted at once now: the "
 	  "lowest of max_connections, the fleet share (or floor without a lease), the adaptive "
-	  "limit, what the pool can still lend plus what is held, the same for the fullest "
+	  "limit, what the pool can still lend plus what is held, the same for the busiest "
 	  "class (+Inf when none).", F_LIVE_LIMIT, CF_LIVE_LIMIT },
 	{ "bulkshim_compartment_inflight_live_limit", "gauge", "Requests in flight admitted at "
 	  "once now: max_inflight, or the adaptive limit when lower (+Inf when none).",
 	  F_INFLIGHT_LIVE_LIMIT, CF_INFLIGHT_LIVE_LIMIT },
 	{ "bulkshim_compartment_hot", "gauge", "1 when the next connect of the busiest class "
 	  "would be refused or wait: at or above 80 % of a live limit, the pool has no room left "
-	  "for it, or a class is at its limit (the HOT of status).", F_HOT, CF_FIELDS },
+	  "for it, or its busiest class is at its class limit (the HOT of status).", F_HOT, CF_FIELDS },
 	{ "bulkshim_fleet_limit", "gauge", "The compartment's fleet_limit across all hosts "
 	  "(compartments in a fleet only).", F_FLEET_LIMIT, CF_FIELDS },
 	{ "bulkshim_fleet_share", "gauge", "This host's share of the fleet limit, as last "

@@ -290,7 +290,7 @@ detail_lines(FILE *f, const struct cli_comp *c, bool ansi)
 		    cli_limit_text(c->live_limit, a, sizeof(a)), c->live_by_text,
 		    cli_limit_text(c->inflight_limit_now, b, sizeof(b)),
 		    limit_by_name(c->inflight_live_by), c->pool_full ? "; pool has no room" : "",
-		    c->class_full ? "; a class is at its limit" : "", ansi ? "\033[K" : "");
+		    c->class_full ? "; its busiest class is at its limit" : "", ansi ? "\033[K" : "");
 	cli_adaptive_watch(f, c, ansi);
 }
 

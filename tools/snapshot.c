@@ -312,8 +312,34 @@ lower(uint32_t *lim, enum limit_by *by, uint64_t v, enum limit_by vby)
 	}
 }
 
-/* c's live limits, after limit_why's: a pool's room and a class's lower
- * the connections' one to what c holds (held, its permits) and can still
+/* The index in c->cls of c's busiest class when that class has a limit:
+ * it holds some of c's held permits, and at least as many as those
+ * outside the classes with a limit hold together; -1 for none. */
+static int
+busiest_class(const struct cli_comp *c, uint32_t held)
+{
+	uint64_t limited = 0;
+	uint32_t most = 0;
+	int best = -1;
+
+	for (size_t k = 0; k < c->nclass; k++) {
+		const struct cli_class *cc = &c->cls[k];
+
+		if (cc->damaged & (1ULL << CF_LIMIT | 1ULL << CF_IN_USE))
+			return -1;
+		limited += cc->in_use;
+		if (cc->in_use > most) {
+			most = cc->in_use;
+			best = (int)k;
+		}
+	}
+	if (best < 0 || (held > limited && most < held - limited))
+		return -1;
+	return best;
+}
+
+/* c's live limits, after limit_why's: a pool's room and its busiest
+ * class's lower the connections' one to what c holds (held, its permits) and can still
  * take; every limit a damaged value feeds is damaged. */
 static void
 live_limits(const struct seg *s, const struct seg_comp *sc, struct cli_comp *c, uint32_t held)
@@ -336,13 +362,13 @@ live_limits(const struct seg *s, const struct seg_comp *sc, struct cli_comp *c, 
 		c->pool_full = room == 0;
 		lower(&c->live_limit, &c->live_by, (uint64_t)held + room, LIMIT_BY_POOL);
 	}
-	for (size_t k = 0; k < c->nclass; k++) {
-		const struct cli_class *cc = &c->cls[k];
+	/* The busiest class, if it has a limit: its room is the next
+	 * connect's; a class that holds nothing, or less than the classes
+	 * without a limit hold together, binds nothing. */
+	if ((cls = busiest_class(c, held)) >= 0) {
+		const struct cli_class *cc = &c->cls[cls];
 		uint32_t shared = atomic_load(&sc->cls_shared);
-		enum limit_by by = c->live_by;
 
-		if (cc->damaged & (1ULL << CF_LIMIT | 1ULL << CF_IN_USE))
-			continue;
 		room = cc->limit > cc->in_use ? cc->limit - cc->in_use : 0;
 		/* Beyond its guarantee a class takes of the compartment's
 		 * unguaranteed part too (share.c). */
@@ -351,11 +377,10 @@ live_limits(const struct seg *s, const struct seg_comp *sc, struct cli_comp *c, 
 
 			room = left < room ? left : room;
 		}
-		c->class_full = c->class_full || room == 0;
-		lower(&c->live_limit, &by, (uint64_t)held + room, LIMIT_BY_CLASS);
-		if (by != c->live_by) {
-			c->live_by = by;
-			cls = (int)k;
+		c->class_full = room == 0;
+		if ((uint64_t)held + room < c->live_limit) {
+			c->live_limit = held + room;
+			c->live_by = LIMIT_BY_CLASS;
 		}
 	}
 	if (CLI_DAMAGED(*m, CF_LIVE_LIMIT)) {

@@ -64,9 +64,9 @@ limit_now(_Atomic uint32_t *limit, int p)
 uint32_t
 limit_why(const struct seg_comp *c, int p, enum limit_by *by)
 {
-	_Atomic uint32_t *word = p == P_INFLIGHT ? (_Atomic uint32_t *)&c->inflight_limit :
-	    (_Atomic uint32_t *)&c->limit;
-	uint32_t lim = atomic_load_explicit(word, memory_order_relaxed), v;
+	uint32_t lim = p == P_INFLIGHT ?
+	    atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) :
+	    atomic_load_explicit(&c->limit, memory_order_relaxed), v;
 
 	*by = lim == UINT32_MAX ? LIMIT_BY_NONE : LIMIT_BY_STATIC;
 	if (p != P_INFLIGHT && atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) != 0) {

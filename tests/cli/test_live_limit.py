@@ -230,8 +230,9 @@ def test_exhausted_pool_is_hot_everywhere():
 
 
 def test_class_at_its_limit_is_hot_and_named():
-    """A class "batch" with a limit of 2 holding 2 in a compartment of 10: the
-    compartment is HOT and the class is named as what binds."""
+    """A class "batch" with a limit of 2 holding 2 in a compartment of 10: its busiest
+    class is full, so the compartment is HOT with the class named as what binds; once
+    the default class holds more, batch binds nothing and the compartment is not hot."""
     srv = Server()
     seg = new_segment()
     cfg = config_file(seg, [web_comp(srv.port, 10, class_limits={"batch": 2})],
@@ -247,6 +248,12 @@ def test_class_at_its_limit_is_hot_and_named():
     assert "2 class batch" in row and "HOT" in row, row
     assert sample(_metrics(seg), "bulkshim_compartment_live_limit_by", compartment="web",
                   by="class") == 1
+    more = Holder(cfg, srv.port, 3)
+    srv.wait_live(5, timeout=10)
+    c = harness.comp_of(status_json(seg), "web")
+    assert c["in_use"] == 5 and c["hot"] is False and c["class_full"] is False, c
+    assert c["live_limit"] == 10 and c["live_limit_by"] == "static", c
+    more.stop()
     assert "class batch at its limit of 2" in h.stop()
 
 
