@@ -283,14 +283,21 @@ details(const struct cli_comp *c)
 static void
 detail_lines(FILE *f, const struct cli_comp *c, bool ansi)
 {
-	char a[16], b[16];
+	char a[16], b[16], conn[CLI_LIVE_TEXT + 32] = "", fl[64] = "";
 
-	if (live_other(c))
-		fprintf(f, "  live limit %s (%s), in flight %s (%s)%s%s%s\n",
-		    cli_limit_text(c->live_limit, a, sizeof(a)), c->live_by_text,
+	if (c->live_by != LIMIT_BY_STATIC && c->live_by != LIMIT_BY_NONE)
+		snprintf(conn, sizeof(conn), "live limit %s (%s)",
+		    cli_limit_text(c->live_limit, a, sizeof(a)), c->live_by_text);
+	if (c->inflight_live_by != LIMIT_BY_STATIC && c->inflight_live_by != LIMIT_BY_NONE)
+		snprintf(fl, sizeof(fl), "%sin flight %s (%s)", conn[0] ? ", " : "live limit ",
 		    cli_limit_text(c->inflight_limit_now, b, sizeof(b)),
-		    limit_by_name(c->inflight_live_by), c->pool_full ? "; pool has no room" : "",
-		    c->class_full ? "; its busiest class is at its limit" : "", ansi ? "\033[K" : "");
+		    limit_by_name(c->inflight_live_by));
+	if (live_other(c))
+		fprintf(f, "  %s%s%s%s%s%s%s\n", conn, fl,
+		    (conn[0] || fl[0]) && (c->pool_full || c->class_full) ? "; " : "",
+		    c->pool_full ? "pool has no room" : "",
+		    c->pool_full && c->class_full ? ", " : "",
+		    c->class_full ? "its busiest class is at its limit" : "", ansi ? "\033[K" : "");
 	cli_adaptive_watch(f, c, ansi);
 }
 
