@@ -25,6 +25,7 @@
  */
 
 #define CLI_HOT_PERCENT	80	/* a compartment this full is flagged HOT */
+#define CLI_LIVE_TEXT	(BS_CLASS_NAME_MAX + 24)	/* "64 class NAME" */
 
 /* ---- cli_format.c: text helpers of every view ---- */
 
@@ -43,7 +44,7 @@ enum cli_field {
 	CF_CONNECT_TIMEOUTS, CF_IO_TIMEOUTS, CF_PEAK_RATE, CF_REJECTED_BY, CF_WOULD_REJECT,
 	CF_H_CONNECT, CF_H_REPLY, CF_H_WAIT, CF_GUARANTEED, CF_BORROWED, CF_CLASS_LENT,
 	CF_SIZE, CF_RESERVED, CF_SHARED, CF_LENT, CF_FREE, CF_ADAPTIVE, CF_FLEET_LIMIT,
-	CF_SEGMENT, CF_ATTACHED, CF_UNPROTECTED, CF_UNPROTECTED_LAST_MS, CF_TRUNCATED,
+	CF_SEGMENT, CF_ATTACHED, CF_UNPROTECTED, CF_UNPROTECTED_LAST_MS, CF_TRUNCATED, CF_INFLIGHT_LIVE_LIMIT,
 	CF_FIELDS
 };
 #define CLI_DAMAGED(mask, field)	((((mask) >> (field)) & 1) != 0)
@@ -171,10 +172,16 @@ struct cli_comp {
 	uint32_t limit, in_use, over, peak, waiting;
 	uint32_t inflight_limit, inflight, inflight_over, inflight_peak;
 	uint32_t inflight_limit_now;	/* what admission enforces now: the adaptive limit if lower */
+	enum limit_by inflight_live_by;	/* which level inflight_limit_now comes from */
 	uint32_t max_wait_ms, max_waiting, connect_timeout_ms, io_timeout_ms;
 	int reject_errno;
 	bool enforce;
-	bool hot;		/* at or above CLI_HOT_PERCENT of either limit */
+	/* The next connect of its busiest class would be refused or wait:
+	 * at or above CLI_HOT_PERCENT of either live limit, its pool has no
+	 * room left for it, or its busiest class is at its class limit. */
+	bool hot;
+	bool pool_full;		/* in a pool that can lend it nothing more */
+	bool class_full;	/* its busiest class is at its own limit */
 	uint64_t admitted, rejected, last_rejection_ms, reclaimed, inflight_admitted;
 	uint64_t connect_timeouts, io_timeouts, peak_rate;
 	uint64_t recent_rate;	/* highest admissions/s in the last BS_RATE_SECONDS s */
@@ -192,7 +199,14 @@ struct cli_comp {
 	struct cli_adaptive ad;
 	uint64_t reconciled;	/* permits of sockets found closed unseen */
 	/* A fleet budget (read by fleet_view.c); fleet_limit 0 = none. */
-	uint32_t live_limit;	/* what admission enforces now (limit_conn, adaptive) */
+	/* The live limit of connections: the lowest of the static limit, the
+	 * fleet share or floor, the adaptive limit (limit_why), what its pool
+	 * can still lend it plus what it holds, and the same for its busiest
+	 * class when that class has a limit; live_by names the level that binds, live_by_text says it
+	 * ("adaptive", "class batch"). UINT32_MAX: none. */
+	uint32_t live_limit;
+	enum limit_by live_by;
+	char live_by_text[BS_CLASS_NAME_MAX + 8];
 	uint32_t fleet_limit, fleet_floor, fleet_share, fleet_hosts, fleet_state;
 	uint32_t fleet_demand;		/* the agent's last demand */
 	uint32_t fleet_churn_c;		/* share changes per minute, times 100 */
@@ -283,6 +297,10 @@ void cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, 
 void cli_read_pool(const struct seg *s, uint32_t p, struct cli_pool *out);
 /* Fills the pool fields of c (compartment c->index of s); cannot fail. */
 void cli_read_comp_pool(const struct seg *s, struct cli_comp *c);
+/* Connection permits compartment sc may still take from its pool: what
+ * is left of its guarantee and what the pool's shared part has not lent;
+ * UINT32_MAX when it is in no pool. Cannot fail. */
+uint32_t cli_pool_room(const struct seg *s, const struct seg_comp *sc);
 /* `, "pools": [...]` for status --json. */
 void cli_json_pools(FILE *f, const struct cli_snap *snap);
 /* The pool keys of a compartment for status --json. */

@@ -30,6 +30,7 @@ static const char *const field_names[CF_FIELDS] = {
 	[CF_ADAPTIVE] = "adaptive", [CF_FLEET_LIMIT] = "fleet_limit", [CF_SEGMENT] = "segment",
 	[CF_ATTACHED] = "attached", [CF_UNPROTECTED] = "unprotected",
 	[CF_UNPROTECTED_LAST_MS] = "unprotected_last_ms", [CF_TRUNCATED] = "truncated",
+	[CF_INFLIGHT_LIVE_LIMIT] = "inflight_live_limit",
 };
 _Static_assert(CF_FIELDS <= 64, "a damaged mask has a bit for every field");
 

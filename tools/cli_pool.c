@@ -51,6 +51,27 @@ cli_read_comp_pool(const struct seg *s, struct cli_comp *c)
 	c->borrowed = n > c->guaranteed ? n - c->guaranteed : 0;
 }
 
+uint32_t
+cli_pool_room(const struct seg *s, const struct seg_comp *sc)
+{
+	const struct seg_pool *pool = seg_pool_of(s, sc);
+	uint32_t n, g, lent, shared;
+	uint64_t room;
+
+	if (pool == NULL)
+		return UINT32_MAX;
+	n = atomic_load(&sc->in_use);
+	g = atomic_load(&sc->guaranteed);
+	lent = atomic_load(&pool->lent);
+	shared = atomic_load(&pool->shared);
+	/* pool_take: lent beyond the shared part (it shrank live) stops
+	 * even takes within a guarantee until it drains. */
+	if (lent > shared)
+		return 0;
+	room = (uint64_t)(g > n ? g - n : 0) + (shared - lent);
+	return room < BS_MAX_LIMIT ? (uint32_t)room : BS_MAX_LIMIT;
+}
+
 void
 cli_json_pools(FILE *f, const struct cli_snap *snap)
 {

@@ -60,8 +60,9 @@ limit_value(FILE *f, uint32_t v)
 enum field {
 	F_LIMIT, F_IN_USE, F_PEAK, F_INFLIGHT, F_INFLIGHT_LIMIT, F_INFLIGHT_PEAK, F_WAITING,
 	F_OVER, F_ENFORCE, F_ADMITTED, F_RECLAIMED, F_PEAK_RATE, F_KERNEL,
+	F_INFLIGHT_LIVE_LIMIT, F_HOT, F_LIVE_LIMIT,
 	/* The fleet's last: a compartment outside a fleet has none of them. */
-	F_LIVE_LIMIT, F_FLEET_LIMIT, F_FLEET_SHARE, F_FLEET_LEASE, F_FLEET_LEASE_AGE, F_FLEET_REDIS,
+	F_FLEET_LIMIT, F_FLEET_SHARE, F_FLEET_LEASE, F_FLEET_LEASE_AGE, F_FLEET_REDIS,
 };
 
 /* Each family with the field of enum cli_field its value is (CF_FIELDS:
@@ -94,8 +95,16 @@ static const struct {
 	{ "bulkshim_admitted_total", "counter", "Connections admitted.", F_ADMITTED, CF_ADMITTED },
 	{ "bulkshim_reclaimed_total", "counter", "Permits taken back from processes that died "
 	  "holding them.", F_RECLAIMED, CF_RECLAIMED },
-	{ "bulkshim_compartment_live_limit", "gauge", "Connections admitted at once now: "
-	  "max_connections, or the fleet share, or the fleet floor without a lease.", F_LIVE_LIMIT, CF_LIVE_LIMIT },
+	{ "bulkshim_compartment_live_limit", "gauge", "Connections admitted at once now: the "
+	  "lowest of max_connections, the fleet share (or floor without a lease), the adaptive "
+	  "limit, what the pool can still lend plus what is held, the same for the busiest "
+	  "class (+Inf when none).", F_LIVE_LIMIT, CF_LIVE_LIMIT },
+	{ "bulkshim_compartment_inflight_live_limit", "gauge", "Requests in flight admitted at "
+	  "once now: max_inflight, or the adaptive limit when lower (+Inf when none).",
+	  F_INFLIGHT_LIVE_LIMIT, CF_INFLIGHT_LIVE_LIMIT },
+	{ "bulkshim_compartment_hot", "gauge", "1 when the next connect of the busiest class "
+	  "would be refused or wait: at or above 80 % of a live limit, the pool has no room left "
+	  "for it, or its busiest class is at its class limit (the HOT of status).", F_HOT, CF_FIELDS },
 	{ "bulkshim_fleet_limit", "gauge", "The compartment's fleet_limit across all hosts "
 	  "(compartments in a fleet only).", F_FLEET_LIMIT, CF_FIELDS },
 	{ "bulkshim_fleet_share", "gauge", "This host's share of the fleet limit, as last "
@@ -127,6 +136,8 @@ simple_value(FILE *f, const struct cli_comp *c, enum field field)
 	case F_ADMITTED: fprintf(f, " %llu\n", (unsigned long long)c->admitted); break;
 	case F_RECLAIMED: fprintf(f, " %llu\n", (unsigned long long)c->reclaimed); break;
 	case F_LIVE_LIMIT: limit_value(f, c->live_limit); break;
+	case F_INFLIGHT_LIVE_LIMIT: limit_value(f, c->inflight_limit_now); break;
+	case F_HOT: fprintf(f, " %d\n", c->hot ? 1 : 0); break;
 	case F_FLEET_LIMIT: fprintf(f, " %u\n", c->fleet_limit); break;
 	case F_FLEET_SHARE: fprintf(f, " %u\n", c->fleet_share); break;
 	case F_FLEET_LEASE: fprintf(f, " %d\n", c->fleet_lease ? 1 : 0); break;
@@ -138,6 +149,58 @@ simple_value(FILE *f, const struct cli_comp *c, enum field field)
 		break;
 	case F_FLEET_REDIS: fprintf(f, " %d\n", c->fleet_state == FLEET_OK ? 1 : 0); break;
 	case F_KERNEL: fprintf(f, " %d\n", c->kernel ? 1 : 0); break;
+	}
+}
+
+/* A level's name as a label value: limit_by_name's, a space made '_'
+ * ("fleet_floor"), as label values of the other families are words. */
+static const char *
+by_label(enum limit_by by)
+{
+	static const char *const names[LIMIT_BY_MAX] = {
+		[LIMIT_BY_NONE] = "none", [LIMIT_BY_STATIC] = "static",
+		[LIMIT_BY_FLEET_SHARE] = "fleet_share", [LIMIT_BY_FLEET_FLOOR] = "fleet_floor",
+		[LIMIT_BY_ADAPTIVE] = "adaptive", [LIMIT_BY_POOL] = "pool",
+		[LIMIT_BY_CLASS] = "class",
+	};
+
+	return (unsigned)by < LIMIT_BY_MAX ? names[by] : "none";
+}
+
+/* What binds each live limit, as state sets: every compartment has one
+ * series per level, always the same ones, 1 for the level that binds now
+ * and 0 for the others, so that a change of level creates no series. A
+ * damaged limit has none. */
+static void
+live_by(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n)
+{
+	static const enum limit_by inflight[] = {
+		LIMIT_BY_NONE, LIMIT_BY_STATIC, LIMIT_BY_ADAPTIVE,
+	};
+
+	family(f, "bulkshim_compartment_live_limit_by", "gauge", "Which level binds the live "
+	    "limit of connections: 1 for it, 0 for the others (none, static, fleet_share, "
+	    "fleet_floor, adaptive, pool, class).");
+	for (uint32_t i = 0; i < n; i++) {
+		if (CLI_DAMAGED(all[i].damaged, CF_LIVE_LIMIT))
+			continue;
+		for (int b = LIMIT_BY_NONE; b < LIMIT_BY_MAX; b++) {
+			fputs("bulkshim_compartment_live_limit_by", f);
+			labels(f, seg, all[i].name, "by", by_label((enum limit_by)b));
+			fprintf(f, " %d\n", all[i].live_by == (enum limit_by)b ? 1 : 0);
+		}
+	}
+	family(f, "bulkshim_compartment_inflight_live_limit_by", "gauge", "Which level binds the "
+	    "live limit of requests in flight: 1 for it, 0 for the others (none, static, "
+	    "adaptive).");
+	for (uint32_t i = 0; i < n; i++) {
+		if (CLI_DAMAGED(all[i].damaged, CF_INFLIGHT_LIVE_LIMIT))
+			continue;
+		for (size_t b = 0; b < sizeof(inflight) / sizeof(inflight[0]); b++) {
+			fputs("bulkshim_compartment_inflight_live_limit_by", f);
+			labels(f, seg, all[i].name, "by", by_label(inflight[b]));
+			fprintf(f, " %d\n", all[i].inflight_live_by == inflight[b] ? 1 : 0);
+		}
 	}
 }
 
@@ -288,6 +351,7 @@ cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms)
 			simple_value(f, &all[i], simple[k].field);
 		}
 	}
+	live_by(f, seg, all, n);
 	by_reason(f, "bulkshim_rejections_total", "Calls refused, by reason.", seg, all,
 	    n, false);
 	by_reason(f, "bulkshim_would_reject_total", "Calls observe mode let through that "

@@ -61,6 +61,31 @@ json_bool(bool v, bool bad)
 	return bad ? "null" : v ? "true" : "false";
 }
 
+/* A level's name, or null for none (no limit, or a damaged one). */
+static void
+json_by(FILE *f, const char *key, enum limit_by by, const char *text)
+{
+	fprintf(f, ", \"%s\": ", key);
+	if (by == LIMIT_BY_NONE)
+		fputs("null", f);
+	else
+		cli_json_string(f, text);
+}
+
+/* The live limits and what binds them (snapshot.c), and why c is hot;
+ * "live_limit" itself is written with the fleet's keys. */
+static void
+json_live(FILE *f, const struct cli_comp *c)
+{
+	json_by(f, "live_limit_by", c->live_by, c->live_by_text);
+	cli_json_value(f, "inflight_live_limit", c->inflight_limit_now,
+	    c->inflight_limit_now == UINT32_MAX || CLI_DAMAGED(c->damaged, CF_INFLIGHT_LIVE_LIMIT));
+	json_by(f, "inflight_live_limit_by", c->inflight_live_by,
+	    limit_by_name(c->inflight_live_by));
+	fprintf(f, ", \"pool_full\": %s, \"class_full\": %s", c->pool_full ? "true" : "false",
+	    c->class_full ? "true" : "false");
+}
+
 static void
 json_comp(FILE *f, const struct cli_comp *c)
 {
@@ -93,6 +118,7 @@ json_comp(FILE *f, const struct cli_comp *c)
 	cli_json_field(f, m, CF_INFLIGHT_PEAK, c->inflight_peak);
 	fprintf(f, ", \"enforce\": %s, \"hot\": %s", c->enforce ? "true" : "false",
 	    c->hot ? "true" : "false");
+	json_live(f, c);
 	cli_json_field(f, m, CF_MAX_WAIT_MS, c->max_wait_ms);
 	cli_json_field(f, m, CF_MAX_WAITING, c->max_waiting);
 	cli_json_field(f, m, CF_CONNECT_TIMEOUT_MS, c->connect_timeout_ms);
@@ -166,15 +192,41 @@ cell(char *buf, size_t len, const struct cli_comp *c, enum cli_field field, uint
 	return cli_count_text(v, CLI_DAMAGED(c->damaged, field), buf, len);
 }
 
-/* A limit's cell: "-" for none, or "damaged". */
+/* A live limit's cell: "-" for none, the number when the static limit
+ * binds, else the number and the level ("6 adaptive", "3 pool"), or
+ * "damaged". */
 static const char *
-limit_cell(char *buf, size_t len, const struct cli_comp *c, enum cli_field field, uint32_t v)
+live_cell(char *buf, size_t len, const struct cli_comp *c, bool inflight)
 {
-	if (CLI_DAMAGED(c->damaged, field)) {
+	enum cli_field field = inflight ? CF_INFLIGHT_LIVE_LIMIT : CF_LIVE_LIMIT;
+	enum limit_by by = inflight ? c->inflight_live_by : c->live_by;
+	uint32_t v = inflight ? c->inflight_limit_now : c->live_limit;
+
+	if (CLI_DAMAGED(c->damaged, field) || (!inflight && CLI_DAMAGED(c->damaged, CF_LIMIT)) ||
+	    (inflight && CLI_DAMAGED(c->damaged, CF_INFLIGHT_LIMIT)))
 		snprintf(buf, len, "%s", CLI_DAMAGED_TEXT);
-		return buf;
+	else if (by == LIMIT_BY_NONE || v == UINT32_MAX)
+		snprintf(buf, len, "-");
+	else if (by == LIMIT_BY_STATIC)
+		snprintf(buf, len, "%u", v);
+	else
+		snprintf(buf, len, "%u %s", v, inflight ? limit_by_name(by) : c->live_by_text);
+	return buf;
+}
+
+/* The width of a table's LIMIT column: 7, or the widest of its cells. */
+static int
+live_width(const struct cli_comp *all, uint32_t n, bool inflight)
+{
+	char buf[CLI_LIVE_TEXT];
+	size_t w = 7;
+
+	for (uint32_t i = 0; i < n; i++) {
+		size_t k = strlen(live_cell(buf, sizeof(buf), &all[i], inflight));
+
+		w = k > w ? k : w;
 	}
-	return cli_limit_text(v, buf, len);
+	return (int)w;
 }
 
 /* The second table, for compartments that count requests in flight, wait
@@ -182,8 +234,9 @@ limit_cell(char *buf, size_t len, const struct cli_comp *c, enum cli_field field
 static void
 text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
 {
-	char lim[16], wait[16];
+	char lim[CLI_LIVE_TEXT], wait[16];
 	bool any = false;
+	int lw;
 
 	for (uint32_t i = 0; i < n; i++)
 		any = any || all[i].inflight_limit != UINT32_MAX || all[i].max_wait_ms != 0 ||
@@ -191,8 +244,9 @@ text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
 		    all[i].inflight_admitted != 0;
 	if (!any)
 		return;
-	fprintf(f, "\n%-24s %9s %7s %7s %7s %8s %10s %10s\n", "COMPARTMENT", "IN FLIGHT", "LIMIT",
-	    "PEAK", "WAITING", "MAX WAIT", "CONNECT TO", "IO TO");
+	lw = live_width(all, n, true);
+	fprintf(f, "\n%-24s %9s %*s %7s %7s %8s %10s %10s\n", "COMPARTMENT", "IN FLIGHT", lw,
+	    "LIMIT", "PEAK", "WAITING", "MAX WAIT", "CONNECT TO", "IO TO");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_comp *c = &all[i];
 		char v[5][24];
@@ -203,9 +257,9 @@ text_inflight(FILE *f, const struct cli_comp *all, uint32_t n)
 			snprintf(wait, sizeof(wait), "%ums", c->max_wait_ms);
 		else
 			snprintf(wait, sizeof(wait), "-");
-		fprintf(f, "%-24s %9s %7s %7s %7s %8s %10s %10s\n", c->name,
-		    cell(v[0], sizeof(v[0]), c, CF_INFLIGHT, c->inflight),
-		    limit_cell(lim, sizeof(lim), c, CF_INFLIGHT_LIMIT, c->inflight_limit),
+		fprintf(f, "%-24s %9s %*s %7s %7s %8s %10s %10s\n", c->name,
+		    cell(v[0], sizeof(v[0]), c, CF_INFLIGHT, c->inflight), lw,
+		    live_cell(lim, sizeof(lim), c, true),
 		    cell(v[1], sizeof(v[1]), c, CF_INFLIGHT_PEAK, c->inflight_peak),
 		    cell(v[2], sizeof(v[2]), c, CF_WAITING, c->waiting), wait,
 		    cell(v[3], sizeof(v[3]), c, CF_CONNECT_TIMEOUTS, c->connect_timeouts),
@@ -273,8 +327,9 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 {
 	const struct cli_comp *all = snap->comp;
 	uint32_t n = snap->ncomp, procs = snap->processes;
-	char ago[32], lim[16], att[24];
+	char ago[32], lim[CLI_LIVE_TEXT], att[24];
 	bool extra = false;
+	int lw = live_width(all, n, false);
 
 	fprintf(f, "segment %s (/dev/shm/bulkshim.%s), %u process%s holding permits now, "
 	    "%s attached since it was created\n", snap->name, snap->name, procs,
@@ -282,7 +337,7 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 	    CLI_DAMAGED(snap->damaged, CF_ATTACHED), att, sizeof(att)));
 	cli_text_damaged(f, snap, "");
 	text_unprotected(f, snap);
-	fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", "LIMIT",
+	fprintf(f, "%-24s %7s %*s %7s %10s %10s %10s  %s\n", "COMPARTMENT", "IN USE", lw, "LIMIT",
 	    "PEAK", "ADMITTED", "REJECTED", "RECLAIMED", "LAST REJECTION");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_comp *c = &all[i];
@@ -292,9 +347,9 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 			snprintf(ago, sizeof(ago), "%s", CLI_DAMAGED_TEXT);
 		else
 			cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
-		fprintf(f, "%-24s %7s %7s %7s %10s %10s %10s  %s%s%s%s\n", c->name,
-		    cell(v[0], sizeof(v[0]), c, CF_IN_USE, c->in_use),
-		    limit_cell(lim, sizeof(lim), c, CF_LIMIT, c->limit),
+		fprintf(f, "%-24s %7s %*s %7s %10s %10s %10s  %s%s%s%s\n", c->name,
+		    cell(v[0], sizeof(v[0]), c, CF_IN_USE, c->in_use), lw,
+		    live_cell(lim, sizeof(lim), c, false),
 		    cell(v[1], sizeof(v[1]), c, CF_PEAK, c->peak),
 		    cell(v[2], sizeof(v[2]), c, CF_ADMITTED, c->admitted),
 		    cell(v[3], sizeof(v[3]), c, CF_REJECTED, c->rejected),

@@ -248,7 +248,7 @@ row(FILE *f, struct view *v, const struct busy *b, const char *name, int namew, 
 	 * the fleet share and an adaptive connection limit in it). */
 	gauge(bar1, bw, n1, sizeof(n1), c, c->in_use, c->live_limit, CF_IN_USE, CF_LIVE_LIMIT);
 	gauge(bar2, bw, n2, sizeof(n2), c, c->inflight, c->inflight_limit_now, CF_INFLIGHT,
-	    CF_INFLIGHT_LIMIT);
+	    CF_INFLIGHT_LIVE_LIMIT);
 	cli_count_text(c->waiting, CLI_DAMAGED(c->damaged, CF_WAITING), wait, sizeof(wait));
 	if (b->rate < 0)
 		snprintf(rate, sizeof(rate), "-");
@@ -261,6 +261,44 @@ row(FILE *f, struct view *v, const struct busy *b, const char *name, int namew, 
 		fprintf(f, "%-3s", flag);
 	fprintf(f, " [%s] %-*.*s [%s] %-*.*s %7s %7.7s%s\n", bar1, COUNT_WIDTH, COUNT_WIDTH, n1, bar2,
 	    COUNT_WIDTH, COUNT_WIDTH, n2, wait, rate, v->ansi ? "\033[K" : "");
+}
+
+/* Whether a live limit of c comes from another level than the static one
+ * (or none), which its row's bars do not say. */
+static bool
+live_other(const struct cli_comp *c)
+{
+	return (c->live_by != LIMIT_BY_STATIC && c->live_by != LIMIT_BY_NONE) ||
+	    (c->inflight_live_by != LIMIT_BY_STATIC && c->inflight_live_by != LIMIT_BY_NONE) ||
+	    c->pool_full || c->class_full;
+}
+
+/* The lines under c's row: what binds its live limits, its adaptive limit. */
+static int
+details(const struct cli_comp *c)
+{
+	return live_other(c) + (c->ad.mode != AD_NONE);
+}
+
+static void
+detail_lines(FILE *f, const struct cli_comp *c, bool ansi)
+{
+	char a[16], b[16], conn[CLI_LIVE_TEXT + 32] = "", fl[64] = "";
+
+	if (c->live_by != LIMIT_BY_STATIC && c->live_by != LIMIT_BY_NONE)
+		snprintf(conn, sizeof(conn), "live limit %s (%s)",
+		    cli_limit_text(c->live_limit, a, sizeof(a)), c->live_by_text);
+	if (c->inflight_live_by != LIMIT_BY_STATIC && c->inflight_live_by != LIMIT_BY_NONE)
+		snprintf(fl, sizeof(fl), "%sin flight %s (%s)", conn[0] ? ", " : "live limit ",
+		    cli_limit_text(c->inflight_limit_now, b, sizeof(b)),
+		    limit_by_name(c->inflight_live_by));
+	if (live_other(c))
+		fprintf(f, "  %s%s%s%s%s%s%s\n", conn, fl,
+		    (conn[0] || fl[0]) && (c->pool_full || c->class_full) ? "; " : "",
+		    c->pool_full ? "pool has no room" : "",
+		    c->pool_full && c->class_full ? ", " : "",
+		    c->class_full ? "its busiest class is at its limit" : "", ansi ? "\033[K" : "");
+	cli_adaptive_watch(f, c, ansi);
 }
 
 /* status's WARNING line about damaged values, cut to the screen's width
@@ -399,7 +437,7 @@ frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 		/* Not a terminal: every row, then the fleet and pool tables. */
 		for (uint32_t i = 0; i < n; i++) {
 			row(f, v, &order[i], ab[order[i].c->index], namew, bw);
-			cli_adaptive_watch(f, order[i].c, v->ansi);
+			detail_lines(f, order[i].c, v->ansi);
 		}
 		if (extras != NULL)
 			fputs(extras, f);
@@ -421,7 +459,7 @@ frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 		top = (long)n - 1;
 	/* Not past the point where the last page is full. */
 	for (long used = 0, i = (long)n - 1; i >= 0; i--) {
-		used += 1 + (order[i].c->ad.mode != AD_NONE);
+		used += 1 + details(order[i].c);
 		if (used > budget) {
 			if (top > i + 1)
 				top = i + 1;
@@ -435,13 +473,13 @@ frame_body(FILE *f, struct view *v, const struct cli_snap *snap, uint64_t now)
 	scroll_top = top;
 	shown = 0;
 	for (long i = top, used = 0; i < (long)n; i++) {
-		int need = 1 + (order[i].c->ad.mode != AD_NONE);
+		int need = 1 + details(order[i].c);
 
 		if (used + need > budget && shown > 0)
 			break;
 		row(f, v, &order[i], ab[order[i].c->index], namew, bw);
 		if (need > 1 && used + need <= budget)
-			cli_adaptive_watch(f, order[i].c, v->ansi);
+			detail_lines(f, order[i].c, v->ansi);
 		used += need;
 		shown++;
 	}

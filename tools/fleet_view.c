@@ -58,7 +58,6 @@ cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 {
 	uint64_t now = now_mono_ms(), expiry, renewed;
 
-	c->live_limit = limit_conn(sc);
 	c->fleet_limit = atomic_load(&sc->fleet_limit);
 	c->fleet_lease_age_ms = UINT64_MAX;
 	if (c->fleet_limit == 0)
@@ -86,7 +85,10 @@ cli_read_fleet(const struct seg_comp *sc, struct cli_comp *c)
 void
 cli_json_fleet(FILE *f, const struct cli_comp *c)
 {
-	cli_json_field(f, c->damaged, CF_LIVE_LIMIT, c->live_limit == UINT32_MAX ? 0 : c->live_limit);
+	/* No limit at all is null, as a damaged one is ("unlimited" and
+	 * "damaged" tell them apart), never 0. */
+	cli_json_value(f, "live_limit", c->live_limit, c->live_limit == UINT32_MAX ||
+	    CLI_DAMAGED(c->damaged, CF_LIVE_LIMIT));
 	cli_json_field(f, c->damaged, CF_FLEET_LIMIT, c->fleet_limit);
 	if (c->fleet_limit == 0)
 		return;

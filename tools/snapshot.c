@@ -301,6 +301,98 @@ check_comp_shares(struct cli_comp *c, uint32_t nslots)
 	}
 }
 
+/* The lower of *lim and v, with *by the level of the lower (a tie keeps
+ * the level already there). */
+static void
+lower(uint32_t *lim, enum limit_by *by, uint64_t v, enum limit_by vby)
+{
+	if (v < *lim) {
+		*lim = (uint32_t)v;
+		*by = vby;
+	}
+}
+
+/* The index in c->cls of c's busiest class when that class has a limit:
+ * it holds some of c's held permits, and at least as many as those
+ * outside the classes with a limit hold together; -1 for none. */
+static int
+busiest_class(const struct cli_comp *c, uint32_t held)
+{
+	uint64_t limited = 0;
+	uint32_t most = 0;
+	int best = -1;
+
+	for (size_t k = 0; k < c->nclass; k++) {
+		const struct cli_class *cc = &c->cls[k];
+
+		if (cc->damaged & (1ULL << CF_LIMIT | 1ULL << CF_IN_USE))
+			return -1;
+		limited += cc->in_use;
+		if (cc->in_use > most) {
+			most = cc->in_use;
+			best = (int)k;
+		}
+	}
+	if (best < 0 || (held > limited && most < held - limited))
+		return -1;
+	return best;
+}
+
+/* c's live limits, after limit_why's: a pool's room and its busiest
+ * class's lower the connections' one to what c holds (held, its permits) and can still
+ * take; every limit a damaged value feeds is damaged. */
+static void
+live_limits(const struct seg *s, const struct seg_comp *sc, struct cli_comp *c, uint32_t held)
+{
+	uint64_t *m = &c->damaged;
+	uint32_t room;
+	int cls = -1;
+
+	if (c->live_by == LIMIT_BY_ADAPTIVE && CLI_DAMAGED(*m, CF_ADAPTIVE))
+		flag(m, CF_LIVE_LIMIT);
+	if (CLI_DAMAGED(*m, CF_INFLIGHT_LIMIT) || (c->inflight_live_by == LIMIT_BY_ADAPTIVE &&
+	    CLI_DAMAGED(*m, CF_ADAPTIVE)) || (c->inflight_limit_now > BS_MAX_LIMIT &&
+	    c->inflight_limit_now != UINT32_MAX))
+		flag(m, CF_INFLIGHT_LIVE_LIMIT);
+	if (CLI_DAMAGED(*m, CF_INFLIGHT_LIVE_LIMIT)) {
+		c->inflight_limit_now = UINT32_MAX;
+		c->inflight_live_by = LIMIT_BY_NONE;
+	}
+	if (c->pool >= 0 && (room = cli_pool_room(s, sc)) != UINT32_MAX) {
+		c->pool_full = room == 0;
+		lower(&c->live_limit, &c->live_by, (uint64_t)held + room, LIMIT_BY_POOL);
+	}
+	/* The busiest class, if it has a limit: its room is the next
+	 * connect's; a class that holds nothing, or less than the classes
+	 * without a limit hold together, binds nothing. */
+	if ((cls = busiest_class(c, held)) >= 0) {
+		const struct cli_class *cc = &c->cls[cls];
+		uint32_t shared = atomic_load(&sc->cls_shared);
+
+		room = cc->limit > cc->in_use ? cc->limit - cc->in_use : 0;
+		/* Beyond its guarantee a class takes of the compartment's
+		 * unguaranteed part too (share.c). */
+		if (cc->shares && cc->in_use >= cc->guaranteed) {
+			uint32_t left = shared > c->class_lent ? shared - c->class_lent : 0;
+
+			room = left < room ? left : room;
+		}
+		c->class_full = room == 0;
+		if ((uint64_t)held + room < c->live_limit) {
+			c->live_limit = held + room;
+			c->live_by = LIMIT_BY_CLASS;
+		}
+	}
+	if (CLI_DAMAGED(*m, CF_LIVE_LIMIT)) {
+		c->live_limit = UINT32_MAX;
+		c->live_by = LIMIT_BY_NONE;
+	}
+	if (c->live_by == LIMIT_BY_CLASS && cls >= 0)
+		snprintf(c->live_by_text, sizeof(c->live_by_text), "class %s", c->cls[cls].name);
+	else
+		snprintf(c->live_by_text, sizeof(c->live_by_text), "%s", limit_by_name(c->live_by));
+}
+
 /* Compartment i's own words, and its features' (the kernel engine's
  * counts come after, for every compartment at once). */
 static void
@@ -351,19 +443,17 @@ read_comp(const struct seg *s, uint32_t i, uint64_t now_s, uint64_t now_ms, stru
 	c->in_use += c->over;
 	c->inflight += c->inflight_over;
 	read_classes(seg_header(s), sc, s->nslots, c);
+	/* What admission enforces now, by the library's own code. */
+	c->live_limit = limit_why(sc, P_CONN, &c->live_by);
+	c->inflight_limit_now = limit_why(sc, P_INFLIGHT, &c->inflight_live_by);
 	cli_read_fleet(sc, c);
 	check_fleet(c);
-	/* What admission enforces now: an adaptive limit may be lower. */
-	if (c->ad.mode == AD_ON && c->ad.kind == P_CONN && c->ad.limit < c->live_limit)
-		c->live_limit = c->ad.limit;
-	c->inflight_limit_now = c->inflight_limit;
-	if (c->ad.mode == AD_ON && c->ad.kind == P_INFLIGHT && c->ad.limit < c->inflight_limit)
-		c->inflight_limit_now = c->ad.limit;
 	cli_read_comp_pool(s, c);
 	if (c->pool >= 0)
 		read_name(c->pool_name, sizeof(c->pool_name), c->pool_name, sizeof(c->pool_name),
 		    &c->damaged, CF_NAME);
 	check_comp_shares(c, s->nslots);
+	live_limits(s, sc, c, c->in_use - c->over);
 }
 
 /* Pool p, read by cli_pool.c, held to what the library writes: its size as
@@ -452,7 +542,8 @@ cli_snap_read(const struct seg *s, struct cli_snap *snap)
 		struct cli_comp *c = &snap->comp[i];
 
 		c->hot = near_limit(c->in_use, c->live_limit) ||
-		    near_limit(c->inflight, c->inflight_limit_now);
+		    near_limit(c->inflight, c->inflight_limit_now) || c->pool_full ||
+		    c->class_full;
 		c->ndamaged = count_bits(c->damaged);
 		for (size_t k = 0; k < c->nclass; k++)
 			c->ndamaged += count_bits(c->cls[k].damaged);

@@ -375,6 +375,27 @@ BS_LTO_INLINE uint32_t limit_conn(const struct seg_comp *c);
  * compartment whose word it is. */
 BS_LTO_INLINE uint32_t limit_now(_Atomic uint32_t *limit, int p);
 #pragma GCC diagnostic pop
+/* The level whose limit binds a compartment now, lowest first; a tie goes
+ * to the level listed first. limit_why names the first four; the views
+ * add a pool's room and a class's (tools/snapshot.c). */
+enum limit_by {
+	LIMIT_BY_NONE,		/* no limit at all */
+	LIMIT_BY_STATIC,	/* max_connections or max_inflight, as set */
+	LIMIT_BY_FLEET_SHARE,	/* this host's leased share of a fleet budget */
+	LIMIT_BY_FLEET_FLOOR,	/* fleet_floor: no valid lease */
+	LIMIT_BY_ADAPTIVE,	/* the adaptive limit */
+	LIMIT_BY_POOL,		/* what its pool can still lend it, and what it holds */
+	LIMIT_BY_CLASS,		/* a class at its own limit */
+	LIMIT_BY_MAX
+};
+/* The limit limit_now holds a take of kind p (P_CONN or P_INFLIGHT) of c
+ * to, with in *by the level it comes from (LIMIT_BY_NONE for UINT32_MAX).
+ * The same reads as limit_now, once more: for what a refusal says and
+ * what the views show. Lock-free and async-signal-safe; cannot fail. */
+uint32_t limit_why(const struct seg_comp *c, int p, enum limit_by *by);
+/* The level's name as the views and the refusal line say it ("fleet
+ * floor"); "?" for a value out of range. */
+const char *limit_by_name(enum limit_by by);
 
 /* ---- tally.c: counts that a killed thread cannot leave wrong ---- */
 

@@ -1,4 +1,5 @@
 /* limit.c - the limit a take is held to now: the static limit, a fleet host's lease, the adaptive limit. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,3 +60,44 @@ limit_now(_Atomic uint32_t *limit, int p)
 	return v;
 }
 #pragma GCC diagnostic pop
+
+uint32_t
+limit_why(const struct seg_comp *c, int p, enum limit_by *by)
+{
+	uint32_t lim = p == P_INFLIGHT ?
+	    atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) :
+	    atomic_load_explicit(&c->limit, memory_order_relaxed), v;
+
+	*by = lim == UINT32_MAX ? LIMIT_BY_NONE : LIMIT_BY_STATIC;
+	if (p != P_INFLIGHT && atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) != 0) {
+		/* As fleet_limit decides, from one read of the lease. */
+		bool leased = now_mono_ms() <
+		    atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire);
+
+		v = atomic_load_explicit(leased ? &c->fleet_share : &c->fleet_floor,
+		    memory_order_relaxed);
+		if (v < lim) {
+			lim = v;
+			*by = leased ? LIMIT_BY_FLEET_SHARE : LIMIT_BY_FLEET_FLOOR;
+		}
+	}
+	v = ad_limit(c, p == P_INFLIGHT ? P_INFLIGHT : P_CONN, lim);
+	if (v < lim) {
+		lim = v;
+		*by = LIMIT_BY_ADAPTIVE;
+	}
+	return lim;
+}
+
+const char *
+limit_by_name(enum limit_by by)
+{
+	static const char *const names[LIMIT_BY_MAX] = {
+		[LIMIT_BY_NONE] = "none", [LIMIT_BY_STATIC] = "static",
+		[LIMIT_BY_FLEET_SHARE] = "fleet share", [LIMIT_BY_FLEET_FLOOR] = "fleet floor",
+		[LIMIT_BY_ADAPTIVE] = "adaptive", [LIMIT_BY_POOL] = "pool",
+		[LIMIT_BY_CLASS] = "class",
+	};
+
+	return (unsigned)by < LIMIT_BY_MAX ? names[by] : "?";
+}

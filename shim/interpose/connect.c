@@ -53,14 +53,38 @@ table_full(char *msg, size_t len, const char *name, const char *table, const cha
 	    name, table, shim.cfg.segment, key, now, what, dest, advice);
 }
 
+/* What binds a refusal for a full limit of kind p (P_CONN, P_INFLIGHT)
+ * of c, by limit_why, after `pre`: nothing for the static limit (the line
+ * stays as scripts know it), else "fleet floor", "fleet share; static 8"
+ * or "adaptive limit; static 64". Async-signal-safe: bs_format and atomic
+ * loads only. */
+static void
+bind_text(const struct seg_comp *c, int p, enum limit_by by, const char *pre, char *buf,
+    size_t len)
+{
+	uint32_t st = atomic_load(p == P_INFLIGHT ? &c->inflight_limit : &c->limit);
+	char num[16];
+
+	buf[0] = '\0';
+	if (by == LIMIT_BY_STATIC || by == LIMIT_BY_NONE)
+		return;
+	if (st == UINT32_MAX)
+		bs_format(num, sizeof(num), "none");
+	else
+		bs_format(num, sizeof(num), "%u", st);
+	bs_format(buf, len, "%s%s%s; static %s", pre, limit_by_name(by),
+	    by == LIMIT_BY_ADAPTIVE ? " limit" : "", num);
+}
+
 void
 shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what, const char *dest)
 {
 	uint32_t comp = (uint32_t)(c - shim.seg->comp);
 	unsigned cls = shim.cls < BS_MAX_CLASSES ? shim.cls : 0;
 	struct log_refusal r;
+	enum limit_by by;
 	uint64_t skipped;
-	char msg[640], name[BS_NAME_MAX], cname[BS_CLASS_NAME_MAX];
+	char msg[640], name[BS_NAME_MAX], cname[BS_CLASS_NAME_MAX], bind[64];
 
 	if (c == NULL || !log_gate_due(&shim.seg->comp[comp].log_gate, &skipped))
 		return;
@@ -78,18 +102,17 @@ shim_log_refusal(const struct seg_comp *c, enum bs_reason why, const char *what,
 	r.limit = atomic_load(&c->limit);
 	switch (why) {
 	case REASON_FULL:
-		r.limit = ad_limit(c, P_CONN, limit_conn(c));
+		r.limit = limit_why(c, P_CONN, &by);
+		bind_text(c, P_CONN, by, ", ", bind, sizeof(bind));
 		bs_format(msg, sizeof(msg), "%s full (%u/%u%s): %s to %s refused", name,
-		    r.in_use, r.limit, ad_limit(c, P_CONN, UINT32_MAX) != UINT32_MAX ? ", adaptive" : "",
-		    what, dest);
+		    r.in_use, r.limit, bind, what, dest);
 		break;
 	case REASON_INFLIGHT_FULL:
 		r.in_use = atomic_load(&c->inflight);
-		r.limit = ad_limit(c, P_INFLIGHT, atomic_load(&c->inflight_limit));
-		bs_format(msg, sizeof(msg), "%s: %u/%u requests in flight%s: %s to %s refused", name,
-		    r.in_use, r.limit,
-		    ad_limit(c, P_INFLIGHT, UINT32_MAX) != UINT32_MAX ? " (adaptive limit)" : "", what,
-		    dest);
+		r.limit = limit_why(c, P_INFLIGHT, &by);
+		bind_text(c, P_INFLIGHT, by, " (", bind, sizeof(bind));
+		bs_format(msg, sizeof(msg), "%s: %u/%u requests in flight%s%s: %s to %s refused",
+		    name, r.in_use, r.limit, bind, bind[0] != '\0' ? ")" : "", what, dest);
 		break;
 	case REASON_WAIT_TIMEOUT:
 		bs_format(msg, sizeof(msg), "%s full: waited %u ms in vain: %s to %s refused", name,
