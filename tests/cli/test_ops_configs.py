@@ -16,16 +16,32 @@ METRIC = re.compile(r"\bbulkshim_[a-z0-9_]+\b")
 
 
 def _exported():
-    """The sample names `bulkshim metrics` prints for a live segment."""
+    """The sample names `bulkshim metrics` prints for a live segment with
+    each kind of compartment: plain, in a pool, adaptive, in a fleet."""
     srv = Server()
     shim = Shim([{"name": "x", "destinations": ["127.0.0.1:%d" % srv.port],
                   "max_connections": 2}])
+    with open(shim.config, "w") as f:
+        f.write('segment = "%s";\n'
+                'pools = ( { name = "db"; size = 4; reserved = 0; } );\n'
+                'fleet = { redis = "127.0.0.1:9"; name = "dash"; };\n'
+                'compartments = (\n'
+                '  { name = "x"; destinations = [ "127.0.0.1:%d" ]; max_connections = 2; },\n'
+                '  { name = "p"; destinations = [ "127.0.0.2:%d" ]; pool = "db";\n'
+                '    guaranteed = 1; max_connections = 4; },\n'
+                '  { name = "ad"; destinations = [ "127.0.0.3:%d" ]; max_inflight = 8;\n'
+                '    adaptive = { min = 1; max = 8; }; },\n'
+                '  { name = "fl"; destinations = [ "127.0.0.4:%d" ]; max_connections = 4;\n'
+                '    fleet_limit = 8; fleet_floor = 1; }\n'
+                ');\n' % ((shim.segment,) + (srv.port,) * 4))
     a = Agent(shim.env(log="off"))
     a("tcp(%d)" % srv.port)
     text = cli_ok("metrics", "-s", shim.segment)
     assert a.finish() == 0
     names = {re.split(r"[{ ]", l, 1)[0] for l in text.splitlines() if l and not l.startswith("#")}
-    assert "bulkshim_compartment_in_use" in names, names
+    for want in ("bulkshim_compartment_in_use", "bulkshim_pool_free", "bulkshim_adaptive_limit",
+                 "bulkshim_fleet_share"):
+        assert want in names, (want, sorted(names))
     return names
 
 
@@ -75,7 +91,13 @@ def test_grafana_dashboard_queries_only_name_metrics_bulkshim_exports():
         assert names and names <= exported, (v, names)
     # The dashboard shows what is in use, the refusals, the waits and the replies.
     for want in ("bulkshim_compartment_in_use", "bulkshim_rejections_total",
-                 "bulkshim_wait_seconds_bucket", "bulkshim_reply_seconds_bucket"):
+                 "bulkshim_wait_seconds_bucket", "bulkshim_reply_seconds_bucket",
+                 "bulkshim_compartment_live_limit", "bulkshim_compartment_inflight_live_limit",
+                 "bulkshim_pool_free", "bulkshim_pool_borrowed", "bulkshim_pool_rejections_total",
+                 "bulkshim_adaptive_limit", "bulkshim_adaptive_baseline_seconds",
+                 "bulkshim_fleet_share", "bulkshim_fleet_lease_age_seconds",
+                 "bulkshim_fleet_redis_up", "bulkshim_kernel_attached",
+                 "bulkshim_compartment_kernel"):
         assert want in used, "the dashboard does not show %s" % want
     kinds = {p["type"] for p, _ in _targets(dash)}
     assert "heatmap" in kinds, kinds
