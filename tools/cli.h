@@ -466,6 +466,9 @@ const char *cli_host_error(const struct cli_host *h);
 /* Writes ", \"hosts\": [...]" for the config at path (nothing in the array
  * when it is empty or cannot be read). */
 void cli_json_hosts(FILE *f, const char *path);
+/* Text status: a line for each host-name destination of the config at path
+ * that gives no address now (its connections are not limited). */
+void cli_text_hosts(FILE *f, const char *path);
 
 /* ---- seg_access.c: who may use a segment ---- */
 

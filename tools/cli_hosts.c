@@ -110,3 +110,29 @@ cli_json_hosts(FILE *f, const char *path)
 	}
 	fputc(']', f);
 }
+
+/* One line of text status for a host-name destination that gives no address. */
+static void
+text_host(const struct cli_host *h, void *arg)
+{
+	FILE *f = arg;
+
+	if (h->error == 0)
+		return;
+	fprintf(f, "destination %s:%u of compartment %s (line %d of the config) resolves to "
+	    "nothing now (%s): connections to it are not limited until it does\n", h->host,
+	    h->port_lo, h->comp, h->line, cli_host_error(h));
+}
+
+void
+cli_text_hosts(FILE *f, const char *path)
+{
+	struct bs_config cfg;
+	char err[BS_ERRLEN];
+
+	if (path[0] == '\0' || cfg_load(path, &cfg, false, err, sizeof(err)) != 0)
+		return;
+	if (cli_resolve_hosts(&cfg, text_host, f) > 0)
+		fputc('\n', f);
+	cfg_free(&cfg);
+}

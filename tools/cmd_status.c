@@ -414,8 +414,10 @@ cmd_status(int argc, char **argv)
 	/* Only `status --json` waits for DNS: `serve`'s scrapes must not. */
 	if (json)
 		cli_status_json(stdout, &snap, true);
-	else
+	else {
 		cli_status_text(stdout, &snap);
+		cli_text_hosts(stdout, snap.config_path);
+	}
 	cli_snap_free(&snap);
 	return 0;
 }

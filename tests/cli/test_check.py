@@ -181,3 +181,18 @@ def test_the_library_says_once_per_process_tree_which_host_gave_no_address():
                     r'\(.+\): connections to %s:443 are not limited until the program\'s own '
                     r'lookup of the name returns an address$'
                     % (re.escape(path), re.escape(GHOST), re.escape(GHOST)), lines[0]), lines
+
+
+def test_status_names_a_destination_that_resolves_to_nothing():
+    """Text status says which host-name destination gives no address now, and
+    that its connections are not limited; one that resolves is not named."""
+    seg = new_segment()
+    path = _ghost_config(seg)
+    r = run([PY, "-c", "pass"], shim_env(path, log="off"))
+    assert r.returncode == 0, r.stderr
+    out = cli_ok("status", "-s", seg)
+    lines = [l for l in out.splitlines() if GHOST in l]
+    assert len(lines) == 1, out
+    assert ("destination %s:443 of compartment ghost (line 4 of the config) resolves to "
+            "nothing now" % GHOST) in lines[0] and "not limited" in lines[0], lines[0]
+    assert "127.0.0.1" not in lines[0]
