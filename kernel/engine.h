@@ -60,6 +60,9 @@ unsigned long long kern_link_cgroup(const char *segment, unsigned long long id);
 int kern_unload_idle(const char *segment);
 
 /* ---- kern_sweep.c: what a killed `run --kernel` left ---- */
+/* True if no process is in the cgroup at dir, or it cannot be read (then
+ * rmdir decides, and refuses a cgroup in use with EBUSY). */
+bool kern_cgroup_empty(const char *dir);
 
 /* Removes what runs of segment's engine that ended without cleaning up
  * (SIGKILL) left behind: the cgroups that `run --kernel` made

@@ -40,12 +40,11 @@ run_alive(long pid)
 	return strcmp(comm, "bulkshim") == 0;
 }
 
-/* True if no process is in the cgroup at dir (or it cannot be read: then
- * rmdir decides, and refuses a cgroup in use with EBUSY). */
-static bool
-no_process(const char *dir)
+/* See engine.h. */
+bool
+kern_cgroup_empty(const char *dir)
 {
-	char path[PATH_MAX + 16], line[32];
+	char path[PATH_MAX + 16], line[64];
 	FILE *f;
 	bool empty;
 
@@ -100,7 +99,7 @@ sweep_cgroups(const struct kern_env *env, const char *segment,
 		if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", env->cgroup2, e->d_name) >=
 		    sizeof(dir) || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
 			continue;
-		if (!no_process(dir)) {
+		if (!kern_cgroup_empty(dir)) {
 			sayf(say, arg, "cgroup %s, left by a run --kernel (pid %ld) that ended "
 			    "without cleaning up, still has processes: it is kept, and the kernel "
 			    "engine stays attached there", dir, pid);

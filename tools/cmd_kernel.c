@@ -341,22 +341,6 @@ forward(int sig)
 		kill((pid_t)child_pid, sig);
 }
 
-/* True if no process is left in the cgroup at dir. */
-static bool
-cgroup_empty(const char *dir)
-{
-	char path[PATH_MAX + 16], line[64];
-	FILE *f;
-	bool empty;
-
-	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-	if ((f = fopen(path, "re")) == NULL)
-		return true;
-	empty = fgets(line, sizeof(line), f) == NULL;
-	fclose(f);
-	return empty;
-}
-
 static int
 join_cgroup(const char *dir)
 {
@@ -465,7 +449,7 @@ cmd_run_kernel(int argc, char **argv)
 	r = run_in(dir, argv + optind);
 	if (r < 0)
 		r = 1;
-	if (!cgroup_empty(dir)) {
+	if (!kern_cgroup_empty(dir)) {
 		fprintf(stderr, "bulkshim: processes started by %s are still running in %s: the "
 		    "kernel engine stays attached there (bulkshim detach -c %s --cgroup %s)\n",
 		    argv[optind], dir, cfg.path, dir);

@@ -12,24 +12,12 @@ import harness
 from harness import (CLI, PY, Server, clean_env, new_segment, run, shim_env, shim_lines,
                      status_json, tmpdir, unique, write_file)
 from harness_cli import (attach, cli, cli_fails, cli_json, cli_ok, config_file, connect_py,
-                         create_segment, poke, web_comp)
+                         create_segment, hold_connections, poke, web_comp)
 from harness_hard import is_root
 
 
 # ---- processes attached and unprotected ----
 
-
-def _holder(config, other, n=1):
-    """A process under config that holds n connections to port other
-    until its stdin closes."""
-    p = subprocess.Popen([PY, "-c", "import socket,sys; h=[socket.create_connection("
-                          "('127.0.0.1',%d)) for _ in range(%d)]; print('up',flush=True); "
-                          "sys.stdin.read()" % (other, n)],
-                         env=shim_env(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
-    harness.defer(p.kill)
-    assert p.stdout.readline().strip() == "up"
-    return p
 
 
 def test_status_counts_attached_and_unprotected_processes():
@@ -325,7 +313,7 @@ def test_set_all_enforce_off_and_on():
     config = config_file(seg, comps)
     # A process stays attached holding a permit, so that the segment is live
     # (a segment nobody holds takes its file's settings from the next start).
-    holder = _holder(config, other=keep.port)
+    holder = hold_connections(config, keep.port)
     r = run([PY, "-c", connect_py(srv.port, 3)], shim_env(config))
     assert r.stdout.strip() == "1", (r.stdout, r.stderr)
     out = cli_ok("set", "-s", seg, "--all", "enforce", "off")
@@ -374,7 +362,7 @@ def test_rm_removes_idle_and_damaged_segments_and_keeps_one_in_use():
     srv = Server()
     seg = new_segment()
     config = config_file(seg, [web_comp(srv.port, 2)])
-    holder = _holder(config, other=srv.port)
+    holder = hold_connections(config, srv.port)
     err = cli_fails("rm", seg, want=r"in use by 1 process holding permits; not removed")
     assert os.path.exists(_shm(seg)), err
     holder.stdin.close()
@@ -393,7 +381,7 @@ def test_rm_removes_idle_and_damaged_segments_and_keeps_one_in_use():
     r = run([PY, "-c", connect_py(srv.port, 4)], shim_env(config))
     assert r.stdout.strip() == "2", (r.stdout, r.stderr)
     # In use, with --force.
-    holder = _holder(config, other=srv.port)
+    holder = hold_connections(config, srv.port)
     out = cli_ok("rm", "--force", seg)
     assert "in use: --force" in out and not os.path.exists(_shm(seg)), out
     holder.stdin.close()
@@ -414,7 +402,7 @@ def test_prune_removes_stale_segments_only():
     idle = config_file(segs[0], [web_comp(srv.port, 2)])
     create_segment(idle)
     busy = config_file(segs[1], [web_comp(srv.port, 2)])
-    holder = _holder(busy, other=srv.port)
+    holder = hold_connections(busy, srv.port)
     with open(_shm(segs[2]), "wb") as f:
         f.write(b"junk")
     pattern = tag + "_*"
@@ -467,7 +455,7 @@ def test_watch_fits_80_columns_sorts_busiest_first_and_scrolls():
     comps.append({"name": "the-busy-one", "destinations": ["127.0.0.1:%d" % srv.port],
                   "max_connections": 4})
     config = config_file(seg, comps)
-    holder = _holder(config, srv.port, 3)
+    holder = hold_connections(config, srv.port, 3)
     poke(seg, "a-rather-long-compartment-name-0500", peak=1)
     t = Tmux(tmux)
     t.start("%s watch -s %s -i 0.3" % (CLI, seg), width=80, height=24)
@@ -517,7 +505,7 @@ def test_watch_at_80x24_fits_every_table_and_keeps_long_names_apart():
         f.write(text.replace("compartments = (", 'pools = ( { name = "a-pool-with-a-long-name-too"; '
                              'size = 12; reserved = 2; } );\ncompartments = (', 1))
     assert cli("check", config).returncode == 0, cli("check", config).stderr
-    holder = _holder(config, srv.port, 3)
+    holder = hold_connections(config, srv.port, 3)
     t = Tmux(tmux)
     t.start("%s watch -s %s -i 0.3" % (CLI, seg), width=80, height=24)
     screen = t.wait_screen(lambda s: "the-busy-one" in s and "POOL" in s, 8, "rows and the pool")

@@ -9,18 +9,9 @@ import subprocess
 
 import harness
 from harness import PY, Server, comp_of, new_segment, shim_env, status_json, write_file
-from harness_cli import attach, cli, cli_fails, cli_ok, config_file, connect_py
+from harness_cli import (attach, cli, cli_fails, cli_ok, config_file, connect_py,
+                         hold_connections)
 
-
-def _holder(config, port):
-    """A process under config that holds one connection to port until killed."""
-    p = subprocess.Popen([PY, "-c", "import socket,sys; s=socket.create_connection("
-                          "('127.0.0.1',%d)); print('up',flush=True); sys.stdin.read()" % port],
-                         env=shim_env(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
-    harness.defer(p.kill)
-    assert p.stdout.readline().strip() == "up"
-    return p
 
 
 def _most(srv, config, n):
@@ -50,7 +41,7 @@ def test_set_over_the_budget_is_refused_with_the_arithmetic():
     ], top={"budget": {"pool": 10, "reserved": 2}})
     # A process holding a permit of b: without one, the next process to start would
     # apply the file's limits again, whatever `set` did.
-    holder = _holder(config, other.port)
+    holder = hold_connections(config, other.port)
     r = cli("set", "-c", config, "a", "max_connections", "9")
     ok, most = _most(srv, config, 9)
     assert ok == 4 and most == 4, "%d connected, witness held %d, against the configured 4 " \

@@ -15,7 +15,7 @@ import urllib.request
 
 import harness
 from harness import PY, Server, comp_of, new_segment, shim_env, status_json
-from harness_cli import cli_ok, config_file
+from harness_cli import cli_ok, config_file, hold_connections
 
 _WAIT_THEN_CONNECT = (
     "import socket, sys\n"
@@ -28,16 +28,6 @@ _WAIT_THEN_CONNECT = (
     "    print('refused', e.errno, flush=True)\n")
 
 
-def _holder(config, port):
-    """A process under config that holds one connection to port until killed."""
-    p = subprocess.Popen([PY, "-c", "import socket,sys; s=socket.create_connection("
-                          "('127.0.0.1',%d)); print('up',flush=True); sys.stdin.read()" % port],
-                         env=shim_env(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
-    harness.defer(p.kill)
-    assert p.stdout.readline().strip() == "up"
-    return p
-
 
 def test_refusal_lines_are_once_a_second_per_compartment_across_processes():
     """Ten processes refused by one full compartment within a few milliseconds print one line
@@ -48,7 +38,7 @@ def test_refusal_lines_are_once_a_second_per_compartment_across_processes():
     seg = new_segment()
     config = config_file(seg, [{"name": "pay", "destinations": ["127.0.0.1:%d" % srv.port],
                                 "max_connections": 1}])
-    _holder(config, srv.port)
+    hold_connections(config, srv.port)
     srv.wait_live(1, timeout=20)
     procs = [subprocess.Popen([PY, "-c", _WAIT_THEN_CONNECT % srv.port], env=shim_env(config),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -257,6 +257,19 @@ def config_file(segment, comps, top=None, name=None, where=None):
     return path
 
 
+def hold_connections(config, port, n=1):
+    """A process under config that holds n connections to port until its
+    stdin closes (killed at the test's end)."""
+    p = subprocess.Popen([harness.PY, "-c", "import socket,sys; h=[socket.create_connection("
+                          "('127.0.0.1',%d)) for _ in range(%d)]; print('up',flush=True); "
+                          "sys.stdin.read()" % (port, n)],
+                         env=harness.shim_env(config), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    harness.defer(p.kill)
+    assert p.stdout.readline().strip() == "up"
+    return p
+
+
 def attach(config, extra=None):
     """Runs one python that does nothing under the shim with config, so that
     it attaches; returns the CompletedProcess."""
