@@ -137,14 +137,18 @@ def test_fleet_agent_sigkilled_host_falls_to_floor():
     assert not entry["live"] and entry["reserved"] >= (LIMIT - 3 * FLOOR) // 2, fs
     assert fs["reserved"] <= LIMIT, fs
     assert b.live_limit() <= LIMIT - entry["reserved"] - FLOOR, (shares((a, b, c)), fs)
-    # Its agent is back: it reports the drained host, and b gets the rest.
+    # Host a's service goes quiet, then its agent is back: it reports the
+    # drained host, and b gets the rest. (Were a still busy, the two would
+    # split the budget again, and b would reach the rest only for the one
+    # round in which the new agent has seen no refusal yet.)
+    a.set_load(0)
+    hf.wait_for(lambda: a.comp()["in_use"] == 0, 3, "host a's connections to close")
     a.start_agent()
     took = hf.wait_for(lambda: b.live_limit() >= LIMIT - 3 * FLOOR - 1, 15,
                        "host b to get host a's share (shares %s)" % shares((a, b, c)))
     hf.note("agent of host a SIGKILLed and restarted: host b's share reached %d %.2fs after "
             "the restart, %.2fs after the kill", b.live_limit(), took, time.monotonic() - t_kill)
     time.sleep(1.0)
-    a.set_load(0)
     b.set_load(0)
     check_witness(witness, t_start, time.monotonic(), "agent SIGKILLed", at_least=LIMIT - 6)
 
