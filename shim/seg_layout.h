@@ -26,7 +26,7 @@
  */
 
 #define SEG_MAGIC	0x314d48534b4c5542ULL	/* "BULKSHM1" */
-#define SEG_VERSION	9	/* bumped by every change to this file's structures */
+#define SEG_VERSION	10	/* bumped by every change to this file's structures */
 
 /* SLOT_WATCHED: in use like SLOT_USED, but processes the tables cannot
  * name may hold the socket too (it was shared by a fork before it had a
@@ -153,6 +153,11 @@ struct seg_class {
 enum { AD_NONE = 0, AD_ON = 1, AD_OFF = 2 };	/* AD_OFF: pinned by `set` */
 enum ad_reason { AD_R_NONE, AD_R_START, AD_R_RAMP, AD_R_GROW, AD_R_QUEUE, AD_R_SLOWER,
 	AD_R_PINNED, AD_R_RESUMED, AD_R_MAX };
+/* The controller that moves a compartment's adaptive limit: bulkshim's own
+ * (adaptive.c), or one of the published ones, written from their
+ * descriptions (Netflix concurrency-limits' Vegas, Gradient2 and AIMD). */
+enum ad_algorithm { AD_ALG_BULKSHIM = 0, AD_ALG_VEGAS = 1, AD_ALG_GRADIENT2 = 2, AD_ALG_AIMD = 3,
+	AD_ALG_MAX };
 struct seg_adaptive {
 	_Atomic uint32_t mode;		/* AD_NONE: not adaptive */
 	_Atomic uint32_t kind;		/* P_INFLIGHT or P_CONN: the permits it limits */
@@ -169,6 +174,12 @@ struct seg_adaptive {
 	_Atomic uint64_t changes;	/* windows that moved the limit */
 	_Atomic uint64_t last_change_ms;	/* CLOCK_REALTIME, 0 = never */
 	_Atomic uint32_t last_from, last_to;
+	_Atomic uint32_t algorithm;	/* enum ad_algorithm */
+	uint32_t pad_alg;
+	/* The state a published controller keeps beside `ctl` (its long
+	 * and short latency averages, say), each word changed by
+	 * compare-and-swap like ctl. */
+	_Atomic uint64_t alg[4];
 };
 
 /*
@@ -194,6 +205,32 @@ struct seg_adaptive {
 /* Admissions per second for the last BS_RATE_SECONDS seconds: each entry
  * packs (second << 32 | count), second being CLOCK_MONOTONIC seconds. */
 #define BS_RATE_SECONDS 64
+
+/*
+ * A drill (bulkshim drill): faults the library puts on a compartment's
+ * connections for a while, written by the CLI and read by every attached
+ * process at its next call. A drill runs while `faults` is not 0 and the
+ * CLOCK_MONOTONIC millisecond is below `deadline_ms`: it ends on time with
+ * no process left to end it. The CLI writes the settings, then
+ * deadline_ms, then faults, then bumps `id` and the header's settings_seq;
+ * a stop clears faults and deadline_ms and bumps both again.
+ */
+enum { DRILL_DELAY = 1, DRILL_STALL = 2, DRILL_REFUSE = 4, DRILL_RESET = 8,
+	DRILL_CONNECT_DELAY = 16 };
+struct seg_drill {
+	_Atomic uint32_t allowed;	/* the config's `drills`: 1 = a drill may run */
+	_Atomic uint32_t faults;	/* DRILL_* of the running drill, 0 = none */
+	_Atomic uint32_t delay_ms;	/* DRILL_DELAY: each reply this much later */
+	_Atomic uint32_t connect_delay_ms;	/* DRILL_CONNECT_DELAY */
+	_Atomic uint32_t fraction_ppm;	/* connections it touches, per million */
+	_Atomic int32_t by_pid;		/* the CLI that started it */
+	_Atomic uint64_t id;		/* bumped by every start and every stop */
+	_Atomic uint64_t start_ms;	/* CLOCK_MONOTONIC */
+	_Atomic uint64_t deadline_ms;	/* CLOCK_MONOTONIC; over at or after it */
+	_Atomic uint64_t start_realtime_ms;	/* CLOCK_REALTIME, for the views */
+	_Atomic uint64_t touched;	/* calls the running drill delayed, stalled, refused or reset */
+	_Atomic uint64_t spared;	/* calls of matched connections it could not touch */
+};
 
 struct seg_comp {
 	char name[BS_NAME_MAX];
@@ -283,6 +320,7 @@ struct seg_comp {
 	 * of the last line + 1 in the high LOG_GATE_TIME_BITS bits (0 =
 	 * never), the lines suppressed since in the low LOG_GATE_COUNT_BITS. */
 	_Atomic uint64_t log_gate;
+	struct seg_drill drill;		/* the running drill, if any */
 };
 
 #define SLOT_NO_CLASS	0xffu

@@ -23,7 +23,7 @@ import harness
 # Must match shim.h: SEG_MAGIC, SEG_VERSION, BS_NAME_MAX, PATH_MAX,
 # BS_MAX_CLASSES, BS_CLASS_NAME_MAX, REASON_MAX, BS_HIST_BUCKETS, BS_RATE_SECONDS.
 SEG_MAGIC = 0x314d48534b4c5542
-SEG_VERSION = 9
+SEG_VERSION = 10
 NAME_MAX = 64
 PATH_MAX = 4096
 MAX_CLASSES = 8
@@ -123,7 +123,13 @@ AD = Layout("seg_adaptive", [
     ("tolerance_pct", "I"), ("static_limit", "I"), ("last_reason", "I"),
     ("ctl", "Q"), ("acc", "Q"), ("win_start_us", "Q"), ("sample_us", "Q"), ("sample_conc16", "Q"),
     ("windows", "Q"), ("changes", "Q"), ("last_change_ms", "Q"), ("last_from", "I"),
-    ("last_to", "I"),
+    ("last_to", "I"), ("algorithm", "I"), ("pad_alg", "I"), ("alg", "Q", 4),
+])
+
+DRILL = Layout("seg_drill", [
+    ("allowed", "I"), ("faults", "I"), ("delay_ms", "I"), ("connect_delay_ms", "I"),
+    ("fraction_ppm", "I"), ("by_pid", "i"), ("id", "Q"), ("start_ms", "Q"), ("deadline_ms", "Q"),
+    ("start_realtime_ms", "Q"), ("touched", "Q"), ("spared", "Q"),
 ])
 
 COMP = Layout("seg_comp", [
@@ -153,6 +159,7 @@ COMP = Layout("seg_comp", [
     ("cls_lent", "I"), ("cls_lent_tag", "I"),
     ("rejected_by_v4", "Q", len(REASONS_V4)), ("would_reject_v4", "Q", len(REASONS_V4)),
     ("fleet_demand", "I"), ("fleet_churn_c", "I"), ("log_gate", "Q"),
+    ("drill", DRILL),
 ])
 
 SLOT = Layout("seg_slot", [
