@@ -23,6 +23,9 @@ PC_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lconfig)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # hiredis is the fleet agent's (tools/fleet*.c): the CLI links it, the shim never does.
 HIREDIS_LIBS := $(shell pkg-config --libs hiredis 2>/dev/null || echo -lhiredis)
+# libcurl is the drill's URL probes' (tools/drill_probe.c): the CLI links it, the shim never does.
+CURL_CFLAGS := $(shell pkg-config --cflags libcurl 2>/dev/null)
+CURL_LIBS := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 
 # The shim's sources, by layer: shim/interpose/ (the exported names and what each process keeps
 # for itself), shim/admit/ (admission and the counts in the shared segment), shim/config/ (the
@@ -74,10 +77,12 @@ FORCE:
 $(B)/libbulkshim.so: $(SHIM_O)
 	$(CC) $(CFLAGS) $(SHIM_LTO) $(SHIM_CODE) $(LDFLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(B)/bulkshim: $(CLI_O)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
+	$(CC) $(LDFLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) $(CURL_LIBS) -lm -lpthread
 $(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o $(B)/cli/fleet_view.o \
 	$(B)/cli/fleet_seg.o $(B)/cli/cmd_metrics.o: tools/fleet.h
 $(B)/cli/fleet_script.o: tools/fleet.lua
+$(B)/cli/cmd_drill.o $(B)/cli/drill_seg.o $(B)/cli/drill_probe.o $(B)/cli/drill_verdict.o: tools/drill.h
+$(B)/cli/drill_probe.o: override CFLAGS += $(CURL_CFLAGS)
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread

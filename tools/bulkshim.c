@@ -216,6 +216,34 @@ static const struct cli_command commands[] = {
 	  "One still attached by a live process or used by a kernel engine is kept and named.\n"
 	  "  --dry-run   say what would be removed; remove nothing\n"
 	  "  --force     remove those attached or used by an engine too, saying what it breaks\n" },
+	{ "drill", cmd_drill,
+	  "drill [-c FILE] COMPARTMENT (--delay D | --stall | --refuse | --reset | --connect-delay D)... "
+	  "[--fraction F] [--for D] [--baseline D] [--after D] [--probe URL|CMD]... [--probe-rate N] "
+	  "[--tolerance T] [--json] [--plot FILE] [--force]",
+	  "Puts faults on COMPARTMENT's connections in every attached process, for D (--for,\n"
+	  "default 30s, at most 10m, kept as a deadline in the segment), and judges whether the\n"
+	  "bulkheads contained them: measures a baseline window, the drill and an after window.\n"
+	  "The config must allow it (drills = true;). Durations: 500ms, 8s, 2m.\n"
+	  "  --delay D          each reply of a matched connection comes D later\n"
+	  "  --stall            replies never come until the drill ends\n"
+	  "  --refuse           connects fail with the compartment's errno\n"
+	  "  --reset            established connections get ECONNRESET\n"
+	  "  --connect-delay D  connects take D longer\n"
+	  "  --fraction F       only this share of connections (0.25 or 25%; default all)\n"
+	  "  --baseline D       the window before (default 5s); --after D the one after (5s)\n"
+	  "  --probe URL|CMD    an http(s) URL fetched, or a shell command run (exit 0 is\n"
+	  "                     success), --probe-rate N times a second (default 5); repeatable\n"
+	  "  --tolerance T      success=PP,latency=FACTOR,slack=D (default success=5,latency=3,\n"
+	  "                     slack=250ms): a probe may lose PP points of success and its p99\n"
+	  "                     grow to max(FACTOR x baseline, baseline + slack)\n"
+	  "  --json             one JSON object instead of the table\n"
+	  "  --plot FILE        a PNG timeline drawn with gnuplot\n"
+	  "  --force            run on a segment with no process attached\n"
+	  "SIGINT or SIGTERM stops the drill and judges what was measured.\n"
+	  "Exit status: 0 contained, 1 leaked, 2 usage error or refused, 3 not run.\n" },
+	{ "drill stop", cmd_drill,
+	  "drill stop [-c FILE] [COMPARTMENT]",
+	  "Ends the running drill on COMPARTMENT (default: every one in the segment) at once.\n" },
 	{ "fleet", cmd_fleet,
 	  "fleet [-c FILE] [-v] [--wait SECONDS] [--status [--json]]",
 	  "Runs this host's fleet agent in the foreground: leases its share of each\n"

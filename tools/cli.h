@@ -165,6 +165,15 @@ struct cli_hist {
 	uint64_t count;
 };
 
+/* A compartment's drill (read by drill_seg.c). It runs while its faults
+ * are set and its deadline is ahead; remaining_ms is 0 when it does not. */
+struct cli_drill {
+	bool allowed, running;
+	uint32_t faults, delay_ms, connect_delay_ms, fraction_ppm;
+	int32_t by_pid;
+	uint64_t id, start_realtime_ms, remaining_ms, touched, spared;
+};
+
 /* One compartment's figures. Limits are UINT32_MAX for "none". */
 struct cli_comp {
 	uint32_t index;
@@ -218,6 +227,7 @@ struct cli_comp {
 	bool kernel;		/* the kernel engine counts this compartment too */
 	uint32_t kernel_in_use;	/* of in_use, the kernel engine's */
 	uint32_t kernel_joint;	/* the count shared with the engine: its own and the library's */
+	struct cli_drill drill;
 	/* Its values that cannot be true, bits 1 << enum cli_field (their
 	 * numbers are 0, a limit none); classes have their own. */
 	uint64_t damaged;
@@ -354,6 +364,18 @@ void cli_text_fleet(FILE *f, const struct cli_comp *all, uint32_t n);
 /* "postgres: fleet share 12 of 500 (floor 4), lease 1.2s left, ..." into
  * buf, the compartment called name (NULL: its own name). */
 void cli_fleet_line(const struct cli_comp *c, const char *name, char *buf, size_t len);
+
+/* ---- drill_seg.c: a compartment's drill, read and shown ---- */
+
+/* Reads the drill words of sc into *d; cannot fail. */
+void cli_read_drill(const struct seg_comp *sc, struct cli_drill *d);
+/* "delay,stall" for DRILL_* bits, into buf (cut to len); returns buf. */
+const char *cli_drill_faults(uint32_t faults, char *buf, size_t len);
+/* `, "drill": {...}` while a drill runs, `, "drill": null` otherwise. */
+void cli_json_drill(FILE *f, const struct cli_drill *d);
+/* The bulkshim_drill_* families of `metrics`; labels() writes a label set. */
+void cli_drill_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n,
+    void (*labels)(FILE *, const char *, const char *, const char *, const char *));
 
 /* ---- cmd_kernel.c: the kernel engine from the CLI ---- */
 
@@ -547,6 +569,7 @@ int cmd_fleet(int argc, char **argv);	/* fleet.c */
 int cmd_attach(int argc, char **argv);	/* cmd_kernel.c */
 int cmd_detach(int argc, char **argv);
 int cmd_run_kernel(int argc, char **argv);
+int cmd_drill(int argc, char **argv);	/* cmd_drill.c */
 
 /* cli_guard.c: SIGBUS of a segment that shrinks while it is read. */
 void cli_guard_start(void);

@@ -377,6 +377,7 @@ cli_write_metrics(FILE *f, const struct cli_snap *snap, bool histograms)
 		histogram(f, seg, all, n, H_WAIT);
 	}
 	cli_adaptive_metrics(f, seg, all, n, labels);
+	cli_drill_metrics(f, seg, all, n, labels);
 }
 
 /* `metrics --compartment PATTERN...`: what a scrape of 1,000 compartments

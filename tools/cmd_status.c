@@ -133,6 +133,7 @@ json_comp(FILE *f, const struct cli_comp *c)
 	json_reasons(f, "would_reject", c->would_reject, CLI_DAMAGED(m, CF_WOULD_REJECT));
 	cli_json_comp_pool(f, c);
 	cli_adaptive_json(f, &c->ad);
+	cli_json_drill(f, &c->drill);
 	fputs(", \"classes\": [", f);
 	for (size_t k = 0; k < c->nclass; k++) {
 		const struct cli_class *cc = &c->cls[k];
@@ -347,14 +348,15 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 			snprintf(ago, sizeof(ago), "%s", CLI_DAMAGED_TEXT);
 		else
 			cli_format_ago(c->last_rejection_ms, ago, sizeof(ago));
-		fprintf(f, "%-24s %7s %*s %7s %10s %10s %10s  %s%s%s%s\n", c->name,
+		fprintf(f, "%-24s %7s %*s %7s %10s %10s %10s  %s%s%s%s%s\n", c->name,
 		    cell(v[0], sizeof(v[0]), c, CF_IN_USE, c->in_use), lw,
 		    live_cell(lim, sizeof(lim), c, false),
 		    cell(v[1], sizeof(v[1]), c, CF_PEAK, c->peak),
 		    cell(v[2], sizeof(v[2]), c, CF_ADMITTED, c->admitted),
 		    cell(v[3], sizeof(v[3]), c, CF_REJECTED, c->rejected),
 		    cell(v[4], sizeof(v[4]), c, CF_RECLAIMED, c->reclaimed), ago,
-		    c->hot ? "  HOT" : "", c->enforce ? "" : "  OBSERVE", c->kernel ? "  KERNEL" : "");
+		    c->hot ? "  HOT" : "", c->enforce ? "" : "  OBSERVE", c->kernel ? "  KERNEL" : "",
+		    c->drill.running ? "  DRILL" : "");
 		extra = extra || any_reason(c->rejected_by) || any_reason(c->would_reject) ||
 		    c->nclass > 0 || CLI_DAMAGED(c->damaged, CF_REJECTED_BY) ||
 		    CLI_DAMAGED(c->damaged, CF_WOULD_REJECT);
@@ -363,6 +365,17 @@ cli_status_text(FILE *f, const struct cli_snap *snap)
 	cli_text_pools(f, snap, "", 0);
 	cli_adaptive_text(f, all, n);
 	cli_text_fleet(f, all, n);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct cli_drill *d = &all[i].drill;
+		char faults[64];
+
+		if (!d->running)
+			continue;
+		fprintf(f, "\n  %s DRILL: %s, %.1fs left, %llu calls touched, %llu spared, "
+		    "started by pid %d\n", all[i].name, cli_drill_faults(d->faults, faults,
+		    sizeof(faults)), (double)d->remaining_ms / 1000, (unsigned long long)d->touched,
+		    (unsigned long long)d->spared, (int)d->by_pid);
+	}
 	if (extra)
 		fputc('\n', f);
 	for (uint32_t i = 0; i < n; i++) {

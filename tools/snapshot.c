@@ -448,6 +448,7 @@ read_comp(const struct seg *s, uint32_t i, uint64_t now_s, uint64_t now_ms, stru
 	c->inflight_limit_now = limit_why(sc, P_INFLIGHT, &c->inflight_live_by);
 	cli_read_fleet(sc, c);
 	check_fleet(c);
+	cli_read_drill(sc, &c->drill);
 	cli_read_comp_pool(s, c);
 	if (c->pool >= 0)
 		read_name(c->pool_name, sizeof(c->pool_name), c->pool_name, sizeof(c->pool_name),
