@@ -207,7 +207,7 @@ cmd_drill_stop(int argc, char **argv)
 		return 2;
 	}
 	if (stopped == 0)
-		printf("no drill runs %s%s in segment %s\n", optind < argc ? "on " : "",
+		printf("no drill runs%s%s in segment %s\n", optind < argc ? " on " : "",
 		    optind < argc ? argv[optind] : "", CLI_SEGNAME(seg_header(s)->name));
 	seg_close(s);
 	return 0;
@@ -764,7 +764,7 @@ run_drill(struct run *r, struct opts *o)
 		fprintf(stderr, "bulkshim: cannot start the probes\n");
 		return DRILL_EX_NOT_RUN;
 	}
-	progress(o, "baseline for %llums", (unsigned long long)o->baseline_ms);
+	progress(o, "baseline for %s", drill_duration(o->baseline_ms, buf, sizeof(buf)));
 	if (window_begin(r, PH_BASELINE) < 0)
 		goto nomem;
 	ended_early = !measure(r, PH_BASELINE, r->phase_start[PH_BASELINE] + o->baseline_ms, 0);
@@ -785,9 +785,9 @@ run_drill(struct run *r, struct opts *o)
 			return DRILL_EX_REFUSED;
 		}
 		id = drill_id(r->s, r->rep.comp);
-		progress(o, "%s on %s for %llums (until pid %d stops it, or its deadline)",
+		progress(o, "%s on %s for %s (pid %d stops it at the end, else its deadline does)",
 		    drill_spec_text(&o->spec, spec, sizeof(spec)), o->comp,
-		    (unsigned long long)o->spec.for_ms, (int)getpid());
+		    drill_duration(o->spec.for_ms, buf, sizeof(buf)), (int)getpid());
 		ended_early = !measure(r, PH_DRILL, deadline, id);
 		/* Ours to stop only while it is still ours. */
 		if (drill_id(r->s, r->rep.comp) == id)
@@ -795,11 +795,14 @@ run_drill(struct run *r, struct opts *o)
 		window_end(r, PH_DRILL);
 		progress(o, "drill %s", ended_early ? "ended early" : "over");
 	}
-	if (!ended_early && o->after_ms > 0) {
-		progress(o, "after for %llums", (unsigned long long)o->after_ms);
+	/* A drill stopped by `drill stop` still gets its after window; one
+	 * stopped by a signal is judged on what was measured. */
+	if (!got_signal && r->phase_start[PH_DRILL] != 0 && o->after_ms > 0) {
+		progress(o, "after for %s", drill_duration(o->after_ms, buf, sizeof(buf)));
 		if (window_begin(r, PH_AFTER) < 0)
 			goto nomem;
-		ended_early = !measure(r, PH_AFTER, r->phase_start[PH_AFTER] + o->after_ms, 0);
+		if (!measure(r, PH_AFTER, r->phase_start[PH_AFTER] + o->after_ms, 0))
+			ended_early = true;
 		window_end(r, PH_AFTER);
 	}
 	r->end_ms = now_mono_ms();
@@ -812,7 +815,6 @@ run_drill(struct run *r, struct opts *o)
 	v = drill_verdict(stdout, &r->rep, o->json);
 	if (o->plot != NULL)
 		plot(r, o->plot);
-	(void)buf;
 	return v;
 nomem:
 	if (deadline != 0)

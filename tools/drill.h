@@ -144,6 +144,8 @@ void drill_probe_windows(struct drill_probe *p, const uint64_t *phase_start,
  * leaks to f, or with json one JSON object. Write errors are left to f. */
 int drill_verdict(FILE *f, const struct drill_report *r, bool json);
 
+/* "250ms", "1.5s", "2m" for a duration in ms, into buf; returns buf. */
+const char *drill_duration(uint64_t ms, char *buf, size_t len);
 /* "delay 2s, refuse" for a spec, into buf (cut to len); returns buf. */
 const char *drill_spec_text(const struct drill_spec *spec, char *buf, size_t len);
 

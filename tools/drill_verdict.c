@@ -108,9 +108,8 @@ drill_probe_windows(struct drill_probe *p, const uint64_t *phase_start, uint64_t
 
 /* ---- text ---- */
 
-/* "250ms", "1.5s", "2m" for a duration in ms. */
-static const char *
-dur(uint64_t ms, char *buf, size_t len)
+const char *
+drill_duration(uint64_t ms, char *buf, size_t len)
 {
 	if (ms < 1000)
 		snprintf(buf, len, "%llums", (unsigned long long)ms);
@@ -128,7 +127,7 @@ dur_us(uint64_t us, char *buf, size_t len)
 	if (us < 1000)
 		snprintf(buf, len, "%lluus", (unsigned long long)us);
 	else
-		dur(us / 1000, buf, len);
+		drill_duration(us / 1000, buf, len);
 	return buf;
 }
 
@@ -159,7 +158,7 @@ drill_spec_text(const struct drill_spec *spec, char *buf, size_t len)
 
 	buf[0] = '\0';
 	if (spec->faults & DRILL_DELAY)
-		put(buf, len, &pos, "delay %s", dur(spec->delay_ms, d, sizeof(d)));
+		put(buf, len, &pos, "delay %s", drill_duration(spec->delay_ms, d, sizeof(d)));
 	if (spec->faults & DRILL_STALL)
 		put(buf, len, &pos, "%sstall", pos ? ", " : "");
 	if (spec->faults & DRILL_REFUSE)
@@ -168,7 +167,7 @@ drill_spec_text(const struct drill_spec *spec, char *buf, size_t len)
 		put(buf, len, &pos, "%sreset", pos ? ", " : "");
 	if (spec->faults & DRILL_CONNECT_DELAY)
 		put(buf, len, &pos, "%sconnect delay %s", pos ? ", " : "",
-		    dur(spec->connect_delay_ms, d, sizeof(d)));
+		    drill_duration(spec->connect_delay_ms, d, sizeof(d)));
 	if (spec->fraction_ppm != 0 && spec->fraction_ppm != 1000000)
 		put(buf, len, &pos, " on %.4g%% of connections", (double)spec->fraction_ppm / 1e4);
 	return buf;
@@ -261,7 +260,7 @@ judge_probe(const struct drill_report *r, size_t k, int ph, struct leaks *l)
 	}
 	if (w[ph].p99_ms > allowed(&r->tol, w[PH_BASELINE].p99_ms)) {
 		leak(l, wall, "probe %s: p99 %s %s, %s before", r->probe[k].what,
-		    dur(w[ph].p99_ms, a, sizeof(a)), what, dur(w[PH_BASELINE].p99_ms, b, sizeof(b)));
+		    drill_duration(w[ph].p99_ms, a, sizeof(a)), what, drill_duration(w[PH_BASELINE].p99_ms, b, sizeof(b)));
 		held = false;
 	}
 	return held;
@@ -299,7 +298,7 @@ probe_cell(const struct drill_report *r, size_t k, int ph, char *buf, size_t len
 	if (w->n == 0)
 		return "-";
 	snprintf(buf, len, "%.0f%% of %llu, p99 %s", pct(w->ok, w->n), (unsigned long long)w->n,
-	    dur(w->p99_ms, p99, sizeof(p99)));
+	    drill_duration(w->p99_ms, p99, sizeof(p99)));
 	return buf;
 }
 
@@ -308,8 +307,13 @@ text(FILE *f, const struct drill_report *r, const bool *comp_held, const bool *p
     const struct leaks *l, int verdict)
 {
 	char spec[256], d[3][32], cell[PH_N][128];
+	size_t walls = 0;
 	int nw = 24;
 
+	for (uint32_t i = 0; i < r->ncomp; i++)
+		walls += !comp_held[i];
+	for (size_t k = 0; k < r->nprobe; k++)
+		walls += !probe_held[k];
 	for (uint32_t i = 0; i < r->ncomp; i++) {
 		int w = (int)strlen(r->names[i]) + (i == r->comp ? 10 : 0);
 
@@ -323,9 +327,9 @@ text(FILE *f, const struct drill_report *r, const bool *comp_held, const bool *p
 	nw = nw > 60 ? 60 : nw;
 	fprintf(f, "drill on %s (segment %s): %s for %s; baseline %s, after %s%s\n",
 	    r->compartment, r->segment, drill_spec_text(&r->spec, spec, sizeof(spec)),
-	    dur(r->phase_ms[PH_DRILL], d[0], sizeof(d[0])),
-	    dur(r->phase_ms[PH_BASELINE], d[1], sizeof(d[1])),
-	    dur(r->phase_ms[PH_AFTER], d[2], sizeof(d[2])),
+	    drill_duration(r->phase_ms[PH_DRILL], d[0], sizeof(d[0])),
+	    drill_duration(r->phase_ms[PH_BASELINE], d[1], sizeof(d[1])),
+	    drill_duration(r->phase_ms[PH_AFTER], d[2], sizeof(d[2])),
 	    r->interrupted ? " (ended early)" : "");
 	fprintf(f, "\n%-*s  %-30s %-30s %-30s %s\n", nw, "WALL", "BEFORE", "DURING", "AFTER", "");
 	for (uint32_t i = 0; i < r->ncomp; i++) {
@@ -357,7 +361,7 @@ text(FILE *f, const struct drill_report *r, const bool *comp_held, const bool *p
 		fprintf(f, "verdict: contained: every wall held%s\n", r->phase_ms[PH_AFTER] == 0 ?
 		    " (no after window: recovery not measured)" : "");
 	else
-		fprintf(f, "verdict: leaked: %zu wall%s leaked\n", l->n, l->n == 1 ? "" : "s");
+		fprintf(f, "verdict: leaked: %zu wall%s leaked\n", walls, walls == 1 ? "" : "s");
 }
 
 /* ---- JSON ---- */
