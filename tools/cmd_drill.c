@@ -443,6 +443,18 @@ plot_data(const struct run *r, FILE *f)
 	return 0;
 }
 
+/* s inside a gnuplot single-quoted string, whose only escape is ''. */
+static void
+gp_text(FILE *g, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputc('\'', g);
+		if ((unsigned char)*s >= ' ')
+			fputc(*s, g);
+	}
+}
+
 /* Draws the timeline into png with gnuplot; says why not on stderr. */
 static void
 plot(const struct run *r, const char *png)
@@ -472,9 +484,13 @@ plot(const struct run *r, const char *png)
 		unlink(data);
 		return;
 	}
-	fprintf(g, "set terminal pngcairo size 1000,700 noenhanced\nset output '%s'\n", png);
-	fprintf(g, "set multiplot layout 3,1 title 'drill on %s: %s'\n", r->rep.compartment,
-	    drill_spec_text(&r->rep.spec, spec, sizeof(spec)));
+	fputs("set terminal pngcairo size 1000,700 noenhanced\nset output '", g);
+	gp_text(g, png);
+	fputs("'\nset multiplot layout 3,1 title 'drill on ", g);
+	gp_text(g, r->rep.compartment);
+	fputs(": ", g);
+	gp_text(g, drill_spec_text(&r->rep.spec, spec, sizeof(spec)));
+	fputs(" (shaded)'\n", g);
 	fputs("set key outside right\nset grid\nset xlabel 'seconds'\n", g);
 	if (t[PH_DRILL] >= 0)
 		fprintf(g, "set object 1 rect from %.2f, graph 0 to %.2f, graph 1 fc rgb '#ffdddd' "
@@ -485,8 +501,12 @@ plot(const struct run *r, const char *png)
 	else {
 		fputs("plot ", g);
 		for (size_t p = 0; p < r->rep.nprobe; p++)
-			fprintf(g, "%s'%s' using 1:%zu with linespoints title 'probe %zu latency'",
-			    p ? ", " : "", data, 5 + 2 * p, p + 1);
+		{
+			fprintf(g, "%s'%s' using 1:%zu with linespoints title '", p ? ", " : "", data,
+			    5 + 2 * p);
+			gp_text(g, r->rep.probe[p].what);
+			fputc('\'', g);
+		}
 		fputc('\n', g);
 	}
 	fputs("unset logscale y\nset ylabel 'success %'\nset yrange [0:105]\n", g);
@@ -495,13 +515,18 @@ plot(const struct run *r, const char *png)
 	else {
 		fputs("plot ", g);
 		for (size_t p = 0; p < r->rep.nprobe; p++)
-			fprintf(g, "%s'%s' using 1:%zu with linespoints title 'probe %zu success'",
-			    p ? ", " : "", data, 4 + 2 * p, p + 1);
+		{
+			fprintf(g, "%s'%s' using 1:%zu with linespoints title '", p ? ", " : "", data,
+			    4 + 2 * p);
+			gp_text(g, r->rep.probe[p].what);
+			fputc('\'', g);
+		}
 		fputc('\n', g);
 	}
-	fprintf(g, "set autoscale y\nset ylabel 'connections'\nplot '%s' using 1:2 with steps "
-	    "title '%s in use', '%s' using 1:3 with steps title 'live limit'\n", data,
-	    r->rep.compartment, data);
+	/* Room above the limit's line, which would lie on the frame. */
+	fprintf(g, "set yrange [0:*]\nset offsets 0, 0, graph 0.2, 0\nset ylabel 'connections'\n"
+	    "plot '%s' using 1:2 with steps lw 2 title 'in use', '%s' using 1:3 with steps dt 2 "
+	    "title 'live limit'\n", data, data);
 	fputs("unset multiplot\n", g);
 	st = pclose(g);
 	unlink(data);
