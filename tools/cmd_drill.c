@@ -228,6 +228,7 @@ struct run {
 	uint64_t phase_start[PH_N];	/* CLOCK_MONOTONIC ms, 0 = not begun */
 	uint64_t end_ms;
 	uint64_t began_ms;
+	uint64_t late_ms;		/* the current window's second half begins */
 	struct cli_snap first;		/* at the start of the current window */
 	uint32_t *over0, *over_max;
 	struct tick *ticks;
@@ -281,6 +282,11 @@ sample(struct run *r, int ph, const struct cli_snap *snap)
 			r->over_max[i] = c->over;
 		w->end_in_use = c->in_use;
 		w->end_limit = c->live_limit;
+		if (now_mono_ms() >= r->late_ms && (!w->late || c->in_use < w->late_min_in_use)) {
+			w->late = true;
+			w->late_min_in_use = c->in_use;
+			w->late_limit = c->live_limit;
+		}
 	}
 	note_tick(r, ph, snap);
 }
@@ -292,6 +298,7 @@ window_begin(struct run *r, int ph)
 	if (cli_snap_read(r->s, &r->first) < 0)
 		return -ENOMEM;
 	r->phase_start[ph] = now_mono_ms();
+	r->late_ms = UINT64_MAX;
 	for (uint32_t i = 0; i < r->first.ncomp && i < r->rep.ncomp; i++)
 		r->over0[i] = r->over_max[i] = r->first.comp[i].over;
 	sample(r, ph, &r->first);
@@ -340,6 +347,7 @@ nap(uint64_t ms)
 static bool
 measure(struct run *r, int ph, uint64_t until_ms, uint64_t id)
 {
+	r->late_ms = r->phase_start[ph] + (until_ms - r->phase_start[ph]) / 2;
 	for (;;) {
 		struct cli_snap snap;
 		uint64_t now = now_mono_ms();

@@ -103,6 +103,10 @@ void drill_probes_free(struct drill_probe *probes, size_t n);
 struct drill_cwin {
 	bool measured;
 	uint32_t max_in_use, end_in_use, end_limit;	/* limit UINT32_MAX: none */
+	/* The fewest in use, and the limit then, among the samples of the
+	 * window's second half: whether it came back under its limit. */
+	uint32_t late_min_in_use, late_limit;
+	bool late;
 	uint32_t samples_over;		/* samples with in_use above the live limit */
 	uint32_t over_grew;		/* `over` rose during the window */
 	uint64_t admitted, rejected;	/* the window's deltas */
