@@ -338,3 +338,25 @@ def test_delay_on_the_shop_is_contained_with_limits_and_leaks_without():
                              r.stdout), r.stdout
             assert "LEAKED: compartment recommendations" in r.stdout, r.stdout
 test_delay_on_the_shop_is_contained_with_limits_and_leaks_without.time_limit = 180
+
+
+def test_a_probe_that_fails_during_the_drill_is_a_leaked_wall():
+    """The verdict from the probes alone: a command probe made to fail while
+    the drill runs (a file the test creates then) and to succeed again after."""
+    _need_drills()
+    srv = Server("hold")
+    seg, cfg = _dep_config(srv.port)
+    hold_connections(cfg, srv.port, 1)
+    flag = os.path.join(harness.tmpdir(), "down")
+    p = _drill_bg("-c", cfg, "dep", "--refuse", "--for", "3s", "--baseline", "2s", "--after",
+                  "2s", "--probe", "test ! -e %s" % flag, "--probe-rate", "10")
+    _running_drill(seg, "dep")
+    open(flag, "w").close()
+    wait_until(lambda: harness.comp_of(status_json(seg), "dep")["drill"] is None, 6, 0.05,
+               "the drill's end")
+    os.unlink(flag)
+    assert p.wait(10) == 1, "exit %s: %s" % (p.returncode, open(p.out).read())
+    out = open(p.out).read()
+    assert re.search(r"LEAKED: probe test ! -e \S+: success \d+% during the drill, 100% before",
+                     out), out
+    assert "verdict: leaked: 1 wall leaked" in out, out
