@@ -347,3 +347,34 @@ def one():
         if comp:
             shim.wait_eq("dep", "inflight", 0)
         assert a.finish() == 0
+
+
+def test_curl_meets_refuse_and_reset_as_the_errors_it_already_handles():
+    """curl (libcurl, non-blocking sockets): a refused connect is its exit 7
+    "Failed to connect", a reset its exit 55/56 "Connection reset by peer",
+    with the server's own count as the witness; after the drill it works."""
+    import shutil
+    from harness import run
+    curl = shutil.which("curl")
+    assert curl, "curl is not installed (tests/deps.sh installs it)"
+    srv = Server("http")
+    shim = shim_for(srv.port)
+    url = "http://127.0.0.1:%d/" % srv.port
+    get = [curl, "-sS", "--max-time", "5", url]
+    r = run(get, shim.env(log="warn"))
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr)
+    d = Drill(shim.segment, "dep")
+    d.start(REFUSE, 20000)
+    before = srv.accepted
+    r = run(get, shim.env(log="warn"))
+    assert r.returncode == 7, "curl under a refuse drill: exit %d (%r)" % (r.returncode, r.stderr)
+    assert srv.accepted == before, "the server accepted a refused connection"
+    d.stop()
+    d.start(RESET, 20000)
+    r = run(get, shim.env(log="warn"))
+    assert r.returncode in (55, 56) and "reset" in r.stderr.lower(), \
+        "curl under a reset drill: exit %d (%r)" % (r.returncode, r.stderr)
+    d.stop()
+    r = run(get, shim.env(log="warn"))
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr)
+    shim.wait_eq("dep", "in_use", 0)
