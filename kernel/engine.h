@@ -9,7 +9,8 @@
 #include "log.h"
 #include "kern.h"
 
-#define KERN_PIN_ROOT	"/sys/fs/bpf/bulkshim"
+#define KERN_BPFFS	"/sys/fs/bpf"
+#define KERN_PIN_ROOT	KERN_BPFFS "/bulkshim"
 
 /* ---- kern_check.c: what the machine must offer ---- */
 

@@ -74,11 +74,11 @@ fs_is(const char *path, long magic)
 static int
 ensure_bpffs(char *err, size_t errlen)
 {
-	if (fs_is("/sys/fs/bpf", BPFFS_MAGIC))
+	if (fs_is(KERN_BPFFS, BPFFS_MAGIC))
 		return 0;
-	if (mkdir("/sys/fs/bpf", 0700) < 0 && errno != EEXIST)
+	if (mkdir(KERN_BPFFS, 0700) < 0 && errno != EEXIST)
 		goto fail;
-	if (mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") == 0)
+	if (mount("bpf", KERN_BPFFS, "bpf", 0, "mode=0700") == 0)
 		return 0;
 fail:
 	bs_format(err, errlen, "no BPF file system at /sys/fs/bpf and mounting one failed (%s): "

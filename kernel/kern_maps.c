@@ -159,6 +159,17 @@ kern_share(const struct bs_config *cfg, char *err, size_t errlen)
 		    strerror(errno));
 		return -errno;
 	}
+	/* The BPF file system itself is usually mounted 0700 (systemd does,
+	 * and so does kern_check): then no other user reaches any pin below
+	 * it. A segment shared with its group or with everyone gets the
+	 * search bit that sharing needs there too, and no more (no listing;
+	 * every other pin keeps its own mode). */
+	if (x != 0 && stat(KERN_BPFFS, &root) == 0 && (root.st_mode & x) != x &&
+	    chmod(KERN_BPFFS, (root.st_mode & 07777) | x) < 0) {
+		bs_format(err, errlen, "cannot let the segment's users search %s: %s", KERN_BPFFS,
+		    strerror(errno));
+		return -errno;
+	}
 	kern_pin_path(path, sizeof(path), cfg->segment, NULL);
 	if ((r = share_one(path, &st, 0700 | x, err, errlen)) < 0)
 		return r;

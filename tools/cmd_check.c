@@ -43,6 +43,8 @@ settings_line(const struct bs_config *cfg, const struct cfg_compartment *cc, cha
 		ADD("io_timeout_ms %u", cc->io_timeout_ms);
 	if (!cc->enforce)
 		ADD("enforce off (observe mode)");
+	if (cc->drills)
+		ADD("drills allowed");
 	for (size_t k = 0; k < cfg->nclass && k < BS_MAX_CLASSES; k++) {
 		if (cc->class_limit[k])
 			ADD("class %s %u", cfg->classes[k].name, cc->class_limit[k]);

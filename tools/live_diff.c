@@ -6,7 +6,7 @@
 
 #include "cli.h"
 
-enum kind { K_LIMIT, K_NUM, K_BOOL, K_ERRNO, K_CLASS, K_ADMODE, K_ADKIND };
+enum kind { K_LIMIT, K_NUM, K_BOOL, K_ALLOW, K_ERRNO, K_CLASS, K_ADMODE, K_ADKIND };
 
 /* One setting of a compartment, as the segment holds it. */
 struct setting {
@@ -16,7 +16,7 @@ struct setting {
 };
 
 #define NADAPTIVE 7	/* the adaptive limit's settings */
-#define NSETTINGS (8 + NADAPTIVE + BS_MAX_CLASSES)
+#define NSETTINGS (9 + NADAPTIVE + BS_MAX_CLASSES)
 
 /* The adaptive limit of c in whole permits, on or pinned (ad_current's
  * reading of the controller's word). */
@@ -40,6 +40,7 @@ settings_of(const struct seg_comp *c, const struct seg_header *h, struct setting
 		{ "max_connections", K_LIMIT, atomic_load(&c->limit) },
 		{ "max_inflight", K_LIMIT, atomic_load(&c->inflight_limit) },
 		{ "enforce", K_BOOL, atomic_load(&c->enforce) },
+		{ "drills", K_ALLOW, atomic_load(&c->drill.allowed) },
 		{ "errno", K_ERRNO, (uint32_t)atomic_load(&c->reject_errno) },
 		{ "max_wait_ms", K_NUM, atomic_load(&c->max_wait_ms) },
 		{ "max_waiting", K_NUM, atomic_load(&c->max_waiting) },
@@ -95,6 +96,8 @@ text_of(const struct setting *s, uint32_t v, char *buf, size_t len)
 		return cli_limit_text(v, buf, len);
 	case K_BOOL:
 		return v ? "on" : "off (observe)";
+	case K_ALLOW:
+		return v ? "allowed" : "not allowed";
 	case K_ERRNO:
 		e = cfg_errno_name((int)v);
 		return e != NULL ? e : "?";

@@ -351,6 +351,28 @@ int ad_set_mode(struct seg_comp *c, bool on);
 void ad_pin(struct seg_comp *c, uint32_t v);
 const char *ad_reason_name(unsigned r);
 const char *ad_mode_name(unsigned mode);
+
+/* drill.c: a drill's words in a compartment (seg_layout.h's seg_drill). */
+#define DRILL_PPM	1000000u
+struct drill_view {
+	uint64_t id;
+	uint64_t deadline_ms;
+	uint32_t faults, delay_ms, connect_delay_ms, fraction_ppm;
+};
+/* Reads c's drill whole into v; returns its faults if it runs at now_ms
+ * (CLOCK_MONOTONIC), else 0 (also in v->faults). */
+uint32_t drill_read(struct seg_comp *c, uint64_t now_ms, struct drill_view *v);
+bool drill_running_at(struct seg_comp *c, uint64_t now_ms);
+/* Whether the drill v touches the connection of socket inode `inode`
+ * (its fraction_ppm, 0 = all). */
+bool drill_picks(const struct drill_view *v, uint64_t inode);
+/* Starts drill v (faults, settings, deadline_ms) on c: 0, -EPERM when
+ * c does not allow drills, -EBUSY when one runs or is being written. The
+ * caller bumps the segment's settings_seq after. */
+int drill_start(struct seg_comp *c, const struct drill_view *v, uint64_t now_ms,
+    uint64_t real_ms, pid_t by);
+/* Ends c's drill, running or dead; true if one was set. */
+bool drill_end(struct seg_comp *c);
 /* Windows with fewer completions than this close only after ten windows'
  * time (ad_sample), and a stall check trusts no mean of fewer. */
 #define AD_MIN_SAMPLES		4

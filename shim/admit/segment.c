@@ -215,6 +215,9 @@ seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&c->inflight_limit, ilim);
 	atomic_store(&c->reject_errno, cc->reject_errno);
 	atomic_store(&c->enforce, cc->enforce ? 1 : 0);
+	atomic_store(&c->drill.allowed, cc->drills ? 1 : 0);
+	if (!cc->drills)
+		drill_end(c);
 	atomic_store(&c->max_wait_ms, cc->max_wait_ms);
 	atomic_store(&c->max_waiting, waiting);
 	atomic_store(&c->connect_timeout_ms, cc->connect_timeout_ms);

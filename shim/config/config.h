@@ -21,6 +21,7 @@ struct cfg_compartment {
 	uint32_t connect_timeout_ms;	/* 0 = none */
 	uint32_t io_timeout_ms;		/* 0 = none */
 	bool enforce;			/* false = observe only */
+	bool drills;			/* `bulkshim drill` may fault its connections */
 	uint32_t class_limit[BS_MAX_CLASSES];	/* 0 = no cap for that class */
 	/* class_guaranteed = { ... }: the classes split the compartment
 	 * (share.c); every class then has a limit, its ceiling. */
@@ -89,6 +90,7 @@ struct bs_config {
 	uint32_t max_sockets;	/* socket table of the segment */
 	unsigned resolve_timeout_ms;
 	bool enforce;		/* the default of every compartment's enforce */
+	bool drills;		/* the default of every compartment's drills: false */
 	size_t nclass;		/* classes[0] is "default", always present */
 	struct cfg_class classes[BS_MAX_CLASSES];
 	size_t ncomp;

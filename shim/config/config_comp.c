@@ -14,7 +14,7 @@ const char cfg_eagain_spin[] = "errno EAGAIN cannot go with max_inflight: a refu
 static const char *const comp_keys[] = {
 	"name", "destinations", "max_connections", "max_inflight", "max_wait_ms", "max_waiting",
 	"connect_timeout_ms", "io_timeout_ms", "enforce", "class_limits", "errno", "pool", "guaranteed", "class_guaranteed",
-	"adaptive", "fleet_limit", "fleet_floor", NULL,
+	"adaptive", "fleet_limit", "fleet_floor", "drills", NULL,
 };
 
 /* Appends a rule, growing cfg->rules and src together. Returns 0, or -ENOMEM
@@ -390,6 +390,7 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 	comp->line = cfg_line_of(c, g);
 	comp->reject_errno = ECONNREFUSED;
 	comp->enforce = c->cfg->enforce;
+	comp->drills = c->cfg->drills;
 	s = config_setting_get_member(g, "name");
 	if (s != NULL && config_setting_type(s) == CONFIG_TYPE_STRING)
 		name = config_setting_get_string(s);
@@ -430,6 +431,9 @@ static int parse_compartment(struct cfg_ctx *c, const config_setting_t *g, size_
 		return rc;
 	if ((s = config_setting_get_member(g, "enforce")) != NULL &&
 	    (rc = cfg_get_bool(c, s, &comp->enforce)) < 0 && !cfg_go_on(c, rc))
+		return rc;
+	if ((s = config_setting_get_member(g, "drills")) != NULL &&
+	    (rc = cfg_get_bool(c, s, &comp->drills)) < 0 && !cfg_go_on(c, rc))
 		return rc;
 	s = config_setting_get_member(g, "class_limits");
 	if (s != NULL && (rc = parse_class_values(c, s, comp, "limit", comp->class_limit)) < 0 &&

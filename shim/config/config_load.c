@@ -29,7 +29,7 @@ static int load_file(const char *path, struct bs_config *cfg, bool resolve, bool
 static const char *const top_keys[] = {
 	"segment", "budget", "strict", "mode", "owner", "group", "max_processes",
 	"max_sockets", "resolve_timeout_ms", "enforce", "classes", "compartments", "pools",
-	"fleet", "log_format", NULL,
+	"fleet", "log_format", "drills", NULL,
 };
 static const char *const budget_keys[] = { "pool", "reserved", NULL };
 
@@ -227,10 +227,14 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 	long long v = 0;
 	int rc = 0;
 
-	/* Compartments inherit enforce and name classes, so these two are read
-	 * first, wherever they are in the file. */
+	/* Compartments inherit enforce and drills and name classes, so these
+	 * are read first, wherever they are in the file. */
 	if ((s = config_setting_get_member(root, "enforce")) != NULL)
 		rc = cfg_get_bool(c, s, &c->cfg->enforce);
+	if (rc < 0 && cfg_go_on(c, rc))
+		rc = 0;
+	if (rc == 0 && (s = config_setting_get_member(root, "drills")) != NULL)
+		rc = cfg_get_bool(c, s, &c->cfg->drills);
 	if (rc < 0 && cfg_go_on(c, rc))
 		rc = 0;
 	if (rc == 0 && (s = config_setting_get_member(root, "classes")) != NULL)
@@ -248,7 +252,8 @@ static int parse_root(struct cfg_ctx *c, const config_setting_t *root)
 
 		s = config_setting_get_elem(root, (unsigned)i);
 		key = cfg_key_of(s);
-		if (strcmp(key, "enforce") == 0 || strcmp(key, "classes") == 0 ||
+		if (strcmp(key, "enforce") == 0 || strcmp(key, "drills") == 0 ||
+		    strcmp(key, "classes") == 0 ||
 		    strcmp(key, "pools") == 0) {
 			continue;	/* read above */
 		} else if (strcmp(key, "segment") == 0) {

@@ -440,6 +440,15 @@ connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	c = got.c;
 	timeout = atomic_load(&c->connect_timeout_ms);
+	if (__builtin_expect(atomic_load_explicit(&c->drill.faults, memory_order_relaxed) != 0, 0) &&
+	    drill_connect(fd, c, got.slot, &timeout) < 0) {
+		/* Refused or timed out: the permit goes back as for any
+		 * connect that failed at once; EINTR keeps it, as there. */
+		saved = errno;
+		shim_settle(fd, -1, &got);
+		errno = saved;
+		return -1;
+	}
 	if (timeout != 0) {
 		r = connect_bounded(fd, sa, len, c, timeout, saved, &timed_out, &aborted);
 	} else {

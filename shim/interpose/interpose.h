@@ -136,6 +136,20 @@ void fds_drop_range(unsigned first, unsigned last);
  * were held under is gone. */
 void fds_forget_all(void);
 
+/* ---- faults.c: a running drill's faults (see faults.c) ---- */
+
+/* True while a drill runs on c (then no socket of c gets a plain verdict);
+ * logs this process's first sight of a drill's start and of its end. */
+bool drill_running(struct seg_comp *c);
+/* Before the real connect of fd, admitted in slot `slot` of c while c has
+ * drill faults set: 0 to go on (*timeout_ms, the connect_timeout_ms left,
+ * shortened by a delay), or -1 with errno (ECONNREFUSED, ETIMEDOUT, EINTR). */
+int drill_connect(int fd, struct seg_comp *c, uint32_t slot, uint32_t *timeout_ms);
+/* Before a send or a receive on fd (slot sl, table entry e) of c while c
+ * has drill faults set: 0 to go on, or -1 with errno set. */
+int drill_send(int fd, struct seg_slot *sl, struct seg_comp *c);
+int drill_recv(int fd, struct seg_slot *sl, struct seg_comp *c, uint32_t e, int flags);
+
 /* ---- signal.c: SIGBUS, the library's handler ahead of the program's ---- */
 
 /* Puts the library's SIGBUS handler in place, the program's disposition

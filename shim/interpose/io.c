@@ -60,7 +60,7 @@ cache_plain_now(int fd, uint64_t e, struct seg_slot *sl, struct seg_comp *c)
 	uint32_t seq = fdt_seq();
 
 	if (atomic_load(&c->inflight_limit) != UINT32_MAX || atomic_load(&c->io_timeout_ms) != 0 ||
-	    in_flight(sl, c) ||
+	    in_flight(sl, c) || drill_running(c) ||
 	    atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0)
 		return false;
 	fdt_verdict(fd, e, FDT_PLAIN | seq);
@@ -210,6 +210,9 @@ send_begin(int fd, uint64_t e, int flags, const char *what)
 	c = seg_slot_comp(s, sl);
 	if (c == NULL || !shim_active())
 		return 0;
+	if (__builtin_expect(atomic_load_explicit(&c->drill.faults, memory_order_relaxed) != 0, 0) &&
+	    drill_send(fd, sl, c) < 0)
+		return -1;
 	if (io_plain(e)) {
 		plain_sample(fd, e, sl);
 		return 0;
@@ -251,7 +254,8 @@ send_quick(int fd, uint64_t e)
 	c = seg_slot_comp(s, sl);
 	if (c == NULL || atomic_load_explicit(&sl->connect_us, memory_order_relaxed) != 0 ||
 	    atomic_load_explicit(&c->io_timeout_ms, memory_order_relaxed) != 0 ||
-	    atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) == UINT32_MAX)
+	    atomic_load_explicit(&c->inflight_limit, memory_order_relaxed) == UINT32_MAX ||
+	    atomic_load_explicit(&c->drill.faults, memory_order_relaxed) != 0)
 		return SEND_WHOLE;
 	r = permit_request_quick(s, slot, m, c);
 	if (r == 1)
@@ -294,6 +298,10 @@ recv_begin(int fd, uint64_t e, int flags, struct io_recv *q)
 		return 0;
 	q->m = atomic_load_explicit(&q->sl->mark, memory_order_acquire);
 	q->c = seg_slot_comp(s, q->sl);
+	if (q->c != NULL &&
+	    __builtin_expect(atomic_load_explicit(&q->c->drill.faults, memory_order_relaxed) != 0, 0) &&
+	    drill_recv(fd, q->sl, q->c, (uint32_t)e, flags) < 0)
+		return -1;
 	return wait_ready(fd, (uint32_t)e, q->c, flags, POLLIN);
 }
 
