@@ -368,7 +368,7 @@ void cli_fleet_line(const struct cli_comp *c, const char *name, char *buf, size_
 /* ---- drill_seg.c: a compartment's drill, read and shown ---- */
 
 /* Reads the drill words of sc into *d; cannot fail. */
-void cli_read_drill(const struct seg_comp *sc, struct cli_drill *d);
+void cli_read_drill(struct seg_comp *sc, struct cli_drill *d);
 /* "delay,stall" for DRILL_* bits, into buf (cut to len); returns buf. */
 const char *cli_drill_faults(uint32_t faults, char *buf, size_t len);
 /* `, "drill": {...}` while a drill runs, `, "drill": null` otherwise. */

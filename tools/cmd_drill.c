@@ -196,7 +196,7 @@ cmd_drill_stop(int argc, char **argv)
 		cli_read_drill(seg_comp(s, i), &d);
 		if (!d.running)
 			continue;
-		drill_stop(s, i);
+		drill_seg_stop(s, i);
 		printf("stopped the drill on %s (started by pid %d, %.1fs left)\n",
 		    CLI_SEGNAME(seg_comp(s, i)->name), (int)d.by_pid, (double)d.remaining_ms / 1000);
 		stopped++;
@@ -354,7 +354,7 @@ measure(struct run *r, int ph, uint64_t until_ms, uint64_t id)
 
 		if (got_signal)
 			return false;
-		if (ph == PH_DRILL && drill_id(r->s, r->rep.comp) != id)
+		if (ph == PH_DRILL && drill_seg_id(r->s, r->rep.comp) != id)
 			return false;
 		if (now >= until_ms)
 			return true;
@@ -810,21 +810,21 @@ run_drill(struct run *r, struct opts *o)
 		}
 		if (window_begin(r, PH_DRILL) < 0)
 			goto nomem;
-		if (drill_start(r->s, r->rep.comp, &o->spec, &deadline) != DRILL_OK) {
+		if (drill_seg_start(r->s, r->rep.comp, &o->spec, &deadline) != DRILL_OK) {
 			window_end(r, PH_DRILL);
 			r->rep.phase_ms[PH_DRILL] = 0;
 			drill_probes_stop(o->probe, o->nprobe);
 			fprintf(stderr, "bulkshim: the drill could not start: another began first\n");
 			return DRILL_EX_REFUSED;
 		}
-		id = drill_id(r->s, r->rep.comp);
+		id = drill_seg_id(r->s, r->rep.comp);
 		progress(o, "%s on %s for %s (pid %d stops it at the end, else its deadline does)",
 		    drill_spec_text(&o->spec, spec, sizeof(spec)), o->comp,
 		    drill_duration(o->spec.for_ms, buf, sizeof(buf)), (int)getpid());
 		ended_early = !measure(r, PH_DRILL, deadline, id);
 		/* Ours to stop only while it is still ours. */
-		if (drill_id(r->s, r->rep.comp) == id)
-			drill_stop(r->s, r->rep.comp);
+		if (drill_seg_id(r->s, r->rep.comp) == id)
+			drill_seg_stop(r->s, r->rep.comp);
 		window_end(r, PH_DRILL);
 		progress(o, "drill %s", ended_early ? "ended early" : "over");
 	}
@@ -851,7 +851,7 @@ run_drill(struct run *r, struct opts *o)
 	return v;
 nomem:
 	if (deadline != 0)
-		drill_stop(r->s, r->rep.comp);
+		drill_seg_stop(r->s, r->rep.comp);
 	drill_probes_stop(o->probe, o->nprobe);
 	fprintf(stderr, "bulkshim: out of memory\n");
 	return DRILL_EX_NOT_RUN;

@@ -47,19 +47,19 @@ struct drill_tol {
 
 /* Why drill_start refused. */
 enum drill_refusal { DRILL_OK = 0, DRILL_NOT_ALLOWED, DRILL_BUSY };
-/* Starts spec on compartment i (< ncomp) of s, by_pid being this process:
- * refused when the compartment's `allowed` is not 1 or another drill runs
- * there (its faults set and its deadline ahead). Writes the settings, the
- * deadline, the faults, then bumps the drill's id and settings_seq. Returns
+/* Starts spec on compartment i (< ncomp) of s, by_pid being this process,
+ * with admit/drill.c's drill_start: refused when the compartment does not
+ * allow drills or another drill runs or is being written there. Then bumps
+ * settings_seq. Returns
  * DRILL_OK with the new deadline (CLOCK_MONOTONIC ms) in *deadline_ms, or
  * the refusal with nothing written. */
-enum drill_refusal drill_start(struct seg *s, uint32_t i, const struct drill_spec *spec,
+enum drill_refusal drill_seg_start(struct seg *s, uint32_t i, const struct drill_spec *spec,
     uint64_t *deadline_ms);
-/* Stops the drill on compartment i: faults and deadline to 0, the id and
- * settings_seq bumped. Harmless on a compartment with no drill. */
-void drill_stop(struct seg *s, uint32_t i);
+/* Stops the drill on compartment i (drill_end) and bumps settings_seq.
+ * Harmless on a compartment with no drill. */
+void drill_seg_stop(struct seg *s, uint32_t i);
 /* The drill's id now (a start or a stop by anyone moves it). */
-uint64_t drill_id(const struct seg *s, uint32_t i);
+uint64_t drill_seg_id(const struct seg *s, uint32_t i);
 
 /* ---- drill_probe.c ---- */
 

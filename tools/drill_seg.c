@@ -1,4 +1,5 @@
 /* drill_seg.c - a drill's words in the segment: started, stopped and read for the views. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -6,62 +7,47 @@
 #include "drill.h"
 
 /*
- * The library reads a drill at each call of a matched connection and
- * treats it as running while `faults` is set and the CLOCK_MONOTONIC
- * millisecond is below `deadline_ms`. So a start writes the settings first
- * and `faults` last (a process that sees the faults sees their settings),
- * and a drill whose CLI was killed ends at its deadline with nothing left
- * to end it. Every reader here uses the same test.
+ * The library's admit/drill.c owns the words: its drill_start and drill_end
+ * write them under the sequence lock that `id` is (two CLIs cannot write at
+ * once, and a reader never mixes two drills), and a drill runs while its
+ * faults are set and the CLOCK_MONOTONIC millisecond is below its
+ * deadline, so one whose CLI was killed ends on time with nothing left to
+ * end it. This file adds what the CLI does around them: the deadline from
+ * --for, and the bump of settings_seq after each change, which the
+ * descriptors that cached a plain verdict wait for.
  */
 
-static bool
-running(const struct seg_drill *d, uint64_t now)
-{
-	return atomic_load(&d->faults) != 0 && now < atomic_load(&d->deadline_ms);
-}
-
 enum drill_refusal
-drill_start(struct seg *s, uint32_t i, const struct drill_spec *spec, uint64_t *deadline_ms)
+drill_seg_start(struct seg *s, uint32_t i, const struct drill_spec *spec, uint64_t *deadline_ms)
 {
-	struct seg_drill *d = &seg_comp(s, i)->drill;
+	struct drill_view v = { 0 };
 	uint64_t now = now_mono_ms();
+	int r;
 
-	if (atomic_load(&d->allowed) != 1)
+	v.faults = spec->faults;
+	v.delay_ms = spec->delay_ms;
+	v.connect_delay_ms = spec->connect_delay_ms;
+	v.fraction_ppm = spec->fraction_ppm;
+	v.deadline_ms = now + spec->for_ms;
+	r = drill_start(seg_comp(s, i), &v, now, now_real_ms(), getpid());
+	if (r == -EPERM)
 		return DRILL_NOT_ALLOWED;
-	/* A drill past its deadline is over even with its faults still
-	 * set (its CLI was killed): it may be replaced. */
-	if (running(d, now))
+	if (r < 0)
 		return DRILL_BUSY;
-	atomic_store(&d->faults, 0);
-	atomic_store(&d->delay_ms, spec->delay_ms);
-	atomic_store(&d->connect_delay_ms, spec->connect_delay_ms);
-	atomic_store(&d->fraction_ppm, spec->fraction_ppm);
-	atomic_store(&d->by_pid, (int32_t)getpid());
-	atomic_store(&d->start_ms, now);
-	atomic_store(&d->start_realtime_ms, now_real_ms());
-	atomic_store(&d->touched, 0);
-	atomic_store(&d->spared, 0);
-	*deadline_ms = now + spec->for_ms;
-	atomic_store(&d->deadline_ms, *deadline_ms);
-	atomic_store(&d->faults, spec->faults);
-	atomic_fetch_add(&d->id, 1);
 	seg_settings_changed(s);
+	*deadline_ms = v.deadline_ms;
 	return DRILL_OK;
 }
 
 void
-drill_stop(struct seg *s, uint32_t i)
+drill_seg_stop(struct seg *s, uint32_t i)
 {
-	struct seg_drill *d = &seg_comp(s, i)->drill;
-
-	atomic_store(&d->faults, 0);
-	atomic_store(&d->deadline_ms, 0);
-	atomic_fetch_add(&d->id, 1);
+	drill_end(seg_comp(s, i));
 	seg_settings_changed(s);
 }
 
 uint64_t
-drill_id(const struct seg *s, uint32_t i)
+drill_seg_id(const struct seg *s, uint32_t i)
 {
 	return atomic_load(&seg_comp(s, i)->drill.id);
 }
@@ -69,27 +55,25 @@ drill_id(const struct seg *s, uint32_t i)
 /* ---- for the views ---- */
 
 void
-cli_read_drill(const struct seg_comp *sc, struct cli_drill *out)
+cli_read_drill(struct seg_comp *sc, struct cli_drill *out)
 {
 	const struct seg_drill *d = &sc->drill;
-	uint64_t now = now_mono_ms(), deadline;
+	struct drill_view v;
+	uint64_t now = now_mono_ms();
 
 	memset(out, 0, sizeof(*out));
-	out->allowed = atomic_load(&d->allowed) == 1;
-	out->faults = atomic_load(&d->faults);
-	deadline = atomic_load(&d->deadline_ms);
+	out->allowed = atomic_load(&d->allowed) != 0;
 	/* A deadline further than the longest drill is none a CLI wrote. */
-	out->running = out->faults != 0 && now < deadline && deadline - now <= DRILL_MAX_FOR_MS;
-	if (!out->running) {
-		out->faults = 0;
+	if (drill_read(sc, now, &v) == 0 || v.deadline_ms - now > DRILL_MAX_FOR_MS)
 		return;
-	}
-	out->remaining_ms = deadline - now;
-	out->delay_ms = atomic_load(&d->delay_ms);
-	out->connect_delay_ms = atomic_load(&d->connect_delay_ms);
-	out->fraction_ppm = atomic_load(&d->fraction_ppm);
+	out->running = true;
+	out->faults = v.faults;
+	out->remaining_ms = v.deadline_ms - now;
+	out->delay_ms = v.delay_ms;
+	out->connect_delay_ms = v.connect_delay_ms;
+	out->fraction_ppm = v.fraction_ppm;
+	out->id = v.id;
 	out->by_pid = atomic_load(&d->by_pid);
-	out->id = atomic_load(&d->id);
 	out->start_realtime_ms = atomic_load(&d->start_realtime_ms);
 	out->touched = atomic_load(&d->touched);
 	out->spared = atomic_load(&d->spared);
