@@ -231,6 +231,7 @@ struct run {
 	uint64_t late_ms;		/* the current window's second half begins */
 	struct cli_snap first;		/* at the start of the current window */
 	uint32_t *over0, *over_max;
+	uint32_t *prev_in_use;		/* at the sample before */
 	struct tick *ticks;
 	size_t nticks, cap;
 };
@@ -276,8 +277,14 @@ sample(struct run *r, int ph, const struct cli_snap *snap)
 		w->measured = true;
 		if (c->in_use > w->max_in_use)
 			w->max_in_use = c->in_use;
-		if (c->live_limit != UINT32_MAX && c->in_use > c->live_limit)
+		/* Admitted past the limit: above it and more than at the sample
+		 * before. A limit lowered under connections already open (`set`,
+		 * an adaptive limit cut by the slow dependency) revokes nothing,
+		 * and is no leak. */
+		if (c->live_limit != UINT32_MAX && c->in_use > c->live_limit &&
+		    c->in_use > r->prev_in_use[i])
 			w->samples_over++;
+		r->prev_in_use[i] = c->in_use;
 		if (c->over > r->over_max[i])
 			r->over_max[i] = c->over;
 		w->end_in_use = c->in_use;
@@ -299,8 +306,11 @@ window_begin(struct run *r, int ph)
 		return -ENOMEM;
 	r->phase_start[ph] = now_mono_ms();
 	r->late_ms = UINT64_MAX;
-	for (uint32_t i = 0; i < r->first.ncomp && i < r->rep.ncomp; i++)
+	for (uint32_t i = 0; i < r->first.ncomp && i < r->rep.ncomp; i++) {
 		r->over0[i] = r->over_max[i] = r->first.comp[i].over;
+		if (ph == PH_BASELINE)
+			r->prev_in_use[i] = r->first.comp[i].in_use;
+	}
 	sample(r, ph, &r->first);
 	return 0;
 }
@@ -733,7 +743,8 @@ alloc_report(struct run *r, struct opts *o, uint32_t i)
 	r->rep.pwin = calloc(o->nprobe + 1, sizeof(*r->rep.pwin));
 	r->over0 = calloc(n + 1, sizeof(uint32_t));
 	r->over_max = calloc(n + 1, sizeof(uint32_t));
-	if (r->rep.names == NULL || r->rep.enforce == NULL || r->rep.max_wait_ms == NULL ||
+	r->prev_in_use = calloc(n + 1, sizeof(uint32_t));
+	if (r->prev_in_use == NULL || r->rep.names == NULL || r->rep.enforce == NULL || r->rep.max_wait_ms == NULL ||
 	    r->rep.win == NULL || r->rep.pwin == NULL || r->over0 == NULL || r->over_max == NULL)
 		return -ENOMEM;
 	for (uint32_t k = 0; k < n; k++) {
@@ -757,6 +768,7 @@ free_report(struct run *r)
 	free(r->rep.pwin);
 	free(r->over0);
 	free(r->over_max);
+	free(r->prev_in_use);
 	free(r->ticks);
 }
 
@@ -792,6 +804,10 @@ run_drill(struct run *r, struct opts *o)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	/* A probed server that closes while a request is written must fail
+	 * that attempt, not end the drill (TLS writes are not sent with
+	 * MSG_NOSIGNAL). */
+	signal(SIGPIPE, SIG_IGN);
 	r->began_ms = now_mono_ms();
 	if (o->nprobe > 0 && drill_probes_start(o->probe, o->nprobe) < 0) {
 		fprintf(stderr, "bulkshim: cannot start the probes\n");

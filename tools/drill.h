@@ -107,7 +107,7 @@ struct drill_cwin {
 	 * window's second half: whether it came back under its limit. */
 	uint32_t late_min_in_use, late_limit;
 	bool late;
-	uint32_t samples_over;		/* samples with in_use above the live limit */
+	uint32_t samples_over;		/* samples with in_use above the live limit and rising */
 	uint32_t over_grew;		/* `over` rose during the window */
 	uint64_t admitted, rejected;	/* the window's deltas */
 	struct cli_hist reply, wait;	/* the window's deltas */

@@ -86,6 +86,7 @@ try_command(const struct drill_probe *p)
 	char *argv[] = { (char *)"sh", (char *)"-c", p->what, NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
+	sigset_t def;
 	uint64_t until = now_mono_ms() + p->timeout_ms;
 	pid_t pid;
 	int st = 0, r;
@@ -96,7 +97,11 @@ try_command(const struct drill_probe *p)
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	posix_spawnattr_init(&at);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+	/* The command gets SIGPIPE back, which the drill ignores. */
+	sigemptyset(&def);
+	sigaddset(&def, SIGPIPE);
+	posix_spawnattr_setsigdefault(&at, &def);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
 	posix_spawnattr_setpgroup(&at, 0);
 	r = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
