@@ -9,7 +9,7 @@ if [ $# -eq 0 ]; then
 	# package's postinst creates: the same system user and group here.
 	getent passwd bulkshim >/dev/null || user=bulkshim
 	set -- gcc make pkg-config libconfig-dev uthash-dev libcmocka-dev libhiredis-dev redis-server \
-		python3 curl libcurl4-openssl-dev util-linux \
+		python3 curl libcurl4-openssl-dev util-linux gnuplot-nox \
 		procps tmux prometheus
 	# tests/preload/test_runtimes.py: the real-program matrix.
 	set -- "$@" nodejs php-cli php-curl php-pgsql postgresql nginx ruby perl wrk \

@@ -74,7 +74,8 @@ $(A)/cli/%.o: tools/%.c tools/cli.h $(SHIM_H) | $(A)/cli
 $(A)/libbulkshim.so: $(ASAN_SHIM_O)
 	$(CC) $(SAN_FLAGS) -shared -o $@ $^ $(PC_LIBS) -ldl -lpthread -Wl,-z,now -Wl,-z,nodelete
 $(A)/bulkshim: $(ASAN_CLI_O)
-	$(CC) $(SAN_FLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) -lpthread
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(PC_LIBS) $(HIREDIS_LIBS) $(CURL_LIBS) -lm -lpthread
+$(A)/cli/drill_probe.o: override CFLAGS += $(CURL_CFLAGS)
 $(A)/tests/%: tests/helpers/%.c | $(A)/tests
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $< -lpthread
 $(A)/tests/test_%: tests/unit/test_%.c $(COMMON:%=$(A)/cli/%.o) $(SHIM_H) | $(A)/tests
