@@ -138,8 +138,10 @@ struct drill_report {
 };
 
 /* Fills a probe's windows from its samples, each attempt in the window in
- * which it began (phase_start[p]: CLOCK_MONOTONIC ms; phase_end the end of
- * the last). Cannot fail (out of memory, the quantiles are 0). */
+ * which it began, one begun in the baseline and still running when the
+ * drill began in the drill's (phase_start[p]: CLOCK_MONOTONIC ms, 0 for a
+ * window that did not run; phase_end the end of the last). Cannot fail
+ * (out of memory, the quantiles are 0). */
 void drill_probe_windows(struct drill_probe *p, const uint64_t *phase_start,
     uint64_t phase_end, struct drill_pwin *out);
 

@@ -69,41 +69,57 @@ quantile(const uint32_t *v, size_t n, unsigned permille)
 	return v[rank ? rank - 1 : 0];
 }
 
+/* The window of an attempt: the one it began in, except that one begun
+ * in the baseline and still running when the drill began is the drill's
+ * (the fault met it); -1 for none. */
+static int
+window_of(const struct drill_sample *s, const uint64_t *phase_start, uint64_t phase_end)
+{
+	int ph = -1;
+
+	for (int k = 0; k < PH_N; k++) {
+		if (phase_start[k] != 0 && s->start_ms >= phase_start[k])
+			ph = k;
+	}
+	if (ph < 0 || s->start_ms >= phase_end)
+		return -1;
+	if (ph == PH_BASELINE && phase_start[PH_DRILL] != 0 &&
+	    s->start_ms + s->ms >= phase_start[PH_DRILL])
+		ph = PH_DRILL;
+	return ph;
+}
+
 void
 drill_probe_windows(struct drill_probe *p, const uint64_t *phase_start, uint64_t phase_end,
     struct drill_pwin *out)
 {
-	uint32_t *ms;
+	uint32_t *ms[PH_N];
+	size_t k[PH_N] = { 0 };
 
 	memset(out, 0, PH_N * sizeof(*out));
 	pthread_mutex_lock(&p->lock);
-	ms = malloc((p->n ? p->n : 1) * sizeof(*ms));
-	for (int ph = 0; ph < PH_N; ph++) {
-		uint64_t lo = phase_start[ph], hi = ph + 1 < PH_N ? phase_start[ph + 1] : phase_end;
-		size_t k = 0;
+	for (int ph = 0; ph < PH_N; ph++)
+		ms[ph] = malloc((p->n ? p->n : 1) * sizeof(uint32_t));
+	for (size_t i = 0; i < p->n; i++) {
+		const struct drill_sample *s = &p->samples[i];
+		int ph = window_of(s, phase_start, phase_end);
 
-		if (lo == 0)
+		if (ph < 0)
 			continue;
-		if (hi == 0)
-			hi = phase_end;
-		for (size_t i = 0; i < p->n; i++) {
-			const struct drill_sample *s = &p->samples[i];
-
-			if (s->start_ms < lo || s->start_ms >= hi)
-				continue;
-			out[ph].n++;
-			out[ph].ok += s->ok;
-			if (ms != NULL)
-				ms[k++] = s->ms;
-		}
-		if (ms != NULL && k > 0) {
-			qsort(ms, k, sizeof(*ms), cmp_u32);
-			out[ph].p50_ms = quantile(ms, k, 500);
-			out[ph].p99_ms = quantile(ms, k, 990);
-		}
+		out[ph].n++;
+		out[ph].ok += s->ok;
+		if (ms[ph] != NULL)
+			ms[ph][k[ph]++] = s->ms;
 	}
 	pthread_mutex_unlock(&p->lock);
-	free(ms);
+	for (int ph = 0; ph < PH_N; ph++) {
+		if (ms[ph] != NULL && k[ph] > 0) {
+			qsort(ms[ph], k[ph], sizeof(uint32_t), cmp_u32);
+			out[ph].p50_ms = quantile(ms[ph], k[ph], 500);
+			out[ph].p99_ms = quantile(ms[ph], k[ph], 990);
+		}
+		free(ms[ph]);
+	}
 }
 
 /* ---- text ---- */
