@@ -218,8 +218,8 @@ judge_drilled(const struct drill_report *r, struct leaks *l)
 
 	snprintf(wall, sizeof(wall), "compartment %s", name);
 	if (w[PH_DRILL].samples_over > 0)
-		leak(l, wall, "compartment %s: %u connections in use during the drill, above its "
-		    "live limit %s", name, w[PH_DRILL].max_in_use,
+		leak(l, wall, "compartment %s: admitted past its live limit during the drill: up "
+		    "to %u in use against %s", name, w[PH_DRILL].max_in_use,
 		    w[PH_DRILL].end_limit == UINT32_MAX ? "(none)" :
 		    (snprintf(a, sizeof(a), "%u", w[PH_DRILL].end_limit), a));
 	if (w[PH_DRILL].over_grew > 0)
@@ -349,7 +349,8 @@ text(FILE *f, const struct drill_report *r, const bool *comp_held, const bool *p
 	    drill_duration(r->phase_ms[PH_BASELINE], d[1], sizeof(d[1])),
 	    drill_duration(r->phase_ms[PH_AFTER], d[2], sizeof(d[2])),
 	    r->interrupted ? " (ended early)" : "");
-	fprintf(f, "\n%-*s  %-30s %-30s %-30s %s\n", nw, "WALL", "BEFORE", "DURING", "AFTER", "");
+	fprintf(f, "\n%-*s  %-30s %-30s %-30s %s\n", nw, "WALL", "BEFORE", "DURING", "AFTER",
+	    "RESULT");
 	for (uint32_t i = 0; i < r->ncomp; i++) {
 		char name[BS_NAME_MAX + 16];
 
