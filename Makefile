@@ -81,7 +81,8 @@ $(B)/bulkshim: $(CLI_O)
 $(B)/cli/fleet.o $(B)/cli/fleet_redis.o $(B)/cli/fleet_script.o $(B)/cli/fleet_view.o \
 	$(B)/cli/fleet_seg.o $(B)/cli/cmd_metrics.o: tools/fleet.h
 $(B)/cli/fleet_script.o: tools/fleet.lua
-$(B)/cli/cmd_drill.o $(B)/cli/drill_seg.o $(B)/cli/drill_probe.o $(B)/cli/drill_verdict.o: tools/drill.h
+$(B)/cli/cmd_drill.o $(B)/cli/drill_seg.o $(B)/cli/drill_probe.o $(B)/cli/drill_verdict.o \
+	$(B)/cli/drill_plot.o: tools/drill.h
 $(B)/cli/drill_probe.o: override CFLAGS += $(CURL_CFLAGS)
 
 $(B)/tests/%: tests/helpers/%.c | $(B)/tests

@@ -215,12 +215,6 @@ cmd_drill_stop(int argc, char **argv)
 
 /* ---- the run ---- */
 
-/* The drilled compartment and the probes, second by second, for --plot. */
-struct tick {
-	uint64_t ms;		/* since the run began */
-	uint32_t in_use, limit;
-	int phase;
-};
 
 struct run {
 	struct seg *s;
@@ -232,7 +226,7 @@ struct run {
 	struct cli_snap first;		/* at the start of the current window */
 	uint32_t *over0, *over_max;
 	uint32_t *prev_in_use;		/* at the sample before */
-	struct tick *ticks;
+	struct drill_tick *ticks;
 	size_t nticks, cap;
 };
 
@@ -255,14 +249,14 @@ note_tick(struct run *r, int ph, const struct cli_snap *snap)
 
 	if (r->nticks == r->cap) {
 		size_t cap = r->cap ? r->cap * 2 : 512;
-		struct tick *v = realloc(r->ticks, cap * sizeof(*v));
+		struct drill_tick *v = realloc(r->ticks, cap * sizeof(*v));
 
 		if (v == NULL)
 			return;
 		r->ticks = v;
 		r->cap = cap;
 	}
-	r->ticks[r->nticks++] = (struct tick){ now_mono_ms() - r->began_ms, c->in_use,
+	r->ticks[r->nticks++] = (struct drill_tick){ now_mono_ms() - r->began_ms, c->in_use,
 		c->live_limit, ph };
 }
 
@@ -374,184 +368,6 @@ measure(struct run *r, int ph, uint64_t until_ms, uint64_t id)
 			cli_snap_free(&snap);
 		}
 	}
-}
-
-/* ---- the plot ---- */
-
-static bool
-have_gnuplot(void)
-{
-	const char *path = getenv("PATH");
-	char buf[PATH_MAX], *dirs, *save = NULL;
-
-	if (path == NULL || (dirs = strdup(path)) == NULL)
-		return false;
-	for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
-		snprintf(buf, sizeof(buf), "%s/gnuplot", d);
-		if (access(buf, X_OK) == 0) {
-			free(dirs);
-			return true;
-		}
-	}
-	free(dirs);
-	return false;
-}
-
-static int
-cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The data of the timeline, one row a second: the drilled compartment's
- * in_use and live limit, then for each probe its success percentage and
- * p99 latency (ms) among the attempts begun in that second. */
-static int
-plot_data(const struct run *r, FILE *f)
-{
-	uint64_t secs = (r->end_ms - r->began_ms) / 1000 + 1;
-	uint32_t *lat = NULL;
-
-	for (uint64_t sec = 0; sec < secs; sec++) {
-		uint32_t in_use = 0, limit = 0;
-		bool any = false;
-
-		for (size_t k = 0; k < r->nticks; k++) {
-			if (r->ticks[k].ms / 1000 != sec)
-				continue;
-			any = true;
-			in_use = r->ticks[k].in_use > in_use ? r->ticks[k].in_use : in_use;
-			limit = r->ticks[k].limit;
-		}
-		if (!any)
-			continue;
-		fprintf(f, "%llu %u ", (unsigned long long)sec, in_use);
-		if (limit == UINT32_MAX)
-			fputs("NaN", f);
-		else
-			fprintf(f, "%u", limit);
-		for (size_t p = 0; p < r->rep.nprobe; p++) {
-			struct drill_probe *pr = &r->rep.probe[p];
-			size_t n = 0, ok = 0;
-
-			pthread_mutex_lock(&pr->lock);
-			free(lat);
-			lat = malloc((pr->n ? pr->n : 1) * sizeof(*lat));
-			for (size_t i = 0; lat != NULL && i < pr->n; i++) {
-				if ((pr->samples[i].start_ms - r->began_ms) / 1000 != sec ||
-				    pr->samples[i].start_ms < r->began_ms)
-					continue;
-				lat[n++] = pr->samples[i].ms;
-				ok += pr->samples[i].ok;
-			}
-			pthread_mutex_unlock(&pr->lock);
-			if (n == 0) {
-				fputs(" NaN NaN", f);
-				continue;
-			}
-			qsort(lat, n, sizeof(*lat), cmp_u32);
-			fprintf(f, " %.1f %u", 100.0 * (double)ok / (double)n,
-			    lat[(n * 99 + 99) / 100 - 1]);
-		}
-		fputc('\n', f);
-	}
-	free(lat);
-	return 0;
-}
-
-/* s inside a gnuplot single-quoted string, whose only escape is ''. */
-static void
-gp_text(FILE *g, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '\'')
-			fputc('\'', g);
-		if ((unsigned char)*s >= ' ')
-			fputc(*s, g);
-	}
-}
-
-/* Draws the timeline into png with gnuplot; says why not on stderr. */
-static void
-plot(const struct run *r, const char *png)
-{
-	char data[] = "/tmp/bulkshim-drill-XXXXXX", spec[256];
-	double t[PH_N + 1];
-	FILE *f, *g;
-	int fd, st;
-
-	if (!have_gnuplot()) {
-		fprintf(stderr, "bulkshim: gnuplot not installed: no plot\n");
-		return;
-	}
-	if ((fd = mkstemp(data)) < 0 || (f = fdopen(fd, "w")) == NULL) {
-		fprintf(stderr, "bulkshim: cannot write the plot's data: %s\n", strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	plot_data(r, f);
-	fclose(f);
-	for (int ph = 0; ph < PH_N; ph++)
-		t[ph] = r->phase_start[ph] ? (double)(r->phase_start[ph] - r->began_ms) / 1000 : -1;
-	t[PH_N] = (double)(r->end_ms - r->began_ms) / 1000;
-	if ((g = popen("gnuplot", "w")) == NULL) {
-		fprintf(stderr, "bulkshim: cannot run gnuplot: %s\n", strerror(errno));
-		unlink(data);
-		return;
-	}
-	fputs("set terminal pngcairo size 1000,700 noenhanced\nset output '", g);
-	gp_text(g, png);
-	fputs("'\nset multiplot layout 3,1 title 'drill on ", g);
-	gp_text(g, r->rep.compartment);
-	fputs(": ", g);
-	gp_text(g, drill_spec_text(&r->rep.spec, spec, sizeof(spec)));
-	fputs(" (shaded)'\n", g);
-	fputs("set key outside right\nset grid\nset xlabel 'seconds'\n", g);
-	if (t[PH_DRILL] >= 0)
-		fprintf(g, "set object 1 rect from %.2f, graph 0 to %.2f, graph 1 fc rgb '#ffdddd' "
-		    "fs solid 0.5 behind\n", t[PH_DRILL], t[PH_AFTER] >= 0 ? t[PH_AFTER] : t[PH_N]);
-	fputs("set ylabel 'p99 ms'\nset logscale y\n", g);
-	if (r->rep.nprobe == 0)
-		fputs("set label 'no probes' at graph 0.5, graph 0.5\nplot 1/0 notitle\n", g);
-	else {
-		fputs("plot ", g);
-		for (size_t p = 0; p < r->rep.nprobe; p++)
-		{
-			fprintf(g, "%s'%s' using 1:%zu with linespoints title '", p ? ", " : "", data,
-			    5 + 2 * p);
-			gp_text(g, r->rep.probe[p].what);
-			fputc('\'', g);
-		}
-		fputc('\n', g);
-	}
-	fputs("unset logscale y\nset ylabel 'success %'\nset yrange [0:105]\n", g);
-	if (r->rep.nprobe == 0)
-		fputs("plot 1/0 notitle\n", g);
-	else {
-		fputs("plot ", g);
-		for (size_t p = 0; p < r->rep.nprobe; p++)
-		{
-			fprintf(g, "%s'%s' using 1:%zu with linespoints title '", p ? ", " : "", data,
-			    4 + 2 * p);
-			gp_text(g, r->rep.probe[p].what);
-			fputc('\'', g);
-		}
-		fputc('\n', g);
-	}
-	/* Room above the limit's line, which would lie on the frame. */
-	fprintf(g, "set yrange [0:*]\nset offsets 0, 0, graph 0.2, 0\nset ylabel 'connections'\n"
-	    "plot '%s' using 1:2 with steps lw 2 title 'in use', '%s' using 1:3 with steps dt 2 "
-	    "title 'live limit'\n", data, data);
-	fputs("unset multiplot\n", g);
-	st = pclose(g);
-	unlink(data);
-	if (st != 0)
-		fprintf(stderr, "bulkshim: gnuplot failed: no plot\n");
-	else
-		fprintf(stderr, "bulkshim: timeline drawn in %s\n", png);
 }
 
 /* ---- drill ---- */
@@ -773,15 +589,14 @@ free_report(struct run *r)
 }
 
 static void
-progress(const struct opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A line on stderr about where the run is, so that stdout is the verdict. */
 static void
-progress(const struct opts *o, const char *fmt, ...)
+progress(const char *fmt, ...)
 {
 	va_list ap;
 
-	(void)o;
 	fputs("bulkshim drill: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -813,7 +628,7 @@ run_drill(struct run *r, struct opts *o)
 		fprintf(stderr, "bulkshim: cannot start the probes\n");
 		return DRILL_EX_NOT_RUN;
 	}
-	progress(o, "baseline for %s", drill_duration(o->baseline_ms, buf, sizeof(buf)));
+	progress("baseline for %s", drill_duration(o->baseline_ms, buf, sizeof(buf)));
 	if (window_begin(r, PH_BASELINE) < 0)
 		goto nomem;
 	ended_early = !measure(r, PH_BASELINE, r->phase_start[PH_BASELINE] + o->baseline_ms, 0);
@@ -834,7 +649,7 @@ run_drill(struct run *r, struct opts *o)
 			return DRILL_EX_REFUSED;
 		}
 		id = drill_seg_id(r->s, r->rep.comp);
-		progress(o, "%s on %s for %s (pid %d stops it at the end, else its deadline does)",
+		progress("%s on %s for %s (pid %d stops it at the end, else its deadline does)",
 		    drill_spec_text(&o->spec, spec, sizeof(spec)), o->comp,
 		    drill_duration(o->spec.for_ms, buf, sizeof(buf)), (int)getpid());
 		ended_early = !measure(r, PH_DRILL, deadline, id);
@@ -842,12 +657,12 @@ run_drill(struct run *r, struct opts *o)
 		if (drill_seg_id(r->s, r->rep.comp) == id)
 			drill_seg_stop(r->s, r->rep.comp);
 		window_end(r, PH_DRILL);
-		progress(o, "drill %s", ended_early ? "ended early" : "over");
+		progress("drill %s", ended_early ? "ended early" : "over");
 	}
 	/* A drill stopped by `drill stop` still gets its after window; one
 	 * stopped by a signal is judged on what was measured. */
 	if (!got_signal && r->phase_start[PH_DRILL] != 0 && o->after_ms > 0) {
-		progress(o, "after for %s", drill_duration(o->after_ms, buf, sizeof(buf)));
+		progress("after for %s", drill_duration(o->after_ms, buf, sizeof(buf)));
 		if (window_begin(r, PH_AFTER) < 0)
 			goto nomem;
 		if (!measure(r, PH_AFTER, r->phase_start[PH_AFTER] + o->after_ms, 0))
@@ -860,10 +675,11 @@ run_drill(struct run *r, struct opts *o)
 	for (size_t k = 0; k < o->nprobe; k++)
 		drill_probe_windows(&o->probe[k], r->phase_start, r->end_ms, r->rep.pwin[k]);
 	if (got_signal)
-		progress(o, "%s: the drill was stopped", strsignal(got_signal));
+		progress("%s: the drill was stopped", strsignal(got_signal));
 	v = drill_verdict(stdout, &r->rep, o->json);
 	if (o->plot != NULL)
-		plot(r, o->plot);
+		drill_plot(o->plot, &r->rep, r->ticks, r->nticks, r->phase_start, r->began_ms,
+		    r->end_ms);
 	return v;
 nomem:
 	if (deadline != 0)

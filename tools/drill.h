@@ -96,6 +96,25 @@ void drill_probes_stop(struct drill_probe *probes, size_t n);
 /* Frees the samples; cannot fail. */
 void drill_probes_free(struct drill_probe *probes, size_t n);
 
+/* ---- drill_plot.c ---- */
+
+struct drill_report;
+
+/* The drilled compartment, sampled every DRILL_TICK_MS: for the plot. */
+struct drill_tick {
+	uint64_t ms;		/* since the run began */
+	uint32_t in_use, limit;	/* limit UINT32_MAX: none */
+	int phase;
+};
+
+/* Draws the timeline into png with gnuplot, one point a second: each
+ * probe's p99 and success among the attempts begun in that second, and the
+ * drilled compartment's most connections in use against its live limit;
+ * the drill window (phase_start, CLOCK_MONOTONIC ms, 0 = not run) shaded.
+ * Says on stderr when it cannot ("gnuplot not installed: no plot"). */
+void drill_plot(const char *png, const struct drill_report *rep, const struct drill_tick *ticks,
+    size_t nticks, const uint64_t *phase_start, uint64_t began_ms, uint64_t end_ms);
+
 /* ---- drill_verdict.c ---- */
 
 /* A compartment over one window, from the snapshots at its ends and the
