@@ -100,6 +100,9 @@ $(B)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(COMMON:%=$(B
 # unit of the views' abbreviations.
 $(B)/tests/test_seg_access: tools/seg_access.c tools/fleet_seg.c tools/cli.h tools/fleet.h
 $(B)/tests/test_abbrev: tools/cli_format.c tools/cli.h
+# The drill's verdict unit includes the CLI's files of the verdict and the drill's words.
+$(B)/tests/test_drill_verdict: tools/drill_verdict.c tools/drill_seg.c tools/cli_format.c \
+	tools/drill.h tools/cli.h
 
 # The fleet lease unit drives the agent's Redis calls against a redis-server of its own: it
 # links the CLI's fleet objects and hiredis instead of the shim's shared code.
