@@ -360,3 +360,37 @@ def test_a_probe_that_fails_during_the_drill_is_a_leaked_wall():
     assert re.search(r"LEAKED: probe test ! -e \S+: success \d+% during the drill, 100% before",
                      out), out
     assert "verdict: leaked: 1 wall leaked" in out, out
+
+
+def test_sigterm_stops_the_drill_at_once_and_judges_what_was_measured():
+    _need_drills()
+    srv = Server("echo")
+    seg, cfg = _dep_config(srv.port)
+    client = Client(cfg, srv.port)
+    p = _drill_bg("-c", cfg, "dep", "--stall", "--for", "60s", "--baseline", "0", "--json")
+    _running_drill(seg, "dep")
+    client.go()
+    time.sleep(1)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    res = client.result(5)
+    assert res["data"] == "x" and time.monotonic() - t0 < 1.5, res
+    assert p.wait(10) == 0, open(p.err).read()
+    j = json.loads(open(p.out).read())
+    assert j["verdict"] == "contained" and j["interrupted"] is True, j
+    # Judged on what was measured: about a second of drill, no after window.
+    assert 500 <= j["phases"]["drill"]["ms"] < 5000 and j["phases"]["after"]["ms"] == 0, j
+    assert harness.comp_of(status_json(seg), "dep")["drill"] is None
+
+
+def test_sigint_during_the_baseline_runs_no_drill():
+    _need_drills()
+    srv = Server("hold")
+    seg, cfg = _dep_config(srv.port)
+    hold_connections(cfg, srv.port, 1)
+    p = _drill_bg("-c", cfg, "dep", "--refuse", "--for", "5s", "--baseline", "5s")
+    time.sleep(1)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(10) == 3, open(p.err).read()
+    assert "verdict: not run" in open(p.out).read(), open(p.out).read()
+    assert "refuse on dep" not in open(p.err).read(), "the drill started: %s" % open(p.err).read()
