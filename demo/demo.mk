@@ -1,4 +1,4 @@
-# demo.mk - `make demo` (the incident, replayed with and without bulkshim, then stranded capacity: static compartments against a pool, static classes against shared ones) and `make demo-test`.
+# demo.mk - `make demo` (the incident, replayed as a drill without limits and with them, then stranded capacity: static compartments against a pool, static classes against shared ones) and `make demo-test`.
 #
 # Included by the main Makefile after $(B), $(CC) and $(CFLAGS) are set. The
 # programs are demo/DEMO.md's shop, backend and load generator.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh - replays the incident: a slow dependency drains a legacy service, then the same binary under bulkshim.
+# demo.sh - replays the incident as a drill: a dependency made slow drains a legacy service without limits, not under them.
 #
 # Builds nothing (make demo does). Everything runs on 127.0.0.1 with ports the
 # kernel picks. Every process it starts gets its own process group, and all of
@@ -13,14 +13,19 @@ usage() {
 	cat <<EOF
 usage: demo.sh [--test] [--OPTION VALUE | --OPTION=VALUE ...]
 
-Runs the same load twice against the same shop binary, first plain, then
-under "bulkshim run", prints one table comparing the two, and draws the
-checkout latency of both runs into a PNG (when gnuplot is installed).
+Runs the same load twice against the same shop binary under "bulkshim
+run": first without limits (enforce = false: the library counts and refuses
+nothing), then with them. In both runs recommendations is made slow by a
+drill ("bulkshim drill --delay") against a healthy backend, and each run
+ends with the drill's verdict. Prints one table comparing the two, and draws
+the checkout latency of both runs into a PNG (when gnuplot is installed).
 
   --duration S          seconds of load in each run               (DEMO_DURATION, 20)
-  --slow-at S           when recommendations goes slow, seconds
-                        into each run; 0 = slow from the start    (DEMO_SLOW_AT, 3)
-  --slow-ms MS          recommendations latency once slow         (DEMO_SLOW_MS, 8000)
+  --slow-at S           when the drill makes recommendations slow,
+                        seconds into each run (at least 1: the
+                        drill's baseline window)                  (DEMO_SLOW_AT, 3)
+  --slow-ms MS          the drill's delay of each recommendations
+                        reply                                     (DEMO_SLOW_MS, 8000)
   --recs-ms MS          recommendations latency before that       (DEMO_RECS_MS, 20)
   --payments-ms MS      payments latency                          (DEMO_PAYMENTS_MS, 5)
   --workers N           shop worker threads                       (DEMO_WORKERS, 32)
@@ -38,10 +43,12 @@ checkout latency of both runs into a PNG (when gnuplot is installed).
   -h, --help            this text
 
 The environment variables in parentheses set the same parameters; options
-win over them. The demo ends with checks of what it must show: under
-bulkshim every checkout succeeded, the compartment never held more than its
-limit (by the segment's count and by the backend's), the shim refused
-connects and /home fell back; without bulkshim checkout degraded.
+win over them. The demo ends with checks of what it must show: with limits
+every checkout succeeded, the compartment never held more than its limit
+(by the segment's count and by the kernel's count of the shop's sockets to
+recommendations), the shim refused connects and /home fell back, and the
+drill's verdict was "contained"; without limits checkout degraded and the
+verdict was "leaked".
 EOF
 }
 
@@ -120,6 +127,8 @@ done
 	die "workers and limits must be at least 1"
 awk -v d="$DURATION" -v t="$TIMEOUT" 'BEGIN { exit !(d > 0 && d <= 600 && t > 0 && t <= 120) }' ||
 	die "duration must be in (0, 600] and timeout in (0, 120] seconds"
+awk -v s="$SLOW_AT" -v d="$DURATION" 'BEGIN { exit !(s >= 1 && s < d) }' ||
+	die "--slow-at must be at least 1 s (the drill's baseline) and below --duration"
 
 CLI=$BUILD/bulkshim
 BIN=$BUILD/demo
@@ -240,65 +249,83 @@ json_field() {
 
 # ---- one run ----
 
-# run MODE: MODE is "plain" or "shim". Leaves MODE.csv, MODE.t0,
-# MODE.recs.stats, MODE.payments.stats and, for shim, shim.samples and
-# shim.status in OUT.
-run() {
-	local mode=$1 pay_pid recs_pid shop_pid load_pid sampler_pid= pport rport sport n
-	local slow_flag=()
+# The sampler's loop: the segment and the kernel's count of the shop's
+# connections to recommendations (those open at the client's end:
+# established, or closed by the server and not yet by the client), five
+# times a second, N times. Arguments: CLI SEGMENT SAMPLES N HELD PORT.
+SAMPLER='held_to() {
+	awk -v p="$(printf "%04X" "$1")" "FNR > 1 {
+		split(\$3, r, \":\"); if (r[2] == p && (\$4 == \"01\" || \$4 == \"08\")) n++
+	} END { print n + 0 }" /proc/net/tcp
+}
+for ((i = 0; i < $3; i++)); do
+	"$0" status -s "$1" --json >>"$2" 2>/dev/null
+	held_to "$5" >>"$4"
+	sleep 0.2
+done'
 
+# run MODE: MODE is "plain" (no limits: enforce = false) or "shim". Leaves
+# MODE.cfg, MODE.csv, MODE.t0, MODE.drill (the drill's verdict), MODE.drill.rc,
+# MODE.drill_at (when its faults began, ms since the epoch), MODE.held (the
+# kernel's count, sampled), MODE.samples and MODE.status in OUT.
+run() {
+	local mode=$1 pay_pid recs_pid shop_pid load_pid drill_pid sampler_pid pport rport sport n
+	local enforce=true for_ms base_ms
+
+	[ "$mode" = plain ] && enforce=false
 	rm -f "$OUT/$mode".*
-	awk -v s="$SLOW_AT" 'BEGIN { exit !(s == 0) }' && slow_flag=(--slow)
 	spawn "$OUT/$mode.payments.log" "$BIN/backend" -n payments -d "$PAYMENTS_MS" \
 		-p "$OUT/$mode.payments.port" -o "$OUT/$mode.payments.stats"
 	pay_pid=$SPAWNED
 	spawn "$OUT/$mode.recs.log" "$BIN/backend" -n recommendations -d "$RECS_MS" \
-		-s "$SLOW_MS" "${slow_flag[@]}" -p "$OUT/$mode.recs.port" -o "$OUT/$mode.recs.stats"
+		-p "$OUT/$mode.recs.port" -o "$OUT/$mode.recs.stats"
 	recs_pid=$SPAWNED
 	pport=$(wait_port "$OUT/$mode.payments.port" "$pay_pid" payments "$OUT/$mode.payments.log") &&
 		rport=$(wait_port "$OUT/$mode.recs.port" "$recs_pid" recommendations "$OUT/$mode.recs.log") ||
 		return 1
 
-	local shop=("$BIN/shop" --payments "127.0.0.1:$pport" --recommendations "127.0.0.1:$rport"
-		-w "$WORKERS" -p "$OUT/$mode.shop.port")
-	if [ "$mode" = shim ]; then
-		cat >"$OUT/demo.cfg" <<EOF
-# demo.cfg - written by demo/demo.sh for one run; the ports are the ones the kernel picked.
-segment = "$SEG";
-compartments = (
-  { name = "recommendations"; destinations = [ "127.0.0.1:$rport" ]; max_connections = $RECS_LIMIT; },
-  { name = "payments";        destinations = [ "127.0.0.1:$pport" ]; max_connections = $PAYMENTS_LIMIT; }
-);
-EOF
-		rm -f "$SHM"
-		shop=("$CLI" run -c "$OUT/demo.cfg" -- "${shop[@]}")
-	fi
-	spawn "$OUT/$mode.shop.log" "${shop[@]}"
+	{
+		echo "# $mode.cfg - written by demo/demo.sh for one run; the ports are the ones the kernel picked."
+		echo "segment = \"$SEG\";"
+		echo "drills = true;      # bulkshim drill may put faults on these connections"
+		[ "$enforce" = false ] && echo "enforce = false;    # count, refuse nothing: no limits"
+		echo "compartments = ("
+		echo "  { name = \"recommendations\"; destinations = [ \"127.0.0.1:$rport\" ]; max_connections = $RECS_LIMIT; },"
+		echo "  { name = \"payments\";        destinations = [ \"127.0.0.1:$pport\" ]; max_connections = $PAYMENTS_LIMIT; }"
+		echo ");"
+	} >"$OUT/$mode.cfg"
+	rm -f "$SHM"
+	spawn "$OUT/$mode.shop.log" "$CLI" run -c "$OUT/$mode.cfg" -- "$BIN/shop" \
+		--payments "127.0.0.1:$pport" --recommendations "127.0.0.1:$rport" \
+		-w "$WORKERS" -p "$OUT/$mode.shop.port"
 	shop_pid=$SPAWNED
 	sport=$(wait_port "$OUT/$mode.shop.port" "$shop_pid" shop "$OUT/$mode.shop.log") || return 1
-
-	if [ "$mode" = shim ]; then
-		if [ ! -e "$SHM" ]; then
-			echo "demo: the shop runs, but no segment $SHM appeared: is the shim inert? Its output:" >&2
-			sed 's/^/  /' "$OUT/shim.shop.log" >&2
-			return 1
-		fi
-		# Samples the segment five times a second, bounded in count.
-		: >"$OUT/shim.samples"
-		n=$(awk -v d="$DURATION" -v t="$TIMEOUT" 'BEGIN { printf "%d", (d + t + 10) * 5 }')
-		spawn /dev/null bash -c 'for ((i = 0; i < $3; i++)); do
-			"$0" status -s "$1" --json >>"$2" 2>/dev/null; sleep 0.2; done' \
-			"$CLI" "$SEG" "$OUT/shim.samples" "$n"
-		sampler_pid=$SPAWNED
+	if [ ! -e "$SHM" ]; then
+		echo "demo: the shop runs, but no segment $SHM appeared: is the shim inert? Its output:" >&2
+		sed 's/^/  /' "$OUT/$mode.shop.log" >&2
+		return 1
 	fi
+
+	: >"$OUT/$mode.samples"
+	: >"$OUT/$mode.held"
+	n=$(awk -v d="$DURATION" -v t="$TIMEOUT" 'BEGIN { printf "%d", (d + t + 10) * 5 }')
+	spawn /dev/null bash -c "$SAMPLER" "$CLI" "$SEG" "$OUT/$mode.samples" "$n" \
+		"$OUT/$mode.held" "$rport"
+	sampler_pid=$SPAWNED
 
 	spawn "$OUT/$mode.load.log" "$BIN/load" -t "127.0.0.1:$sport" -r "$HOME_RATE" \
 		-c "$CHECKOUT_RATE" -d "$DURATION" -T "$TIMEOUT" -o "$OUT/$mode.csv" -z "$OUT/$mode.t0"
 	load_pid=$SPAWNED
-	if [ "${#slow_flag[@]}" = 0 ]; then
-		nap "$SLOW_AT"
-		kill -USR1 "$recs_pid"
-	fi
+	# The drill: a baseline window until SLOW_AT, recommendations' replies
+	# SLOW_MS late until the load ends, then a window after; checkout is its
+	# probe. The backend itself stays healthy all along.
+	base_ms=$(awk -v s="$SLOW_AT" 'BEGIN { printf "%d", s * 1000 }')
+	for_ms=$(awk -v s="$SLOW_AT" -v d="$DURATION" 'BEGIN { printf "%d", (d - s) * 1000 }')
+	echo $(($(date +%s%3N) + base_ms)) >"$OUT/$mode.drill_at"
+	spawn "$OUT/$mode.drill" "$CLI" drill -c "$OUT/$mode.cfg" recommendations \
+		--delay "${SLOW_MS}ms" --baseline "${base_ms}ms" --for "${for_ms}ms" --after 2s \
+		--probe "http://127.0.0.1:$sport/checkout"
+	drill_pid=$SPAWNED
 	wait "$load_pid"
 	n=$?
 	# Stop whatever the load generator's group may have left.
@@ -309,16 +336,18 @@ EOF
 		sed 's/^/  /' "$OUT/$mode.load.log" >&2
 		return 1
 	fi
-	if [ "$mode" = shim ]; then
-		stop_group "$sampler_pid"
-		# Before the shop stops: its exit would take back what it holds.
-		"$CLI" status -s "$SEG" --json >"$OUT/shim.status" 2>>"$OUT/shim.shop.log"
-	fi
+	# The drill ends by its own deadline, then its window after.
+	wait "$drill_pid"
+	echo $? >"$OUT/$mode.drill.rc"
+	forget "$drill_pid"
+	stop_group "$sampler_pid"
+	# Before the shop stops: its exit would take back what it holds.
+	"$CLI" status -s "$SEG" --json >"$OUT/$mode.status" 2>>"$OUT/$mode.shop.log"
 	# The shop first, so that the backends count every connection it made.
 	stop_group "$shop_pid"
 	stop_group "$recs_pid"
 	stop_group "$pay_pid"
-	[ "$mode" = shim ] && rm -f "$SHM"
+	rm -f "$SHM"
 	return 0
 }
 
@@ -362,11 +391,11 @@ share() {
 	awk -v p="$1" -v t="$2" 'BEGIN { if (t > 0) printf "%d (%.1f%%)\n", p, 100 * p / t; else print "-" }'
 }
 
-# slow_moment MODE: seconds from the start of the load to the moment
-# recommendations went slow, as the backend and the load generator recorded it.
+# slow_moment MODE: seconds from the start of the load to the moment the
+# drill made recommendations slow (the end of its baseline window).
 slow_moment() {
 	local at t0
-	at=$(kv "$OUT/$1.recs.stats" slow_at_ms)
+	at=$(cat "$OUT/$1.drill_at" 2>/dev/null)
 	t0=$(cat "$OUT/$1.t0" 2>/dev/null)
 	awk -v a="${at:-0}" -v t="${t0:-0}" 'BEGIN {
 		if (a == 0 || t == 0) { print "-"; exit }
@@ -406,17 +435,17 @@ chart() {
 		echo "set label 'client timeout ($TIMEOUT s)' at graph 0.99, first $to_ms * 1.4 right tc rgb 'gray30'"
 		if [ "$s_plain" != - ]; then
 			echo "set arrow from $s_plain, graph 0 to $s_plain, graph 1 nohead lw 2 dt 2 lc rgb 'black'"
-			echo "set label \"recommendations goes slow ($slow_s s per call)\" at $s_plain, graph 0.06 offset 0.6,0"
+			echo "set label \"the drill delays recommendations ($slow_s s per reply)\" at $s_plain, graph 0.06 offset 0.6,0"
 		fi
 		if [ "$s_shim" != - ] && [ "$s_shim" != "$s_plain" ]; then
 			echo "set arrow from $s_shim, graph 0 to $s_shim, graph 1 nohead lw 1 dt 2 lc rgb '#1f77b4'"
 		fi
 		echo "ok(x) = (strcol(2) eq 'checkout' && strcol(4) eq 'ok') ? x : 1/0"
 		echo "bad(x) = (strcol(2) eq 'checkout' && strcol(4) ne 'ok') ? x : 1/0"
-		echo "plot '$OUT/plain.csv' skip 1 using (\$1/1000):(ok(\$3)) with points pt 7 ps 0.5 lc rgb '#d62728' title 'without bulkshim: paid', \\"
-		echo "     '' skip 1 using (\$1/1000):(bad(\$3)) with points pt 2 ps 0.8 lc rgb '#d62728' title 'without bulkshim: failed or timed out', \\"
-		echo "     '$OUT/shim.csv' skip 1 using (\$1/1000):(ok(\$3)) with points pt 7 ps 0.5 lc rgb '#1f77b4' title 'with bulkshim: paid', \\"
-		echo "     '' skip 1 using (\$1/1000):(bad(\$3)) with points pt 2 ps 0.8 lc rgb '#1f77b4' title 'with bulkshim: failed or timed out'"
+		echo "plot '$OUT/plain.csv' skip 1 using (\$1/1000):(ok(\$3)) with points pt 7 ps 0.5 lc rgb '#d62728' title 'without limits: paid', \\"
+		echo "     '' skip 1 using (\$1/1000):(bad(\$3)) with points pt 2 ps 0.8 lc rgb '#d62728' title 'without limits: failed or timed out', \\"
+		echo "     '$OUT/shim.csv' skip 1 using (\$1/1000):(ok(\$3)) with points pt 7 ps 0.5 lc rgb '#1f77b4' title 'with limits: paid', \\"
+		echo "     '' skip 1 using (\$1/1000):(bad(\$3)) with points pt 2 ps 0.8 lc rgb '#1f77b4' title 'with limits: failed or timed out'"
 	} >"$OUT/demo.gp"
 	if gnuplot "$OUT/demo.gp" 2>"$OUT/gnuplot.log"; then
 		echo "chart: $PNG"
@@ -427,14 +456,20 @@ chart() {
 
 # ---- main ----
 
-total=$(awk -v d="$DURATION" -v t="$TIMEOUT" 'BEGIN { printf "%.0f", 2 * (d + t) + 3 }')
+# verdict MODE: the drill's verdict line of a run, as `bulkshim drill` printed it.
+verdict() { sed -n 's/^verdict: \([a-z ]*\).*/\1/p' "$OUT/$1.drill" 2>/dev/null | head -n 1; }
+# held_max MODE: the most connections to recommendations the kernel saw the
+# shop hold at once, of the samples.
+held_max() { sort -n "$OUT/$1.held" 2>/dev/null | tail -n 1; }
+
+total=$(awk -v d="$DURATION" -v t="$TIMEOUT" 'BEGIN { printf "%.0f", 2 * (d + t + 3) + 3 }')
 echo "demo: shop with $WORKERS workers; /home $HOME_RATE req/s -> recommendations" \
-	"($RECS_MS ms, then $SLOW_MS ms from ${SLOW_AT} s in); /checkout $CHECKOUT_RATE req/s" \
-	"-> payments ($PAYMENTS_MS ms); client timeout $TIMEOUT s"
+	"($RECS_MS ms; a drill delays each reply $SLOW_MS ms from ${SLOW_AT} s in); /checkout" \
+	"$CHECKOUT_RATE req/s -> payments ($PAYMENTS_MS ms); client timeout $TIMEOUT s"
 echo "demo: two runs of $DURATION s each, at most about $total s in all; files in $OUT"
-echo "demo: run 1, without bulkshim ..."
+echo "demo: run 1, without limits (bulkshim run with enforce = false) ..."
 run plain || exit 1
-echo "demo: run 2, under bulkshim run -c $OUT/demo.cfg (recommendations=$RECS_LIMIT, payments=$PAYMENTS_LIMIT) ..."
+echo "demo: run 2, with limits (recommendations=$RECS_LIMIT, payments=$PAYMENTS_LIMIT) ..."
 run shim || exit 1
 
 read -r pc_n pc_ok pc_fail pc_to ph_n ph_ok ph_fb ph_fail ph_to <<<"$(counts "$OUT/plain.csv")"
@@ -445,8 +480,9 @@ s_p50=$(pctl "$OUT/shim.csv" checkout . 50)
 s_p99=$(pctl "$OUT/shim.csv" checkout . 99)
 p_fb50=$(pctl "$OUT/plain.csv" home '^fallback$' 50)
 s_fb50=$(pctl "$OUT/shim.csv" home '^fallback$' 50)
-p_wit=$(kv "$OUT/plain.recs.stats" peak)
-s_wit=$(kv "$OUT/shim.recs.stats" peak)
+p_held=$(held_max plain)
+s_held=$(held_max shim)
+p_peak=$(json_field recommendations peak <"$OUT/plain.status")
 seg_limit=$(json_field recommendations limit <"$OUT/shim.status")
 seg_peak=$(json_field recommendations peak <"$OUT/shim.status")
 seg_rej=$(json_field recommendations rejected <"$OUT/shim.status")
@@ -457,9 +493,11 @@ pay_rej=$(json_field payments rejected <"$OUT/shim.status")
 sampled=$(json_field recommendations in_use <"$OUT/shim.samples" | sort -n | tail -n 1)
 s_slow=$(slow_moment shim)
 p_slow=$(slow_moment plain)
+p_rc=$(cat "$OUT/plain.drill.rc" 2>/dev/null)
+s_rc=$(cat "$OUT/shim.drill.rc" 2>/dev/null)
 
 echo
-row "" "without bulkshim" "with bulkshim"
+row "" "without limits" "with limits"
 row "checkout: paid" "$(share "$pc_ok" "$pc_n") of $pc_n" "$(share "$sc_ok" "$sc_n") of $sc_n"
 row "checkout: failed (503) / timed out" "$pc_fail / $pc_to" "$sc_fail / $sc_to"
 row "checkout latency p50 / p99" "$(ms "$p_p50") / $(ms "$p_p99")" "$(ms "$s_p50") / $(ms "$s_p99")"
@@ -467,14 +505,19 @@ row "home: real recommendations" "$(share "$ph_ok" "$ph_n")" "$(share "$sh_ok" "
 row "home: cached fallback" "$(share "$ph_fb" "$ph_n")" "$(share "$sh_fb" "$sh_n")"
 row "home: failed or timed out" "$(share $((ph_fail + ph_to)) "$ph_n")" "$(share $((sh_fail + sh_to)) "$sh_n")"
 row "home: fallback latency p50 (a shed call)" "$(ms "$p_fb50")" "$(ms "$s_fb50")"
-row "recommendations: peak connections (backend)" "${p_wit:-?}" "${s_wit:-?}"
-row "recommendations: compartment peak / limit" "no compartment" "${seg_peak:-?} / ${seg_limit:-?} (sampled in use: max ${sampled:-?})"
-row "recommendations: connects admitted / refused" "-" "${seg_adm:-?} / ${seg_rej:-?}"
-row "payments: compartment peak / limit, refused" "no compartment" "${pay_peak:-?} / ${pay_limit:-?}, ${pay_rej:-?}"
-row "recommendations went slow at" "${p_slow} s" "${s_slow} s"
+row "recommendations: held at once (kernel)" "${p_held:-?}" "${s_held:-?}"
+row "recommendations: compartment peak / limit" "${p_peak:-?} / none (observe)" "${seg_peak:-?} / ${seg_limit:-?} (sampled in use: max ${sampled:-?})"
+row "recommendations: connects admitted / refused" "- / 0" "${seg_adm:-?} / ${seg_rej:-?}"
+row "payments: compartment peak / limit, refused" "-" "${pay_peak:-?} / ${pay_limit:-?}, ${pay_rej:-?}"
+row "the drill made recommendations slow at" "${p_slow} s" "${s_slow} s"
+row "the drill's verdict" "$(verdict plain) (exit ${p_rc:-?})" "$(verdict shim) (exit ${s_rc:-?})"
 echo
 line=$(grep -m 1 'full' "$OUT/shim.shop.log" 2>/dev/null)
 [ -n "$line" ] && echo "the shim, on the shop's stderr: $line"
+echo "the drill without limits:"
+sed 's/^/  /' "$OUT/plain.drill"
+echo "the drill with limits:"
+sed 's/^/  /' "$OUT/shim.drill"
 echo "every request: $OUT/plain.csv and $OUT/shim.csv (start_ms,path,latency_ms,outcome,detail)"
 
 [ "$TEST" = 1 ] || chart
@@ -492,17 +535,19 @@ check() {
 }
 echo
 [ "${sc_n:-0}" -gt 0 ] && [ "$sc_ok" = "$sc_n" ]
-check $? "under bulkshim every checkout succeeded ($sc_ok of $sc_n)"
+check $? "with limits every checkout succeeded ($sc_ok of $sc_n)"
 is_int "${seg_peak:-x}" && is_int "${sampled:-x}" && [ "$seg_limit" = "$RECS_LIMIT" ] &&
 	[ "$seg_peak" -le "$RECS_LIMIT" ] && [ "$sampled" -le "$RECS_LIMIT" ]
 check $? "the segment never counted more than $RECS_LIMIT recommendations connections (peak ${seg_peak:-?}, sampled ${sampled:-?})"
-is_int "${s_wit:-x}" && [ "$s_wit" -le "$RECS_LIMIT" ]
-check $? "the recommendations backend never saw more than $RECS_LIMIT connections from the shop under bulkshim (peak ${s_wit:-?})"
+is_int "${s_held:-x}" && [ "$s_held" -le "$RECS_LIMIT" ]
+check $? "the kernel never saw the shop hold more than $RECS_LIMIT connections to recommendations with limits (sampled max ${s_held:-?})"
 is_int "${seg_rej:-x}" && [ "$seg_rej" -gt 0 ] && [ "${sh_fb:-0}" -gt 0 ]
-check $? "under bulkshim the shim refused recommendations connects (${seg_rej:-?}) and /home fell back ($sh_fb)"
+check $? "with limits the shim refused recommendations connects (${seg_rej:-?}) and /home fell back ($sh_fb)"
 degraded=$(awk -v ok="$pc_ok" -v n="$pc_n" -v p99="$p_p99" \
 	'BEGIN { print (n > 0 && (ok < n || (p99 != "-" && p99 >= 1000))) ? 0 : 1 }')
-check "$degraded" "without bulkshim checkout degraded ($pc_ok of $pc_n paid, p99 $(ms "$p_p99"))"
+check "$degraded" "without limits checkout degraded ($pc_ok of $pc_n paid, p99 $(ms "$p_p99"))"
+[ "$p_rc" = 1 ] && [ "$s_rc" = 0 ]
+check $? "the drill's verdict: leaked without limits (exit ${p_rc:-?}), contained with them (exit ${s_rc:-?})"
 echo "demo: $passed passed, $failed failed"
 # A demo run with other parameters may show a compartment that protects
 # nothing; only the test fails on that.

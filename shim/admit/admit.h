@@ -354,6 +354,10 @@ const char *ad_mode_name(unsigned mode);
 
 /* drill.c: a drill's words in a compartment (seg_layout.h's seg_drill). */
 #define DRILL_PPM	1000000u
+/* The longest drill (the CLI's --for at most): the library acts on none
+ * whose deadline is further from its start, nor on one that starts in the
+ * future, so that no words written into a segment make a wait longer. */
+#define DRILL_MAX_MS	(10ULL * 60 * 1000)
 struct drill_view {
 	uint64_t id;
 	uint64_t deadline_ms;

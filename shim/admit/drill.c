@@ -19,6 +19,7 @@ uint32_t
 drill_read(struct seg_comp *c, uint64_t now_ms, struct drill_view *v)
 {
 	struct seg_drill *d = &c->drill;
+	uint64_t start;
 
 	for (int tries = 0; tries < 4; tries++) {
 		uint64_t id = atomic_load(&d->id);
@@ -30,10 +31,12 @@ drill_read(struct seg_comp *c, uint64_t now_ms, struct drill_view *v)
 		v->delay_ms = atomic_load(&d->delay_ms);
 		v->connect_delay_ms = atomic_load(&d->connect_delay_ms);
 		v->fraction_ppm = atomic_load(&d->fraction_ppm);
+		start = atomic_load(&d->start_ms);
 		v->id = id;
 		if (atomic_load(&d->id) != id)
 			continue;
-		if (v->faults == 0 || now_ms >= v->deadline_ms || atomic_load(&d->allowed) == 0)
+		if (v->faults == 0 || now_ms >= v->deadline_ms || atomic_load(&d->allowed) == 0 ||
+		    start > now_ms + 1000 || v->deadline_ms - start > DRILL_MAX_MS)
 			v->faults = 0;
 		return v->faults;
 	}

@@ -104,6 +104,29 @@ test_a_reader_never_acts_on_words_being_written(void **state)
 }
 
 static void
+test_words_no_drill_could_have_are_not_acted_on(void **state)
+{
+	struct seg_comp c;
+	struct drill_view v = plan(DRILL_STALL, 1000 + DRILL_MAX_MS, 0), got;
+
+	(void)state;
+	allowed_comp(&c);
+	assert_int_equal(drill_start(&c, &v, 1000, 0, 1), 0);
+	assert_int_equal(drill_read(&c, 2000, &got), DRILL_STALL);
+	/* A deadline further than the longest drill, as only a damaged or
+	 * forged segment has: a stall that long would hang the program. */
+	atomic_store(&c.drill.deadline_ms, 1001 + DRILL_MAX_MS);
+	assert_int_equal(drill_read(&c, 2000, &got), 0);
+	atomic_store(&c.drill.deadline_ms, UINT64_MAX);
+	assert_int_equal(drill_read(&c, 2000, &got), 0);
+	/* A start in the future. */
+	atomic_store(&c.drill.deadline_ms, 90000);
+	atomic_store(&c.drill.start_ms, 80000);
+	assert_int_equal(drill_read(&c, 2000, &got), 0);
+	assert_int_equal(drill_read(&c, 79500, &got), DRILL_STALL);
+}
+
+static void
 test_a_fraction_picks_about_that_share_the_same_way_for_the_whole_drill(void **state)
 {
 	struct drill_view v = plan(DRILL_DELAY, 1, DRILL_PPM / 4), w;
@@ -136,6 +159,7 @@ main(void)
 		cmocka_unit_test(test_runs_until_its_deadline),
 		cmocka_unit_test(test_one_drill_at_a_time_and_only_where_allowed),
 		cmocka_unit_test(test_a_reader_never_acts_on_words_being_written),
+		cmocka_unit_test(test_words_no_drill_could_have_are_not_acted_on),
 		cmocka_unit_test(test_a_fraction_picks_about_that_share_the_same_way_for_the_whole_drill),
 	};
 
