@@ -17,7 +17,7 @@
  * exit status. The files call downward in that order.
  */
 
-#define DRILL_MAX_FOR_MS	(10ULL * 60 * 1000)	/* --for at most */
+#define DRILL_MAX_FOR_MS	DRILL_MAX_MS	/* --for at most: the longest drill the library acts on */
 #define DRILL_MAX_WINDOW_MS	(10ULL * 60 * 1000)	/* --baseline and --after at most */
 #define DRILL_MAX_PROBES	16
 #define DRILL_MAX_RATE		50	/* --probe-rate at most, a second per probe */
