@@ -11,6 +11,7 @@ loader does not take the `drills` key yet.
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -129,7 +130,6 @@ class Client:
         self.p.stdin.flush()
 
     def result(self, timeout):
-        import select
         r, _, _ = select.select([self.p.stdout], [], [], timeout)
         assert r, "the client's recv did not return within %ss" % timeout
         return json.loads(self.p.stdout.readline())

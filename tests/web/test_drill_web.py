@@ -2,7 +2,6 @@
 a line with its faults, time left and calls touched) and drops it when the drill ends."""
 
 import json
-import os
 import subprocess
 import time
 
