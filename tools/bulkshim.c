@@ -226,7 +226,7 @@ static const struct cli_command commands[] = {
 	  "The config must allow it (drills = true;). Durations: 500ms, 8s, 2m.\n"
 	  "  --delay D          each reply of a matched connection comes D later\n"
 	  "  --stall            replies never come until the drill ends\n"
-	  "  --refuse           connects fail with the compartment's errno\n"
+	  "  --refuse           connects fail with ECONNREFUSED, as if the service were down\n"
 	  "  --reset            established connections get ECONNRESET\n"
 	  "  --connect-delay D  connects take D longer\n"
 	  "  --fraction F       only this share of connections (0.25 or 25%; default all)\n"

@@ -317,15 +317,15 @@ def test_delay_on_the_shop_is_contained_with_limits_and_leaks_without():
     most 2 of its 8 workers with the limit, and checkout stays up; in observe
     mode every worker parks and checkout's probe says so."""
     _need_drills()
-    # /home's requests that get one of the 2 permits wait the delay by
-    # design (the rest fall back at once): its p99 may grow by the delay.
-    drill = ["drill", "recommendations", "--delay", "2s", "--for", "6s", "--tolerance",
-             "slack=2500ms"]
+    # The probe is the feature beside the drilled one (/home is the drilled
+    # feature itself: its requests that get a permit wait the delay by
+    # design), judged with the default tolerance.
+    drill = ["drill", "recommendations", "--delay", "2s", "--for", "6s"]
     for enforce in (True, False):
         shop = Shop(enforce=enforce)
         load = shop.load(40, 25)
         r = cli(*(drill[:1] + ["-c", shop.config] + drill[1:] +
-                  ["--probe", shop.url + "/checkout", "--probe", shop.url + "/home"]), timeout=60)
+                  ["--probe", shop.url + "/checkout"]), timeout=60)
         load.kill()
         if enforce:
             assert r.returncode == 0, "with limits: exit %d:\n%s%s" % (r.returncode, r.stdout,
