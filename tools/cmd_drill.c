@@ -124,16 +124,6 @@ parse_tolerance(const char *arg, struct drill_tol *t)
 	return true;
 }
 
-static int
-find_comp(const struct seg *s, const char *name)
-{
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		if (strncmp(seg_comp(s, i)->name, name, BS_NAME_MAX) == 0)
-			return (int)i;
-	}
-	return -1;
-}
-
 static void
 no_such_comp(const struct seg *s, const char *name)
 {
@@ -200,7 +190,7 @@ cmd_drill_stop(int argc, char **argv)
 		    CLI_SEGNAME(seg_comp(s, i)->name), (int)d.by_pid, (double)d.remaining_ms / 1000);
 		stopped++;
 	}
-	if (optind < argc && find_comp(s, argv[optind]) < 0) {
+	if (optind < argc && seg_comp_find(s, argv[optind]) < 0) {
 		no_such_comp(s, argv[optind]);
 		seg_close(s);
 		return 2;
@@ -706,7 +696,7 @@ cmd_drill(int argc, char **argv)
 		return v;
 	if (cli_open(&o.t, true, &r.s) < 0)
 		return DRILL_EX_NOT_RUN;
-	if ((i = find_comp(r.s, o.comp)) < 0) {
+	if ((i = seg_comp_find(r.s, o.comp)) < 0) {
 		no_such_comp(r.s, o.comp);
 		seg_close(r.s);
 		return DRILL_EX_REFUSED;

@@ -25,16 +25,6 @@ wake_all(_Atomic uint32_t *word)
 }
 
 static int
-find_comp(const struct seg *s, const char *name)
-{
-	for (uint32_t i = 0; i < s->ncomp; i++) {
-		if (strncmp(seg_comp(s, i)->name, name, BS_NAME_MAX) == 0)
-			return (int)i;
-	}
-	return -1;
-}
-
-static int
 find_class(const struct seg *s, const char *name)
 {
 	const struct seg_header *h = seg_header(s);
@@ -364,7 +354,7 @@ cmd_set(int argc, char **argv)
 		seg_close(s);
 		return r;
 	}
-	i = find_comp(s, argv[optind]);
+	i = seg_comp_find(s, argv[optind]);
 	if (i < 0 && cli_pool_key(key)) {
 		uint32_t v;
 
@@ -413,7 +403,7 @@ map_comps(const struct seg *s, const struct bs_config *cfg, int *map)
 	int missing = 0;
 
 	for (size_t i = 0; i < cfg->ncomp; i++) {
-		map[i] = find_comp(s, cfg->comp[i].name);
+		map[i] = seg_comp_find(s, cfg->comp[i].name);
 		if (map[i] < 0) {
 			fprintf(stderr, "bulkshim: compartment \"%s\" of %s is not in segment %s\n",
 			    cfg->comp[i].name, cfg->path, CLI_SEGNAME(seg_header(s)->name));
@@ -612,7 +602,7 @@ cmd_reset(int argc, char **argv)
 	if (optind < argc) {
 		/* A compartment's name wins, as before a pool could be named
 		 * here: a pool called like a compartment is reset with all. */
-		i = find_comp(s, argv[optind]);
+		i = seg_comp_find(s, argv[optind]);
 		if (i < 0)
 			p = cli_find_pool(s, argv[optind]);
 		if (i < 0 && p < 0) {

@@ -252,6 +252,8 @@ void seg_apply_limits(struct seg_comp *c, const struct cfg_compartment *cc);
 void seg_settings_changed(struct seg *s);
 /* The segment index of config compartment i, or -1. */
 int seg_comp_index(const struct seg *s, size_t cfg_index);
+/* The segment index of the compartment named name, or -1. */
+int seg_comp_find(const struct seg *s, const char *name);
 /* Counts the bits set in a process's bitmap row. */
 uint32_t seg_proc_held(const struct seg *s, uint32_t i);
 /* Records the identity (device, inode) of config file path in h, for the

@@ -831,6 +831,16 @@ seg_comp_index(const struct seg *s, size_t cfg_index)
 	return cfg_index < s->ncmap ? s->cmap[cfg_index] : -1;
 }
 
+int
+seg_comp_find(const struct seg *s, const char *name)
+{
+	for (uint32_t i = 0; i < s->ncomp; i++) {
+		if (strncmp(seg_comp(s, i)->name, name, BS_NAME_MAX) == 0)
+			return (int)i;
+	}
+	return -1;
+}
+
 uint32_t
 seg_proc_held(const struct seg *s, uint32_t i)
 {

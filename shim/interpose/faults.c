@@ -135,18 +135,6 @@ drill_running(struct seg_comp *c)
 	return drill_now(c, &v) != 0;
 }
 
-/* The program's own SO_RCVTIMEO or SO_SNDTIMEO of fd in ms, 0 if none. */
-static uint64_t
-own_timeout(int fd, int opt)
-{
-	struct timeval tv = { 0, 0 };
-	socklen_t len = sizeof(tv);
-
-	if (getsockopt(fd, SOL_SOCKET, opt, &tv, &len) < 0)
-		return 0;
-	return (uint64_t)tv.tv_sec * 1000 + ((uint64_t)tv.tv_usec + 999) / 1000;
-}
-
 /* Sleeps ms milliseconds in one blocking read of a timer descriptor (see
  * above): 0, or -1 with errno EINTR. Without a timer descriptor (none
  * left), a nanosleep that goes on after signals. */
@@ -250,7 +238,7 @@ drill_connect(int fd, struct seg_comp *c, uint32_t slot, uint32_t *timeout_ms)
 	}
 	atomic_fetch_add(&c->drill.touched, 1);
 	start = now_mono_ms();
-	by = drill_wait(c, &v, start + v.connect_delay_ms, own_timeout(fd, SO_SNDTIMEO),
+	by = drill_wait(c, &v, start + v.connect_delay_ms, shim_own_timeout_ms(fd, SO_SNDTIMEO),
 	    *timeout_ms);
 	switch (by) {
 	case END_SIGNAL:
@@ -334,7 +322,7 @@ drill_recv(int fd, struct seg_slot *sl, struct seg_comp *c, uint32_t e, int flag
 	} else if (d == 0) {
 		atomic_fetch_add(&c->drill.touched, 1);
 	}
-	by = drill_wait(c, &v, until, own_timeout(fd, SO_RCVTIMEO),
+	by = drill_wait(c, &v, until, shim_own_timeout_ms(fd, SO_RCVTIMEO),
 	    atomic_load(&c->io_timeout_ms));
 	switch (by) {
 	case END_SIGNAL:

@@ -97,6 +97,9 @@ void shim_forked_seen(void);
 void shim_adopt_fd(int fd, uint32_t slot);
 /* The errno a refusal of compartment c answers with (an allowed one). */
 int shim_reject_errno(const struct seg_comp *c);
+/* The program's own SO_RCVTIMEO or SO_SNDTIMEO (opt) of fd in ms, 0 if
+ * none (io.c). */
+uint64_t shim_own_timeout_ms(int fd, int opt);
 /* True if a call with these flags may block on fd. One fcntl. */
 bool shim_blocking(int fd, int flags);
 /* Logs a refusal (rate-limited) in words that say why. */

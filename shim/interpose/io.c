@@ -99,9 +99,8 @@ drop_plain(int fd, uint64_t e)
 	    fdt_plain(now))
 		fdt_verdict(fd, now, 0);
 }
-/* The program's own SO_RCVTIMEO/SO_SNDTIMEO in ms, 0 if none. */
-static uint64_t
-own_timeout_ms(int fd, int opt)
+uint64_t
+shim_own_timeout_ms(int fd, int opt)
 {
 	struct timeval tv = { 0, 0 };
 	socklen_t len = sizeof(tv);
@@ -126,7 +125,7 @@ wait_ready_for(int fd, uint32_t e, struct seg_comp *c, uint32_t limit, int flags
 
 	if (!shim_blocking(fd, flags))
 		return 0;
-	own = own_timeout_ms(fd, events == POLLIN ? SO_RCVTIMEO : SO_SNDTIMEO);
+	own = shim_own_timeout_ms(fd, events == POLLIN ? SO_RCVTIMEO : SO_SNDTIMEO);
 	if (own != 0 && own <= limit)
 		return 0;
 	deadline = now_mono_ms() + limit;
