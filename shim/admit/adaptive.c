@@ -81,6 +81,7 @@
 
 #define AD_FLOOR_WINDOWS	3
 #define AD_STUCK_WINDOWS	3
+#define AD_PROBE_WINDOWS	32	/* a probe at most every this many windows */
 #define AD_FIRST_SAMPLES	8	/* completions that give the first baseline */
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
 
@@ -89,10 +90,10 @@ ad_pack(const struct ad_state *st)
 {
 	uint32_t lim = st->limit16 < (1u << AD_LIMIT_BITS) ? st->limit16 : (1u << AD_LIMIT_BITS) - 1;
 	uint32_t base = st->base_us < AD_BASE_MAX ? st->base_us : AD_BASE_MAX;
-	uint32_t fl = st->floor_windows < 15 ? st->floor_windows : 15;
+	uint32_t fl = st->floor_windows < 7 ? st->floor_windows : 7;
 
 	return (uint64_t)lim | (uint64_t)base << AD_LIMIT_BITS | (st->ramp ? AD_CTL_RAMP : 0) |
-	    (uint64_t)fl << 51 | (st->high ? AD_CTL_HIGH : 0) |
+	    (uint64_t)fl << 51 | (st->probe ? AD_CTL_PROBE : 0) | (st->high ? AD_CTL_HIGH : 0) |
 	    (uint64_t)(st->prev16 < 63 ? st->prev16 : 63) << 56 |
 	    (uint64_t)(st->stuck < 3 ? st->stuck : 3) << 62;
 }
@@ -107,6 +108,7 @@ ad_unpack(uint64_t ctl, struct ad_state *st)
 	st->high = (ctl & AD_CTL_HIGH) != 0;
 	st->prev16 = AD_CTL_PREV(ctl);
 	st->stuck = AD_CTL_STUCK(ctl);
+	st->probe = (ctl & AD_CTL_PROBE) != 0;
 }
 
 static uint32_t
@@ -121,11 +123,42 @@ clamp16(const struct ad_params *p, uint64_t v)
 	return (uint32_t)v;
 }
 
+/*
+ * Starts a probe: the limit goes to 3/4 of what is in flight (`from`, in
+ * 1/16ths; at least one whole permit below the limit admission enforces)
+ * for one window, and prev16
+ * keeps this window's latency against the baseline, which the probe's
+ * window is judged against. False when there is nothing lower to try
+ * (fewer than two in flight, or the floor).
+ */
+static bool
+probe_start(const struct ad_params *p, struct ad_state *st, uint64_t from, uint64_t m)
+{
+	uint64_t next = from - from / 4, whole = st->limit16 & ~15ULL, r16;
+
+	if (whole < 32 || st->base_us == 0)
+		return false;
+	if (next >= whole)
+		next = whole - 16;
+	next = clamp16(p, next);
+	if (next >= whole)
+		return false;
+	r16 = m * 16 / st->base_us;
+	st->limit16 = (uint32_t)next;
+	st->probe = true;
+	st->prev16 = (uint32_t)(r16 < 1 ? 1 : r16 > 63 ? 63 : r16);
+	st->stuck = 0;
+	st->high = false;
+	st->ramp = false;
+	return true;
+}
+
 enum ad_reason
 ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
 {
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
-	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL;
+	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
+	bool in_use, held, faster = false;
 
 	if (w->n == 0)
 		return AD_R_NONE;
@@ -134,6 +167,34 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	if (base == 0) {
 		st->base_us = (uint32_t)m;
 		return AD_R_NONE;
+	}
+	if (whole < 16)
+		whole = 16;	/* admission lets one in at any limit */
+	/* What is in flight, at most the limit: cuts start from it, since a
+	 * cut of a limit above it changes nothing the latency could show. */
+	from = w->conc16 < lim ? w->conc16 : lim;
+	/* The limit held the concurrency: its mean within 7/8 of it. */
+	held = w->conc16 * 8 >= whole * 7;
+	/* In use: held, or within one permit of it (the limit of 9 with 8
+	 * callers). Only such a limit grows. */
+	in_use = held || w->conc16 + 16 >= whole;
+	if (st->probe) {
+		/* The window after a probe's cut: did latency fall with it? */
+		pre = (uint64_t)st->prev16 * base / 16;
+		st->probe = false;
+		st->prev16 = 0;
+		if (!w->stall && m * 8 <= pre * 7) {
+			/* It fell: what the cut took away was a queue, and
+			 * this window is closer to the latency without one. */
+			if (m * 16 < base * 15) {
+				st->base_us = (uint32_t)m;
+				/* Lower again while it keeps falling. */
+				probe_start(p, st, from, m);
+			}
+			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+		}
+		/* It did not: the latency is the backend's. The window is
+		 * judged as any other, and the limit, in use, grows back. */
 	}
 	if (m * 100 > base * tol) {
 		/* A queue (or a slower backend). One window above the
@@ -193,7 +254,11 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		/* A run of cuts whose latency stays where the run began:
 		 * AD_STUCK_WINDOWS of them mean the baseline is too low (it
 		 * followed noise down), not that there is a queue, which
-		 * would have shrunk with the limit. */
+		 * would have shrunk with the limit. Only a window that the
+		 * limit held counts: a cut of a limit above what is in flight
+		 * took nothing away, and latency that stays put then proves
+		 * nothing (taking it as the baseline is how a queue becomes
+		 * one). */
 		r16 = m * 16 / base;
 		if (r16 > 63)
 			r16 = 63;
@@ -204,7 +269,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * the run can be blamed for. The run begins again. */
 			st->prev16 = (uint32_t)r16;
 			st->stuck = 0;
-		} else if (r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
+		} else if (held && r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
 			st->base_us = (uint32_t)m;
 			st->stuck = 0;
 			st->prev16 = 0;
@@ -212,13 +277,14 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->ramp = false;
 			return AD_R_SLOWER;
 		}
-		next = lim * base * tol / (m * 100);
-		if (next > lim - lim / 8)
-			next = lim - lim / 8;	/* a step the latency can show */
+		/* In proportion, from what is in flight. */
+		next = from * base * tol / (m * 100);
+		if (next > from - from / 8)
+			next = from - from / 8;	/* a step the latency can show */
 		if (next >= whole && whole >= 32)
 			next = whole - 16;	/* and one admission enforces */
-		if (next < lim / 2)
-			next = lim / 2;
+		if (next < from / 2)
+			next = from / 2;
 		/* A limit well above what is in flight holds nothing back,
 		 * and a mild excess may be noise: cutting it below what is
 		 * in flight would refuse healthy traffic on a guess. So it
@@ -228,9 +294,10 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * above" in the whole permits admission enforces: at 3.94
 		 * only 3 are ever in flight, which is the limit holding
 		 * traffic back, not 76 % of it. */
-		if (w->conc16 * 8 < whole * 7 && m * 200 <= 3 * base * tol &&
-		    next < w->conc16 * 3 / 2 + 16)
-			next = w->conc16 * 3 / 2 + 16 < lim ? w->conc16 * 3 / 2 + 16 : lim;
+		if (!held && m * 200 <= 3 * base * tol && next < w->conc16 * 3 / 2 + 16)
+			next = w->conc16 * 3 / 2 + 16;
+		if (next > lim)
+			next = lim;
 		st->limit16 = clamp16(p, next);
 		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 	}
@@ -238,12 +305,25 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	st->high = false;
 	st->prev16 = 0;
 	st->stuck = 0;
-	if (m * 2 < base)
+	if (m * 2 < base) {
 		st->base_us = (uint32_t)m;	/* a faster backend, not noise */
-	else if (m < base)
+		faster = true;
+	} else if (m < base) {
 		st->base_us = (uint32_t)(base - (base - m) / 8);
-	if (w->conc16 * 2 < lim)
+	}
+	if (!in_use)
 		return AD_R_NONE;	/* the limit is not what holds the traffic back */
+	/* A limit in use on a latency within the tolerance may still hold
+	 * a queue, when the baseline was taken with one in it: a backend
+	 * that became faster is measured at the limit that suited it slow,
+	 * and any baseline may have been. Such a queue shows only when the
+	 * concurrency goes down, so the controller lowers it for a window,
+	 * periodically and after a faster backend, and keeps the lower
+	 * latency if there is one. A limit not in use is never probed: the
+	 * traffic below it, below capacity, is never refused by a probe. */
+	if (!p->observe && !st->ramp && (faster || w->probe_due) &&
+	    probe_start(p, st, from, m))
+		return AD_R_QUEUE;
 	if (st->ramp)
 		next = lim * 2;
 	else
@@ -297,6 +377,18 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
 	atomic_fetch_add(&a->changes, 1);
 }
 
+/* The open window's length: at least window_ms, and at least the last
+ * window's mean latency, so that its completions were mostly admitted
+ * under the limit it judges. */
+static uint64_t
+window_len(struct seg_adaptive *a)
+{
+	uint64_t win = (uint64_t)atomic_load(&a->window_ms) * 1000;
+	uint64_t last = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
+
+	return last > win ? last : win;
+}
+
 /*
  * Closes the window that started at `start`, if this caller wins it. The
  * stall check (ad_stall) adds `n` requests still in flight whose ages sum
@@ -311,11 +403,16 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
-	uint64_t acc, old, next, sum, el = now_us - start;
+	uint64_t acc, old, next, sum, el = now_us - start, period;
 	enum ad_reason why;
 
 	if (!atomic_compare_exchange_strong(&a->win_start_us, &start, now_us))
 		return;		/* another completion closed it */
+	/* A periodic probe is due in the window that crosses a multiple of
+	 * AD_PROBE_WINDOWS windows on the clock: no word counts windows, and
+	 * whichever process closes that window may start it. */
+	period = AD_PROBE_WINDOWS * window_len(a);
+	w.probe_due = n == 0 && period > 0 && start / period != now_us / period;
 	acc = atomic_exchange(&a->acc, 0);
 	w.n = (acc >> ACC_N_SHIFT) + n;
 	w.stall = n > 0;
@@ -360,18 +457,6 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	}
 	if (why != AD_R_NONE)
 		note_change(a, AD_CTL_LIMIT(old) / 16, st.limit16 / 16, why);
-}
-
-/* The open window's length: at least window_ms, and at least the last
- * window's mean latency, so that its completions were mostly admitted
- * under the limit it judges. */
-static uint64_t
-window_len(struct seg_adaptive *a)
-{
-	uint64_t win = (uint64_t)atomic_load(&a->window_ms) * 1000;
-	uint64_t last = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
-
-	return last > win ? last : win;
 }
 
 void
