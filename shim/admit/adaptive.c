@@ -158,7 +158,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 {
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
-	bool in_use, held, faster = false;
+	bool in_use, held, was_high, faster = false;
 
 	if (w->n == 0)
 		return AD_R_NONE;
@@ -289,10 +289,9 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * and a mild excess may be noise: cutting it below what is
 		 * in flight would refuse healthy traffic on a guess. So it
 		 * stops at 1.5 x the window's concurrency; a queue that
-		 * matters (latency above 1.5 x the tolerance) is cut at once,
-		 * and the stuck rule takes a low baseline again. "Well
-		 * above" in the whole permits admission enforces: at 3.94
-		 * only 3 are ever in flight, which is the limit holding
+		 * matters (latency above 1.5 x the tolerance) is cut at once.
+		 * "Well above" in the whole permits admission enforces: at
+		 * 3.94 only 3 are ever in flight, which is the limit holding
 		 * traffic back, not 76 % of it. */
 		if (!held && m * 200 <= 3 * base * tol && next < w->conc16 * 3 / 2 + 16)
 			next = w->conc16 * 3 / 2 + 16;
@@ -301,6 +300,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		st->limit16 = clamp16(p, next);
 		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 	}
+	was_high = st->high;
 	st->floor_windows = 0;
 	st->high = false;
 	st->prev16 = 0;
@@ -315,13 +315,15 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		return AD_R_NONE;	/* the limit is not what holds the traffic back */
 	/* A limit in use on a latency within the tolerance may still hold
 	 * a queue, when the baseline was taken with one in it: a backend
-	 * that became faster is measured at the limit that suited it slow,
-	 * and any baseline may have been. Such a queue shows only when the
-	 * concurrency goes down, so the controller lowers it for a window,
-	 * periodically and after a faster backend, and keeps the lower
-	 * latency if there is one. A limit not in use is never probed: the
-	 * traffic below it, below capacity, is never refused by a probe. */
-	if (!p->observe && !st->ramp && (faster || w->probe_due) &&
+	 * that became faster is measured at the limit that suited it slow.
+	 * Such a queue shows only when the concurrency goes down, so the
+	 * controller lowers it for a window and keeps the lower latency if
+	 * there is one: after a faster backend, and periodically where the
+	 * limit sits between growing and being cut (the window before was
+	 * above the tolerance: this limit met a queue). A limit not in use,
+	 * or one still growing into the load, is never probed: traffic below
+	 * capacity, which it admits, is not refused by a probe. */
+	if (!p->observe && !st->ramp && (faster || (w->probe_due && was_high)) &&
 	    probe_start(p, st, from, m))
 		return AD_R_QUEUE;
 	if (st->ramp)
