@@ -25,7 +25,9 @@
  *   window) and never moves up under load: a sustained overload cannot
  *   ratchet it (Envoy's #11579). It moves up to the sample only when
  *   cutting the limit did not bring latency down: after AD_STUCK_WINDOWS
- *   cuts of one run whose latency stayed where the run began (a latency
+ *   cuts of one run whose latency stayed where the run began, in windows
+ *   the limit held (a cut of a limit above what is in flight took nothing
+ *   away, and proves nothing) (a latency
  *   risen past the tolerance over that is a new queue, the capacity
  *   dropped, and begins a new run), or
  *   AD_FLOOR_WINDOWS windows at `min` with latency still high (a stall
@@ -35,15 +37,29 @@
  *   noise too far down).
  * - two windows in a row whose mean is above tolerance x baseline (or one
  *   above twice that: one such window may be noise) shrink the limit in
- *   proportion (limit x tolerance x baseline / sample; at least 1/8 and
- *   one of the whole permits admission enforces, so the latency can show
- *   the effect, and at most halving per window): the queue it measures is
- *   drained at once, not slowly.
- * - otherwise, if the limit is in use (mean concurrency at least half of
- *   it), it grows: doubling while ramping up from an `initial` below max
- *   (and after the baseline was taken again), until the first queue; then
- *   by 1/16 (at least one) per window. An unused limit does not grow, so
- *   it stays meaningful.
+ *   proportion, from what is in flight (the smaller of the window's mean
+ *   concurrency and the limit, x tolerance x baseline / sample; at least
+ *   1/8 and one of the whole permits admission enforces, so the latency
+ *   can show the effect, and at most halving per window): the queue it
+ *   measures is drained at once, not slowly.
+ * - otherwise, if the limit is in use (mean concurrency within 7/8 of it,
+ *   or within one permit), it grows: doubling while ramping up from an
+ *   `initial` below max (and after the baseline was taken again), until
+ *   the first queue; then by 1/16 (at least one) per window. An unused
+ *   limit does not grow, so it stays meaningful.
+ * - a limit in use may still hold a queue the baseline was taken with: a
+ *   backend that got faster is first measured at the limit that suited it
+ *   slow. Such a queue shows only when the concurrency goes down, so the
+ *   controller probes (probe_start): one window at 3/4 of what is in
+ *   flight; if latency falls by 1/8 or more, the lower latency is the
+ *   baseline and it probes again, otherwise the window is judged as any
+ *   other and the limit grows back. Only a limit in use is probed: after a
+ *   faster backend, and once per AD_PROBE_WINDOWS windows where the window
+ *   before was above the tolerance (the limit met a queue). The
+ *   period is on the clock (the window that crosses a multiple of it), so
+ *   no word counts windows and any process may start a probe; the probe's
+ *   bit and the latency before it live in ctl, so a process killed in one
+ *   leaves a probe that the next window, closed by anyone, judges.
  *
  * The start refuses nothing: a fresh compartment opens at `initial`, by
  * default `max`, and its first baseline is the shortest of the first
@@ -74,9 +90,10 @@
  * In observe mode (enforce = false) nothing is cut, so the limit is what
  * Little's law gives: the window's concurrency scaled by tolerance x
  * baseline / sample; refusals it would make are counted in would_reject.
- * There are no probe windows: the limit never goes down on a backend whose
- * latency stays within the tolerance, so traffic below capacity is never
- * refused by adaptation (Envoy's #8337, #18152).
+ * No probe lowers a limit that is not in use or is still growing into the
+ * load, and none runs in observe mode: traffic below capacity, which such a
+ * limit admits, is not refused by a probe (Envoy's #8337, #18152, whose
+ * periodic minimum-latency windows drop every limit to a fixed few).
  */
 
 #define AD_FLOOR_WINDOWS	3
