@@ -412,6 +412,38 @@ test_probes_never_refuse_below_capacity(void **state)
 	assert_true(lo >= 24);
 }
 
+/* A probe is judged by whichever window closes next, whoever started it (a
+ * closer killed after installing it leaves only its bit in ctl): a latency
+ * that fell with the probe's cut becomes the baseline and the probe goes on;
+ * one that did not leaves the baseline, clears the probe, and the limit,
+ * in use, grows back. */
+static void
+test_a_probe_is_judged_by_the_next_window(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 6 * 16, .base_us = 30000, .high = true }, was;
+	struct ad_window w = { 40, 30000, 6 * 16, false, 0, 0, true };
+
+	(void)state;
+	/* 6 held at the baseline, the window before high, a probe due. */
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_QUEUE);
+	assert_true(st.probe);
+	assert_int_equal(ad_current_of(&st), 4);
+	ad_unpack(ad_pack(&st), &was);
+	assert_true(was.probe && was.prev16 == st.prev16 && was.limit16 == st.limit16);
+	/* Killed here: the next window, at 4, shows 20 ms. */
+	w = (struct ad_window){ 40, 20000, 4 * 16, false, 0, 0, false };
+	ad_step(&p, &was, &w);
+	assert_int_equal(was.base_us, 20000);
+	assert_true(was.probe && ad_current_of(&was) == 3);
+	/* At 3 the latency stays: the probe ends, the limit grows back. */
+	w = (struct ad_window){ 40, 20000, 3 * 16, false, 0, 0, false };
+	assert_int_equal(ad_step(&p, &was, &w), AD_R_GROW);
+	assert_false(was.probe);
+	assert_int_equal(was.base_us, 20000);
+	assert_int_equal(ad_current_of(&was), 4);
+}
+
 /* No change without samples; an unused limit does not grow. */
 static void
 test_idle_and_unused_limits_stay(void **state)
@@ -901,6 +933,7 @@ main(void)
 		cmocka_unit_test(test_the_baseline_comes_back_after_a_slow_episode),
 		cmocka_unit_test(test_a_limit_not_in_use_does_not_grow),
 		cmocka_unit_test(test_probes_never_refuse_below_capacity),
+		cmocka_unit_test(test_a_probe_is_judged_by_the_next_window),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
