@@ -613,6 +613,7 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 		st.ramp = cc->ad_initial < cc->ad_max;
 		atomic_store(&a->sample_us, 0);
 		st.floor_windows = 0;
+		st.probe = false;
 		atomic_store(&a->acc, 0);
 		atomic_store(&a->win_start_us, 0);
 		atomic_store(&a->last_reason, AD_R_START);
@@ -650,6 +651,7 @@ put_limit(struct seg_adaptive *a, uint32_t limit)
 		st.high = false;
 		st.prev16 = 0;
 		st.stuck = 0;
+		st.probe = false;
 		next = ad_pack(&st);
 	} while (!atomic_compare_exchange_weak(&a->ctl, &old, next));
 }
