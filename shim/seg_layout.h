@@ -185,8 +185,9 @@ struct seg_adaptive {
 /*
  * seg_adaptive's ctl word: the limit in 1/16ths in bits 0..23, the latency
  * baseline in microseconds in bits 24..49, and the controller's phase above
- * (adaptive.c's struct ad_state: ramping, windows at the floor, the last
- * window high, the first ratio of a run of cuts, cuts that did not help).
+ * (adaptive.c's struct ad_state: ramping, windows at the floor (3 bits), a
+ * probe under way, the last window high, the ratio at the first cut of a run
+ * or before a probe, cuts that did not help).
  * acc, the open window: samples << 44 | the sum of their microseconds.
  */
 #define AD_LIMIT_BITS	24	/* the limit in 1/16ths: up to 2^20 permits */
@@ -195,7 +196,8 @@ struct seg_adaptive {
 #define AD_CTL_LIMIT(w)	((uint32_t)((w) & ((1u << AD_LIMIT_BITS) - 1)))
 #define AD_CTL_BASE(w)	((uint32_t)(((w) >> AD_LIMIT_BITS) & AD_BASE_MAX))
 #define AD_CTL_RAMP	(1ULL << 50)
-#define AD_CTL_FLOOR(w)	((uint32_t)(((w) >> 51) & 0xf))
+#define AD_CTL_FLOOR(w)	((uint32_t)(((w) >> 51) & 0x7))
+#define AD_CTL_PROBE	(1ULL << 54)
 #define AD_CTL_HIGH	(1ULL << 55)
 #define AD_CTL_PREV(w)	((uint32_t)(((w) >> 56) & 0x3f))
 #define AD_CTL_STUCK(w)	((uint32_t)((w) >> 62))

@@ -25,7 +25,9 @@
  *   window) and never moves up under load: a sustained overload cannot
  *   ratchet it (Envoy's #11579). It moves up to the sample only when
  *   cutting the limit did not bring latency down: after AD_STUCK_WINDOWS
- *   cuts of one run whose latency stayed where the run began (a latency
+ *   cuts of one run whose latency stayed where the run began, in windows
+ *   the limit held (a cut of a limit above what is in flight took nothing
+ *   away, and proves nothing) (a latency
  *   risen past the tolerance over that is a new queue, the capacity
  *   dropped, and begins a new run), or
  *   AD_FLOOR_WINDOWS windows at `min` with latency still high (a stall
@@ -35,15 +37,29 @@
  *   noise too far down).
  * - two windows in a row whose mean is above tolerance x baseline (or one
  *   above twice that: one such window may be noise) shrink the limit in
- *   proportion (limit x tolerance x baseline / sample; at least 1/8 and
- *   one of the whole permits admission enforces, so the latency can show
- *   the effect, and at most halving per window): the queue it measures is
- *   drained at once, not slowly.
- * - otherwise, if the limit is in use (mean concurrency at least half of
- *   it), it grows: doubling while ramping up from an `initial` below max
- *   (and after the baseline was taken again), until the first queue; then
- *   by 1/16 (at least one) per window. An unused limit does not grow, so
- *   it stays meaningful.
+ *   proportion, from what is in flight (the smaller of the window's mean
+ *   concurrency and the limit, x tolerance x baseline / sample; at least
+ *   1/8 and one of the whole permits admission enforces, so the latency
+ *   can show the effect, and at most halving per window): the queue it
+ *   measures is drained at once, not slowly.
+ * - otherwise, if the limit is in use (mean concurrency within 7/8 of it,
+ *   or within one permit), it grows: doubling while ramping up from an
+ *   `initial` below max (and after the baseline was taken again), until
+ *   the first queue; then by 1/16 (at least one) per window. An unused
+ *   limit does not grow, so it stays meaningful.
+ * - a limit in use may still hold a queue the baseline was taken with: a
+ *   backend that got faster is first measured at the limit that suited it
+ *   slow. Such a queue shows only when the concurrency goes down, so the
+ *   controller probes (probe_start): one window at 3/4 of what is in
+ *   flight; if latency falls by 1/8 or more, the lower latency is the
+ *   baseline and it probes again, otherwise the window is judged as any
+ *   other and the limit grows back. Only a limit in use is probed: after a
+ *   faster backend, and once per AD_PROBE_WINDOWS windows where the window
+ *   before was above the tolerance (the limit met a queue). The
+ *   period is on the clock (the window that crosses a multiple of it), so
+ *   no word counts windows and any process may start a probe; the probe's
+ *   bit and the latency before it live in ctl, so a process killed in one
+ *   leaves a probe that the next window, closed by anyone, judges.
  *
  * The start refuses nothing: a fresh compartment opens at `initial`, by
  * default `max`, and its first baseline is the shortest of the first
@@ -74,13 +90,15 @@
  * In observe mode (enforce = false) nothing is cut, so the limit is what
  * Little's law gives: the window's concurrency scaled by tolerance x
  * baseline / sample; refusals it would make are counted in would_reject.
- * There are no probe windows: the limit never goes down on a backend whose
- * latency stays within the tolerance, so traffic below capacity is never
- * refused by adaptation (Envoy's #8337, #18152).
+ * No probe lowers a limit that is not in use or is still growing into the
+ * load, and none runs in observe mode: traffic below capacity, which such a
+ * limit admits, is not refused by a probe (Envoy's #8337, #18152, whose
+ * periodic minimum-latency windows drop every limit to a fixed few).
  */
 
 #define AD_FLOOR_WINDOWS	3
 #define AD_STUCK_WINDOWS	3
+#define AD_PROBE_WINDOWS	32	/* a probe at most every this many windows */
 #define AD_FIRST_SAMPLES	8	/* completions that give the first baseline */
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
 
@@ -89,10 +107,10 @@ ad_pack(const struct ad_state *st)
 {
 	uint32_t lim = st->limit16 < (1u << AD_LIMIT_BITS) ? st->limit16 : (1u << AD_LIMIT_BITS) - 1;
 	uint32_t base = st->base_us < AD_BASE_MAX ? st->base_us : AD_BASE_MAX;
-	uint32_t fl = st->floor_windows < 15 ? st->floor_windows : 15;
+	uint32_t fl = st->floor_windows < 7 ? st->floor_windows : 7;
 
 	return (uint64_t)lim | (uint64_t)base << AD_LIMIT_BITS | (st->ramp ? AD_CTL_RAMP : 0) |
-	    (uint64_t)fl << 51 | (st->high ? AD_CTL_HIGH : 0) |
+	    (uint64_t)fl << 51 | (st->probe ? AD_CTL_PROBE : 0) | (st->high ? AD_CTL_HIGH : 0) |
 	    (uint64_t)(st->prev16 < 63 ? st->prev16 : 63) << 56 |
 	    (uint64_t)(st->stuck < 3 ? st->stuck : 3) << 62;
 }
@@ -107,6 +125,7 @@ ad_unpack(uint64_t ctl, struct ad_state *st)
 	st->high = (ctl & AD_CTL_HIGH) != 0;
 	st->prev16 = AD_CTL_PREV(ctl);
 	st->stuck = AD_CTL_STUCK(ctl);
+	st->probe = (ctl & AD_CTL_PROBE) != 0;
 }
 
 static uint32_t
@@ -121,11 +140,42 @@ clamp16(const struct ad_params *p, uint64_t v)
 	return (uint32_t)v;
 }
 
+/*
+ * Starts a probe: the limit goes to 3/4 of what is in flight (`from`, in
+ * 1/16ths; at least one whole permit below the limit admission enforces)
+ * for one window, and prev16
+ * keeps this window's latency against the baseline, which the probe's
+ * window is judged against. False when there is nothing lower to try
+ * (fewer than two in flight, or the floor).
+ */
+static bool
+probe_start(const struct ad_params *p, struct ad_state *st, uint64_t from, uint64_t m)
+{
+	uint64_t next = from - from / 4, whole = st->limit16 & ~15ULL, r16;
+
+	if (whole < 32 || st->base_us == 0)
+		return false;
+	if (next >= whole)
+		next = whole - 16;
+	next = clamp16(p, next);
+	if (next >= whole)
+		return false;
+	r16 = m * 16 / st->base_us;
+	st->limit16 = (uint32_t)next;
+	st->probe = true;
+	st->prev16 = (uint32_t)(r16 < 1 ? 1 : r16 > 63 ? 63 : r16);
+	st->stuck = 0;
+	st->high = false;
+	st->ramp = false;
+	return true;
+}
+
 enum ad_reason
 ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
 {
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
-	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL;
+	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
+	bool in_use, held, was_high, faster = false;
 
 	if (w->n == 0)
 		return AD_R_NONE;
@@ -134,6 +184,34 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	if (base == 0) {
 		st->base_us = (uint32_t)m;
 		return AD_R_NONE;
+	}
+	if (whole < 16)
+		whole = 16;	/* admission lets one in at any limit */
+	/* What is in flight, at most the limit: cuts start from it, since a
+	 * cut of a limit above it changes nothing the latency could show. */
+	from = w->conc16 < lim ? w->conc16 : lim;
+	/* The limit held the concurrency: its mean within 7/8 of it. */
+	held = w->conc16 * 8 >= whole * 7;
+	/* In use: held, or within one permit of it (the limit of 9 with 8
+	 * callers). Only such a limit grows. */
+	in_use = held || w->conc16 + 16 >= whole;
+	if (st->probe) {
+		/* The window after a probe's cut: did latency fall with it? */
+		pre = (uint64_t)st->prev16 * base / 16;
+		st->probe = false;
+		st->prev16 = 0;
+		if (!w->stall && m * 8 <= pre * 7) {
+			/* It fell: what the cut took away was a queue, and
+			 * this window is closer to the latency without one. */
+			if (m * 16 < base * 15) {
+				st->base_us = (uint32_t)m;
+				/* Lower again while it keeps falling. */
+				probe_start(p, st, from, m);
+			}
+			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+		}
+		/* It did not: the latency is the backend's. The window is
+		 * judged as any other, and the limit, in use, grows back. */
 	}
 	if (m * 100 > base * tol) {
 		/* A queue (or a slower backend). One window above the
@@ -193,7 +271,11 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		/* A run of cuts whose latency stays where the run began:
 		 * AD_STUCK_WINDOWS of them mean the baseline is too low (it
 		 * followed noise down), not that there is a queue, which
-		 * would have shrunk with the limit. */
+		 * would have shrunk with the limit. Only a window that the
+		 * limit held counts: a cut of a limit above what is in flight
+		 * took nothing away, and latency that stays put then proves
+		 * nothing (taking it as the baseline is how a queue becomes
+		 * one). */
 		r16 = m * 16 / base;
 		if (r16 > 63)
 			r16 = 63;
@@ -204,7 +286,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * the run can be blamed for. The run begins again. */
 			st->prev16 = (uint32_t)r16;
 			st->stuck = 0;
-		} else if (r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
+		} else if (held && r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
 			st->base_us = (uint32_t)m;
 			st->stuck = 0;
 			st->prev16 = 0;
@@ -212,38 +294,55 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->ramp = false;
 			return AD_R_SLOWER;
 		}
-		next = lim * base * tol / (m * 100);
-		if (next > lim - lim / 8)
-			next = lim - lim / 8;	/* a step the latency can show */
+		/* In proportion, from what is in flight. */
+		next = from * base * tol / (m * 100);
+		if (next > from - from / 8)
+			next = from - from / 8;	/* a step the latency can show */
 		if (next >= whole && whole >= 32)
 			next = whole - 16;	/* and one admission enforces */
-		if (next < lim / 2)
-			next = lim / 2;
+		if (next < from / 2)
+			next = from / 2;
 		/* A limit well above what is in flight holds nothing back,
 		 * and a mild excess may be noise: cutting it below what is
 		 * in flight would refuse healthy traffic on a guess. So it
 		 * stops at 1.5 x the window's concurrency; a queue that
-		 * matters (latency above 1.5 x the tolerance) is cut at once,
-		 * and the stuck rule takes a low baseline again. "Well
-		 * above" in the whole permits admission enforces: at 3.94
-		 * only 3 are ever in flight, which is the limit holding
+		 * matters (latency above 1.5 x the tolerance) is cut at once.
+		 * "Well above" in the whole permits admission enforces: at
+		 * 3.94 only 3 are ever in flight, which is the limit holding
 		 * traffic back, not 76 % of it. */
-		if (w->conc16 * 8 < whole * 7 && m * 200 <= 3 * base * tol &&
-		    next < w->conc16 * 3 / 2 + 16)
-			next = w->conc16 * 3 / 2 + 16 < lim ? w->conc16 * 3 / 2 + 16 : lim;
+		if (!held && m * 200 <= 3 * base * tol && next < w->conc16 * 3 / 2 + 16)
+			next = w->conc16 * 3 / 2 + 16;
+		if (next > lim)
+			next = lim;
 		st->limit16 = clamp16(p, next);
 		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 	}
+	was_high = st->high;
 	st->floor_windows = 0;
 	st->high = false;
 	st->prev16 = 0;
 	st->stuck = 0;
-	if (m * 2 < base)
+	if (m * 2 < base) {
 		st->base_us = (uint32_t)m;	/* a faster backend, not noise */
-	else if (m < base)
+		faster = true;
+	} else if (m < base) {
 		st->base_us = (uint32_t)(base - (base - m) / 8);
-	if (w->conc16 * 2 < lim)
+	}
+	if (!in_use)
 		return AD_R_NONE;	/* the limit is not what holds the traffic back */
+	/* A limit in use on a latency within the tolerance may still hold
+	 * a queue, when the baseline was taken with one in it: a backend
+	 * that became faster is measured at the limit that suited it slow.
+	 * Such a queue shows only when the concurrency goes down, so the
+	 * controller lowers it for a window and keeps the lower latency if
+	 * there is one: after a faster backend, and periodically where the
+	 * limit sits between growing and being cut (the window before was
+	 * above the tolerance: this limit met a queue). A limit not in use,
+	 * or one still growing into the load, is never probed: traffic below
+	 * capacity, which it admits, is not refused by a probe. */
+	if (!p->observe && !st->ramp && (faster || (w->probe_due && was_high)) &&
+	    probe_start(p, st, from, m))
+		return AD_R_QUEUE;
 	if (st->ramp)
 		next = lim * 2;
 	else
@@ -297,6 +396,18 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
 	atomic_fetch_add(&a->changes, 1);
 }
 
+/* The open window's length: at least window_ms, and at least the last
+ * window's mean latency, so that its completions were mostly admitted
+ * under the limit it judges. */
+static uint64_t
+window_len(struct seg_adaptive *a)
+{
+	uint64_t win = (uint64_t)atomic_load(&a->window_ms) * 1000;
+	uint64_t last = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
+
+	return last > win ? last : win;
+}
+
 /*
  * Closes the window that started at `start`, if this caller wins it. The
  * stall check (ad_stall) adds `n` requests still in flight whose ages sum
@@ -311,11 +422,16 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
-	uint64_t acc, old, next, sum, el = now_us - start;
+	uint64_t acc, old, next, sum, el = now_us - start, period;
 	enum ad_reason why;
 
 	if (!atomic_compare_exchange_strong(&a->win_start_us, &start, now_us))
 		return;		/* another completion closed it */
+	/* A periodic probe is due in the window that crosses a multiple of
+	 * AD_PROBE_WINDOWS windows on the clock: no word counts windows, and
+	 * whichever process closes that window may start it. */
+	period = AD_PROBE_WINDOWS * window_len(a);
+	w.probe_due = n == 0 && period > 0 && start / period != now_us / period;
 	acc = atomic_exchange(&a->acc, 0);
 	w.n = (acc >> ACC_N_SHIFT) + n;
 	w.stall = n > 0;
@@ -360,18 +476,6 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	}
 	if (why != AD_R_NONE)
 		note_change(a, AD_CTL_LIMIT(old) / 16, st.limit16 / 16, why);
-}
-
-/* The open window's length: at least window_ms, and at least the last
- * window's mean latency, so that its completions were mostly admitted
- * under the limit it judges. */
-static uint64_t
-window_len(struct seg_adaptive *a)
-{
-	uint64_t win = (uint64_t)atomic_load(&a->window_ms) * 1000;
-	uint64_t last = atomic_load_explicit(&a->sample_us, memory_order_relaxed);
-
-	return last > win ? last : win;
 }
 
 void
@@ -509,6 +613,7 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 		st.ramp = cc->ad_initial < cc->ad_max;
 		atomic_store(&a->sample_us, 0);
 		st.floor_windows = 0;
+		st.probe = false;
 		atomic_store(&a->acc, 0);
 		atomic_store(&a->win_start_us, 0);
 		atomic_store(&a->last_reason, AD_R_START);
@@ -546,6 +651,7 @@ put_limit(struct seg_adaptive *a, uint32_t limit)
 		st.high = false;
 		st.prev16 = 0;
 		st.stuck = 0;
+		st.probe = false;
 		next = ad_pack(&st);
 	} while (!atomic_compare_exchange_weak(&a->ctl, &old, next));
 }

@@ -284,8 +284,10 @@ struct ad_state {
 	bool ramp;		/* still ramping (doubling) since the start */
 	uint32_t floor_windows;	/* windows in a row at the floor with latency high */
 	bool high;		/* the last window was above the tolerance */
-	uint32_t prev16;	/* latency / baseline in 1/16ths at the first cut of a run */
+	uint32_t prev16;	/* latency / baseline in 1/16ths at the first cut of a run,
+				 * or of the window before a probe */
 	uint32_t stuck;		/* cuts of the run that did not lower the latency */
+	bool probe;		/* the limit was lowered to see whether latency falls */
 };
 struct ad_params {
 	uint32_t min, max, tolerance_pct;
@@ -298,6 +300,7 @@ struct ad_window {
 	bool stall;		/* a stall window: ages of requests in flight */
 	/* Of a stall window: the replies that came in it, and their mean. */
 	uint64_t done, done_mean_us;
+	bool probe_due;		/* a periodic probe may start at this window's end */
 };
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);

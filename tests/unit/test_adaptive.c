@@ -21,6 +21,8 @@ struct model {
 	double cap, service_us, offered;
 	int noise_pct;
 	bool whole;		/* concurrency in whole permits, as admission enforces */
+	int probe_every;	/* a periodic probe is due every this many windows */
+	int windows;
 	uint64_t rng;
 	struct ad_params p;
 	struct ad_state st;
@@ -54,7 +56,9 @@ window(struct model *m)
 	double q = m->offered < l ? m->offered : l;
 	double lat = m->service_us * (q > m->cap ? q / m->cap : 1.0) * noise(m);
 	struct ad_window w = { (uint64_t)(q * 100000.0 / lat) + 1, (uint64_t)lat,
-			       (uint64_t)(q * 16), false, 0, 0 };
+			       (uint64_t)(q * 16), false, 0, 0, false };
+
+	w.probe_due = m->probe_every > 0 && ++m->windows % m->probe_every == 0;
 
 	return ad_step(&m->p, &m->st, &w);
 }
@@ -71,6 +75,7 @@ model_init(struct model *m, double cap, double offered, uint32_t min, uint32_t m
 	m->p.min = min;
 	m->p.max = max;
 	m->p.tolerance_pct = AD_DEF_TOLERANCE_PCT;
+	m->probe_every = AD_PROBE_WINDOWS;	/* as the clock makes them due */
 	m->st.limit16 = min * 16;
 	m->st.ramp = true;
 }
@@ -96,7 +101,7 @@ model_open(struct model *m, double cap, double offered, uint32_t min, uint32_t m
 	m->st.limit16 = max * 16;
 	m->st.ramp = false;
 	first = (struct ad_window){ AD_FIRST_SAMPLES, (uint64_t)(m->service_us * noise(m)),
-				    (uint64_t)(offered * 16), false, 0, 0 };
+				    (uint64_t)(offered * 16), false, 0, 0, false };
 	ad_step(&m->p, &m->st, &first);
 }
 
@@ -288,13 +293,165 @@ test_slower_backend_resets_the_baseline_at_the_floor(void **state)
 	assert_true(windows_until(&m, 0.7 * 32, 1.45 * 32, 200) <= 200);
 }
 
+/* A fresh compartment at 1.25 to 6 times a capacity of 4, in whole permits:
+ * within 5 s (50 windows) the baseline is the no-queue latency (within 1.3 x
+ * S), and stays so for a minute. From 2 x C on, a queue is worth cutting
+ * (above 1.5 x the tolerance): the limit stays within 1.5 x C and the mean
+ * latency within 1.3 x S. Below that a limit well above what is in flight
+ * is not cut below 1.5 x it, since such an excess may be noise: the latency
+ * stays within 1.5 x the tolerance. Cuts start from what is in flight: at
+ * 2 x C a cut of a limit of 64 by its own size left 8 in flight at 2 x S,
+ * and three such cuts took 2 x S for the baseline. */
+static void
+test_any_overload_finds_the_no_queue_latency(void **state)
+{
+	static const double factor[] = { 1.25, 1.5, 2, 3, 4, 6 };
+	struct model m;
+
+	(void)state;
+	for (size_t f = 0; f < sizeof(factor) / sizeof(factor[0]); f++) {
+		for (uint64_t seed = 1; seed <= 5; seed++) {
+			double lat = 0;
+
+			model_open_noisy(&m, seed, 10, 4, 4 * factor[f], 1, 64);
+			m.whole = true;
+			for (int i = 0; i < 50; i++)
+				window(&m);
+			assert_true(m.st.base_us <= 1.3 * 20000);
+			for (int i = 0; i < 600; i++) {
+				double q = (double)ad_current_of(&m.st);
+
+				window(&m);
+				assert_true(m.st.base_us <= 1.3 * 20000);
+				if (factor[f] >= 2)
+					assert_true(ad_current_of(&m.st) <= 1.5 * 4);
+				q = q < m.offered ? q : m.offered;
+				lat += 20000 * (q > 4 ? q / 4 : 1.0);
+			}
+			assert_true(lat / 600 <= (factor[f] >= 2 ? 1.3 : 1.5 * 1.15) * 20000);
+		}
+	}
+}
+
+/* Twice the capacity; the service time goes from 20 ms to 100 ms for 3 s
+ * and back. The slow backend becomes the baseline; when it is fast again
+ * its first window is measured at the limit that suited it slow, and the
+ * probe after a faster backend finds what of it was a queue: within 10 s
+ * the baseline is within 1.3 x S again, and stays there. */
+static void
+test_the_baseline_comes_back_after_a_slow_episode(void **state)
+{
+	struct model m;
+	int back = -1;
+
+	(void)state;
+	for (uint64_t seed = 1; seed <= 5; seed++) {
+		model_open_noisy(&m, seed, 10, 4, 8, 1, 64);
+		m.whole = true;
+		run(&m, 50, &(double){ 0 }, &(double){ 0 });
+		m.service_us = 100000;
+		run(&m, 30, &(double){ 0 }, &(double){ 0 });
+		assert_true(m.st.base_us >= 80000);
+		m.service_us = 20000;
+		back = -1;
+		for (int i = 0; i < 400; i++) {
+			window(&m);
+			if (m.st.base_us <= 1.3 * 20000 && back < 0)
+				back = i;
+			if (back >= 0)
+				assert_true(m.st.base_us <= 1.3 * 20000);
+		}
+		assert_true(back >= 0 && back <= 100);
+	}
+}
+
+/* A limit above what is in flight does not grow: 8 callers under a limit
+ * of 16 on a backend that holds them all never take it above 16 (noise may
+ * cut it to 1.5 x what is in flight, never below). */
+static void
+test_a_limit_not_in_use_does_not_grow(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	model_init(&m, 64, 8, 1, 64);
+	m.whole = true;
+	m.st.limit16 = 16 * 16;
+	m.st.ramp = false;
+	m.st.base_us = 20000;
+	run(&m, 600, &lo, &hi);
+	assert_true(lo >= 8 && hi == 16);
+}
+
+/* Probes lower only a limit that held the traffic and met a queue: below
+ * capacity, with a probe due at every window and 20 % noise, the limit
+ * never goes below what is offered, opened at max or ramping up from min. */
+static void
+test_probes_never_refuse_below_capacity(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	for (uint64_t seed = 1; seed <= 20; seed++) {
+		model_open_noisy(&m, seed, 20, 8, 6, 1, 64);
+		m.whole = true;
+		m.probe_every = 1;
+		run(&m, 3000, &lo, &hi);
+		assert_true(lo >= 6);
+		model_open_noisy(&m, seed, 20, 32, 24, 2, 128);
+		m.probe_every = 1;
+		run(&m, 3000, &lo, &hi);
+		assert_true(lo >= 24);
+	}
+	model_init(&m, 32, 24, 2, 128);
+	m.probe_every = 1;
+	assert_true(windows_until(&m, 24, 1000, 6) <= 6);
+	run(&m, 3000, &lo, &hi);
+	assert_true(lo >= 24);
+}
+
+/* A probe is judged by whichever window closes next, whoever started it (a
+ * closer killed after installing it leaves only its bit in ctl): a latency
+ * that fell with the probe's cut becomes the baseline and the probe goes on;
+ * one that did not leaves the baseline, clears the probe, and the limit,
+ * in use, grows back. */
+static void
+test_a_probe_is_judged_by_the_next_window(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 6 * 16, .base_us = 30000, .high = true }, was;
+	struct ad_window w = { 40, 30000, 6 * 16, false, 0, 0, true };
+
+	(void)state;
+	/* 6 held at the baseline, the window before high, a probe due. */
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_QUEUE);
+	assert_true(st.probe);
+	assert_int_equal(ad_current_of(&st), 4);
+	ad_unpack(ad_pack(&st), &was);
+	assert_true(was.probe && was.prev16 == st.prev16 && was.limit16 == st.limit16);
+	/* Killed here: the next window, at 4, shows 20 ms. */
+	w = (struct ad_window){ 40, 20000, 4 * 16, false, 0, 0, false };
+	ad_step(&p, &was, &w);
+	assert_int_equal(was.base_us, 20000);
+	assert_true(was.probe && ad_current_of(&was) == 3);
+	/* At 3 the latency stays: the probe ends, the limit grows back. */
+	w = (struct ad_window){ 40, 20000, 3 * 16, false, 0, 0, false };
+	assert_int_equal(ad_step(&p, &was, &w), AD_R_GROW);
+	assert_false(was.probe);
+	assert_int_equal(was.base_us, 20000);
+	assert_int_equal(ad_current_of(&was), 4);
+}
+
 /* No change without samples; an unused limit does not grow. */
 static void
 test_idle_and_unused_limits_stay(void **state)
 {
 	struct ad_params p = { 1, 100, 120, false };
 	struct ad_state st = { .limit16 = 40 * 16, .base_us = 10000 };
-	struct ad_window none = { 0, 0, 0, false, 0, 0 }, light = { 50, 10000, 10 * 16, false, 0, 0 };
+	struct ad_window none = { 0, 0, 0, false, 0, 0, false };
+	struct ad_window light = { 50, 10000, 10 * 16, false, 0, 0, false };
 
 	(void)state;
 	assert_int_equal(ad_step(&p, &st, &none), AD_R_NONE);
@@ -308,7 +465,8 @@ test_limit_stays_within_min_and_max(void **state)
 {
 	struct ad_params p = { 3, 10, 120, false };
 	struct ad_state st = { .limit16 = 10 * 16, .base_us = 1000 };
-	struct ad_window slow = { 10, 1000000, 1 * 16, false, 0, 0 }, fast = { 10, 500, 10 * 16, false, 0, 0 };
+	struct ad_window slow = { 10, 1000000, 1 * 16, false, 0, 0, false };
+	struct ad_window fast = { 10, 500, 10 * 16, false, 0, 0, false };
 
 	(void)state;
 	for (int i = 0; i < 20; i++) {
@@ -332,7 +490,8 @@ test_observe_mode_estimates_without_spiralling(void **state)
 {
 	struct ad_params p = { 1, 64, 115, true };
 	struct ad_state st = { .limit16 = 64 * 16, .base_us = 20000 };
-	struct ad_window w = { 100, 60000, 24 * 16, false, 0, 0 };	/* 24 in flight, 3x the latency */
+	/* 24 in flight, 3x the latency. */
+	struct ad_window w = { 100, 60000, 24 * 16, false, 0, 0, false };
 
 	(void)state;
 	for (int i = 0; i < 50; i++)
@@ -353,10 +512,10 @@ test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
 	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
 	struct ad_state st = { .limit16 = 16, .base_us = 22000 };
 	/* One request in flight aged 55 ms, one reply of 70 ms. */
-	struct ad_window w = { 2, 62500, 16, true, 1, 70000 };
-	struct ad_window hung = { 1, 55000, 16, true, 0, 0 };
+	struct ad_window w = { 2, 62500, 16, true, 1, 70000, false };
+	struct ad_window hung = { 1, 55000, 16, true, 0, 0, false };
 	/* An old request in flight, and a reply within the tolerance. */
-	struct ad_window calm = { 2, 40000, 16, true, 1, 22000 };
+	struct ad_window calm = { 2, 40000, 16, true, 1, 22000, false };
 
 	(void)state;
 	for (int i = 0; i < 10; i++) {
@@ -375,7 +534,7 @@ test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
 	assert_int_equal(st.base_us, 70000);
 	assert_true(st.ramp);
 	/* Replies as slow as the new baseline let the limit grow. */
-	w = (struct ad_window){ 10, 70000, 16, false, 0, 0 };
+	w = (struct ad_window){ 10, 70000, 16, false, 0, 0, false };
 	assert_int_equal(ad_step(&p, &st, &w), AD_R_RAMP);
 	assert_int_equal(st.limit16, 32);
 }
@@ -614,7 +773,8 @@ test_latency_step_sheds_within_2s(void **state)
 		window(&m);
 	assert_true(limit_of(&m) >= 0.7 * 16 && limit_of(&m) <= 1.45 * 16);
 	for (age = 100000; limit_of(&m) > 1.3 * 4 && elapsed < 4e6; ) {
-		w = (struct ad_window){ (uint64_t)limit_of(&m), (uint64_t)age, (uint64_t)(16 * 16), true, 0, 0 };
+		w = (struct ad_window){ (uint64_t)limit_of(&m), (uint64_t)age, (uint64_t)(16 * 16), true,
+					0, 0, false };
 		ad_step(&m.p, &m.st, &w);
 		elapsed += age > 100000 ? age : 100000;
 		age += age > 100000 ? age : 100000;
@@ -638,8 +798,8 @@ test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue(void **state)
 	struct ad_state st = { .limit16 = 165, .base_us = 22725, .high = true, .prev16 = 20,
 			       .stuck = 1 };
 	const struct ad_window w[] = {
-		{ 40, 86422, 130, false, 0, 0 }, { 40, 100527, 154, false, 0, 0 },
-		{ 40, 52195, 80, false, 0, 0 }, { 40, 54838, 84, false, 0, 0 },
+		{ 40, 86422, 130, false, 0, 0, false }, { 40, 100527, 154, false, 0, 0, false },
+		{ 40, 52195, 80, false, 0, 0, false }, { 40, 54838, 84, false, 0, 0, false },
 	};
 
 	(void)state;
@@ -769,6 +929,11 @@ main(void)
 		cmocka_unit_test(test_steps_down_in_2s_and_up_in_10s),
 		cmocka_unit_test(test_baseline_does_not_ratchet_under_overload),
 		cmocka_unit_test(test_slower_backend_resets_the_baseline_at_the_floor),
+		cmocka_unit_test(test_any_overload_finds_the_no_queue_latency),
+		cmocka_unit_test(test_the_baseline_comes_back_after_a_slow_episode),
+		cmocka_unit_test(test_a_limit_not_in_use_does_not_grow),
+		cmocka_unit_test(test_probes_never_refuse_below_capacity),
+		cmocka_unit_test(test_a_probe_is_judged_by_the_next_window),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
