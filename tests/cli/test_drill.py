@@ -45,11 +45,12 @@ def _dep_config(port, drills=True, **comp):
 
 
 def _demo(name):
-    """The demo's program name (build/demo/NAME), built if missing."""
+    """The demo's program name (BUILD/demo/NAME), built if missing: in the
+    build folder the tests use (build/asan under check-sanitize)."""
     path = os.path.join(harness.BUILD, "demo", name)
     if not os.access(path, os.X_OK):
-        r = subprocess.run(["make", "-s", "demo-bin"], cwd=harness.ROOT, capture_output=True,
-                           text=True, timeout=180)
+        r = subprocess.run(["make", "-s", "B=" + os.path.abspath(harness.BUILD), path],
+                           cwd=harness.ROOT, capture_output=True, text=True, timeout=180)
         assert r.returncode == 0, "make demo-bin: %s" % r.stderr[-1000:]
     return path
 
