@@ -282,7 +282,8 @@ uint32_t cli_inflight_now(const struct seg *s, uint32_t i);
 uint32_t cli_in_use_now(const struct seg *s, uint32_t i);
 /* The upper bound in microseconds of the bucket holding the quantile
  * permille/1000 of h (500: p50, 990: p99); 0 when h is empty. Bucket i holds
- * values below 2^i us, so this is an upper bound of the true quantile. */
+ * values below 2^i us, so this is an upper bound of the true quantile
+ * (cli_format.c: the drill's unit test reads it without the CLI). */
 uint64_t cli_hist_quantile_us(const struct cli_hist *h, unsigned permille);
 
 /* ---- cli_adaptive.c: the adaptive limit, read and shown ---- */

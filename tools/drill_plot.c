@@ -102,6 +102,25 @@ gp_text(FILE *g, const char *s)
 	}
 }
 
+/* One plot of every probe's column of the data file, the first probe's at
+ * column col0 and each next two further on; no probe: an empty plot. */
+static void
+plot_probes(FILE *g, const struct drill_report *rep, const char *data, size_t col0)
+{
+	if (rep->nprobe == 0) {
+		fputs("plot 1/0 notitle\n", g);
+		return;
+	}
+	fputs("plot ", g);
+	for (size_t p = 0; p < rep->nprobe; p++) {
+		fprintf(g, "%s'%s' using 1:%zu with linespoints title '", p ? ", " : "", data,
+		    col0 + 2 * p);
+		gp_text(g, rep->probe[p].what);
+		fputc('\'', g);
+	}
+	fputc('\n', g);
+}
+
 void
 drill_plot(const char *png, const struct drill_report *rep, const struct drill_tick *ticks,
     size_t nticks, const uint64_t *phase_start, uint64_t began_ms, uint64_t end_ms)
@@ -144,32 +163,10 @@ drill_plot(const char *png, const struct drill_report *rep, const struct drill_t
 		    "fs solid 0.5 behind\n", t[PH_DRILL], t[PH_AFTER] >= 0 ? t[PH_AFTER] : t[PH_N]);
 	fputs("set ylabel 'p99 ms'\nset logscale y\n", g);
 	if (rep->nprobe == 0)
-		fputs("set label 'no probes' at graph 0.5, graph 0.5\nplot 1/0 notitle\n", g);
-	else {
-		fputs("plot ", g);
-		for (size_t p = 0; p < rep->nprobe; p++)
-		{
-			fprintf(g, "%s'%s' using 1:%zu with linespoints title '", p ? ", " : "", data,
-			    5 + 2 * p);
-			gp_text(g, rep->probe[p].what);
-			fputc('\'', g);
-		}
-		fputc('\n', g);
-	}
+		fputs("set label 'no probes' at graph 0.5, graph 0.5\n", g);
+	plot_probes(g, rep, data, 5);
 	fputs("unset logscale y\nset ylabel 'success %'\nset yrange [0:105]\n", g);
-	if (rep->nprobe == 0)
-		fputs("plot 1/0 notitle\n", g);
-	else {
-		fputs("plot ", g);
-		for (size_t p = 0; p < rep->nprobe; p++)
-		{
-			fprintf(g, "%s'%s' using 1:%zu with linespoints title '", p ? ", " : "", data,
-			    4 + 2 * p);
-			gp_text(g, rep->probe[p].what);
-			fputc('\'', g);
-		}
-		fputc('\n', g);
-	}
+	plot_probes(g, rep, data, 4);
 	/* Room above the limit's line, which would lie on the frame. */
 	fprintf(g, "set yrange [0:*]\nset offsets 0, 0, graph 0.2, 0\nset ylabel 'connections'\n"
 	    "plot '%s' using 1:2 with steps lw 2 title 'in use', '%s' using 1:3 with steps dt 2 "

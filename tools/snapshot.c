@@ -602,22 +602,3 @@ cli_inflight_now(const struct seg *s, uint32_t i)
 	return atomic_load(&sc->inflight) + atomic_load(&sc->inflight_over);
 }
 
-uint64_t
-cli_hist_quantile_us(const struct cli_hist *h, unsigned permille)
-{
-	uint64_t rank, seen = 0;
-
-	if (h->total == 0)
-		return 0;
-	/* The smallest rank with at least permille/1000 of the values at or
-	 * below it: ceil(total * permille / 1000), in integers. */
-	rank = (h->total * permille + 999) / 1000;
-	if (rank == 0)
-		rank = 1;
-	for (int i = 0; i < BS_HIST_BUCKETS; i++) {
-		seen += h->bucket[i];
-		if (seen >= rank)
-			return 1ULL << i;
-	}
-	return 1ULL << (BS_HIST_BUCKETS - 1);
-}

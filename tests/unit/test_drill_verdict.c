@@ -10,24 +10,6 @@
 #include "../../tools/drill_seg.c"
 #include "../../tools/drill_verdict.c"
 
-/* snapshot.c's, which needs the whole CLI: the upper bound of the bucket
- * holding the quantile, bucket i holding values below 2^i us. */
-uint64_t
-cli_hist_quantile_us(const struct cli_hist *h, unsigned permille)
-{
-	uint64_t rank, seen = 0;
-
-	if (h->total == 0)
-		return 0;
-	rank = (h->total * permille + 999) / 1000;
-	for (int i = 0; i < BS_HIST_BUCKETS; i++) {
-		seen += h->bucket[i];
-		if (seen >= rank)
-			return 1ULL << i;
-	}
-	return 1ULL << (BS_HIST_BUCKETS - 1);
-}
-
 /* Two compartments (0 drilled, 1 other) and one probe, every window run
  * and held: 100 % success, p99 10 ms; the drilled compartment at 2/4. */
 static char names[2][BS_NAME_MAX] = { "recs", "payments" };
