@@ -86,6 +86,10 @@ struct seg {
 	int *cmap;			/* config compartment -> segment compartment */
 	size_t ncmap;
 	_Atomic int rec;		/* this process's record, or -1 */
+	/* Threads of this process claiming a record now, and until when a
+	 * table found full is not looked at again (proc.c). */
+	_Atomic uint32_t claiming;
+	_Atomic uint64_t full_until_ms;
 	_Atomic uint32_t hint;		/* where the next slot search starts */
 	/* The fields of a tally tag, whose slot index takes as few bits as
 	 * the segment's slot count needs (tally.c, set by segment.c). */

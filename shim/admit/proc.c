@@ -30,6 +30,7 @@
 #define RECLAIM_EVERY_MS 100
 #define FORK_GRACE_MS	300	/* a fork's record is left alone this long, whatever else */
 #define GATE_WAIT_MS	1000	/* the longest fork waits for the gate to empty */
+#define CLAIM_WAIT_MS	20	/* the longest a thread waits for a sibling's claim */
 
 /* True if some record in use names pid. */
 static bool
@@ -140,35 +141,59 @@ alloc_record(struct seg *s, uint32_t state, pid_t owner)
 	return -ENOSPC;
 }
 
-/* This process's record, claimed on first need. Two threads may race to
- * claim one; the loser gives its record back, so nobody waits. A table
- * found full is not looked at again for RECLAIM_EVERY_MS: each look reads
- * every holder's /proc entry, and a program may retry a refused connect at
- * once. */
+/* This process's record, claimed on first need. Threads may race to claim
+ * one; each takes a record, the first to publish keeps it and the others
+ * give theirs back, so nobody waits. A thread that finds the table full
+ * while another thread of this process is still claiming waits (bounded)
+ * for that claim: the table may be full of its own siblings' records, and
+ * the process is then no more out of records than before the race. A table
+ * found full is not looked at again for RECLAIM_EVERY_MS, in this
+ * segment: each look reads every holder's /proc entry, and a program may
+ * retry a refused connect at once. */
+static int
+await_sibling_claim(struct seg *s)
+{
+	uint64_t deadline = now_mono_ms() + CLAIM_WAIT_MS;
+	int r;
+
+	while ((r = atomic_load(&s->rec)) < 0 && atomic_load(&s->claiming) != 0 &&
+	    now_mono_ms() < deadline)
+		sched_yield();
+	return r;
+}
+
 static __attribute__((noinline)) int
 claim_record(struct seg *s)
 {
-	static _Atomic uint64_t full_until_ms;
 	int mine, expected = -1;
 	uint64_t now = now_mono_ms();
 	pid_t pid;
 
-	if (now < atomic_load(&full_until_ms))
+	if (now < atomic_load(&s->full_until_ms))
 		return -ENOSPC;
 	pid = s->my_pid;
+	atomic_fetch_add(&s->claiming, 1);
 	mine = alloc_record(s, PROC_FORKING, pid);
 	if (mine < 0) {
-		atomic_store(&full_until_ms, now + RECLAIM_EVERY_MS);
+		int sibling;
+
+		atomic_fetch_sub(&s->claiming, 1);
+		sibling = await_sibling_claim(s);
+		if (sibling >= 0)
+			return sibling;
+		atomic_store(&s->full_until_ms, now + RECLAIM_EVERY_MS);
 		return mine;
 	}
 	atomic_store(&s->procs[mine].start, s->my_start);
 	atomic_store(&s->procs[mine].pid, pid);
 	atomic_store(&s->procs[mine].state, PROC_LIVE);
 	if (!atomic_compare_exchange_strong(&s->rec, &expected, mine)) {
+		atomic_fetch_sub(&s->claiming, 1);
 		empty_record(s, (uint32_t)mine, false, false);
 		return expected;
 	}
 	atomic_store(&s->sole, slot_sole_word(s, (uint32_t)mine));
+	atomic_fetch_sub(&s->claiming, 1);
 	return mine;
 }
 
@@ -525,6 +550,7 @@ proc_fork_child(struct seg *s, const struct proc_fork *f)
 	/* The other threads did not come along: nobody is in the gate. */
 	atomic_store(&s->busy, 0);
 	atomic_store(&s->forking, 0);
+	atomic_store(&s->claiming, 0);
 	s->my_pid = me;
 	s->my_start = sys_pid_start(me);
 	if (f->rec < 0) {

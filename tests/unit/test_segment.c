@@ -176,6 +176,64 @@ holder_child(int permits)
 	return pid;
 }
 
+/* Takes every free process record of s for this live process, as the
+ * claims of its sibling threads would, so that alloc_record finds none. */
+static void
+fill_records(struct seg *s)
+{
+	for (uint32_t i = 0; i < s->nprocs; i++) {
+		if (atomic_load(&s->procs[i].state) != PROC_FREE)
+			continue;
+		atomic_store(&s->procs[i].owner, getpid());
+		atomic_store(&s->procs[i].since_ms, now_mono_ms());
+		atomic_store(&s->procs[i].state, PROC_FORKING);
+	}
+}
+
+static void
+test_a_full_table_in_one_segment_leaves_another_alone(void **state)
+{
+	struct seg *full = attach(), *other;
+
+	(void)state;
+	fill_records(full);
+	assert_int_equal(proc_record(full), -ENOSPC);
+	snprintf(cfg.segment, sizeof(cfg.segment), "ut%d_%d", (int)getpid(), counter++);
+	other = attach();
+	assert_true(proc_record(other) >= 0);
+	seg_close(other);
+	seg_close(full);
+}
+
+static struct seg *sibling_seg;
+
+static void *
+sibling_publishes(void *arg)
+{
+	(void)arg;
+	usleep(5000);
+	atomic_store(&sibling_seg->rec, 3);
+	atomic_store(&sibling_seg->claiming, 0);
+	return NULL;
+}
+
+static void
+test_a_thread_finding_the_table_full_takes_its_siblings_record(void **state)
+{
+	pthread_t t;
+
+	(void)state;
+	sibling_seg = attach();
+	fill_records(sibling_seg);
+	/* Another thread of this process is half-way through its claim. */
+	atomic_store(&sibling_seg->claiming, 1);
+	pthread_create(&t, NULL, sibling_publishes, NULL);
+	assert_int_equal(proc_record(sibling_seg), 3);
+	pthread_join(t, NULL);
+	atomic_store(&sibling_seg->rec, -1);
+	seg_close(sibling_seg);
+}
+
 static void
 test_permits_of_a_killed_process_are_reclaimed(void **state)
 {
@@ -888,6 +946,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_admits_up_to_the_limit_and_refuses_the_next, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_copy_keeps_the_permit_until_the_last_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_thirty_two_threads_racing_for_three_permits_get_three, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_full_table_in_one_segment_leaves_another_alone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_thread_finding_the_table_full_takes_its_siblings_record, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_permits_of_a_killed_process_are_reclaimed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_zombie_holder_counts_as_dead, setup, teardown),
 		cmocka_unit_test(test_a_reused_pid_is_told_apart_by_start_time),
