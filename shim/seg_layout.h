@@ -155,9 +155,10 @@ enum ad_reason { AD_R_NONE, AD_R_START, AD_R_RAMP, AD_R_GROW, AD_R_QUEUE, AD_R_S
 	AD_R_PINNED, AD_R_RESUMED, AD_R_MAX };
 /* The controller that moves a compartment's adaptive limit: bulkshim's own
  * (adaptive.c), or one of the published ones, written from their
- * descriptions (Netflix concurrency-limits' Vegas, Gradient2 and AIMD). */
+ * descriptions (Netflix concurrency-limits' Vegas, Gradient2 and AIMD,
+ * Envoy's adaptive concurrency gradient controller: ad_published.c). */
 enum ad_algorithm { AD_ALG_BULKSHIM = 0, AD_ALG_VEGAS = 1, AD_ALG_GRADIENT2 = 2, AD_ALG_AIMD = 3,
-	AD_ALG_MAX };
+	AD_ALG_ENVOY = 4, AD_ALG_MAX };
 struct seg_adaptive {
 	_Atomic uint32_t mode;		/* AD_NONE: not adaptive */
 	_Atomic uint32_t kind;		/* P_INFLIGHT or P_CONN: the permits it limits */
@@ -175,6 +176,8 @@ struct seg_adaptive {
 	_Atomic uint64_t last_change_ms;	/* CLOCK_REALTIME, 0 = never */
 	_Atomic uint32_t last_from, last_to;
 	_Atomic uint32_t algorithm;	/* enum ad_algorithm */
+	/* Knobs of the published controllers (ad_alg.h's struct ad_pub_params). */
+	_Atomic uint32_t timeout_ms, backoff_pct, min_rtt_interval_ms, min_concurrency;
 	uint32_t pad_alg;
 	/* The state a published controller keeps beside `ctl` (its long
 	 * and short latency averages, say), each word changed by

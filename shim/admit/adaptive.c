@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stddef.h>
 
+#include "admit/ad_alg.h"
 #include "admit/admit.h"
 #include "log.h"
 
@@ -408,6 +409,61 @@ window_len(struct seg_adaptive *a)
 	return last > win ? last : win;
 }
 
+/* The knobs of a published controller, as ad_apply wrote them. */
+static void
+pub_params(struct seg_adaptive *a, struct ad_pub_params *p)
+{
+	p->min = atomic_load(&a->min);
+	p->max = atomic_load(&a->max);
+	p->tolerance_pct = atomic_load(&a->tolerance_pct);
+	p->timeout_ms = atomic_load(&a->timeout_ms);
+	p->backoff_pct = atomic_load(&a->backoff_pct);
+	p->min_rtt_interval_ms = atomic_load(&a->min_rtt_interval_ms);
+	p->min_concurrency = atomic_load(&a->min_concurrency);
+}
+
+/*
+ * Runs published controller `alg` (ad_published.c) on window w from ctl
+ * word `old`: *next is the ctl to install, aux[0] the alg[] words read and
+ * aux[1] the ones to write after it (pub_aux).
+ */
+static enum ad_reason
+pub_step(struct seg_adaptive *a, uint32_t alg, const struct ad_window *w, uint64_t old,
+    uint64_t *next, uint64_t aux[2][2])
+{
+	struct ad_pub_params p;
+	struct ad_pub_state st;
+	enum ad_reason why = AD_R_NONE;
+
+	pub_params(a, &p);
+	ad_pub_unpack(old, &st);
+	for (int i = 0; i < 2; i++)
+		aux[0][i] = st.aux[i] = atomic_load(&a->alg[i]);
+	if (alg == AD_ALG_VEGAS)
+		why = ad_vegas_step(&p, &st, w);
+	else if (alg == AD_ALG_GRADIENT2)
+		why = ad_gradient2_step(&p, &st, w);
+	else if (alg == AD_ALG_AIMD)
+		why = ad_aimd_step(&p, &st, w);
+	else if (alg == AD_ALG_ENVOY)
+		why = ad_envoy_step(&p, &st, w);
+	*next = ad_pub_pack(&st);
+	aux[1][0] = st.aux[0];
+	aux[1][1] = st.aux[1];
+	return why;
+}
+
+/* Writes the alg[] words after ctl, each by compare-and-swap: a window
+ * closed meanwhile by another process keeps its own. Losing them is safe
+ * (ad_alg.h). */
+static void
+pub_aux(struct seg_adaptive *a, uint64_t aux[2][2])
+{
+	for (int i = 0; i < 2; i++)
+		if (aux[1][i] != aux[0][i])
+			atomic_compare_exchange_strong(&a->alg[i], &aux[0][i], aux[1][i]);
+}
+
 /*
  * Closes the window that started at `start`, if this caller wins it. The
  * stall check (ad_stall) adds `n` requests still in flight whose ages sum
@@ -422,8 +478,9 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
-	uint64_t acc, old, next, sum, el = now_us - start, period;
+	uint64_t acc, old, next, sum, el = now_us - start, period, aux[2][2];
 	enum ad_reason why;
+	uint32_t alg;
 
 	if (!atomic_compare_exchange_strong(&a->win_start_us, &start, now_us))
 		return;		/* another completion closed it */
@@ -461,12 +518,21 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	/* Pinned by `set` (AD_OFF): the window is measured, the limit stays. */
 	if (atomic_load(&a->mode) != AD_ON)
 		return;
+	w.end_us = now_us;
+	alg = atomic_load(&a->algorithm);
 	old = atomic_load(&a->ctl);
-	ad_unpack(old, &st);
-	why = ad_step(&p, &st, &w);
-	next = ad_pack(&st);
-	if (next == old || !atomic_compare_exchange_strong(&a->ctl, &old, next))
+	if (alg == AD_ALG_BULKSHIM) {
+		ad_unpack(old, &st);
+		why = ad_step(&p, &st, &w);
+		next = ad_pack(&st);
+	} else {
+		why = pub_step(a, alg, &w, old, &next, aux);
+	}
+	if (next == old || !atomic_compare_exchange_strong(&a->ctl, &old, next)) {
+		if (next == old && alg != AD_ALG_BULKSHIM)
+			pub_aux(a, aux);
 		return;
+	}
 	/* A pin (ad_pin) sets the mode before it writes its limit: when the
 	 * mode changed between the check above and this swap, the pin's limit
 	 * was the one replaced (its write, if later, replaced this one). */
@@ -474,8 +540,10 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 		atomic_compare_exchange_strong(&a->ctl, &next, old);
 		return;
 	}
+	if (alg != AD_ALG_BULKSHIM)
+		pub_aux(a, aux);
 	if (why != AD_R_NONE)
-		note_change(a, AD_CTL_LIMIT(old) / 16, st.limit16 / 16, why);
+		note_change(a, AD_CTL_LIMIT(old) / 16, AD_CTL_LIMIT(next) / 16, why);
 }
 
 void
@@ -540,7 +608,8 @@ ad_stall_due(struct seg_comp *c, uint32_t ci, uint64_t *now, uint64_t *old, uint
 	if (atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON)
 		return false;	/* pinned: nothing to judge */
 	*start = atomic_load(&a->win_start_us);
-	base = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed));
+	base = ad_alg_latency_us(atomic_load_explicit(&a->algorithm, memory_order_relaxed),
+	    atomic_load_explicit(&a->ctl, memory_order_relaxed));
 	if (*start == 0 || base == 0)
 		return false;
 	/* window_ms, not the last window's latency: during a stall that
@@ -586,12 +655,49 @@ ad_reset_stats(struct seg_comp *c)
 	atomic_store(&a->last_reason, AD_R_NONE);
 }
 
+/* Starts a window afresh: nothing measured in it yet. */
+static void
+window_reset(struct seg_adaptive *a)
+{
+	atomic_store(&a->sample_us, 0);
+	atomic_store(&a->acc, 0);
+	atomic_store(&a->win_start_us, 0);
+}
+
+/* ad_apply for a published controller: `fresh` (newly adaptive, or the
+ * algorithm changed) starts it at `initial`; a reload otherwise keeps its
+ * state, the limit within the new bounds. */
+static void
+pub_apply(struct seg_adaptive *a, const struct cfg_compartment *cc, bool fresh)
+{
+	struct ad_pub_params p;
+	struct ad_pub_state st;
+
+	pub_params(a, &p);
+	ad_pub_unpack(atomic_load(&a->ctl), &st);
+	if (fresh || st.limit16 == 0) {
+		ad_pub_start(cc->ad_algorithm, &p, cc->ad_initial, &st);
+		window_reset(a);
+		atomic_store(&a->last_reason, AD_R_START);
+		atomic_store(&a->last_from, 0);
+		atomic_store(&a->last_to, st.limit16 / 16);
+		atomic_store(&a->last_change_ms, now_real_ms());
+	} else {
+		struct ad_params q = { p.min, p.max, p.tolerance_pct, false };
+
+		st.limit16 = clamp16(&q, st.limit16);
+	}
+	for (int i = 0; i < 2; i++)
+		atomic_store(&a->alg[i], st.aux[i]);
+	atomic_store(&a->ctl, ad_pub_pack(&st));
+}
+
 void
 ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 {
 	struct seg_adaptive *a = &c->ad;
 	struct ad_state st;
-	uint32_t was = atomic_load(&a->mode);
+	uint32_t was = atomic_load(&a->mode), alg_was;
 
 	if (!cc->adaptive) {
 		atomic_store(&a->mode, AD_NONE);
@@ -603,7 +709,19 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&a->window_ms, cc->ad_window_ms);
 	atomic_store(&a->tolerance_pct, cc->ad_tolerance_pct);
 	atomic_store(&a->static_limit, cc->max_inflight ? cc->max_inflight : cc->max_connections);
+	atomic_store(&a->timeout_ms, cc->ad_timeout_ms);
+	atomic_store(&a->backoff_pct, cc->ad_backoff_pct);
+	atomic_store(&a->min_rtt_interval_ms, cc->ad_min_rtt_interval_ms);
+	atomic_store(&a->min_concurrency, cc->ad_min_concurrency);
+	alg_was = atomic_exchange(&a->algorithm, cc->ad_algorithm);
+	if (cc->ad_algorithm != AD_ALG_BULKSHIM) {
+		pub_apply(a, cc, was == AD_NONE || alg_was != cc->ad_algorithm);
+		atomic_store(&a->mode, AD_ON);
+		return;
+	}
 	ad_unpack(atomic_load(&a->ctl), &st);
+	if (alg_was != AD_ALG_BULKSHIM)
+		st.limit16 = 0;	/* another controller's state: start afresh */
 	if (was == AD_NONE || st.limit16 == 0) {
 		/* Newly adaptive: start from `initial` (by default max, so
 		 * that nothing is refused before there is a reason to), learn
@@ -630,6 +748,27 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&a->mode, AD_ON);
 }
 
+/* put_limit for a published controller: its latency stays, Envoy's phase
+ * starts afresh (out of a minRTT window, whose latency field was a limit,
+ * into a new one at the next window). */
+static void
+put_pub_limit(struct seg_adaptive *a, uint32_t limit)
+{
+	uint64_t old = atomic_load(&a->ctl), next;
+	struct ad_pub_state st;
+
+	do {
+		ad_pub_unpack(old, &st);
+		st.limit16 = limit * 16;
+		if (atomic_load(&a->algorithm) == AD_ALG_ENVOY) {
+			if (st.phase & AD_ENVOY_MINRTT)
+				st.lat_us = 0;
+			st.phase = 0;
+		}
+		next = ad_pub_pack(&st);
+	} while (!atomic_compare_exchange_weak(&a->ctl, &old, next));
+}
+
 /* Writes limit (whole permits) into the controller's word, keeping the
  * baseline it learned and starting its phase afresh (no ramp, no run of
  * cuts): what a pin holds and what a resume starts from. */
@@ -643,6 +782,10 @@ put_limit(struct seg_adaptive *a, uint32_t limit)
 		limit = 1;
 	if (limit > ((1u << AD_LIMIT_BITS) - 1) / 16)
 		limit = ((1u << AD_LIMIT_BITS) - 1) / 16;
+	if (atomic_load(&a->algorithm) != AD_ALG_BULKSHIM) {
+		put_pub_limit(a, limit);
+		return;
+	}
 	do {
 		ad_unpack(old, &st);
 		st.limit16 = limit * 16;

@@ -10,6 +10,13 @@
 /* Defaults of the adaptive knobs, documented in bulkshim.conf(5). */
 #define AD_DEF_WINDOW_MS	100
 #define AD_DEF_TOLERANCE_PCT	115
+/* The published controllers' defaults (admit/ad_published.c says where
+ * each comes from). */
+#define AD_DEF_TIMEOUT_MS		5000	/* AIMDLimit's DEFAULT_TIMEOUT */
+#define AD_DEF_BACKOFF_PCT		90	/* AIMDLimit's backoffRatio */
+#define AD_DEF_GRADIENT2_TOLERANCE_PCT	150	/* Gradient2Limit's rttTolerance */
+#define AD_DEF_MIN_RTT_INTERVAL_MS	60000	/* Envoy's documented example interval */
+#define AD_DEF_MIN_CONCURRENCY		3	/* Envoy's min_concurrency */
 
 struct cfg_compartment {
 	char name[BS_NAME_MAX];
@@ -38,6 +45,9 @@ struct cfg_compartment {
 	uint32_t ad_initial;		/* where it starts in a fresh segment */
 	uint32_t ad_window_ms;		/* shortest measurement window */
 	uint32_t ad_tolerance_pct;	/* a sample up to this % of the baseline is no queue */
+	uint32_t ad_algorithm;		/* enum ad_algorithm: the controller */
+	/* The published controllers' knobs (admit/ad_alg.h). */
+	uint32_t ad_timeout_ms, ad_backoff_pct, ad_min_rtt_interval_ms, ad_min_concurrency;
 	uint32_t fleet_limit;	/* 0 = not in a fleet budget */
 	uint32_t fleet_floor;	/* what this host may use without a valid lease */
 };
@@ -139,6 +149,12 @@ const char *cfg_errno_name(int value);
 void cfg_free(struct bs_config *cfg);
 /* cfg_load, but err gets every error it finds, one "FILE:LINE: ..." per
  * line (libconfig's syntax errors stop it at the first), for `check`. */
+/* config_adaptive.c: the name of controller `alg` ("bulkshim", "vegas",
+ * "gradient2", "aimd", "envoy"; "?" for an unknown number), and the number
+ * of a name (-1 if unknown). */
+const char *ad_alg_name(unsigned alg);
+int ad_alg_parse(const char *name);
+
 int cfg_load_all(const char *path, struct bs_config *cfg, bool resolve, char *err, size_t errlen);
 /* The segment a config file names (its "segment" key, else the default
  * from its name), even when the file has errors, so that a process that
