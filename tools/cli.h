@@ -153,6 +153,7 @@ struct cli_class {
 struct cli_adaptive {
 	uint32_t mode, kind, limit, min, max, window_ms, tolerance_pct, baseline_us;
 	uint32_t last_from, last_to, last_reason;
+	uint32_t algorithm;	/* enum ad_algorithm: the controller that moves it */
 	uint64_t sample_us, sample_conc16, windows, changes, last_change_ms;
 };
 

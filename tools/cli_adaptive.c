@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "admit/ad_alg.h"
 #include "cli.h"
 
 void
@@ -17,7 +18,10 @@ cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a)
 	ad_unpack(atomic_load(&d->ctl), &st);
 	a->kind = atomic_load(&d->kind);
 	a->limit = st.limit16 / 16 > 0 ? st.limit16 / 16 : 1;
-	a->baseline_us = st.base_us;
+	a->algorithm = atomic_load(&d->algorithm);
+	/* The latency the controller judges by (none during Envoy's minRTT
+	 * window, whose latency field holds the limit it returns to). */
+	a->baseline_us = ad_alg_latency_us(a->algorithm, atomic_load(&d->ctl));
 	a->min = atomic_load(&d->min);
 	a->max = atomic_load(&d->max);
 	a->window_ms = atomic_load(&d->window_ms);
@@ -45,12 +49,14 @@ cli_adaptive_json(FILE *f, const struct cli_adaptive *a)
 		fputs(", \"adaptive\": null", f);
 		return;
 	}
-	fprintf(f, ", \"adaptive\": {\"mode\": \"%s\", \"applies_to\": \"%s\", \"limit\": %u, "
+	fprintf(f, ", \"adaptive\": {\"mode\": \"%s\", \"algorithm\": \"%s\", \"applies_to\": \"%s\", "
+	    "\"limit\": %u, "
 	    "\"min\": %u, \"max\": %u, \"window_ms\": %u, \"tolerance_pct\": %u, "
 	    "\"baseline_us\": %u, \"sample_us\": %llu, \"sample_concurrency\": %.2f, "
 	    "\"windows\": %llu, \"changes\": %llu, \"last_change_ms\": %llu, "
 	    "\"last_change_from\": %u, \"last_change_to\": %u, \"last_change_reason\": \"%s\"}",
-	    ad_mode_name(a->mode), cli_adaptive_applies(a), a->limit, a->min, a->max, a->window_ms,
+	    ad_mode_name(a->mode), ad_alg_name(a->algorithm), cli_adaptive_applies(a), a->limit,
+	    a->min, a->max, a->window_ms,
 	    a->tolerance_pct, a->baseline_us, (unsigned long long)a->sample_us,
 	    a->sample_conc16 / 16.0, (unsigned long long)a->windows,
 	    (unsigned long long)a->changes, (unsigned long long)a->last_change_ms, a->last_from,
@@ -80,8 +86,8 @@ cli_adaptive_text(FILE *f, const struct cli_comp *all, uint32_t n)
 		any = any || all[i].ad.mode != AD_NONE;
 	if (!any)
 		return;
-	fprintf(f, "\n%-24s %-4s %-11s %7s %9s %9s %9s  %s\n", "ADAPTIVE", "MODE", "LIMITS",
-	    "LIMIT", "MIN..MAX", "BASELINE", "SAMPLE", "LAST CHANGE");
+	fprintf(f, "\n%-24s %-4s %-9s %-11s %7s %9s %9s %9s  %s\n", "ADAPTIVE", "MODE", "ALGORITHM",
+	    "LIMITS", "LIMIT", "MIN..MAX", "BASELINE", "SAMPLE", "LAST CHANGE");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cli_adaptive *a = &all[i].ad;
 		char range[24];
@@ -90,8 +96,9 @@ cli_adaptive_text(FILE *f, const struct cli_comp *all, uint32_t n)
 			continue;
 		snprintf(range, sizeof(range), "%u..%u", a->min, a->max);
 		cli_format_ago(a->last_change_ms, ago, sizeof(ago));
-		fprintf(f, "%-24s %-4s %-11s %7u %9s %9s %9s  %u -> %u (%s) %s\n", all[i].name,
-		    ad_mode_name(a->mode), cli_adaptive_applies(a), a->limit, range,
+		fprintf(f, "%-24s %-4s %-9s %-11s %7u %9s %9s %9s  %u -> %u (%s) %s\n", all[i].name,
+		    ad_mode_name(a->mode), ad_alg_name(a->algorithm), cli_adaptive_applies(a), a->limit,
+		    range,
 		    a->baseline_us ? dur_text(a->baseline_us, b1, sizeof(b1)) : "-",
 		    a->windows ? dur_text(a->sample_us, b2, sizeof(b2)) : "-", a->last_from,
 		    a->last_to, ad_reason_name(a->last_reason), ago);
@@ -106,8 +113,8 @@ cli_adaptive_watch(FILE *f, const struct cli_comp *c, bool ansi)
 
 	if (a->mode == AD_NONE)
 		return;
-	fprintf(f, "  adaptive %s: limit %u (%u..%u), baseline %s, sample %s, last %u -> %u (%s)%s\n",
-	    ad_mode_name(a->mode), a->limit, a->min, a->max,
+	fprintf(f, "  adaptive %s (%s): limit %u (%u..%u), baseline %s, sample %s, last %u -> %u "
+	    "(%s)%s\n", ad_mode_name(a->mode), ad_alg_name(a->algorithm), a->limit, a->min, a->max,
 	    a->baseline_us ? dur_text(a->baseline_us, b1, sizeof(b1)) : "-",
 	    a->windows ? dur_text(a->sample_us, b2, sizeof(b2)) : "-", a->last_from, a->last_to,
 	    ad_reason_name(a->last_reason), ansi ? "\033[K" : "");

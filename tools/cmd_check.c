@@ -88,10 +88,21 @@ print_arithmetic(const struct bs_config *cfg, const struct cfg_compartment *cc)
 		const char *what = cc->max_inflight ? "max_inflight" : "max_connections";
 
 		printf("%sadaptive %s: the live limit starts at %u and moves between min %u and "
-		    "max %u with the latency (window_ms %u, tolerance_pct %u); never above %u\n", pad,
-		    what,
+		    "max %u with the latency (window_ms %u, tolerance_pct %u); never above %u; "
+		    "algorithm %s", pad, what,
 		    cc->ad_initial, cc->ad_min, cc->ad_max, cc->ad_window_ms, cc->ad_tolerance_pct,
-		    cc->ad_max);
+		    cc->ad_max, ad_alg_name(cc->ad_algorithm));
+		/* The knobs the chosen controller reads. */
+		if (cc->ad_algorithm == AD_ALG_VEGAS || cc->ad_algorithm == AD_ALG_AIMD)
+			printf(" (a window past timeout_ms %u is a drop", cc->ad_timeout_ms);
+		if (cc->ad_algorithm == AD_ALG_AIMD)
+			printf(", backoff_pct %u", cc->ad_backoff_pct);
+		if (cc->ad_algorithm == AD_ALG_VEGAS || cc->ad_algorithm == AD_ALG_AIMD)
+			printf(")");
+		if (cc->ad_algorithm == AD_ALG_ENVOY)
+			printf(" (min_concurrency %u for a minRTT window every min_rtt_interval_ms %u "
+			    "+ up to 15 %%)", cc->ad_min_concurrency, cc->ad_min_rtt_interval_ms);
+		printf("\n");
 	}
 	if (cc->fleet_limit != 0) {
 		const struct cfg_fleet *f = &cfg->fleet;

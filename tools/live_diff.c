@@ -6,7 +6,7 @@
 
 #include "cli.h"
 
-enum kind { K_LIMIT, K_NUM, K_BOOL, K_ALLOW, K_ERRNO, K_CLASS, K_ADMODE, K_ADKIND };
+enum kind { K_LIMIT, K_NUM, K_BOOL, K_ALLOW, K_ERRNO, K_CLASS, K_ADMODE, K_ADKIND, K_ADALG };
 
 /* One setting of a compartment, as the segment holds it. */
 struct setting {
@@ -15,7 +15,7 @@ struct setting {
 	uint32_t v;
 };
 
-#define NADAPTIVE 7	/* the adaptive limit's settings */
+#define NADAPTIVE 8	/* the adaptive limit's settings */
 #define NSETTINGS (9 + NADAPTIVE + BS_MAX_CLASSES)
 
 /* The adaptive limit of c in whole permits, on or pinned (ad_current's
@@ -59,6 +59,7 @@ settings_of(const struct seg_comp *c, const struct seg_header *h, struct setting
 	} adaptive[NADAPTIVE] = {
 		{ "adaptive", K_ADMODE, atomic_load(&c->ad.mode) },
 		{ "adaptive.applies_to", K_ADKIND, ad ? atomic_load(&c->ad.kind) : 0 },
+		{ "adaptive.algorithm", K_ADALG, ad ? atomic_load(&c->ad.algorithm) : 0 },
 		{ "adaptive.min", K_NUM, ad ? atomic_load(&c->ad.min) : 0 },
 		{ "adaptive.max", K_NUM, ad ? atomic_load(&c->ad.max) : 0 },
 		{ "adaptive.window_ms", K_NUM, ad ? atomic_load(&c->ad.window_ms) : 0 },
@@ -109,6 +110,8 @@ text_of(const struct setting *s, uint32_t v, char *buf, size_t len)
 		return v == AD_OFF ? "off (pinned)" : ad_mode_name(v);
 	case K_ADKIND:
 		return v == P_CONN ? "connections" : v == P_INFLIGHT ? "inflight" : "-";
+	case K_ADALG:
+		return ad_alg_name(v);
 	case K_NUM:
 		break;
 	}
