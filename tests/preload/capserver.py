@@ -8,8 +8,9 @@ Listens on an ephemeral loopback port and prints "port N" on stdout once
 ready. Speaks just enough HTTP/1.0 for curl and the test clients: GET /
 is a request (200 "ok" after its turn and its service time; one request per
 connection); GET /set?cap=N&ms=M changes the capacity and the service time
-at once, and is answered at once; GET /stats answers "served N max M" (the
-most served at once). Stops when stdin closes.
+at once, and is answered at once; GET /stats answers "served N max M waiting W"
+(the most served at once, and the requests queued for their turn now). Stops
+when stdin closes.
 """
 
 import asyncio
@@ -24,11 +25,16 @@ class Capacity:
         self.busy = 0
         self.served = 0
         self.max_busy = 0
+        self.waiting = 0
         self.cond = asyncio.Condition()
 
     async def serve(self):
         async with self.cond:
-            await self.cond.wait_for(lambda: self.busy < self.cap)
+            self.waiting += 1
+            try:
+                await self.cond.wait_for(lambda: self.busy < self.cap)
+            finally:
+                self.waiting -= 1
             self.busy += 1
             self.max_busy = max(self.max_busy, self.busy)
         try:
@@ -63,7 +69,7 @@ async def handle(cap, r, w):
             await cap.change(int(q.get("cap", cap.cap)), float(q.get("ms", cap.ms)))
             reply(w, "cap %d ms %g\n" % (cap.cap, cap.ms))
         elif path.startswith("/stats"):
-            reply(w, "served %d max %d\n" % (cap.served, cap.max_busy))
+            reply(w, "served %d max %d waiting %d\n" % (cap.served, cap.max_busy, cap.waiting))
         else:
             await cap.serve()
             reply(w, "ok\n")

@@ -39,7 +39,7 @@ class Backend:
 
     def stats(self):
         w = self._get("/stats").split()
-        return {"served": int(w[1]), "max": int(w[3])}
+        return {"served": int(w[1]), "max": int(w[3]), "waiting": int(w[5])}
 
     def stop(self):
         if self.p.poll() is None:
