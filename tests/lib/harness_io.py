@@ -123,7 +123,8 @@ AD = Layout("seg_adaptive", [
     ("tolerance_pct", "I"), ("static_limit", "I"), ("last_reason", "I"),
     ("ctl", "Q"), ("acc", "Q"), ("win_start_us", "Q"), ("sample_us", "Q"), ("sample_conc16", "Q"),
     ("windows", "Q"), ("changes", "Q"), ("last_change_ms", "Q"), ("last_from", "I"),
-    ("last_to", "I"), ("algorithm", "I"), ("pad_alg", "I"), ("alg", "Q", 4),
+    ("last_to", "I"), ("algorithm", "I"), ("timeout_ms", "I"), ("backoff_pct", "I"),
+    ("min_rtt_interval_ms", "I"), ("min_concurrency", "I"), ("pad_alg", "I"), ("alg", "Q", 4),
 ])
 
 DRILL = Layout("seg_drill", [
