@@ -595,6 +595,59 @@ test_window_counts_every_sample_and_closes_once(void **state)
 	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, 1);
 }
 
+/* A published controller runs in close_window's place: Envoy's minRTT
+ * window, closed by completions, returns the limit; a reload keeps its
+ * state, one that changes the algorithm starts the new one afresh. */
+static void
+test_the_algorithm_is_dispatched_and_a_change_starts_afresh(void **state)
+{
+	struct cfg_compartment cc;
+	uint64_t t = 1000000;
+	int i;
+
+	(void)state;
+	comp_init();
+	memset(&cc, 0, sizeof(cc));
+	cc.max_inflight = 64;
+	cc.adaptive = true;
+	cc.ad_min = 2;
+	cc.ad_max = 64;
+	cc.ad_initial = 16;
+	cc.ad_window_ms = 100;
+	cc.ad_tolerance_pct = 120;
+	cc.ad_algorithm = AD_ALG_ENVOY;
+	cc.ad_min_concurrency = 3;
+	cc.ad_min_rtt_interval_ms = 60000;
+	cc.ad_timeout_ms = 5000;
+	cc.ad_backoff_pct = 90;
+	ad_apply(&comp, &cc);
+	/* Envoy starts measuring its minRTT at min_concurrency. */
+	assert_int_equal(ad_current(&comp), 3);
+	assert_int_equal(ad_alg_latency_us(AD_ALG_ENVOY, atomic_load(&comp.ad.ctl)), 0);
+	for (i = 0; i <= 60; i++)
+		ad_sample(&comp, P_INFLIGHT, 10000, t + 2000 * (uint64_t)i);
+	assert_int_equal(ad_current(&comp), 16);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
+	assert_true(atomic_load(&comp.ad.alg[0]) > t);	/* the next minRTT window */
+	/* A reload with the same algorithm keeps what it learned. */
+	ad_apply(&comp, &cc);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 10000);
+	/* Another algorithm starts afresh at initial, its aux words cleared. */
+	cc.ad_algorithm = AD_ALG_VEGAS;
+	cc.ad_initial = 20;
+	ad_apply(&comp, &cc);
+	assert_int_equal(atomic_load(&comp.ad.algorithm), AD_ALG_VEGAS);
+	assert_int_equal(ad_current(&comp), 20);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 0);
+	assert_int_equal(atomic_load(&comp.ad.alg[0]), 0);
+	/* And back to bulkshim's own. */
+	cc.ad_algorithm = AD_ALG_BULKSHIM;
+	cc.ad_initial = 12;
+	ad_apply(&comp, &cc);
+	assert_int_equal(ad_current(&comp), 12);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 0);
+}
+
 /* A process killed after winning the window (its CAS of win_start done,
  * nothing else) leaves its samples for the next window, and the limit
  * word valid; killed after taking the sums out, only that window is lost. */
@@ -946,6 +999,7 @@ main(void)
 		cmocka_unit_test(test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue),
 		cmocka_unit_test(test_a_capacity_drop_to_a_few_permits_does_not_ratchet),
 		cmocka_unit_test(test_a_slower_backend_at_the_floor_is_taken_as_the_baseline),
+		cmocka_unit_test(test_the_algorithm_is_dispatched_and_a_change_starts_afresh),
 		cmocka_unit_test(test_config_defaults_and_bounds),
 		cmocka_unit_test(test_config_in_a_pool_uses_guarantee_and_ceiling),
 	};
