@@ -543,20 +543,27 @@ test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
 
 static struct seg_comp comp;
 
+/* An adaptive compartment's config: max_inflight 64, adapting 2..64 from 16. */
+static void
+cc_init(struct cfg_compartment *cc)
+{
+	memset(cc, 0, sizeof(*cc));
+	cc->max_inflight = 64;
+	cc->adaptive = true;
+	cc->ad_min = 2;
+	cc->ad_max = 64;
+	cc->ad_initial = 16;
+	cc->ad_window_ms = 100;
+	cc->ad_tolerance_pct = 120;
+}
+
 static void
 comp_init(void)
 {
 	struct cfg_compartment cc;
 
 	memset(&comp, 0, sizeof(comp));
-	memset(&cc, 0, sizeof(cc));
-	cc.max_inflight = 64;
-	cc.adaptive = true;
-	cc.ad_min = 2;
-	cc.ad_max = 64;
-	cc.ad_initial = 16;
-	cc.ad_window_ms = 100;
-	cc.ad_tolerance_pct = 120;
+	cc_init(&cc);
 	atomic_store(&comp.inflight_limit, 64);
 	atomic_store(&comp.enforce, 1);
 	ad_apply(&comp, &cc);
@@ -607,14 +614,7 @@ test_the_algorithm_is_dispatched_and_a_change_starts_afresh(void **state)
 
 	(void)state;
 	comp_init();
-	memset(&cc, 0, sizeof(cc));
-	cc.max_inflight = 64;
-	cc.adaptive = true;
-	cc.ad_min = 2;
-	cc.ad_max = 64;
-	cc.ad_initial = 16;
-	cc.ad_window_ms = 100;
-	cc.ad_tolerance_pct = 120;
+	cc_init(&cc);
 	cc.ad_algorithm = AD_ALG_ENVOY;
 	cc.ad_min_concurrency = 3;
 	cc.ad_min_rtt_interval_ms = 60000;
@@ -971,6 +971,36 @@ test_config_in_a_pool_uses_guarantee_and_ceiling(void **state)
 	assert_non_null(strstr(err, "adaptive max 9 of \"r\" is above its max_connections 8"));
 }
 
+static void
+test_config_reads_the_algorithm_and_its_knobs(void **state)
+{
+	static struct bs_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load(CFG("max_inflight = 50;", "{ algorithm = \"aimd\"; timeout_ms = 200; "
+				  "backoff_pct = 75; }"), &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.comp[0].ad_algorithm, AD_ALG_AIMD);
+	assert_int_equal(cfg.comp[0].ad_timeout_ms, 200);
+	assert_int_equal(cfg.comp[0].ad_backoff_pct, 75);
+	/* Gradient2's published rttTolerance is its default. */
+	assert_int_equal(load(CFG("max_inflight = 50;", "{ algorithm = \"gradient2\"; }"), &cfg, err,
+			      sizeof(err)), 0);
+	assert_int_equal(cfg.comp[0].ad_tolerance_pct, AD_DEF_GRADIENT2_TOLERANCE_PCT);
+	assert_int_equal(load(CFG("max_inflight = 50;", "true"), &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.comp[0].ad_algorithm, AD_ALG_BULKSHIM);
+	assert_int_equal(cfg.comp[0].ad_min_concurrency, AD_DEF_MIN_CONCURRENCY);
+	/* An unknown name: the file and line, and the names known. */
+	assert_true(load(CFG("max_inflight = 50;\n", "{ algorithm = \"reno\"; }"), &cfg, err,
+			 sizeof(err)) < 0);
+	assert_non_null(strstr(err, "unknown adaptive algorithm \"reno\""));
+	assert_non_null(strstr(err, ".cfg:2"));
+	assert_non_null(strstr(err, "envoy"));
+	/* AIMDLimit's backoffRatio must be below 1. */
+	assert_true(load(CFG("max_inflight = 50;", "{ backoff_pct = 100; }"), &cfg, err,
+			 sizeof(err)) < 0);
+}
+
 int
 main(void)
 {
@@ -1001,6 +1031,7 @@ main(void)
 		cmocka_unit_test(test_a_slower_backend_at_the_floor_is_taken_as_the_baseline),
 		cmocka_unit_test(test_the_algorithm_is_dispatched_and_a_change_starts_afresh),
 		cmocka_unit_test(test_config_defaults_and_bounds),
+		cmocka_unit_test(test_config_reads_the_algorithm_and_its_knobs),
 		cmocka_unit_test(test_config_in_a_pool_uses_guarantee_and_ceiling),
 	};
 

@@ -1,12 +1,11 @@
 /* test_adaptive_published.c - unit tests of the published controllers: each step function on
- * synthetic windows, their state through ctl, and the algorithm key of the config. */
+ * synthetic windows, and their state through ctl. */
 #include "../../shim/admit/ad_published.c"
 
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <cmocka.h>
 
 #include "config/config.h"
@@ -252,51 +251,6 @@ test_steps_ignore_an_empty_window(void **state)
 	assert_memory_equal(&st, &was, sizeof(st));
 }
 
-/* Writes text to a temporary config and loads it; returns cfg_load_all's result. */
-static int
-load(const char *text, struct bs_config *cfg, char *err, size_t len)
-{
-	char path[] = "/tmp/bulkshim-adpub-XXXXXX.cfg";
-	int fd = mkstemps(path, 4), rc;
-
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	close(fd);
-	rc = cfg_load(path, cfg, false, err, len);
-	unlink(path);
-	return rc;
-}
-
-static void
-test_config_reads_the_algorithm_and_its_knobs(void **state)
-{
-	static struct bs_config cfg;
-	char err[512];
-
-	(void)state;
-	assert_int_equal(load("compartments = ( { name = \"db\"; destinations = [ \"10.2.0.0/16:8080\" ]; "
-			      "max_inflight = 50; adaptive = { algorithm = \"aimd\"; timeout_ms = 200; "
-			      "backoff_pct = 75; }; } );\n", &cfg, err, sizeof(err)), 0);
-	assert_int_equal(cfg.comp[0].ad_algorithm, AD_ALG_AIMD);
-	assert_int_equal(cfg.comp[0].ad_timeout_ms, 200);
-	assert_int_equal(cfg.comp[0].ad_backoff_pct, 75);
-	assert_int_equal(load("compartments = ( { name = \"db\"; destinations = [ \"10.2.0.0/16:8080\" ]; "
-			      "max_inflight = 50; adaptive = { algorithm = \"gradient2\"; }; } );\n",
-			      &cfg, err, sizeof(err)), 0);
-	assert_int_equal(cfg.comp[0].ad_tolerance_pct, AD_DEF_GRADIENT2_TOLERANCE_PCT);
-	assert_int_equal(load("compartments = ( { name = \"db\"; destinations = [ \"10.2.0.0/16:8080\" ]; "
-			      "max_inflight = 50; adaptive = true; } );\n", &cfg, err, sizeof(err)), 0);
-	assert_int_equal(cfg.comp[0].ad_algorithm, AD_ALG_BULKSHIM);
-	assert_true(load("compartments = ( { name = \"db\"; destinations = [ \"10.2.0.0/16:8080\" ]; "
-			 "max_inflight = 50;\n adaptive = { algorithm = \"reno\"; }; } );\n",
-			 &cfg, err, sizeof(err)) < 0);
-	assert_non_null(strstr(err, "unknown adaptive algorithm \"reno\""));
-	assert_non_null(strstr(err, ":2"));
-	assert_true(load("compartments = ( { name = \"db\"; destinations = [ \"10.2.0.0/16:8080\" ]; "
-			 "max_inflight = 50; adaptive = { backoff_pct = 100; }; } );\n",
-			 &cfg, err, sizeof(err)) < 0);
-}
-
 int
 main(void)
 {
@@ -310,7 +264,6 @@ main(void)
 		cmocka_unit_test(test_envoy_pins_min_concurrency_for_a_minrtt_window_then_applies_the_gradient),
 		cmocka_unit_test(test_envoy_measures_again_after_five_windows_at_the_floor),
 		cmocka_unit_test(test_steps_ignore_an_empty_window),
-		cmocka_unit_test(test_config_reads_the_algorithm_and_its_knobs),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
