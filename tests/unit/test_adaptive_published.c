@@ -49,40 +49,39 @@ test_pack_round_trips_through_ctl(void **state)
 static void
 test_vegas_grows_without_a_queue_and_shrinks_with_one(void **state)
 {
+	/* Each window: its mean latency and concurrency, then what Vegas does. */
+	static const struct {
+		uint64_t us, conc;
+		enum ad_reason why;
+		uint32_t limit;
+	} steps[] = {
+		/* The first sample is the no-load RTT (10 ms). */
+		{ 10000, 50, AD_R_NONE, 50 },
+		/* queue = ceil(50 x (1 - 10/10.1)) = 1 <= threshold log10(50) = 1:
+		 * grows by beta, 6 x log10. */
+		{ 10100, 50, AD_R_GROW, 56 },
+		/* queue = ceil(56 x (1 - 10/10.4)) = 3: neither under alpha = 3
+		 * nor over beta = 6: holds. */
+		{ 10400, 56, AD_R_NONE, 56 },
+		/* queue = 28 > beta: shrinks by log10. */
+		{ 20000, 56, AD_R_QUEUE, 55 },
+		/* queue = 2, between threshold and alpha: grows by log10. */
+		{ 10300, 55, AD_R_GROW, 56 },
+		/* App-limited (inflight x 2 < limit): no increase. */
+		{ 10000, 20, AD_R_NONE, 56 },
+		/* A drop (mean past timeout_ms) shrinks even an app-limited limit. */
+		{ 6000000, 1, AD_R_QUEUE, 55 },
+	};
 	struct ad_pub_state st = { .limit16 = 50 * 16 };
-	struct ad_window w;
 
 	(void)state;
-	/* The first sample is the no-load RTT. */
-	w = win(10000, 50, 1);
-	assert_int_equal(ad_vegas_step(&P, &st, &w), AD_R_NONE);
-	assert_int_equal(st.lat_us, 10000);
-	/* queue = ceil(50 x (1 - 10/10.1)) = 1 <= threshold log10(50) = 1:
-	 * grows by beta, 6 x log10. */
-	w = win(10100, 50, 2);
-	assert_int_equal(ad_vegas_step(&P, &st, &w), AD_R_GROW);
-	assert_int_equal(st.limit16, 56 * 16);
-	/* queue = ceil(56 x (1 - 10/10.4)) = 3, not under alpha = 3 nor over
-	 * beta = 6: holds. */
-	w = win(10400, 56, 3);
-	assert_int_equal(ad_vegas_step(&P, &st, &w), AD_R_NONE);
-	assert_int_equal(st.limit16, 56 * 16);
-	/* queue = ceil(56 x (1 - 10/20)) = 28 > beta: shrinks by log10. */
-	w = win(20000, 56, 4);
-	assert_int_equal(ad_vegas_step(&P, &st, &w), AD_R_QUEUE);
-	assert_int_equal(st.limit16, 55 * 16);
-	/* queue = 2 (between threshold and alpha): grows by log10. */
-	w = win(10300, 55, 5);
-	assert_int_equal(ad_vegas_step(&P, &st, &w), AD_R_GROW);
-	assert_int_equal(st.limit16, 56 * 16);
-	/* App-limited (inflight x 2 < limit): no increase. */
-	w = win(10000, 20, 6);
-	assert_int_equal(ad_vegas_step(&P, &st, &w), AD_R_NONE);
-	assert_int_equal(st.limit16, 56 * 16);
-	/* A drop (mean past timeout_ms) shrinks even an app-limited limit. */
-	w = win(6000000, 1, 7);
-	assert_int_equal(ad_vegas_step(&P, &st, &w), AD_R_QUEUE);
-	assert_int_equal(st.limit16, 55 * 16);
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		struct ad_window w = win(steps[i].us, steps[i].conc, i + 1);
+
+		assert_int_equal(ad_vegas_step(&P, &st, &w), steps[i].why);
+		assert_int_equal(st.limit16, steps[i].limit * 16);
+		assert_int_equal(st.lat_us, 10000);
+	}
 }
 
 static void
