@@ -95,6 +95,14 @@
  * load, and none runs in observe mode: traffic below capacity, which such a
  * limit admits, is not refused by a probe (Envoy's #8337, #18152, whose
  * periodic minimum-latency windows drop every limit to a fixed few).
+ *
+ * A compartment may run a published controller instead (seg_adaptive's
+ * `algorithm`: Vegas, Gradient2, AIMD, Envoy; ad_published.c). The windows,
+ * the stall check and the one CAS of ctl are the same; only the step
+ * differs (pub_step). What such a controller keeps beside ctl, in alg[], is
+ * written after ctl by compare-and-swap, and is safe to lose: a process
+ * killed between the two leaves a later probe or minRTT window, never a
+ * wrong limit.
  */
 
 #define AD_FLOOR_WINDOWS	3
