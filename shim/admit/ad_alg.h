@@ -65,4 +65,28 @@ void ad_pub_start(unsigned alg, const struct ad_pub_params *p, uint32_t initial,
  * Envoy's minRTT window, whose latency field is a limit). */
 uint32_t ad_alg_latency_us(unsigned alg, uint64_t ctl);
 
+/* ---- ad_dispatch.c: the published controllers on seg_adaptive's words ---- */
+
+/*
+ * Runs controller `alg` on window w from ctl word `old`: *next is the ctl
+ * to install (by the caller's one CAS), aux[0] the alg[] words it read and
+ * aux[1] the ones to write once ctl is in (ad_pub_aux). Returns the reason
+ * of a change of the limit.
+ */
+enum ad_reason ad_pub_window(struct seg_adaptive *a, uint32_t alg, const struct ad_window *w,
+    uint64_t old, uint64_t *next, uint64_t aux[2][2]);
+/* Writes the alg[] words after ctl, each by compare-and-swap: a window
+ * closed meanwhile by another process keeps its own. Losing them is safe. */
+void ad_pub_aux(struct seg_adaptive *a, uint64_t aux[2][2]);
+/* ad_apply for a published controller, after the knobs are written: `fresh`
+ * (newly adaptive, or the algorithm changed) starts it at cc's initial with
+ * an empty window; a reload otherwise keeps its state, the limit within the
+ * new bounds. */
+void ad_pub_apply(struct seg_adaptive *a, const struct cfg_compartment *cc, bool fresh);
+/* Writes `limit` (whole permits) into ctl, the latency kept; Envoy's phase
+ * starts afresh (out of a minRTT window, whose latency field was a limit,
+ * into a new one at the next window). What a pin holds and a resume starts
+ * from. */
+void ad_pub_put_limit(struct seg_adaptive *a, uint32_t limit);
+
 #endif

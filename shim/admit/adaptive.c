@@ -99,7 +99,7 @@
  * A compartment may run a published controller instead (seg_adaptive's
  * `algorithm`: Vegas, Gradient2, AIMD, Envoy; ad_published.c). The windows,
  * the stall check and the one CAS of ctl are the same; only the step
- * differs (pub_step). What such a controller keeps beside ctl, in alg[], is
+ * differs (ad_pub_window). What such a controller keeps beside ctl, in alg[], is
  * written after ctl by compare-and-swap, and is safe to lose: a process
  * killed between the two leaves a later probe or minRTT window, never a
  * wrong limit.
@@ -417,61 +417,6 @@ window_len(struct seg_adaptive *a)
 	return last > win ? last : win;
 }
 
-/* The knobs of a published controller, as ad_apply wrote them. */
-static void
-pub_params(struct seg_adaptive *a, struct ad_pub_params *p)
-{
-	p->min = atomic_load(&a->min);
-	p->max = atomic_load(&a->max);
-	p->tolerance_pct = atomic_load(&a->tolerance_pct);
-	p->timeout_ms = atomic_load(&a->timeout_ms);
-	p->backoff_pct = atomic_load(&a->backoff_pct);
-	p->min_rtt_interval_ms = atomic_load(&a->min_rtt_interval_ms);
-	p->min_concurrency = atomic_load(&a->min_concurrency);
-}
-
-/*
- * Runs published controller `alg` (ad_published.c) on window w from ctl
- * word `old`: *next is the ctl to install, aux[0] the alg[] words read and
- * aux[1] the ones to write after it (pub_aux).
- */
-static enum ad_reason
-pub_step(struct seg_adaptive *a, uint32_t alg, const struct ad_window *w, uint64_t old,
-    uint64_t *next, uint64_t aux[2][2])
-{
-	struct ad_pub_params p;
-	struct ad_pub_state st;
-	enum ad_reason why = AD_R_NONE;
-
-	pub_params(a, &p);
-	ad_pub_unpack(old, &st);
-	for (int i = 0; i < 2; i++)
-		aux[0][i] = st.aux[i] = atomic_load(&a->alg[i]);
-	if (alg == AD_ALG_VEGAS)
-		why = ad_vegas_step(&p, &st, w);
-	else if (alg == AD_ALG_GRADIENT2)
-		why = ad_gradient2_step(&p, &st, w);
-	else if (alg == AD_ALG_AIMD)
-		why = ad_aimd_step(&p, &st, w);
-	else if (alg == AD_ALG_ENVOY)
-		why = ad_envoy_step(&p, &st, w);
-	*next = ad_pub_pack(&st);
-	aux[1][0] = st.aux[0];
-	aux[1][1] = st.aux[1];
-	return why;
-}
-
-/* Writes the alg[] words after ctl, each by compare-and-swap: a window
- * closed meanwhile by another process keeps its own. Losing them is safe
- * (ad_alg.h). */
-static void
-pub_aux(struct seg_adaptive *a, uint64_t aux[2][2])
-{
-	for (int i = 0; i < 2; i++)
-		if (aux[1][i] != aux[0][i])
-			atomic_compare_exchange_strong(&a->alg[i], &aux[0][i], aux[1][i]);
-}
-
 /*
  * Closes the window that started at `start`, if this caller wins it. The
  * stall check (ad_stall) adds `n` requests still in flight whose ages sum
@@ -534,11 +479,11 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 		why = ad_step(&p, &st, &w);
 		next = ad_pack(&st);
 	} else {
-		why = pub_step(a, alg, &w, old, &next, aux);
+		why = ad_pub_window(a, alg, &w, old, &next, aux);
 	}
 	if (next == old || !atomic_compare_exchange_strong(&a->ctl, &old, next)) {
 		if (next == old && alg != AD_ALG_BULKSHIM)
-			pub_aux(a, aux);
+			ad_pub_aux(a, aux);
 		return;
 	}
 	/* A pin (ad_pin) sets the mode before it writes its limit: when the
@@ -549,7 +494,7 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 		return;
 	}
 	if (alg != AD_ALG_BULKSHIM)
-		pub_aux(a, aux);
+		ad_pub_aux(a, aux);
 	if (why != AD_R_NONE)
 		note_change(a, AD_CTL_LIMIT(old) / 16, AD_CTL_LIMIT(next) / 16, why);
 }
@@ -663,43 +608,6 @@ ad_reset_stats(struct seg_comp *c)
 	atomic_store(&a->last_reason, AD_R_NONE);
 }
 
-/* Starts a window afresh: nothing measured in it yet. */
-static void
-window_reset(struct seg_adaptive *a)
-{
-	atomic_store(&a->sample_us, 0);
-	atomic_store(&a->acc, 0);
-	atomic_store(&a->win_start_us, 0);
-}
-
-/* ad_apply for a published controller: `fresh` (newly adaptive, or the
- * algorithm changed) starts it at `initial`; a reload otherwise keeps its
- * state, the limit within the new bounds. */
-static void
-pub_apply(struct seg_adaptive *a, const struct cfg_compartment *cc, bool fresh)
-{
-	struct ad_pub_params p;
-	struct ad_pub_state st;
-
-	pub_params(a, &p);
-	ad_pub_unpack(atomic_load(&a->ctl), &st);
-	if (fresh || st.limit16 == 0) {
-		ad_pub_start(cc->ad_algorithm, &p, cc->ad_initial, &st);
-		window_reset(a);
-		atomic_store(&a->last_reason, AD_R_START);
-		atomic_store(&a->last_from, 0);
-		atomic_store(&a->last_to, st.limit16 / 16);
-		atomic_store(&a->last_change_ms, now_real_ms());
-	} else {
-		struct ad_params q = { p.min, p.max, p.tolerance_pct, false };
-
-		st.limit16 = clamp16(&q, st.limit16);
-	}
-	for (int i = 0; i < 2; i++)
-		atomic_store(&a->alg[i], st.aux[i]);
-	atomic_store(&a->ctl, ad_pub_pack(&st));
-}
-
 void
 ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 {
@@ -723,7 +631,7 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&a->min_concurrency, cc->ad_min_concurrency);
 	alg_was = atomic_exchange(&a->algorithm, cc->ad_algorithm);
 	if (cc->ad_algorithm != AD_ALG_BULKSHIM) {
-		pub_apply(a, cc, was == AD_NONE || alg_was != cc->ad_algorithm);
+		ad_pub_apply(a, cc, was == AD_NONE || alg_was != cc->ad_algorithm);
 		atomic_store(&a->mode, AD_ON);
 		return;
 	}
@@ -756,27 +664,6 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 	atomic_store(&a->mode, AD_ON);
 }
 
-/* put_limit for a published controller: its latency stays, Envoy's phase
- * starts afresh (out of a minRTT window, whose latency field was a limit,
- * into a new one at the next window). */
-static void
-put_pub_limit(struct seg_adaptive *a, uint32_t limit)
-{
-	uint64_t old = atomic_load(&a->ctl), next;
-	struct ad_pub_state st;
-
-	do {
-		ad_pub_unpack(old, &st);
-		st.limit16 = limit * 16;
-		if (atomic_load(&a->algorithm) == AD_ALG_ENVOY) {
-			if (st.phase & AD_ENVOY_MINRTT)
-				st.lat_us = 0;
-			st.phase = 0;
-		}
-		next = ad_pub_pack(&st);
-	} while (!atomic_compare_exchange_weak(&a->ctl, &old, next));
-}
-
 /* Writes limit (whole permits) into the controller's word, keeping the
  * baseline it learned and starting its phase afresh (no ramp, no run of
  * cuts): what a pin holds and what a resume starts from. */
@@ -791,7 +678,7 @@ put_limit(struct seg_adaptive *a, uint32_t limit)
 	if (limit > ((1u << AD_LIMIT_BITS) - 1) / 16)
 		limit = ((1u << AD_LIMIT_BITS) - 1) / 16;
 	if (atomic_load(&a->algorithm) != AD_ALG_BULKSHIM) {
-		put_pub_limit(a, limit);
+		ad_pub_put_limit(a, limit);
 		return;
 	}
 	do {
