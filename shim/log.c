@@ -16,13 +16,6 @@ static int log_level = LOG_WARN;
 static bool log_json;
 static char log_prog[64];
 
-/* Per compartment: when the last rejection line went out and how many were
- * suppressed since. The compare-and-swap lets one thread through. */
-static struct {
-	_Atomic uint64_t last_ms;
-	_Atomic uint64_t suppressed;
-} rej_state[BS_MAX_COMPARTMENTS];
-
 int
 log_set_level(const char *word)
 {
@@ -481,28 +474,6 @@ bs_log(int level, const char *fmt, ...)
 }
 
 bool
-log_rejection_due(unsigned comp, uint64_t *skipped)
-{
-	uint64_t now, last;
-
-	if (log_level < LOG_WARN)
-		return false;
-	if (comp >= BS_MAX_COMPARTMENTS)
-		comp = 0;
-	/* last_ms holds the time of the last line + 1, so 0 means never:
-	 * a line goes out only a full second after the previous one. */
-	now = now_mono_ms() + 1;
-	last = atomic_load(&rej_state[comp].last_ms);
-	if ((last != 0 && now - last < 1000) ||
-	    !atomic_compare_exchange_strong(&rej_state[comp].last_ms, &last, now)) {
-		atomic_fetch_add(&rej_state[comp].suppressed, 1);
-		return false;
-	}
-	*skipped = atomic_exchange(&rej_state[comp].suppressed, 0);
-	return true;
-}
-
-bool
 log_gate_due(_Atomic uint64_t *gate, uint64_t *skipped)
 {
 	const uint64_t count_max = (1ULL << LOG_GATE_COUNT_BITS) - 1;
@@ -547,20 +518,4 @@ log_refusal(const struct log_refusal *r, uint64_t skipped)
 	}
 	bs_format(tail, sizeof(tail), " (%llu similar suppressed)", (unsigned long long)skipped);
 	bs_log(LOG_WARN, "%s%s", r->message, tail);
-}
-
-void
-log_rejection(unsigned comp, const char *fmt, ...)
-{
-	va_list ap;
-	uint64_t skipped;
-	char msg[LOG_LINE_MAX];
-	struct log_refusal r = { .message = msg, .limit = UINT32_MAX };
-
-	if (!log_rejection_due(comp, &skipped))
-		return;
-	va_start(ap, fmt);
-	format_v(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_refusal(&r, skipped);
 }

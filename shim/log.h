@@ -17,10 +17,6 @@ void bs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* The same formatter into a buffer; returns the length written (without NUL). */
 size_t bs_format(char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Logs a rejection for compartment `comp`, at most once a second per
- * compartment, with the count of the lines it suppressed since the last one. */
-void log_rejection(unsigned comp, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
 /* Replaces in s[0..n) with '?' every byte that is not printable text: C0
  * and C1 control characters and DEL (raw or UTF-8 encoded), the Unicode line
  * and paragraph separators, and each byte of malformed UTF-8. The length
@@ -49,15 +45,11 @@ struct log_refusal {
 	const char *compartment, *reason, *operation, *destination;
 	uint32_t in_use, limit;		/* limit UINT32_MAX: none */
 };
-/* True when a rejection line of compartment comp may go out now (at most
- * one a second per compartment), with the count suppressed since the last
- * one in *skipped; false counts this one as suppressed. Async-signal-safe. */
-bool log_rejection_due(unsigned comp, uint64_t *skipped);
 /* The split of a segment compartment's log_gate word (seg_layout.h). */
 #define LOG_GATE_COUNT_BITS	24
 #define LOG_GATE_TIME_BITS	(64 - LOG_GATE_COUNT_BITS)
-/* log_rejection_due for a gate every process of a segment shares (a
- * compartment's log_gate): true when a refusal line may go out now, at
+/* For a gate every process of a segment shares (a compartment's
+ * log_gate): true when a refusal line may go out now, at
  * most one a second across all the processes, with the count of those
  * the processes suppressed since the last line in *skipped; false counts
  * this one as suppressed (in the word, so the next line, whichever
@@ -67,7 +59,7 @@ bool log_rejection_due(unsigned comp, uint64_t *skipped);
  * compartment, and a word that keeps changing under a bounded number of
  * tries suppresses this line uncounted rather than spin. */
 bool log_gate_due(_Atomic uint64_t *gate, uint64_t *skipped);
-/* Writes the line of a refusal that log_rejection_due let through, as text
+/* Writes the line of a refusal that log_gate_due let through, as text
  * or JSON; async-signal-safe. */
 void log_refusal(const struct log_refusal *r, uint64_t skipped);
 /* Milliseconds of CLOCK_MONOTONIC and CLOCK_REALTIME; microseconds of
