@@ -14,17 +14,24 @@
  * A take compares its count with what these say at that moment.
  */
 
+/* What a fleet grants c now, from one read of the lease: the share while
+ * the lease runs (*leased), the floor once it has run out. */
+static inline uint32_t
+fleet_grant(const struct seg_comp *c, bool *leased)
+{
+	*leased = now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire);
+	return atomic_load_explicit(*leased ? &c->fleet_share : &c->fleet_floor,
+	    memory_order_relaxed);
+}
+
 /* limit_conn's fleet part, out of line: its clock read would
  * otherwise cost every take registers it does not need without a fleet. */
 static __attribute__((noinline)) uint32_t
 fleet_limit(const struct seg_comp *c, uint32_t lim)
 {
-	uint32_t share;
+	bool leased;
+	uint32_t share = fleet_grant(c, &leased);
 
-	if (now_mono_ms() < atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire))
-		share = atomic_load_explicit(&c->fleet_share, memory_order_relaxed);
-	else
-		share = atomic_load_explicit(&c->fleet_floor, memory_order_relaxed);
 	return share < lim ? share : lim;
 }
 
@@ -70,12 +77,9 @@ limit_why(const struct seg_comp *c, int p, enum limit_by *by)
 
 	*by = lim == UINT32_MAX ? LIMIT_BY_NONE : LIMIT_BY_STATIC;
 	if (p != P_INFLIGHT && atomic_load_explicit(&c->fleet_limit, memory_order_relaxed) != 0) {
-		/* As fleet_limit decides, from one read of the lease. */
-		bool leased = now_mono_ms() <
-		    atomic_load_explicit(&c->fleet_expiry_ms, memory_order_acquire);
+		bool leased;
 
-		v = atomic_load_explicit(leased ? &c->fleet_share : &c->fleet_floor,
-		    memory_order_relaxed);
+		v = fleet_grant(c, &leased);
 		if (v < lim) {
 			lim = v;
 			*by = leased ? LIMIT_BY_FLEET_SHARE : LIMIT_BY_FLEET_FLOOR;
