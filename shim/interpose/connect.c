@@ -349,9 +349,8 @@ static int
 connect_bounded(int fd, const struct sockaddr *sa, socklen_t len, struct seg_comp *c,
     uint32_t timeout, int saved, bool *timed_out, bool *aborted)
 {
-	struct timeval tv = { 0, 0 };
 	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	socklen_t tvlen = sizeof(tv), elen = sizeof(int);
+	socklen_t elen = sizeof(int);
 	int fl = sys_fcntl(fd, F_GETFL, NULL), r, err = 0;
 	uint64_t own, deadline, now;
 
@@ -359,8 +358,7 @@ connect_bounded(int fd, const struct sockaddr *sa, socklen_t len, struct seg_com
 		errno = saved;
 		return real.connect(fd, sa, len);
 	}
-	own = getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tvlen) == 0 ?
-	    (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000 : 0;
+	own = shim_own_timeout_ms(fd, SO_SNDTIMEO);
 	errno = saved;
 	if (own != 0 && own <= timeout)
 		return real.connect(fd, sa, len);
