@@ -6,9 +6,10 @@
 # build.
 #
 #   make chaos           8 processes x 16 threads, kills, forks and execs, 20 s; again
-#                        with the three compartments in one pool (-P), and with
-#                        socket and process tables too small for them (-T), and
-#                        with children made by posix_spawn and vfork (-S)
+#                        with the three compartments in one pool (-P), adaptive
+#                        under every controller (-A -a), with socket and process
+#                        tables too small for them (-T), and with children made
+#                        by posix_spawn and vfork (-S)
 #   make chaos-short     the same for a few seconds (part of `make test`)
 #   make check-sanitize  units + integration suite under ASan/UBSan, threaded units under TSan
 #   make fuzz            each libFuzzer target for FUZZ_SECONDS (default 60)
@@ -39,12 +40,15 @@ chaos: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS)
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -P
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -A -P
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -A -P -a vegas,gradient2,aimd
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -A -a envoy,vegas,gradient2
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -T 24,6
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SECONDS) -S
 chaos-short: chaos-bin
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS)
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -P
-	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -A
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -A -a bulkshim,vegas,gradient2
+	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -A -a aimd,envoy,bulkshim
 	$(B)/tests/chaos -b $(B) -t $(CHAOS_SHORT_SECONDS) -S
 
 # The hostile-segment and permission tests alone.

@@ -30,7 +30,7 @@
 
 /*
  * usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] [-l L0,L1,L2] [-P] [-K] [-D]
- *        [-k] [-m] [-A] [-T SOCKETS,PROCESSES] [-S]
+ *        [-k] [-m] [-A] [-a ALG,ALG,ALG] [-T SOCKETS,PROCESSES] [-S]
  *
  * Starts a loopback server per compartment (and one no rule matches), writes
  * a config giving the compartments limits L0..L2, and runs PROCS workers of
@@ -70,7 +70,11 @@
  * limit is never above them), and a thread checks every 200 ms, and once
  * at the end, that `status --json` shows each adaptive limit within its
  * [min, max], with min and max as configured (in a pool: the guarantee and
- * the ceiling).
+ * the ceiling). -a names the controller of each compartment (`algorithm`;
+ * bulkshim's own by default): the check also wants each compartment's
+ * controller as configured, and its windows still closing: a compartment
+ * whose window count stands still for STUCK_CHECKS checks in a row while the
+ * workers run (a close left half done by a kill, never finished) is stuck.
  *
  * After the run, when every process is gone, each compartment's in_use as
  * `bulkshim status -s SEG --json` shows it must be 0 within 1 s.
@@ -138,6 +142,11 @@ static int cls_live[CLS_N], max_cls_live[CLS_N], max_cls_confirmed[CLS_N];
 static _Atomic int worst_class_overshoot;
 static bool pooled;
 static bool adaptive;			/* -A: adaptive compartments */
+static char algs[CHAOS_COMPS][16] = { "bulkshim", "bulkshim", "bulkshim" };	/* -a */
+#define STUCK_CHECKS	10		/* 2 s of checks with no window closed */
+static long long last_windows[CHAOS_COMPS];
+static int still_checks[CHAOS_COMPS];
+static _Atomic bool workers_running;	/* windows must advance only meanwhile */
 static _Atomic long long adaptive_checks, adaptive_bad;
 static _Atomic int checker_stop;
 static pid_t closer_pid;		/* -A: chaos_adclose, killed every few ms */
@@ -819,12 +828,14 @@ pool_peak(void)
 }
 
 /* -A: every adaptive limit `status --json` shows is within its bounds,
- * and the bounds are the configured ones (min 1, or the guarantee in a
- * pool; max the compartment's limit). Counts the objects checked. */
+ * and the bounds and the controller are the configured ones (min 1, or the
+ * guarantee in a pool; max the compartment's limit). During the run, each
+ * compartment's windows must keep closing. Counts the objects checked. */
 static void
 adaptive_check(const char *when)
 {
 	char out[65536], *p;
+	bool during = strcmp(when, "during the run") == 0;
 	int k = 0;
 
 	if (status_json(out, sizeof(out)) < 0)
@@ -832,20 +843,41 @@ adaptive_check(const char *when)
 	for (p = strstr(out, "\"adaptive\": {"); p != NULL; p = strstr(p + 1, "\"adaptive\": {")) {
 		const char *l = strstr(p, "\"limit\": "), *mn = strstr(p, "\"min\": ");
 		const char *mx = strstr(p, "\"max\": "), *wn = strstr(p, "\"windows\": ");
+		const char *al = strstr(p, "\"algorithm\": \"");
 		long lim, lo, hi, want_lo = pooled ? guarantees[k] : 1, want_hi = limits[k];
+		long long windows;
+		size_t n;
 
-		if (l == NULL || mn == NULL || mx == NULL || k >= CHAOS_COMPS)
+		if (l == NULL || mn == NULL || mx == NULL || wn == NULL || al == NULL ||
+		    k >= CHAOS_COMPS)
 			break;
 		lim = strtol(l + 9, NULL, 10);
 		lo = strtol(mn + 7, NULL, 10);
 		hi = strtol(mx + 7, NULL, 10);
-		if (wn != NULL && strcmp(when, "after the run") == 0)
-			windows_closed += strtoll(wn + 11, NULL, 10);
+		windows = strtoll(wn + 11, NULL, 10);
+		al += strlen("\"algorithm\": \"");
+		n = strlen(algs[k]);
+		if (!during)
+			windows_closed += windows;
 		adaptive_checks++;
 		if (lim < lo || lim > hi || lo != want_lo || hi != want_hi) {
 			adaptive_bad++;
 			fprintf(stderr, "chaos: %s: c%d's adaptive limit %ld outside [%ld, %ld] (configured "
 			    "[%ld, %ld])\n", when, k, lim, lo, hi, want_lo, want_hi);
+		}
+		if (strncmp(al, algs[k], n) != 0 || al[n] != '"') {
+			adaptive_bad++;
+			fprintf(stderr, "chaos: %s: c%d's controller is not %s: %.20s\n", when, k,
+			    algs[k], al);
+		}
+		if (during && atomic_load(&workers_running)) {
+			still_checks[k] = windows == last_windows[k] ? still_checks[k] + 1 : 0;
+			last_windows[k] = windows;
+			if (still_checks[k] == STUCK_CHECKS) {
+				adaptive_bad++;
+				fprintf(stderr, "chaos: %s: c%d's windows stopped closing at %lld for "
+				    "%d checks\n", when, k, windows, STUCK_CHECKS);
+			}
 		}
 		k++;
 	}
@@ -947,7 +979,7 @@ write_config(const char *dir)
 			    cls_guarantee[CLS_CRIT], cls_name[CLS_BULK], cls_guarantee[CLS_BULK]);
 		if (adaptive)
 			snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool),
-			    " adaptive = { window_ms = 10; };");
+			    " adaptive = { window_ms = 10; algorithm = \"%s\"; };", algs[i]);
 		/* c1 lets blocking callers wait a little, to have futex
 		 * waiters woken by releases and by reclaims (and, in a
 		 * pool, by the other compartments' releases). c2 (unless
@@ -1034,7 +1066,7 @@ main(int argc, char **argv)
 	struct rlimit rl;
 
 	seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	while ((c = getopt(argc, argv, "b:t:p:n:s:l:T:DKPkmAS")) != -1) {
+	while ((c = getopt(argc, argv, "b:t:p:n:s:l:T:a:DKPkmAS")) != -1) {
 		switch (c) {
 		case 'S':
 			spawning = true;
@@ -1075,6 +1107,11 @@ main(int argc, char **argv)
 			break;
 		case 'l':
 			if (sscanf(optarg, "%d,%d,%d", &limits[0], &limits[1], &limits[2]) != 3)
+				goto usage;
+			break;
+		case 'a':
+			if (sscanf(optarg, "%15[a-z0-9],%15[a-z0-9],%15[a-z0-9]", algs[0], algs[1],
+			    algs[2]) != 3)
 				goto usage;
 			break;
 		case 'T':
@@ -1128,6 +1165,7 @@ main(int argc, char **argv)
 	for (int i = 0; i < procs; i++)
 		workers[i].pid = start_worker();
 	last_kill = t0;
+	atomic_store(&workers_running, true);
 	if (adaptive && pthread_create(&ct, NULL, checker, NULL) != 0)
 		die("pthread_create");
 	while (mono_ms() < end) {
@@ -1162,6 +1200,7 @@ main(int argc, char **argv)
 	}
 
 	/* The end: workers stop by themselves at until_ms. */
+	atomic_store(&workers_running, false);
 	drained_at = mono_ms();
 	for (;;) {
 		int st;
@@ -1275,8 +1314,10 @@ main(int argc, char **argv)
 		    max_cls_live[1], max_cls_confirmed[0], max_cls_confirmed[1],
 		    atomic_load(&worst_class_overshoot));
 	if (adaptive)
-		printf("chaos: adaptive limits (window 10 ms): %lld checks of [min, max], %lld bad; "
+		printf("chaos: adaptive limits (window 10 ms; controllers %s, %s, %s): %lld checks of "
+		    "[min, max], controller and progress, %lld bad; "
 		    "%lld windows closed; window closer started %lld times, SIGKILLed %lld times\n",
+		    algs[0], algs[1], algs[2],
 		    (long long)atomic_load(&adaptive_checks), (long long)atomic_load(&adaptive_bad),
 		    windows_closed, closer_starts, closer_kills);
 	printf("chaos: worst overshoot %d (%lld events); in_use after the last exit: %s%s",
@@ -1320,6 +1361,7 @@ main(int argc, char **argv)
 	return status;
 usage:
 	fprintf(stderr, "usage: chaos -b BUILD [-t SECONDS] [-p PROCS] [-n THREADS] [-s SEED] "
-	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-m] [-A] [-T SOCKETS,PROCESSES] [-S]\n");
+	    "[-l L0,L1,L2] [-P] [-K] [-D] [-k] [-m] [-A] [-a ALG,ALG,ALG] [-T SOCKETS,PROCESSES] "
+	    "[-S]\n");
 	return 2;
 }
