@@ -983,13 +983,16 @@ test_config_reads_the_algorithm_and_its_knobs(void **state)
 	assert_int_equal(cfg.comp[0].ad_algorithm, AD_ALG_AIMD);
 	assert_int_equal(cfg.comp[0].ad_timeout_ms, 200);
 	assert_int_equal(cfg.comp[0].ad_backoff_pct, 75);
+	cfg_free(&cfg);
 	/* Gradient2's published rttTolerance is its default. */
 	assert_int_equal(load(CFG("max_inflight = 50;", "{ algorithm = \"gradient2\"; }"), &cfg, err,
 			      sizeof(err)), 0);
 	assert_int_equal(cfg.comp[0].ad_tolerance_pct, AD_DEF_GRADIENT2_TOLERANCE_PCT);
+	cfg_free(&cfg);
 	assert_int_equal(load(CFG("max_inflight = 50;", "true"), &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.comp[0].ad_algorithm, AD_ALG_BULKSHIM);
 	assert_int_equal(cfg.comp[0].ad_min_concurrency, AD_DEF_MIN_CONCURRENCY);
+	cfg_free(&cfg);
 	/* An unknown name: the file and line, and the names known. */
 	assert_true(load(CFG("max_inflight = 50;\n", "{ algorithm = \"reno\"; }"), &cfg, err,
 			 sizeof(err)) < 0);
