@@ -3,7 +3,6 @@ controller or a static limit) on one row."""
 
 import time
 
-import harness
 import scenario
 from harness_io import IoShim
 
@@ -195,7 +194,9 @@ def run_row(row, names, tm, cbin_pg, turn, log):
                 "limit %s settle %s" % (name, s["goodput"], s["p50"], s["p99"], s["refused_s"],
                                         s["under"], s["under_n"], s["limit"], s["settle"]))
     finally:
+        # The segments and config files go at the end of the run
+        # (harness.cleanup, in adaptive.py): it also removes what every row
+        # shares.
         if pg:
             pg.stop()
-        harness.cleanup()
     return out, (pg.probe, pg.sql, pg.ms) if pg else None
