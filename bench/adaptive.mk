@@ -2,8 +2,8 @@
 # one matrix of rows (overloads, a capacity drop, a latency step, exponential service times and a
 # PostgreSQL row). Included by the main Makefile; never part of `make test`. About 20 minutes;
 # writes bench/adaptive.md, build/adaptive-ROW.png and the adaptive section of bench/results.md.
-# ADAPTIVE_ARGS=--quick for a try of a few minutes (not written to the committed files unless
-# --out and --results say so).
+# ADAPTIVE_ARGS=--quick for a try of about 3 minutes (three rows, short phases; it writes the same
+# files, and says --quick in them).
 
 ADAPTIVE_ARGS ?=
 
