@@ -133,7 +133,8 @@ def main():
             "thread pauses 50 ms; 0.75 C threads all along, the row's threads in the overload. "
             "Controllers: min 1, max 4C (the static ceiling), defaults otherwise; aimd and vegas "
             "with timeout_ms = 2 S (at its 5 s default aimd never cuts). Static limits tried, in "
-            "multiples of C: %s; the best is the highest goodput, ties (within 2 %%) to the lower p99." % (
+            "multiples of C: %s; the best is the highest goodput, ties (within 2 %%) to the "
+            "lower p99." % (
                 tm_text, 3 * tm.step, ", ".join(statics)),
             "",
             "Columns: goodput and p50/p99 of successes over the overload after its warm-up; "
