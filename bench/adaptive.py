@@ -19,6 +19,7 @@ between the adaptive markers of --results with the verdicts.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -146,6 +147,11 @@ def main():
             "PostgreSQL: one connection per query, so the limit is max_connections (the "
             "connection is the request); C = 2, the cores."]
     text, summ = adaptive_report.report(matrix, head, pg, drift)
+    # The numbers behind the report, for a second look (not committed).
+    with open(os.path.join(build, "adaptive.json"), "w") as f:
+        json.dump([{"row": row.name, "what": row.what, "configs": {
+            n: {k: v for k, v in s.items() if k not in ("samples", "reqs")}
+            for n, s in res.items()}} for row, res, _ in matrix], f, indent=1)
     with open(args.out, "w") as f:
         f.write(text)
     log(text)

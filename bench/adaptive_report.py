@@ -33,13 +33,17 @@ def verdict(res):
     p = min(others, key=lambda s: s["p99"])
     why = []
     if ours["goodput"] < GOODPUT_MIN * g["goodput"]:
-        why.append("goodput %.1f/s < %.2f x %s's %.1f/s" % (
-            ours["goodput"], GOODPUT_MIN, g["name"], g["goodput"]))
+        why.append("goodput %.1f/s < %.2f x %s's %.1f/s (%s: p99 %.1f ms, limit %s; ours: "
+                   "limit %s, %.0f refused/s)" % (
+                       ours["goodput"], GOODPUT_MIN, g["name"], g["goodput"], g["name"],
+                       g["p99"], fmt_limit(g), fmt_limit(ours), ours["refused_s"]))
     if ours["p99"] > P99_MAX * p["p99"]:
-        why.append("p99 %.1f ms > %.1f x %s's %.1f ms (which served %.1f/s)" % (
-            ours["p99"], P99_MAX, p["name"], p["p99"], p["goodput"]))
+        why.append("p99 %.1f ms > %.1f x %s's %.1f ms (%s: %.1f/s, limit %s; ours: limit %s)" % (
+            ours["p99"], P99_MAX, p["name"], p["p99"], p["name"], p["goodput"], fmt_limit(p),
+            fmt_limit(ours)))
     if ours["under"]:
-        why.append("refused %d of %d requests below capacity" % (ours["under"], ours["under_n"]))
+        why.append("refused %d of %d requests below capacity (its lowest limit %s)" % (
+            ours["under"], ours["under_n"], ours["under_lim"]))
     return {"pass": not why, "why": why, "g": g, "p": p, "best_static": bs,
             "g_ratio": ours["goodput"] / g["goodput"] if g["goodput"] else float("inf"),
             "p_ratio": ours["p99"] / p["p99"] if p["p99"] else float("inf")}
@@ -62,7 +66,8 @@ def row_table(row, res, v):
     """The per-configuration table of one row: the controllers, then the
     best static limit (the others tried are listed below it)."""
     out = ["| configuration | goodput/s | p50 ms | p99 ms | refused/s in overload | "
-           "refused below capacity | settle | limit range |", "|---|---:|---:|---:|---:|---:|---|---|"]
+           "refused below capacity | settle | limit range |",
+           "|---|---:|---:|---:|---:|---:|---|---|"]
     names = [n for n in res if not n.startswith("static ")]
     bs = v["best_static"] if v else best_static(res)
     for n in names + ([bs["name"]] if bs else []):

@@ -161,10 +161,13 @@ def summarize(row, name, tm, reqs, reqs_base, samples, marks, t_end):
     # margin keeps the overload's first refusals out of the phase before it.
     under = [r for r in reqs_base if r[0] < marks[0] - 0.25 or r[0] >= t_end + 1.0]
     lims = [s[1] for s in samples if s[0] >= t0 and s[1] is not None]
+    lims_under = [s[1] for s in samples if s[1] is not None and (
+        s[0] < marks[0] or s[0] >= t_end + 1.0)]
     s = {"name": name, "goodput": len(ok) / span, "p50": pct(ok, 0.50), "p99": pct(ok, 0.99),
          "refused_s": sum(1 for r in steady if r[1] == "refused") / span,
          "errors": sum(1 for r in reqs if r[1] not in ("ok", "refused")),
          "under": sum(1 for r in under if r[1] == "refused"), "under_n": len(under),
+         "under_lim": min(lims_under) if lims_under else None,
          "limit": (min(lims), max(lims)) if lims else None,
          "settle": None, "samples": samples, "reqs": reqs, "marks": marks, "t_end": t_end}
     if row.steps and lims:
