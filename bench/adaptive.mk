@@ -1,16 +1,24 @@
-# bench/adaptive.mk - `make bench-adaptive`: static limits against the adaptive one on a backend
-# of known capacity. Included by the main Makefile; never part of `make test`. About 10 minutes
-# (the last 5 are the sustained overload); writes bench/adaptive.md, build/adaptive.png and the
-# adaptive section of bench/results.md. ADAPTIVE_ARGS="--long 0 --quick" for a short try.
+# bench/adaptive.mk - `make bench-adaptive`: every adaptive controller and the best static limit on
+# one matrix of rows (overloads, a capacity drop, a latency step, exponential service times and a
+# PostgreSQL row). Included by the main Makefile; never part of `make test`. About 20 minutes;
+# writes bench/adaptive.md, build/adaptive-ROW.png and the adaptive section of bench/results.md.
+# ADAPTIVE_ARGS=--quick for a try of about 3 minutes (three rows, short phases; it writes the same
+# files, and says --quick in them).
 
 ADAPTIVE_ARGS ?=
 
 .PHONY: bench-adaptive
 bench-adaptive:
-	@sh tests/deps.sh gcc make pkg-config libconfig-dev python3 python3-matplotlib curl
-	$(MAKE) --no-print-directory all $(B)/tests/legacy_client
+	@sh tests/deps.sh gcc make pkg-config libconfig-dev python3 python3-matplotlib curl \
+		postgresql libpq-dev
+	$(MAKE) --no-print-directory all $(B)/tests/legacy_client $(B)/bench/pg_client
 	/usr/bin/python3 bench/adaptive.py --build $(B) $(ADAPTIVE_ARGS)
 
 # The benchmark's client in C: no interpreter in every latency.
 $(B)/tests/legacy_client: tests/preload/legacy_client.c | $(B)/tests
 	$(CC) $(CFLAGS) -o $@ $< -lpthread
+
+# The PostgreSQL row's client: libpq, one connection per query.
+$(B)/bench/pg_client: bench/pg_client.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $$(pkg-config --cflags libpq) -o $@ $< $$(pkg-config --libs libpq) -lpthread

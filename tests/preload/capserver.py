@@ -2,26 +2,33 @@
 """capserver.py - a backend of known capacity: it serves at most C requests at once, each for
 S ms, and queues the rest (so latency grows with concurrency past C).
 
-usage: capserver.py CAPACITY SERVICE_MS
+usage: capserver.py CAPACITY SERVICE_MS [fixed|exp]
 
 Listens on an ephemeral loopback port and prints "port N" on stdout once
 ready. Speaks just enough HTTP/1.0 for curl and the test clients: GET /
 is a request (200 "ok" after its turn and its service time; one request per
 connection); GET /set?cap=N&ms=M changes the capacity and the service time
-at once, and is answered at once; GET /stats answers "served N max M waiting W"
+at once, and is answered at once (&dist=fixed or &dist=exp also switches the
+service time); GET /stats answers "served N max M waiting W"
 (the most served at once, and the requests queued for their turn now). Stops
 when stdin closes.
+
+With "exp" each request's service time is drawn from an exponential
+distribution of mean S ms (a seeded generator: the same run draws the same
+times); "fixed" (the default) serves every request in exactly S ms.
 """
 
 import asyncio
+import random
 import sys
 
 
 class Capacity:
     """A semaphore whose size can change while requests wait on it."""
 
-    def __init__(self, cap, ms):
-        self.cap, self.ms = cap, ms
+    def __init__(self, cap, ms, dist="fixed"):
+        self.cap, self.ms, self.dist = cap, ms, dist
+        self.rng = random.Random(1)
         self.busy = 0
         self.served = 0
         self.max_busy = 0
@@ -38,16 +45,18 @@ class Capacity:
             self.busy += 1
             self.max_busy = max(self.max_busy, self.busy)
         try:
-            await asyncio.sleep(self.ms / 1000.0)
+            ms = self.rng.expovariate(1.0 / self.ms) if self.dist == "exp" and self.ms > 0 \
+                else self.ms
+            await asyncio.sleep(ms / 1000.0)
         finally:
             async with self.cond:
                 self.busy -= 1
                 self.served += 1
                 self.cond.notify_all()
 
-    async def change(self, cap, ms):
+    async def change(self, cap, ms, dist):
         async with self.cond:
-            self.cap, self.ms = cap, ms
+            self.cap, self.ms, self.dist = cap, ms, dist
             self.cond.notify_all()
 
 
@@ -66,8 +75,12 @@ async def handle(cap, r, w):
     try:
         if path.startswith("/set?"):
             q = dict(kv.split("=", 1) for kv in path[5:].split("&") if "=" in kv)
-            await cap.change(int(q.get("cap", cap.cap)), float(q.get("ms", cap.ms)))
-            reply(w, "cap %d ms %g\n" % (cap.cap, cap.ms))
+            dist = q.get("dist", cap.dist)
+            if dist not in ("fixed", "exp"):
+                reply(w, "dist is fixed or exp\n", "400 Bad Request")
+            else:
+                await cap.change(int(q.get("cap", cap.cap)), float(q.get("ms", cap.ms)), dist)
+                reply(w, "cap %d ms %g dist %s\n" % (cap.cap, cap.ms, cap.dist))
         elif path.startswith("/stats"):
             reply(w, "served %d max %d waiting %d\n" % (cap.served, cap.max_busy, cap.waiting))
         else:
@@ -81,7 +94,10 @@ async def handle(cap, r, w):
 
 
 async def main():
-    cap = Capacity(int(sys.argv[1]), float(sys.argv[2]))
+    dist = sys.argv[3] if len(sys.argv) > 3 else "fixed"
+    if dist not in ("fixed", "exp"):
+        sys.exit("usage: capserver.py CAPACITY SERVICE_MS [fixed|exp]")
+    cap = Capacity(int(sys.argv[1]), float(sys.argv[2]), dist)
     server = await asyncio.start_server(lambda r, w: handle(cap, r, w), "127.0.0.1", 0,
                                         backlog=4096)
     print("port %d" % server.sockets[0].getsockname()[1], flush=True)

@@ -19,10 +19,12 @@ PY = harness.PY
 
 
 class Backend:
-    """capserver.py on an ephemeral loopback port, not under the shim."""
+    """capserver.py on an ephemeral loopback port, not under the shim; dist
+    "exp" draws exponential service times of mean ms."""
 
-    def __init__(self, cap, ms):
-        self.p = subprocess.Popen([PY, os.path.join(HERE, "capserver.py"), str(cap), str(ms)],
+    def __init__(self, cap, ms, dist="fixed"):
+        self.p = subprocess.Popen([PY, os.path.join(HERE, "capserver.py"), str(cap), str(ms),
+                                   dist],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=harness.clean_env())
         line = self.p.stdout.readline()
