@@ -15,10 +15,12 @@ bench-adaptive:
 	/usr/bin/python3 bench/adaptive.py --build $(B) $(ADAPTIVE_ARGS)
 
 # The benchmark's client in C: no interpreter in every latency.
-$(B)/tests/legacy_client: tests/preload/legacy_client.c | $(B)/tests
-	$(CC) $(CFLAGS) -o $@ $< -lpthread
+$(B)/tests/legacy_client: tests/preload/legacy_client.c tests/preload/loadgen.c \
+		tests/preload/loadgen.h | $(B)/tests
+	$(CC) $(CFLAGS) -o $@ $< tests/preload/loadgen.c -lpthread
 
 # The PostgreSQL row's client: libpq, one connection per query.
-$(B)/bench/pg_client: bench/pg_client.c
+$(B)/bench/pg_client: bench/pg_client.c tests/preload/loadgen.c tests/preload/loadgen.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $$(pkg-config --cflags libpq) -o $@ $< $$(pkg-config --libs libpq) -lpthread
+	$(CC) $(CFLAGS) -Itests/preload $$(pkg-config --cflags libpq) -o $@ $< \
+		tests/preload/loadgen.c $$(pkg-config --libs libpq) -lpthread
