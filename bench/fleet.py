@@ -89,7 +89,7 @@ def summary(builds, limit):
         line = "| %s |" % name
         for label, runs in builds.items():
             rows = [run["rows"][i] for run in runs]
-            line += " %.2f | %.2f | %d | %.0f |" % (
+            line += " %.3f | %.3f | %d | %.0f |" % (
                 statistics.median(r["vs_static"] for r in rows),
                 statistics.median(r["vs_single"] for r in rows),
                 max(r["fleet_max"] for r in rows),
@@ -98,11 +98,40 @@ def summary(builds, limit):
     return "\n".join(lines)
 
 
+# What a fleet budget must show, phase by phase, against the medians of this build.
+TARGETS = [("one busy", "vs_static", 1.0), ("one busy", "vs_single", 0.9),
+           ("two busy", "vs_static", 1.0), ("three busy", "vs_static", 1.0),
+           ("bursts alternating every 1 s", "vs_static", 1.0)]
+MOST_CHURN = 180    # share changes per agent per minute, the agent of before
+
+
+def verdicts(builds, limit):
+    """This build's medians against the targets, each with its figure."""
+    runs = next(iter(builds.values()))
+    lines = ["Targets, on the medians of this build:", ""]
+    names = [r["name"] for r in runs[0]["rows"]]
+    for phase, key, least in TARGETS:
+        if phase not in names:
+            continue
+        i = names.index(phase)
+        got = statistics.median(run["rows"][i][key] for run in runs)
+        lines.append("- %s: fleet / %s %.3f, target >= %.2f: %s" % (
+            phase, key[3:], got, least, "met" if got >= least else "**missed**"))
+    worst = max(r["fleet_max"] for run in runs for r in run["rows"])
+    lines.append("- witness of the fleet never above fleet_limit %d, faults included: worst %d, "
+                 "%s" % (limit, worst, "met" if worst <= limit else "**missed**"))
+    churn = max(max(r["churn"]) for run in runs for r in run["rows"])
+    lines.append("- share changes per agent per minute below %d in every phase: most %.0f, %s"
+                 % (MOST_CHURN, churn, "met" if churn < MOST_CHURN else "**missed**"))
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--baseline", help="another built tree to run side by side (this tree's "
                     "bench and fleet harness files are copied into it)")
+    ap.add_argument("--baseline-note", help="what the baseline tree is, for the text")
     ap.add_argument("--out", default=os.path.join(HERE, "fleet.md"))
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--runs", type=int, default=3)
@@ -134,8 +163,11 @@ def main():
            "against a witness server of its own that counts live connections and times every "
            "accept: the **fleet** (fleet_limit %d, fleet_floor %d, max_connections %d a host), "
            "a **static split** (max_connections %d a host, no fleet) and a **single host** "
-           "allowed %d, with one host's clients, busy whenever any host is. Goodput is what "
-           "each witness accepted during a phase of %g s. The last phase has every host busy "
+           "allowed %d, with one host's clients, busy whenever any host is. Goodput is the "
+           "service each witness gave during a phase of %g s: the connection-seconds it held "
+           "open within the phase, in connections of 300 ms, so that a connection spanning "
+           "the start of a phase counts in each phase for its time there (the connections "
+           "each witness accepted in the phase are shown beside it). The last phase has every host busy "
            "while host a's agent is SIGKILLed (at 10 %%) and restarted (35 %%) and Redis is "
            "frozen with SIGSTOP from 55 %% to 75 %%; the static split and the single host have "
            "no agent to lose. \"Share changes\" are those each agent logged (`-v`), the "
@@ -145,16 +177,16 @@ def main():
            ""]
     out += ["The clients are threads that hold a connection to a witness server rather than `psql` loops against PostgreSQL: three setups of three hosts side by side, each `psql` a process per query, would spend this machine's two shared cores starting processes, and the ratios would measure the CPU rather than the budget. The witness counts what a database would: live connections, and each one accepted.", ""]
     if args.baseline:
-        out += ["The baseline is the build before demand over a lease, hysteresis and the spare "
-                "(the agent asking for what its host needed at the instant of each round), run "
-                "with the same clients right after each run of this build.", ""]
-    out += ["## Medians", "", summary(results, args.limit), ""]
+        out += ["The baseline is %s, run with the same clients and witness right after each "
+                "run of this build." % (args.baseline_note or args.baseline), ""]
+    out += ["## Medians", "", summary(results, args.limit), "", verdicts(results, args.limit), ""]
     for label, runs in results.items():
         for i, run in enumerate(runs):
             out += ["## %s, run %d" % (label.capitalize(), i + 1), "", run["table"], ""]
     with open(args.out, "w") as f:
         f.write("\n".join(out))
     print(summary(results, args.limit))
+    print(verdicts(results, args.limit))
     print("wrote %s" % args.out)
 
 

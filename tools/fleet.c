@@ -17,10 +17,18 @@
 #define WAIT_MAX_S	86400
 #define EX_TEMPFAIL	75	/* sysexits.h: systemd's Restart= starts the agent again */
 
-/* Rounds of demand remembered: a lease's worth at the default interval
- * (a sixth of it), and more; an agent renewing more often than that
- * remembers the last NEED_SAMPLES rounds only. */
+/* Samples of demand remembered: a sample covers at least a quarter of the
+ * interval (rounds closer than that add to the newest), so the ring spans
+ * eight intervals, more than a lease at the default interval (a sixth of
+ * it); an agent renewing less often than a sixth of its lease remembers
+ * the last NEED_SAMPLES rounds only. */
 #define NEED_SAMPLES	32
+
+/* How often the agent looks at its own segment between rounds, for the
+ * moments a round should come at once (see call_now): a tenth of the
+ * interval, at most 25 ms, at least 5. */
+#define TICK_MAX_MS	25
+#define TICK_MIN_MS	5
 
 /* One compartment of the segment in a fleet budget, as the agent follows it. */
 struct fleet_comp {
@@ -116,15 +124,24 @@ warn(const char *fmt, ...)
  */
 static uint32_t
 demand(struct fleet_comp *fc, const struct seg_comp *c, uint64_t refused, uint32_t ceiling,
-    uint32_t lease_ms)
+    uint32_t lease_ms, uint32_t interval_ms)
 {
 	uint64_t now = now_mono_ms();
 	uint64_t need = (uint64_t)atomic_load(&c->in_use) + atomic_load(&c->waiting) + refused + 1;
+	uint32_t newest = (fc->next + NEED_SAMPLES - 1) % NEED_SAMPLES;
 	uint32_t most;
 
-	fc->need[fc->next] = need > ceiling ? ceiling : (uint32_t)need;
-	fc->need_at[fc->next] = now;
-	fc->next = (fc->next + 1) % NEED_SAMPLES;
+	if (need > ceiling)
+		need = ceiling;
+	if (fc->need_at[newest] != 0 && now < fc->need_at[newest] + interval_ms / 4) {
+		/* A round soon after the last: one sample, the larger. */
+		if (need > fc->need[newest])
+			fc->need[newest] = (uint32_t)need;
+	} else {
+		fc->need[fc->next] = (uint32_t)need;
+		fc->need_at[fc->next] = now;
+		fc->next = (fc->next + 1) % NEED_SAMPLES;
+	}
 	most = 0;
 	for (size_t i = 0; i < NEED_SAMPLES; i++)
 		if (fc->need_at[i] != 0 && fc->need_at[i] + lease_ms > now && fc->need[i] > most)
@@ -189,7 +206,7 @@ note_limit(struct fleet_comp *fc, const struct seg_comp *c, const struct fleet_a
 /* This host's report on each compartment, into asks. */
 static void
 fill_asks(struct seg *s, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
-    uint32_t lease_ms, bool leave)
+    const struct cfg_fleet *f, bool leave)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct seg_comp *c = seg_comp(s, fcs[i].idx);
@@ -201,7 +218,8 @@ fill_asks(struct seg *s, struct fleet_comp *fcs, struct fleet_ask *asks, size_t 
 		asks[i].floor = atomic_load(&c->fleet_floor);
 		asks[i].ceiling = lim > BS_MAX_LIMIT ? BS_MAX_LIMIT : lim;
 		asks[i].held = atomic_load(&c->in_use) + atomic_load(&c->over);
-		asks[i].want = demand(&fcs[i], c, rej - fcs[i].rejected, asks[i].ceiling, lease_ms);
+		asks[i].want = demand(&fcs[i], c, rej - fcs[i].rejected, asks[i].ceiling, f->lease_ms,
+		    f->interval_ms);
 		asks[i].applied = limit_conn(c);
 		asks[i].leave = leave;
 		fcs[i].rejected = rej;
@@ -221,30 +239,43 @@ next_seq(uint64_t *seq)
 	return *seq;
 }
 
+/* What a round found, for when the next one comes. */
+enum {
+	ROUND_LOWERED = 1,	/* a share went down: Redis learns soon that it is applied */
+	ROUND_SOON = 2,		/* short until other hosts lower theirs: ask again soon */
+	ROUND_MOVED = 4,	/* a share changed */
+};
+
 /* One round: report every compartment and apply what Redis grants. Returns
- * true if a share went down (then the next round comes sooner, so that Redis
- * learns quickly that the host applied it and can hand the rest on), or if
- * Redis said that more is coming once other hosts have lowered theirs. */
-static bool
+ * ROUND_* flags: a share that went down brings the next round sooner, so
+ * that Redis learns quickly that the host applied it and can hand the rest
+ * on; so does Redis saying that more is coming once other hosts have
+ * lowered theirs. */
+static unsigned
 round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
     const struct fleet_me *me, struct fleet_comp *fcs, struct fleet_ask *asks, size_t n,
     uint64_t *seq, bool verbose)
 {
 	char err[BS_ERRLEN];
-	bool refused, lowered = false;
+	bool refused;
+	unsigned got = 0;
 	uint64_t t0;
 	int r;
 
 	if (*conn == NULL) {
 		*conn = fleet_connect(f, &refused, err, sizeof(err));
 		if (*conn == NULL) {
-			for (size_t i = 0; i < n; i++)
+			/* No answer to go by: call_now waits for the next
+			 * round rather than retry at every tick. */
+			for (size_t i = 0; i < n; i++) {
+				asks[i].ok = false;
 				set_state(&fcs[i], seg_comp(s, fcs[i].idx),
 				    refused ? FLEET_REFUSED : FLEET_UNREACHABLE, err);
-			return false;
+			}
+			return 0;
 		}
 	}
-	fill_asks(s, fcs, asks, n, f->lease_ms, false);
+	fill_asks(s, fcs, asks, n, f, false);
 	t0 = now_mono_ms();
 	r = fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err));
 	for (size_t i = 0; i < n; i++) {
@@ -252,8 +283,12 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 		uint32_t before = atomic_load(&c->fleet_share);
 
 		if (asks[i].ok) {
-			if (asks[i].share < asks[i].applied || asks[i].soon)
-				lowered = true;
+			if (asks[i].share < asks[i].applied)
+				got |= ROUND_LOWERED;
+			if (asks[i].soon)
+				got |= ROUND_SOON;
+			if (asks[i].share != before)
+				got |= ROUND_MOVED;
 			apply_share(c, asks[i].share, t0, f->lease_ms);
 			atomic_store(&c->fleet_hosts, asks[i].live);
 			/* As Redis counts it: never below the floor. */
@@ -281,7 +316,35 @@ round_trip(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *f,
 		fleet_disconnect(*conn);
 		*conn = NULL;
 	}
-	return lowered;
+	return got;
+}
+
+/*
+ * Whether a round should come now rather than at the interval: this host
+ * needs more than it asked for and than it has (a burst begins: every
+ * moment it waits, callers are refused), or it held more than its share
+ * and has since closed some (another host waits for exactly those). Read
+ * off the segment, between rounds; the demand's samples are taken by
+ * rounds only.
+ */
+static bool
+call_now(struct seg *s, const struct fleet_comp *fcs, const struct fleet_ask *asks, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct seg_comp *c = seg_comp(s, fcs[i].idx);
+		uint64_t in_use = atomic_load(&c->in_use);
+		uint64_t held = in_use + atomic_load(&c->over);
+		uint64_t need = in_use + atomic_load(&c->waiting) +
+		    (atomic_load(&c->rejected) - fcs[i].rejected) + 1;
+
+		if (!asks[i].ok)
+			continue;
+		if (need > asks[i].want && need > asks[i].share && asks[i].want < asks[i].ceiling)
+			return true;
+		if (asks[i].held > asks[i].share && held < asks[i].held)
+			return true;
+	}
+	return false;
 }
 
 static void
@@ -325,7 +388,7 @@ report_leaving(struct seg *s, struct fleet_conn **conn, const struct cfg_fleet *
 		    "shares until an agent reports again", err);
 		return;
 	}
-	fill_asks(s, fcs, asks, n, f->lease_ms, true);
+	fill_asks(s, fcs, asks, n, f, true);
 	if (fleet_renew(*conn, f, me, asks, n, next_seq(seq), err, sizeof(err)) < 0) {
 		warn("cannot tell Redis what this host holds (%s): it counts this host's last "
 		    "shares until an agent reports again", err);
@@ -457,7 +520,8 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	struct fleet_me me;
 	struct sigaction sa;
 	struct seg *s = NULL;
-	uint64_t seq = 0;
+	uint64_t seq = 0, due;
+	uint32_t tick, soon_gap;
 	size_t n = 0;
 	int r;
 
@@ -498,12 +562,41 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	say("host %s of fleet %s, Redis %s, lease %u ms, renewed every %u ms, %zu compartment%s",
 	    cfg->fleet.host, cfg->fleet.name, cfg->fleet.redis, cfg->fleet.lease_ms,
 	    cfg->fleet.interval_ms, n, n == 1 ? "" : "s");
+	/*
+	 * Rounds every interval; sooner after a lowered share (a quarter of
+	 * it), while Redis says more is coming (from a tick, doubling while
+	 * nothing moves, up to a quarter), and at the next tick when call_now
+	 * says so. Between rounds the agent looks at its segment every tick.
+	 */
+	tick = cfg->fleet.interval_ms / 10;
+	tick = tick > TICK_MAX_MS ? TICK_MAX_MS : tick < TICK_MIN_MS ? TICK_MIN_MS : tick;
+	soon_gap = tick;
+	due = 0;
 	while (!stop_signal && n > 0) {
-		bool lowered = round_trip(s, &conn, &cfg->fleet, &me, fcs, asks, n, &seq,
-		    verbose);
+		uint64_t now = now_mono_ms();
+		unsigned got;
 
+		if (now < due && !call_now(s, fcs, asks, n)) {
+			sleep_ms(due - now < tick ? (uint32_t)(due - now) : tick);
+			continue;
+		}
+		got = round_trip(s, &conn, &cfg->fleet, &me, fcs, asks, n, &seq, verbose);
+		now = now_mono_ms();
+		if (got & ROUND_SOON) {
+			soon_gap = got & ROUND_MOVED ? tick : soon_gap * 2;
+			if (soon_gap > cfg->fleet.interval_ms / 4 + 1)
+				soon_gap = cfg->fleet.interval_ms / 4 + 1;
+		} else {
+			soon_gap = tick;
+		}
+		due = now + cfg->fleet.interval_ms;
+		if (got & ROUND_LOWERED && due > now + cfg->fleet.interval_ms / 4 + 1)
+			due = now + cfg->fleet.interval_ms / 4 + 1;
+		if (got & ROUND_SOON)
+			due = now + soon_gap;
+		/* At least a tick between rounds, whatever call_now says. */
 		if (!stop_signal)
-			sleep_ms(lowered ? cfg->fleet.interval_ms / 4 + 1 : cfg->fleet.interval_ms);
+			sleep_ms(tick);
 	}
 	/* Stopping: the host goes to its floors now rather than at the end of
 	 * its leases; Redis frees the shares when they run out. */

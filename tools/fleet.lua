@@ -319,13 +319,14 @@ if had and share ~= had then
 end
 save(share)
 -- Short of what it wants and of its target because live hosts still have
--- shares (or limits in force) above theirs, which their next calls lower:
--- the caller comes back sooner for the rest.
+-- shares, limits in force or connections above theirs, which their next
+-- calls lower (their agents call as soon as they close some): the caller
+-- comes back sooner for the rest.
 local soon = 0
 if share < math.min(target, ceiling) and me.want > share then
 	for _, name in ipairs(lives) do
 		local e = hosts[name]
-		if name ~= mine and math.max(e.share, e.applied) > e.floor + extra[name] then
+		if name ~= mine and holds(e) > e.floor + extra[name] then
 			soon = 1
 		end
 	end

@@ -1039,6 +1039,45 @@ static void the_spare_is_handed_out_and_the_shares_add_up_to_the_limit(void **st
 	check_total(h[0], 30, 0);
 }
 
+/* A host whose share went down still holds what it opened under the old
+ * one: the host waiting for that room is told to come back soon until the
+ * connections are gone, not only until the share is lowered, and gets each
+ * one as the holder reports it closed. */
+static void a_host_waits_soon_for_connections_that_drain(void **state)
+{
+	struct host *a, *b;
+
+	(void)state;
+	need_redis();
+	a = add_host_with("a", LEASE_MS, 2);
+	b = add_host_with("b", LEASE_MS, 2);
+	born(a, 30, 1, 30, 1);
+	/* a busy, b idle: a holds 29 of the budget, b its floor. */
+	for (int round = 0; round < 3; round++) {
+		share_of(a, 30, 1, 30, 29, 30);
+		share_of(b, 30, 1, 30, 0, 1);
+	}
+	assert_int_equal(a->a.share, 29);
+	/* b gets busy: short, and told to come back soon. */
+	assert_int_equal(share_of(b, 30, 1, 30, 0, 30), 1);
+	assert_true(b->a.soon);
+	/* a's share comes down, and a applies it at once... */
+	assert_int_equal(share_of(a, 30, 1, 30, 29, 30), 15);
+	assert_int_equal(share_of(a, 30, 1, 30, 29, 30), 15);
+	/* ... but still holds 29, then 20: b is short as long, and is told. */
+	assert_int_equal(share_of(b, 30, 1, 30, 1, 30), 1);
+	assert_true(b->a.soon);
+	assert_int_equal(share_of(a, 30, 1, 30, 20, 30), 15);
+	assert_int_equal(share_of(b, 30, 1, 30, 1, 30), 10);
+	assert_true(b->a.soon);
+	/* a's connections are down to its share: b has the rest, done. */
+	assert_int_equal(share_of(a, 30, 1, 30, 15, 30), 15);
+	assert_int_equal(share_of(b, 30, 1, 30, 10, 30), 15);
+	assert_false(b->a.soon);
+	check_call(b, 30, 0);
+	check_total(b, 30, 0);
+}
+
 /* The churn Redis keeps for host name, as fleet --status reads it. */
 static void churn_entry(const struct fleet_entry *e, void *arg)
 {
@@ -1152,6 +1191,7 @@ int main(void)
 		T(a_share_kept_through_the_band_is_given_back_to_a_host_granted_less),
 		T(the_spare_is_handed_out_and_the_shares_add_up_to_the_limit),
 		T(a_share_keeps_still_through_small_changes_but_not_when_another_needs_it),
+		T(a_host_waits_soon_for_connections_that_drain),
 	};
 #undef T
 
