@@ -81,12 +81,15 @@
  * if that spread is under 1/4 the service time was regular after all (a
  * backend of capacity under FIRST_K spreads its first completions over
  * whole service times) and the baseline is the shortest of the first.
- * From then on every rule that compares a window's mean with the baseline
- * (the tolerance, following it down, a faster backend, a probe's fall, the
- * stuck rule) allows 1.5 standard errors of that mean on top (noise_pct),
- * and such a window waits for AD_VARIED_SAMPLES samples (up to ten
- * windows): otherwise chance alone would cut the limit, and at a low limit
- * the few samples of a window would be mostly chance. A load that is
+ * From then on the rules that compare a window's mean with the baseline
+ * allow 2 standard errors of that mean (noise_pct) for the tolerance and a
+ * probe's fall, and one below it for following it down or a faster
+ * backend; none for the stuck rule, which raises it and so would ratchet
+ * a draining queue in. A cut below twice that tolerance is the least step
+ * (1/8), and such a window waits for AD_VARIED_SAMPLES samples (up to ten
+ * windows): otherwise chance alone would cut the limit, the size of an
+ * excess that is half chance would cut it too far, and at a low limit the
+ * few samples of a window would be mostly chance. A load that is
  * already above capacity when a varying service starts is taken with its
  * queue as the baseline: nothing tells that queue from the service time
  * without cutting, and a cut below capacity is the refusal the start must
@@ -265,7 +268,7 @@ isqrt(uint64_t v)
 
 /*
  * How far, in percent, the mean of window w may stray from the latency
- * without a queue by chance alone: 1.5 standard errors of a mean of n
+ * without a queue by chance alone: 2 standard errors of a mean of n
  * samples of a service time whose coefficient of variation is spread16/16
  * (at most AD_NOISE_MAX). 0 for a regular service time and for a stall,
  * whose ages are no sample of the service time.
@@ -277,15 +280,18 @@ noise_pct(const struct ad_window *w)
 
 	if (w->spread16 == 0 || w->stall || w->n == 0)
 		return 0;
-	v = (uint64_t)w->spread16 * 150 / (16 * isqrt(w->n));
+	v = (uint64_t)w->spread16 * 200 / (16 * isqrt(w->n));
 	return v < AD_NOISE_MAX ? v : AD_NOISE_MAX;
 }
 
 enum ad_reason
 ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
 {
-	/* The tolerance, and below it the latency that is lower than the
-	 * baseline, both widened by what chance explains (noise_pct). */
+	/* The tolerance widened by what chance explains (noise_pct), and
+	 * the latency that counts as lower than the baseline by half that:
+	 * a baseline that followed chance down would cut on chance. The
+	 * stuck rule, which raises the baseline, takes no allowance: a queue
+	 * that drains in a few windows would be taken for the service time. */
 	uint64_t noise = noise_pct(w), tol = p->tolerance_pct + noise, lo;
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
@@ -400,8 +406,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * the run can be blamed for. The run begins again. */
 			st->prev16 = (uint32_t)r16;
 			st->stuck = 0;
-		} else if (held && (r16 + 1) * 100 + st->prev16 * noise >= st->prev16 * 100 &&
-		    ++st->stuck >= AD_STUCK_WINDOWS) {
+		} else if (held && r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
 			st->base_us = (uint32_t)m;
 			st->stuck = 0;
 			st->prev16 = 0;
@@ -411,6 +416,12 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		}
 		/* In proportion, from what is in flight. */
 		next = from * base * tol / (m * 100);
+		/* A varying service time's window is above the tolerance
+		 * by chance as much as by its queue, and the next windows
+		 * still carry that queue: the cut is the least step, unless
+		 * the window is far above. */
+		if (noise > 0 && m * 100 <= 2 * base * tol)
+			next = from - from / 8;
 		if (next > from - from / 8)
 			next = from - from / 8;	/* a step the latency can show */
 		if (next >= whole && whole >= 32)
@@ -437,7 +448,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	st->high = false;
 	st->prev16 = 0;
 	st->stuck = 0;
-	lo = base * (100 - noise) / 100;
+	lo = base * (100 - noise / 2) / 100;
 	if (m * 2 < lo) {
 		st->base_us = (uint32_t)m;	/* a faster backend, not noise */
 		faster = true;
