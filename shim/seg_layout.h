@@ -181,9 +181,7 @@ struct seg_adaptive {
 	uint32_t pad_alg;
 	/* The state a published controller keeps beside `ctl` (its long
 	 * and short latency averages, say), each word changed by
-	 * compare-and-swap like ctl. The bulkshim controller uses alg[0]
-	 * and alg[1] while it learns its first baseline, and alg[0] for the
-	 * spread of a varying service time after it (adaptive.c). */
+	 * compare-and-swap like ctl. */
 	_Atomic uint64_t alg[4];
 };
 
