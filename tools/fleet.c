@@ -122,12 +122,20 @@ warn(const char *fmt, ...)
  * again, and a host gone quiet gives its share back a lease later, not at
  * the first quiet moment. A rise counts at once.
  */
+/* What the host needs now: what it holds and waits for, the calls it
+ * refused since the last round (`refused`), and one more. */
+static uint64_t
+need_now(const struct seg_comp *c, uint64_t refused)
+{
+	return (uint64_t)atomic_load(&c->in_use) + atomic_load(&c->waiting) + refused + 1;
+}
+
 static uint32_t
 demand(struct fleet_comp *fc, const struct seg_comp *c, uint64_t refused, uint32_t ceiling,
     uint32_t lease_ms, uint32_t interval_ms)
 {
 	uint64_t now = now_mono_ms();
-	uint64_t need = (uint64_t)atomic_load(&c->in_use) + atomic_load(&c->waiting) + refused + 1;
+	uint64_t need = need_now(c, refused);
 	uint32_t newest = (fc->next + NEED_SAMPLES - 1) % NEED_SAMPLES;
 	uint32_t most;
 
@@ -332,13 +340,12 @@ call_now(struct seg *s, const struct fleet_comp *fcs, const struct fleet_ask *as
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct seg_comp *c = seg_comp(s, fcs[i].idx);
-		uint64_t in_use = atomic_load(&c->in_use);
-		uint64_t held = in_use + atomic_load(&c->over);
-		uint64_t need = in_use + atomic_load(&c->waiting) +
-		    (atomic_load(&c->rejected) - fcs[i].rejected) + 1;
+		uint64_t held, need;
 
 		if (!asks[i].ok)
 			continue;
+		held = (uint64_t)atomic_load(&c->in_use) + atomic_load(&c->over);
+		need = need_now(c, atomic_load(&c->rejected) - fcs[i].rejected);
 		if (need > asks[i].want && need > asks[i].share && asks[i].want < asks[i].ceiling)
 			return true;
 		if (asks[i].held > asks[i].share && held < asks[i].held)
@@ -521,7 +528,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	struct sigaction sa;
 	struct seg *s = NULL;
 	uint64_t seq = 0, due;
-	uint32_t tick, soon_gap;
+	uint32_t tick, quarter, soon_gap;
 	size_t n = 0;
 	int r;
 
@@ -570,6 +577,7 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 	 */
 	tick = cfg->fleet.interval_ms / 10;
 	tick = tick > TICK_MAX_MS ? TICK_MAX_MS : tick < TICK_MIN_MS ? TICK_MIN_MS : tick;
+	quarter = cfg->fleet.interval_ms / 4 + 1;
 	soon_gap = tick;
 	due = 0;
 	while (!stop_signal && n > 0) {
@@ -584,14 +592,14 @@ run_agent(const struct bs_config *cfg, uint32_t wait_s, bool verbose)
 		now = now_mono_ms();
 		if (got & ROUND_SOON) {
 			soon_gap = got & ROUND_MOVED ? tick : soon_gap * 2;
-			if (soon_gap > cfg->fleet.interval_ms / 4 + 1)
-				soon_gap = cfg->fleet.interval_ms / 4 + 1;
+			if (soon_gap > quarter)
+				soon_gap = quarter;
 		} else {
 			soon_gap = tick;
 		}
 		due = now + cfg->fleet.interval_ms;
-		if (got & ROUND_LOWERED && due > now + cfg->fleet.interval_ms / 4 + 1)
-			due = now + cfg->fleet.interval_ms / 4 + 1;
+		if (got & ROUND_LOWERED && due > now + quarter)
+			due = now + quarter;
 		if (got & ROUND_SOON)
 			due = now + soon_gap;
 		/* At least a tick between rounds, whatever call_now says. */

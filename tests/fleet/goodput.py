@@ -214,6 +214,6 @@ def table(rows, limit):
     for r in rows:
         lines.append("| %s | %.0f | %.0f | %.0f | %.3f | %.3f | %d / %d / %d | %d | %s |" % (
             r["name"], r["fleet"], r["static"], r["single"], r["vs_static"], r["vs_single"],
-            r.get("fleet_accepted", 0), r.get("static_accepted", 0), r.get("single_accepted", 0),
+            r["fleet_accepted"], r["static_accepted"], r["single_accepted"],
             r["fleet_max"], " / ".join("%.0f" % c for c in r["churn"])))
     return "\n".join(lines)
