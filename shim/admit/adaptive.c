@@ -75,6 +75,13 @@
  * rule below; one that is far above a later window's mean (the backend
  * became faster) follows it down at once.
  *
+ * After a slow episode, that window's mean may hold a queue: the slow
+ * backend became the baseline, the limit ramped up from it, perhaps past
+ * what is in flight, and a limit not in use is not probed. So the
+ * baseline that a slowdown replaced is kept (take_slower; beside ctl, in
+ * alg[2] and alg[3], keep_load) and judges the first fast window instead,
+ * if it is lower: a queue is cut as any other, without a probe.
+ *
  * Windows close on completions, so a backend that stalls (its latency
  * going from 5 ms to 2 s) would be seen only when its first slow replies
  * come back. The stall check (ad_stall_due, ad_stall), made on every
@@ -110,6 +117,8 @@
 #define AD_PROBE_WINDOWS	32	/* a probe at most every this many windows */
 #define AD_FIRST_SAMPLES	8	/* completions that give the first baseline */
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
+#define AD_SETTLED_S	2	/* a baseline that stood this long was the backend's */
+#define AD_KEEP_S	900	/* how long the baseline from before a slowdown is kept */
 
 uint64_t
 ad_pack(const struct ad_state *st)
@@ -179,12 +188,30 @@ probe_start(const struct ad_params *p, struct ad_state *st, uint64_t from, uint6
 	return true;
 }
 
+/*
+ * The backend is slower than the baseline: m is the baseline now. The one
+ * it replaces is kept for when the backend is fast again (the lowest of
+ * those within AD_KEEP_S), if it had stood AD_SETTLED_S: one replaced
+ * sooner had followed noise down, or was an earlier step of this slowdown.
+ */
+static void
+take_slower(struct ad_state *st, uint64_t m, uint32_t now_s)
+{
+	if (now_s >= st->base_s + AD_SETTLED_S && (st->kept_us == 0 || st->base_us < st->kept_us)) {
+		st->kept_us = st->base_us;
+		st->kept_s = now_s;
+	}
+	st->base_us = (uint32_t)m;
+	st->base_s = now_s;
+}
+
 enum ad_reason
 ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
 {
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
 	bool in_use, held, was_high, faster = false;
+	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
 	if (w->n == 0)
 		return AD_R_NONE;
@@ -192,8 +219,11 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		m = AD_BASE_MAX;
 	if (base == 0) {
 		st->base_us = (uint32_t)m;
+		st->base_s = now_s;
 		return AD_R_NONE;
 	}
+	if (st->kept_us > 0 && now_s > st->kept_s + AD_KEEP_S)
+		st->kept_us = 0;
 	if (whole < 16)
 		whole = 16;	/* admission lets one in at any limit */
 	/* What is in flight, at most the limit: cuts start from it, since a
@@ -221,6 +251,20 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		}
 		/* It did not: the latency is the backend's. The window is
 		 * judged as any other, and the limit, in use, grows back. */
+	}
+	if (st->kept_us > 0 && m * 2 < base) {
+		/* Fast again after a slowdown. This window was measured at the
+		 * limit that suited the slow backend (it ramped up after the
+		 * slowdown was taken for the baseline), so it may hold a queue,
+		 * which the baseline from before shows: it is cut as any other
+		 * queue, without a probe. Traffic below capacity meets no queue
+		 * and is within the tolerance of it; a backend that stays slower
+		 * than it was gets its own baseline again by the stuck rule. */
+		if (st->kept_us < m) {
+			base = st->base_us = st->kept_us;
+			st->base_s = now_s;
+		}
+		st->kept_us = 0;
 	}
 	if (m * 100 > base * tol) {
 		/* A queue (or a slower backend). One window above the
@@ -268,7 +312,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			}
 			if (++st->floor_windows >= AD_FLOOR_WINDOWS) {
 				/* At the floor and still slow: the backend is. */
-				st->base_us = (uint32_t)m;
+				take_slower(st, m, now_s);
 				st->floor_windows = 0;
 				st->ramp = true;	/* back up to what it holds now */
 				return AD_R_SLOWER;
@@ -296,7 +340,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->prev16 = (uint32_t)r16;
 			st->stuck = 0;
 		} else if (held && r16 + 1 >= st->prev16 && ++st->stuck >= AD_STUCK_WINDOWS) {
-			st->base_us = (uint32_t)m;
+			take_slower(st, m, now_s);
 			st->stuck = 0;
 			st->prev16 = 0;
 			st->high = false;
@@ -405,6 +449,34 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
 	atomic_fetch_add(&a->changes, 1);
 }
 
+/*
+ * What this controller keeps beside ctl (struct ad_state's kept_us, kept_s
+ * and base_s), in alg[2] and alg[3]: read before a window's step, written
+ * after its CAS of ctl, each by compare-and-swap. A process killed between
+ * the two loses an update: the baseline from before a slowdown is then not
+ * restored (the probe after a faster backend remains), or a replaced
+ * baseline's age is older than it is.
+ */
+static void
+keep_load(struct seg_adaptive *a, struct ad_state *st, uint64_t was[2])
+{
+	was[0] = atomic_load(&a->alg[2]);
+	was[1] = atomic_load(&a->alg[3]);
+	st->kept_us = (uint32_t)was[0];
+	st->kept_s = (uint32_t)(was[0] >> 32);
+	st->base_s = (uint32_t)was[1];
+}
+
+static void
+keep_store(struct seg_adaptive *a, const struct ad_state *st, uint64_t was[2])
+{
+	uint64_t now[2] = { st->kept_us | (uint64_t)st->kept_s << 32, st->base_s };
+
+	for (int i = 0; i < 2; i++)
+		if (now[i] != was[i])
+			atomic_compare_exchange_strong(&a->alg[2 + i], &was[i], now[i]);
+}
+
 /* The open window's length: at least window_ms, and at least the last
  * window's mean latency, so that its completions were mostly admitted
  * under the limit it judges. */
@@ -431,7 +503,7 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
-	uint64_t acc, old, next, sum, el = now_us - start, period, aux[2][2];
+	uint64_t acc, old, next, sum, el = now_us - start, period, aux[2][2], keep[2];
 	enum ad_reason why;
 	uint32_t alg;
 
@@ -476,6 +548,7 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	old = atomic_load(&a->ctl);
 	if (alg == AD_ALG_BULKSHIM) {
 		ad_unpack(old, &st);
+		keep_load(a, &st, keep);
 		why = ad_step(&p, &st, &w);
 		next = ad_pack(&st);
 	} else {
@@ -495,6 +568,8 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	}
 	if (alg != AD_ALG_BULKSHIM)
 		ad_pub_aux(a, aux);
+	else
+		keep_store(a, &st, keep);
 	if (why != AD_R_NONE)
 		note_change(a, AD_CTL_LIMIT(old) / 16, AD_CTL_LIMIT(next) / 16, why);
 }
@@ -648,6 +723,8 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 		atomic_store(&a->sample_us, 0);
 		st.floor_windows = 0;
 		st.probe = false;
+		atomic_store(&a->alg[2], 0);	/* nothing kept (keep_load) */
+		atomic_store(&a->alg[3], 0);
 		atomic_store(&a->acc, 0);
 		atomic_store(&a->win_start_us, 0);
 		atomic_store(&a->last_reason, AD_R_START);

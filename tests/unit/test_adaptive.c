@@ -23,6 +23,7 @@ struct model {
 	bool whole;		/* concurrency in whole permits, as admission enforces */
 	int probe_every;	/* a periodic probe is due every this many windows */
 	int windows;
+	uint64_t t_us;		/* the clock: 100 ms a window */
 	uint64_t rng;
 	struct ad_params p;
 	struct ad_state st;
@@ -59,6 +60,7 @@ window(struct model *m)
 			       (uint64_t)(q * 16), false, 0, 0, false, 0 };
 
 	w.probe_due = m->probe_every > 0 && ++m->windows % m->probe_every == 0;
+	w.end_us = m->t_us += 100000;
 
 	return ad_step(&m->p, &m->st, &w);
 }
@@ -362,6 +364,85 @@ test_the_baseline_comes_back_after_a_slow_episode(void **state)
 				assert_true(m.st.base_us <= 1.3 * 20000);
 		}
 		assert_true(back >= 0 && back <= 100);
+	}
+}
+
+/* `offered` callers on capacity 4 with 2 % of noise (a closed loop's on a
+ * FIFO backend, where every request waits the same), 5 s at 20 ms, then
+ * `len` windows at 100 ms. */
+static void
+episode(struct model *m, uint64_t seed, double offered, int len)
+{
+	model_open_noisy(m, seed, 2, 4, offered, 1, 64);
+	m->whole = true;
+	run(m, 50, &(double){ 0 }, &(double){ 0 });
+	m->service_us = 100000;
+	run(m, len, &(double){ 0 }, &(double){ 0 });
+}
+
+/* The same episode ended at every point of the limit's ramp after the
+ * slow backend was taken for the baseline: where the limit had doubled
+ * past what is in flight, the first fast window (8 in flight on capacity
+ * 4, twice S) is not in use, and taken for the baseline it would stay:
+ * no window is high against it, and no probe runs on a limit not in use.
+ * The baseline from before the slowdown shows it as a queue. (With 2 % of
+ * noise the baseline does not drift below the queue by chance.) */
+static void
+test_an_episode_ended_at_any_point_of_the_ramp_leaves_no_queue(void **state)
+{
+	struct model m;
+
+	(void)state;
+	for (int len = 3; len <= 60; len++) {
+		for (uint64_t seed = 1; seed <= 3; seed++) {
+			int back = -1;
+
+			episode(&m, seed, 8, len);
+			m.service_us = 20000;
+			for (int i = 0; i < 300; i++) {
+				window(&m);
+				if (m.st.base_us <= 1.3 * 20000 && back < 0)
+					back = i;
+				if (back >= 0 && m.st.base_us > 1.3 * 20000)
+					fail_msg("episode of %d windows, seed %d: baseline %u us "
+					    "%d windows after the end", len, (int)seed,
+					    m.st.base_us, i);
+			}
+			if (back < 0 || back > 100)
+				fail_msg("episode of %d windows, seed %d: baseline %u us, limit %.1f "
+				    "300 windows after the end", len, (int)seed, m.st.base_us,
+				    limit_of(&m));
+		}
+	}
+}
+
+/* Below capacity (3 callers on 4) the same episodes: within 10 windows of
+ * the end the limit admits all three again and never refuses one after,
+ * and a backend that stays 2.25 x slower than before the episode has
+ * that for its baseline again within 2 s. */
+static void
+test_after_an_episode_nothing_below_capacity_is_refused(void **state)
+{
+	struct model m;
+
+	(void)state;
+	for (int len = 3; len <= 40; len++) {
+		for (uint64_t seed = 1; seed <= 3; seed++) {
+			episode(&m, seed, 3, len);
+			m.service_us = 20000;
+			for (int i = 0; i < 200; i++) {
+				window(&m);
+				if (i >= 10 && ad_current_of(&m.st) < 3)
+					fail_msg("episode of %d windows, seed %d: limit %.1f %d "
+					    "windows after the end", len, (int)seed, limit_of(&m), i);
+			}
+			episode(&m, seed, 3, len);
+			m.service_us = 45000;
+			run(&m, 20, &(double){ 0 }, &(double){ 0 });
+			if (m.st.base_us < 40000 || m.st.base_us > 50000)
+				fail_msg("episode of %d windows, seed %d: baseline %u us 2 s after "
+				    "the backend became 45 ms", len, (int)seed, m.st.base_us);
+		}
 	}
 }
 
@@ -1017,6 +1098,8 @@ main(void)
 		cmocka_unit_test(test_slower_backend_resets_the_baseline_at_the_floor),
 		cmocka_unit_test(test_any_overload_finds_the_no_queue_latency),
 		cmocka_unit_test(test_the_baseline_comes_back_after_a_slow_episode),
+		cmocka_unit_test(test_an_episode_ended_at_any_point_of_the_ramp_leaves_no_queue),
+		cmocka_unit_test(test_after_an_episode_nothing_below_capacity_is_refused),
 		cmocka_unit_test(test_a_limit_not_in_use_does_not_grow),
 		cmocka_unit_test(test_probes_never_refuse_below_capacity),
 		cmocka_unit_test(test_a_probe_is_judged_by_the_next_window),
