@@ -178,7 +178,7 @@ struct seg_adaptive {
 	_Atomic uint32_t algorithm;	/* enum ad_algorithm */
 	/* Knobs of the published controllers (ad_alg.h's struct ad_pub_params). */
 	_Atomic uint32_t timeout_ms, backoff_pct, min_rtt_interval_ms, min_concurrency;
-	uint32_t pad_alg;
+	_Atomic uint32_t win_min_us;	/* the open window's shortest sample, 0 = none yet */
 	/* The state a published controller keeps beside `ctl` (its long
 	 * and short latency averages, say), each word changed by
 	 * compare-and-swap like ctl. */

@@ -52,11 +52,14 @@
  *   backend that got faster is first measured at the limit that suited it
  *   slow. Such a queue shows only when the concurrency goes down, so the
  *   controller probes (probe_start): one window at 3/4 of what is in
- *   flight; if latency falls by 1/8 or more, the lower latency is the
- *   baseline and it probes again, otherwise the window is judged as any
+ *   flight; if latency falls by 1/8 or more, it probes again (a lower
+ *   latency is the baseline), otherwise the window is judged as any
  *   other and the limit grows back. Only a limit in use is probed: after a
  *   faster backend, and once per AD_PROBE_WINDOWS windows where the window
- *   before was above the tolerance (the limit met a queue). The
+ *   before was above the tolerance (the limit met a queue); and a limit
+ *   that is not, when a mild excess is a queue after all: every request of
+ *   the window waited past the tolerance (win_min_us, its shortest reply,
+ *   is above it; noise would leave some near the baseline). The
  *   period is on the clock (the window that crosses a multiple of it), so
  *   no word counts windows and any process may start a probe; the probe's
  *   bit and the latency before it live in ctl, so a process killed in one
@@ -210,7 +213,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 {
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
-	bool in_use, held, was_high, faster = false;
+	bool in_use, held, was_high, waited, faster = false;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
 	if (w->n == 0)
@@ -241,12 +244,12 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		st->prev16 = 0;
 		if (!w->stall && m * 8 <= pre * 7) {
 			/* It fell: what the cut took away was a queue, and
-			 * this window is closer to the latency without one. */
-			if (m * 16 < base * 15) {
+			 * this window is closer to the latency without one.
+			 * Lower again while it keeps falling (a baseline taken
+			 * with a queue in it is above the latency without). */
+			if (m * 16 < base * 15)
 				st->base_us = (uint32_t)m;
-				/* Lower again while it keeps falling. */
-				probe_start(p, st, from, m);
-			}
+			probe_start(p, st, from, m);
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
 		/* It did not: the latency is the backend's. The window is
@@ -363,8 +366,21 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * "Well above" in the whole permits admission enforces: at
 		 * 3.94 only 3 are ever in flight, which is the limit holding
 		 * traffic back, not 76 % of it. */
-		if (!held && m * 200 <= 3 * base * tol && next < w->conc16 * 3 / 2 + 16)
-			next = w->conc16 * 3 / 2 + 16;
+		/* Unless every request of the window waited past the
+		 * tolerance (its shortest reply is above it): noise leaves
+		 * some near the baseline, a queue none; and a baseline taken
+		 * with a queue in it (a start on a machine so busy that the
+		 * first replies were slow) shows no more than a mild excess
+		 * over it. So that limit is probed: lowered to 3/4 of what is
+		 * in flight, lower again while the latency keeps falling, the
+		 * lowest latency the baseline. */
+		waited = w->min_us > 0 && w->min_us * 100 > base * tol;
+		if (!held && m * 200 <= 3 * base * tol) {
+			if (waited && probe_start(p, st, from, m))
+				return AD_R_QUEUE;
+			if (next < w->conc16 * 3 / 2 + 16)
+				next = w->conc16 * 3 / 2 + 16;
+		}
 		if (next > lim)
 			next = lim;
 		st->limit16 = clamp16(p, next);
@@ -515,6 +531,9 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	period = AD_PROBE_WINDOWS * window_len(a);
 	w.probe_due = n == 0 && period > 0 && start / period != now_us / period;
 	acc = atomic_exchange(&a->acc, 0);
+	w.min_us = atomic_exchange(&a->win_min_us, 0);
+	if (n > 0)
+		w.min_us = 0;	/* a stall's ages are no replies */
 	w.n = (acc >> ACC_N_SHIFT) + n;
 	w.stall = n > 0;
 	w.done = acc >> ACC_N_SHIFT;
@@ -579,6 +598,7 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 {
 	struct seg_adaptive *a = &c->ad;
 	uint64_t start, acc, win, n;
+	uint32_t lo;
 
 	if (atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON ||
 	    atomic_load_explicit(&a->kind, memory_order_relaxed) != (uint32_t)p)
@@ -586,6 +606,11 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 	if (us > SAMPLE_MAX_US)
 		us = SAMPLE_MAX_US;
 	acc = atomic_fetch_add(&a->acc, (1ULL << ACC_N_SHIFT) | us) + ((1ULL << ACC_N_SHIFT) | us);
+	/* The window's shortest reply: did every request of it wait? */
+	lo = atomic_load_explicit(&a->win_min_us, memory_order_relaxed);
+	while ((lo == 0 || us < lo) && us > 0 &&
+	    !atomic_compare_exchange_weak(&a->win_min_us, &lo, (uint32_t)us))
+		;
 	start = atomic_load(&a->win_start_us);
 	if (start == 0 || start > now_us) {
 		/* The first sample since the start (or a clock from elsewhere). */
@@ -597,10 +622,10 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 		 * the shortest of them, kept in sample_us meanwhile, since a
 		 * burst at the start queues in the backend's own accept and
 		 * parse before any limit could (close_window). */
-		uint64_t lo = atomic_load(&a->sample_us);
+		uint64_t first = atomic_load(&a->sample_us);
 
-		while ((lo == 0 || us < lo) &&
-		    !atomic_compare_exchange_weak(&a->sample_us, &lo, us))
+		while ((first == 0 || us < first) &&
+		    !atomic_compare_exchange_weak(&a->sample_us, &first, us))
 			;
 		if ((acc >> ACC_N_SHIFT) >= AD_FIRST_SAMPLES)
 			close_window(c, start, now_us, 0, 0, 0);

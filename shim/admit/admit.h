@@ -311,6 +311,7 @@ struct ad_window {
 	uint64_t done, done_mean_us;
 	bool probe_due;		/* a periodic probe may start at this window's end */
 	uint64_t end_us;	/* CLOCK_MONOTONIC when it closed (ad_published.c) */
+	uint64_t min_us;	/* its shortest reply, 0 = not known (a stall) */
 };
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);

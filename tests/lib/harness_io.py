@@ -124,7 +124,7 @@ AD = Layout("seg_adaptive", [
     ("ctl", "Q"), ("acc", "Q"), ("win_start_us", "Q"), ("sample_us", "Q"), ("sample_conc16", "Q"),
     ("windows", "Q"), ("changes", "Q"), ("last_change_ms", "Q"), ("last_from", "I"),
     ("last_to", "I"), ("algorithm", "I"), ("timeout_ms", "I"), ("backoff_pct", "I"),
-    ("min_rtt_interval_ms", "I"), ("min_concurrency", "I"), ("pad_alg", "I"), ("alg", "Q", 4),
+    ("min_rtt_interval_ms", "I"), ("min_concurrency", "I"), ("win_min_us", "I"), ("alg", "Q", 4),
 ])
 
 DRILL = Layout("seg_drill", [

@@ -15,7 +15,8 @@
  * C requests at once and queues the rest, so a window at concurrency q
  * (the smaller of the offered concurrency and the limit) has mean latency
  * S * max(1, q / C) and mean concurrency q (Little's law), times a noise
- * factor of +-noise_pct, drawn from a fixed LCG so every run is the same.
+ * factor of +-noise_pct, drawn from a fixed LCG so every run is the same,
+ * and a shortest reply of S, or S times the whole queues from 2C on.
  */
 struct model {
 	double cap, service_us, offered;
@@ -57,10 +58,15 @@ window(struct model *m)
 	double q = m->offered < l ? m->offered : l;
 	double lat = m->service_us * (q > m->cap ? q / m->cap : 1.0) * noise(m);
 	struct ad_window w = { (uint64_t)(q * 100000.0 / lat) + 1, (uint64_t)lat,
-			       (uint64_t)(q * 16), false, 0, 0, false, 0 };
+			       (uint64_t)(q * 16), false, 0, 0, false, 0, 0 };
 
 	w.probe_due = m->probe_every > 0 && ++m->windows % m->probe_every == 0;
 	w.end_us = m->t_us += 100000;
+	/* The shortest reply: a request that found a server free (below
+	 * 2C some do; from 2C in flight on a FIFO backend every request
+	 * waits a whole number of service times), with the noise's least. */
+	w.min_us = (uint64_t)(m->service_us * (q >= 2 * m->cap ? (double)(int)(q / m->cap) : 1.0) *
+	    (1.0 - m->noise_pct / 100.0));
 
 	return ad_step(&m->p, &m->st, &w);
 }
@@ -103,7 +109,7 @@ model_open(struct model *m, double cap, double offered, uint32_t min, uint32_t m
 	m->st.limit16 = max * 16;
 	m->st.ramp = false;
 	first = (struct ad_window){ AD_FIRST_SAMPLES, (uint64_t)(m->service_us * noise(m)),
-				    (uint64_t)(offered * 16), false, 0, 0, false, 0 };
+				    (uint64_t)(offered * 16), false, 0, 0, false, 0, 0 };
 	ad_step(&m->p, &m->st, &first);
 }
 
@@ -380,6 +386,37 @@ episode(struct model *m, uint64_t seed, double offered, int len)
 	run(m, len, &(double){ 0 }, &(double){ 0 });
 }
 
+/* 8 callers on capacity 4 from a fresh segment whose first replies were
+ * slow (a start on a busy machine): a first baseline of 1.2 to 1.7 x S.
+ * The queue (2 x S) is then only a mild excess over it, which alone would
+ * keep the limit at 1.5 x what is in flight; but every request of those
+ * windows waited past the tolerance, so the limit is probed down, and the
+ * baseline found: within 5 s the limit is within 1.5 x C and the baseline
+ * within 1.3 x S. */
+static void
+test_a_start_with_slow_first_replies_still_finds_the_queue(void **state)
+{
+	static const double first[] = { 1.2, 1.35, 1.45, 1.6, 1.7 };
+	struct model m;
+
+	(void)state;
+	for (size_t f = 0; f < sizeof(first) / sizeof(first[0]); f++) {
+		for (uint64_t seed = 1; seed <= 3; seed++) {
+			model_open_noisy(&m, seed, 2, 4, 8, 1, 64);
+			m.whole = true;
+			m.st.base_us = (uint32_t)(first[f] * 20000);
+			run(&m, 50, &(double){ 0 }, &(double){ 0 });
+			for (int i = 0; i < 100; i++) {
+				window(&m);
+				if (ad_current_of(&m.st) > 1.5 * 4 || m.st.base_us > 1.3 * 20000)
+					fail_msg("first baseline %.2f x S, seed %d: limit %.1f, "
+					    "baseline %u us %d windows after 5 s", first[f],
+					    (int)seed, limit_of(&m), m.st.base_us, i);
+			}
+		}
+	}
+}
+
 /* The same episode ended at every point of the limit's ramp after the
  * slow backend was taken for the baseline: where the limit had doubled
  * past what is in flight, the first fast window (8 in flight on capacity
@@ -503,7 +540,7 @@ test_a_probe_is_judged_by_the_next_window(void **state)
 {
 	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
 	struct ad_state st = { .limit16 = 6 * 16, .base_us = 30000, .high = true }, was;
-	struct ad_window w = { 40, 30000, 6 * 16, false, 0, 0, true, 0 };
+	struct ad_window w = { 40, 30000, 6 * 16, false, 0, 0, true, 0, 0 };
 
 	(void)state;
 	/* 6 held at the baseline, the window before high, a probe due. */
@@ -513,12 +550,12 @@ test_a_probe_is_judged_by_the_next_window(void **state)
 	ad_unpack(ad_pack(&st), &was);
 	assert_true(was.probe && was.prev16 == st.prev16 && was.limit16 == st.limit16);
 	/* Killed here: the next window, at 4, shows 20 ms. */
-	w = (struct ad_window){ 40, 20000, 4 * 16, false, 0, 0, false, 0 };
+	w = (struct ad_window){ 40, 20000, 4 * 16, false, 0, 0, false, 0, 0 };
 	ad_step(&p, &was, &w);
 	assert_int_equal(was.base_us, 20000);
 	assert_true(was.probe && ad_current_of(&was) == 3);
 	/* At 3 the latency stays: the probe ends, the limit grows back. */
-	w = (struct ad_window){ 40, 20000, 3 * 16, false, 0, 0, false, 0 };
+	w = (struct ad_window){ 40, 20000, 3 * 16, false, 0, 0, false, 0, 0 };
 	assert_int_equal(ad_step(&p, &was, &w), AD_R_GROW);
 	assert_false(was.probe);
 	assert_int_equal(was.base_us, 20000);
@@ -531,8 +568,8 @@ test_idle_and_unused_limits_stay(void **state)
 {
 	struct ad_params p = { 1, 100, 120, false };
 	struct ad_state st = { .limit16 = 40 * 16, .base_us = 10000 };
-	struct ad_window none = { 0, 0, 0, false, 0, 0, false, 0 };
-	struct ad_window light = { 50, 10000, 10 * 16, false, 0, 0, false, 0 };
+	struct ad_window none = { 0, 0, 0, false, 0, 0, false, 0, 0 };
+	struct ad_window light = { 50, 10000, 10 * 16, false, 0, 0, false, 0, 0 };
 
 	(void)state;
 	assert_int_equal(ad_step(&p, &st, &none), AD_R_NONE);
@@ -546,8 +583,8 @@ test_limit_stays_within_min_and_max(void **state)
 {
 	struct ad_params p = { 3, 10, 120, false };
 	struct ad_state st = { .limit16 = 10 * 16, .base_us = 1000 };
-	struct ad_window slow = { 10, 1000000, 1 * 16, false, 0, 0, false, 0 };
-	struct ad_window fast = { 10, 500, 10 * 16, false, 0, 0, false, 0 };
+	struct ad_window slow = { 10, 1000000, 1 * 16, false, 0, 0, false, 0, 0 };
+	struct ad_window fast = { 10, 500, 10 * 16, false, 0, 0, false, 0, 0 };
 
 	(void)state;
 	for (int i = 0; i < 20; i++) {
@@ -572,7 +609,7 @@ test_observe_mode_estimates_without_spiralling(void **state)
 	struct ad_params p = { 1, 64, 115, true };
 	struct ad_state st = { .limit16 = 64 * 16, .base_us = 20000 };
 	/* 24 in flight, 3x the latency. */
-	struct ad_window w = { 100, 60000, 24 * 16, false, 0, 0, false, 0 };
+	struct ad_window w = { 100, 60000, 24 * 16, false, 0, 0, false, 0, 0 };
 
 	(void)state;
 	for (int i = 0; i < 50; i++)
@@ -593,10 +630,10 @@ test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
 	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
 	struct ad_state st = { .limit16 = 16, .base_us = 22000 };
 	/* One request in flight aged 55 ms, one reply of 70 ms. */
-	struct ad_window w = { 2, 62500, 16, true, 1, 70000, false, 0 };
-	struct ad_window hung = { 1, 55000, 16, true, 0, 0, false, 0 };
+	struct ad_window w = { 2, 62500, 16, true, 1, 70000, false, 0, 0 };
+	struct ad_window hung = { 1, 55000, 16, true, 0, 0, false, 0, 0 };
 	/* An old request in flight, and a reply within the tolerance. */
-	struct ad_window calm = { 2, 40000, 16, true, 1, 22000, false, 0 };
+	struct ad_window calm = { 2, 40000, 16, true, 1, 22000, false, 0, 0 };
 
 	(void)state;
 	for (int i = 0; i < 10; i++) {
@@ -615,7 +652,7 @@ test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
 	assert_int_equal(st.base_us, 70000);
 	assert_true(st.ramp);
 	/* Replies as slow as the new baseline let the limit grow. */
-	w = (struct ad_window){ 10, 70000, 16, false, 0, 0, false, 0 };
+	w = (struct ad_window){ 10, 70000, 16, false, 0, 0, false, 0, 0 };
 	assert_int_equal(ad_step(&p, &st, &w), AD_R_RAMP);
 	assert_int_equal(st.limit16, 32);
 }
@@ -908,7 +945,7 @@ test_latency_step_sheds_within_2s(void **state)
 	assert_true(limit_of(&m) >= 0.7 * 16 && limit_of(&m) <= 1.45 * 16);
 	for (age = 100000; limit_of(&m) > 1.3 * 4 && elapsed < 4e6; ) {
 		w = (struct ad_window){ (uint64_t)limit_of(&m), (uint64_t)age, (uint64_t)(16 * 16), true,
-					0, 0, false, 0 };
+					0, 0, false, 0, 0 };
 		ad_step(&m.p, &m.st, &w);
 		elapsed += age > 100000 ? age : 100000;
 		age += age > 100000 ? age : 100000;
@@ -932,8 +969,8 @@ test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue(void **state)
 	struct ad_state st = { .limit16 = 165, .base_us = 22725, .high = true, .prev16 = 20,
 			       .stuck = 1 };
 	const struct ad_window w[] = {
-		{ 40, 86422, 130, false, 0, 0, false, 0 }, { 40, 100527, 154, false, 0, 0, false, 0 },
-		{ 40, 52195, 80, false, 0, 0, false, 0 }, { 40, 54838, 84, false, 0, 0, false, 0 },
+		{ 40, 86422, 130, false, 0, 0, false, 0, 0 }, { 40, 100527, 154, false, 0, 0, false, 0, 0 },
+		{ 40, 52195, 80, false, 0, 0, false, 0, 0 }, { 40, 54838, 84, false, 0, 0, false, 0, 0 },
 	};
 
 	(void)state;
@@ -1099,6 +1136,7 @@ main(void)
 		cmocka_unit_test(test_any_overload_finds_the_no_queue_latency),
 		cmocka_unit_test(test_the_baseline_comes_back_after_a_slow_episode),
 		cmocka_unit_test(test_an_episode_ended_at_any_point_of_the_ramp_leaves_no_queue),
+		cmocka_unit_test(test_a_start_with_slow_first_replies_still_finds_the_queue),
 		cmocka_unit_test(test_after_an_episode_nothing_below_capacity_is_refused),
 		cmocka_unit_test(test_a_limit_not_in_use_does_not_grow),
 		cmocka_unit_test(test_probes_never_refuse_below_capacity),
