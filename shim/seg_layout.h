@@ -181,7 +181,9 @@ struct seg_adaptive {
 	_Atomic uint32_t win_min_us;	/* the open window's shortest sample, 0 = none yet */
 	/* The state a published controller keeps beside `ctl` (its long
 	 * and short latency averages, say), each word changed by
-	 * compare-and-swap like ctl. */
+	 * compare-and-swap like ctl. The bulkshim controller uses alg[0]
+	 * and alg[1] while it learns its first baseline, and alg[0] for the
+	 * spread of a varying service time after it (adaptive.c). */
 	_Atomic uint64_t alg[4];
 };
 

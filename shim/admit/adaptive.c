@@ -21,8 +21,8 @@
  * only and are written after it.
  *
  * The rule, for a backend whose latency grows with the queue it is given:
- * - the baseline is the latency without a queue. It starts as the first
- *   window's mean, follows lower samples down (an eighth of the way per
+ * - the baseline is the latency without a queue. It starts from the first
+ *   completions (below), follows lower samples down (an eighth of the way per
  *   window) and never moves up under load: a sustained overload cannot
  *   ratchet it (Envoy's #11579). It moves up to the sample only when
  *   cutting the limit did not bring latency down: after AD_STUCK_WINDOWS
@@ -66,14 +66,40 @@
  *   leaves a probe that the next window, closed by anyone, judges.
  *
  * The start refuses nothing: a fresh compartment opens at `initial`, by
- * default `max`, and its first baseline is the shortest of the first
- * AD_FIRST_SAMPLES completions, without waiting for window_ms. Those are
- * the requests admitted first, which met no queue of ours: on a healthy
- * backend they are its ordinary latency (the shortest a little below the
- * mean: the tolerance and the stuck rule absorb that), and when the load
- * starts above capacity they are the ones a FIFO backend served at once,
- * so the first full window shows the queue against them and the limit is
- * cut down to C.
+ * default `max`, and takes its first baseline from the first
+ * AD_FIRST_SAMPLES completions, the requests admitted first, which met no
+ * queue of ours (first_sample). When the service time is regular (their
+ * FIRST_K shortest within 5/4 of one another, their mean within twice the
+ * shortest) the baseline is the shortest of them, without waiting for
+ * window_ms: on a healthy backend that is its ordinary latency (a little
+ * below the mean: the tolerance and the stuck rule absorb that), and when
+ * the load starts above capacity they are the ones a FIFO backend served
+ * at once, so the first full window shows the queue against them and the
+ * limit is cut down to C. When the service time varies by itself (say
+ * exponential), the shortest of eight is about an eighth of the mean and
+ * would make every window look like a queue; the first completions are the
+ * short ones too. Those and the window after them are dropped, and the
+ * baseline is the mean of the next AD_FIRST_WINDOWS windows, with the
+ * spread of their samples (the coefficient of variation, kept in alg[0]);
+ * if that spread is under 1/4 the service time was regular after all (a
+ * backend of capacity under FIRST_K spreads its first completions over
+ * whole service times) and the baseline is the shortest of the first.
+ * From then on the rules that compare a window's mean with the baseline
+ * allow 2 standard errors of that mean (noise_pct) for the tolerance and a
+ * probe's fall, and one below it for following it down or a faster
+ * backend; none for the stuck rule, which raises it and so would ratchet
+ * a draining queue in. A cut below twice that tolerance is the least step
+ * (1/8), and such a window waits for AD_VARIED_SAMPLES samples (up to ten
+ * windows): otherwise chance alone would cut the limit, the size of an
+ * excess that is half chance would cut it too far, and at a low limit the
+ * few samples of a window would be mostly chance. A load that is
+ * already above capacity when a varying service starts is taken with its
+ * queue as the baseline: nothing tells that queue from the service time
+ * without cutting, and a cut below capacity is the refusal the start must
+ * not make. Each change of alg[0] is one compare-and-swap, and the window
+ * is claimed as any other (win_start_us): a process killed in between
+ * leaves a dropped window's samples in the next one, or a first-phase
+ * window without some of its samples, never a wrong phase.
  * A baseline that started too low (noise) is taken again by the stuck
  * rule below; one that is far above a later window's mean (the backend
  * became faster) follows it down at once.
@@ -119,9 +145,52 @@
 #define AD_STUCK_WINDOWS	3
 #define AD_PROBE_WINDOWS	32	/* a probe at most every this many windows */
 #define AD_FIRST_SAMPLES	8	/* completions that give the first baseline */
+#define AD_FIRST_WINDOWS	8	/* windows the mean of a varying service is taken over */
+#define AD_NOISE_MAX	80	/* percent: the most noise_pct widens the tolerance */
+#define AD_VARIED_SAMPLES	16	/* samples a window of a varying service waits for */
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
 #define AD_SETTLED_S	2	/* a baseline that stood this long was the backend's */
 #define AD_KEEP_S	900	/* how long the baseline from before a slowdown is kept */
+
+/*
+ * While the controller learns its first baseline, alg[0] (a published
+ * controller's word, unused by this one) keeps the FIRST_K shortest of the
+ * first completions, FIRST_BITS each in first_code's form (0: none yet),
+ * or, once they showed a service time that may vary by itself,
+ * FIRST_VARIES, the shortest of them (FIRST_SHORTEST), FIRST_WARM (the
+ * warm-up window is over), and then the spread of that service time
+ * (FIRST_SPREAD), measured with the baseline; alg[1] sums the squares of
+ * the samples meanwhile. See first_sample.
+ */
+#define FIRST_K		4
+#define FIRST_BITS	15
+#define FIRST_MASK	((1ULL << FIRST_BITS) - 1)
+#define FIRST_VARIES	(1ULL << 63)
+#define FIRST_WARM	(1ULL << 62)
+#define FIRST_SPREAD(f)	((uint32_t)((f) & 0xff))	/* with FIRST_VARIES, once the baseline is in */
+#define FIRST_SHORTEST(f)	((f) >> 8 & FIRST_MASK)	/* with FIRST_VARIES: the shortest, coded */
+#define FIRST_REGULAR16	4	/* a spread (x 16) under this is a regular service time */
+
+/* Microseconds (at least 2) as a 15-bit code that sorts as they do: the
+ * position of the leading bit, then the next 10 bits. */
+static uint64_t
+first_code(uint64_t us)
+{
+	int e;
+
+	if (us < 2)
+		us = 2;
+	e = 63 - __builtin_clzll(us);
+	return (uint64_t)e << 10 | ((e >= 10 ? us >> (e - 10) : us << (10 - e)) & 0x3ff);
+}
+
+static uint64_t
+first_us(uint64_t code)
+{
+	uint64_t e = code >> 10, m = (code & 0x3ff) | 0x400;
+
+	return e >= 10 ? m << (e - 10) : m >> (10 - e);
+}
 
 uint64_t
 ad_pack(const struct ad_state *st)
@@ -208,10 +277,52 @@ take_slower(struct ad_state *st, uint64_t m, uint32_t now_s)
 	st->base_s = now_s;
 }
 
+static uint64_t
+isqrt(uint64_t v)
+{
+	uint64_t r = 0, b = 1ULL << 62;
+
+	while (b > v)
+		b >>= 2;
+	for (; b != 0; b >>= 2) {
+		if (v >= r + b) {
+			v -= r + b;
+			r = (r >> 1) + b;
+		} else {
+			r >>= 1;
+		}
+	}
+	return r;
+}
+
+/*
+ * How far, in percent, the mean of window w may stray from the latency
+ * without a queue by chance alone: 2 standard errors of a mean of n
+ * samples of a service time whose coefficient of variation is spread16/16
+ * (at most AD_NOISE_MAX). 0 for a regular service time and for a stall,
+ * whose ages are no sample of the service time.
+ */
+static uint64_t
+noise_pct(const struct ad_window *w)
+{
+	uint64_t v;
+
+	if (w->spread16 == 0 || w->stall || w->n == 0)
+		return 0;
+	v = (uint64_t)w->spread16 * 200 / (16 * isqrt(w->n));
+	return v < AD_NOISE_MAX ? v : AD_NOISE_MAX;
+}
+
 enum ad_reason
 ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w)
 {
-	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, tol = p->tolerance_pct, lim = st->limit16;
+	/* The tolerance widened by what chance explains (noise_pct), and
+	 * the latency that counts as lower than the baseline by half that:
+	 * a baseline that followed chance down would cut on chance. The
+	 * stuck rule, which raises the baseline, takes no allowance: a queue
+	 * that drains in a few windows would be taken for the service time. */
+	uint64_t noise = noise_pct(w), tol = p->tolerance_pct + noise, lo;
+	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
 	bool in_use, held, was_high, waited, faster = false;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
@@ -242,7 +353,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		pre = (uint64_t)st->prev16 * base / 16;
 		st->probe = false;
 		st->prev16 = 0;
-		if (!w->stall && m * 8 <= pre * 7) {
+		if (!w->stall && m * 800 <= pre * (700 - 8 * noise)) {
 			/* It fell: what the cut took away was a queue, and
 			 * this window is closer to the latency without one.
 			 * Lower again while it keeps falling (a baseline taken
@@ -352,6 +463,12 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		}
 		/* In proportion, from what is in flight. */
 		next = from * base * tol / (m * 100);
+		/* A varying service time's window is above the tolerance
+		 * by chance as much as by its queue, and the next windows
+		 * still carry that queue: the cut is the least step, unless
+		 * the window is far above. */
+		if (noise > 0 && m * 100 <= 2 * base * tol)
+			next = from - from / 8;
 		if (next > from - from / 8)
 			next = from - from / 8;	/* a step the latency can show */
 		if (next >= whole && whole >= 32)
@@ -391,10 +508,11 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	st->high = false;
 	st->prev16 = 0;
 	st->stuck = 0;
-	if (m * 2 < base) {
+	lo = base * (100 - noise / 2) / 100;
+	if (m * 2 < lo) {
 		st->base_us = (uint32_t)m;	/* a faster backend, not noise */
 		faster = true;
-	} else if (m < base) {
+	} else if (m < lo) {
 		st->base_us = (uint32_t)(base - (base - m) / 8);
 	}
 	if (!in_use)
@@ -519,7 +637,7 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
-	uint64_t acc, old, next, sum, el = now_us - start, period, aux[2][2], keep[2];
+	uint64_t acc, old, next, sum, el = now_us - start, period, aux[2][2], keep[2], first;
 	enum ad_reason why;
 	uint32_t alg;
 
@@ -542,12 +660,48 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	if (w.n == 0 || el == 0 || p.min == 0 || p.max < p.min)
 		return;
 	w.mean_us = sum / w.n;
-	if (AD_CTL_BASE(atomic_load(&a->ctl)) == 0 && n == 0) {
-		/* The first baseline: the shortest of the first replies. */
+	alg = atomic_load(&a->algorithm);
+	/* alg[0] is this controller's only while it is the one running. */
+	first = alg == AD_ALG_BULKSHIM ? atomic_load(&a->alg[0]) : 0;
+	w.spread16 = 0;
+	if (AD_CTL_BASE(atomic_load(&a->ctl)) != 0) {
+		if (first & FIRST_VARIES)
+			w.spread16 = FIRST_SPREAD(first);
+	} else if (n == 0 && !(first & FIRST_VARIES)) {
+		/* The first baseline of a regular service time: the shortest
+		 * of the first replies (first_sample). */
 		uint64_t lo = atomic_load(&a->sample_us);
 
 		if (lo > 0 && lo < w.mean_us)
 			w.mean_us = lo;
+	} else if (n == 0 && !(first & FIRST_WARM)) {
+		/* This closer found the first completions regular, and a
+		 * later one, shorter, made them vary meanwhile: they are
+		 * dropped, as first_restart would, and the warm-up window
+		 * begins now. */
+		return;
+	} else if (n == 0) {
+		/* The first baseline of a varying one: the window's mean, and
+		 * the spread of its samples (their squares in alg[1], in
+		 * quarters of microseconds), kept before ctl is written. */
+		uint64_t sq = atomic_exchange(&a->alg[1], 0) / w.n, q = w.mean_us / 4;
+		uint64_t sd = sq > q * q ? isqrt(sq - q * q) : 0;
+		uint64_t cv16 = q > 0 ? sd * 16 / q : 0, lo = first_us(FIRST_SHORTEST(first));
+
+		if (cv16 < FIRST_REGULAR16) {
+			/* Steady samples that hardly vary: the service time
+			 * is regular after all, and the first completions
+			 * were spread by a queue in the backend (one of
+			 * capacity under FIRST_K, the load above it from the
+			 * start: 2 at S, 2 at 2 S...). The shortest of them
+			 * is the baseline, as for any regular one. */
+			atomic_store(&a->alg[0], 0);
+			if (lo < w.mean_us)
+				w.mean_us = lo;
+		} else {
+			atomic_store(&a->alg[0], FIRST_VARIES | FIRST_WARM |
+			    (cv16 > 0xff ? 0xff : cv16));
+		}
 	}
 	/* Little's law over the window; a stall's is what is in flight. */
 	w.conc16 = n > 0 ? inflight * 16 : sum * 16 / el;
@@ -563,7 +717,6 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	if (atomic_load(&a->mode) != AD_ON)
 		return;
 	w.end_us = now_us;
-	alg = atomic_load(&a->algorithm);
 	old = atomic_load(&a->ctl);
 	if (alg == AD_ALG_BULKSHIM) {
 		ad_unpack(old, &st);
@@ -593,12 +746,111 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 		note_change(a, AD_CTL_LIMIT(old) / 16, AD_CTL_LIMIT(next) / 16, why);
 }
 
+/*
+ * Notes one of the first completions in alg[0]: among the FIRST_K
+ * shortest, unless the service time was already found to vary. Returns
+ * the word.
+ */
+static uint64_t
+first_note(struct seg_adaptive *a, uint64_t us)
+{
+	uint64_t f = atomic_load(&a->alg[0]), v = first_code(us), x[FIRST_K], next;
+	int i, k;
+
+	do {
+		if (f & FIRST_VARIES)
+			return f;
+		for (i = 0; i < FIRST_K; i++)
+			x[i] = f >> (i * FIRST_BITS) & FIRST_MASK;
+		for (k = 0; k < FIRST_K && x[k] != 0 && x[k] <= v; k++)
+			;
+		if (k == FIRST_K)
+			return f;	/* not among the shortest */
+		for (i = FIRST_K - 1; i > k; i--)
+			x[i] = x[i - 1];
+		x[k] = v;
+		for (next = 0, i = 0; i < FIRST_K; i++)
+			next |= x[i] << (i * FIRST_BITS);
+	} while (!atomic_compare_exchange_weak(&a->alg[0], &f, next));
+	return next;
+}
+
+/*
+ * Drops the open window that started at `start` (if this caller wins it)
+ * and marks the phase `flag` in alg[0]: the first completions of a varying
+ * service time, then the warm-up window after them. Its mean latency is
+ * kept in sample_us, so that the next window is at least that long.
+ */
+static void
+first_restart(struct seg_adaptive *a, uint64_t start, uint64_t now_us, uint64_t flag)
+{
+	uint64_t f, acc;
+
+	if (!atomic_compare_exchange_strong(&a->win_start_us, &start, now_us))
+		return;		/* another completion did */
+	f = atomic_load(&a->alg[0]);
+	while (!(f & flag) && !atomic_compare_exchange_weak(&a->alg[0], &f,
+	    flag == FIRST_VARIES ? FIRST_VARIES | (f & FIRST_MASK) << 8 : f | flag))
+		;
+	acc = atomic_exchange(&a->acc, 0);
+	atomic_store(&a->alg[1], 0);
+	if ((acc >> ACC_N_SHIFT) > 0)
+		atomic_store(&a->sample_us, (acc & ACC_SUM_MASK) / (acc >> ACC_N_SHIFT));
+}
+
+/*
+ * A completion before there is a baseline (f: alg[0] with it noted; acc:
+ * the open window with it). The first AD_FIRST_SAMPLES completions are
+ * the requests admitted first, which met no queue of ours. When their
+ * FIRST_K shortest are within 5/4 of one another and their mean within
+ * twice the shortest, the service time is regular, and the longer ones met
+ * a queue in the backend (a FIFO backend under a load that starts above
+ * its capacity C serves C at once): the shortest is the baseline, at once
+ * (close_window). When they are not,
+ * the service time varies by itself, and the shortest is the luck of the
+ * draw: with exponential service times the least of 8 is an eighth of the
+ * mean, and every later window would look like a queue. The first
+ * completions are also the short ones (the long requests of the start are
+ * still in flight), and so is the window after them: both are dropped,
+ * and the baseline is the mean of the next AD_FIRST_WINDOWS windows. Unless
+ * those windows hardly vary (close_window): a FIFO backend of capacity
+ * under FIRST_K, under a load above it from the start, spreads its first
+ * completions over whole service times (2 at S, 2 at 2 S...), and then
+ * serves all at one steady latency, queue included.
+ */
+static void
+first_sample(struct seg_comp *c, uint64_t f, uint64_t start, uint64_t now_us, uint64_t acc)
+{
+	struct seg_adaptive *a = &c->ad;
+	uint64_t x1 = first_us(f & FIRST_MASK), n = acc >> ACC_N_SHIFT, win;
+	uint64_t xk = first_us(f >> ((FIRST_K - 1) * FIRST_BITS) & FIRST_MASK);
+
+	if (!(f & FIRST_VARIES)) {
+		if (n < AD_FIRST_SAMPLES)
+			return;
+		if (xk * 4 <= x1 * 5 && (acc & ACC_SUM_MASK) / n <= 2 * x1)
+			close_window(c, start, now_us, 0, 0, 0);
+		else
+			first_restart(a, start, now_us, FIRST_VARIES);
+		return;
+	}
+	win = window_len(a);
+	if (now_us - start < ((f & FIRST_WARM) ? AD_FIRST_WINDOWS : 1) * win)
+		return;
+	if (!(f & FIRST_WARM))
+		first_restart(a, start, now_us, FIRST_WARM);
+	else if (n >= AD_FIRST_SAMPLES ||
+	    now_us - start >= 10 * AD_FIRST_WINDOWS * win)
+		close_window(c, start, now_us, 0, 0, 0);
+}
+
 void
 ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 {
 	struct seg_adaptive *a = &c->ad;
-	uint64_t start, acc, win, n;
+	uint64_t start, acc, win, n, f = 0;
 	uint32_t lo;
+	bool first, own;
 
 	if (atomic_load_explicit(&a->mode, memory_order_relaxed) != AD_ON ||
 	    atomic_load_explicit(&a->kind, memory_order_relaxed) != (uint32_t)p)
@@ -612,22 +864,37 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 	    !atomic_compare_exchange_weak(&a->win_min_us, &lo, (uint32_t)us))
 		;
 	start = atomic_load(&a->win_start_us);
+	first = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed)) == 0;
+	own = atomic_load_explicit(&a->algorithm, memory_order_relaxed) == AD_ALG_BULKSHIM;
+	if (first) {
+		/* No baseline yet: the first completions give it
+		 * (first_sample; a published controller's, the shortest of
+		 * the first AD_FIRST_SAMPLES); while they are regular, the
+		 * shortest of them is kept in sample_us, since a burst at the
+		 * start queues in the backend's own accept and parse before
+		 * any limit could (close_window). */
+		f = own ? first_note(a, us) : 0;
+		if (f & FIRST_WARM) {
+			uint64_t q = us / 4 < (1ULL << 24) ? us / 4 : (1ULL << 24);
+
+			atomic_fetch_add(&a->alg[1], q * q);
+		} else if (!(f & FIRST_VARIES)) {
+			uint64_t shortest = atomic_load(&a->sample_us);
+
+			while ((shortest == 0 || us < shortest) &&
+			    !atomic_compare_exchange_weak(&a->sample_us, &shortest, us))
+				;
+		}
+	}
 	if (start == 0 || start > now_us) {
 		/* The first sample since the start (or a clock from elsewhere). */
 		atomic_compare_exchange_strong(&a->win_start_us, &start, now_us);
 		return;
 	}
-	if (AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed)) == 0) {
-		/* No baseline yet: the first completions give it, at once;
-		 * the shortest of them, kept in sample_us meanwhile, since a
-		 * burst at the start queues in the backend's own accept and
-		 * parse before any limit could (close_window). */
-		uint64_t first = atomic_load(&a->sample_us);
-
-		while ((first == 0 || us < first) &&
-		    !atomic_compare_exchange_weak(&a->sample_us, &first, us))
-			;
-		if ((acc >> ACC_N_SHIFT) >= AD_FIRST_SAMPLES)
+	if (first) {
+		if (own)
+			first_sample(c, f, start, now_us, acc);
+		else if ((acc >> ACC_N_SHIFT) >= AD_FIRST_SAMPLES)
 			close_window(c, start, now_us, 0, 0, 0);
 		return;
 	}
@@ -641,8 +908,10 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 	if (now_us - start < win &&
 	    (n < AD_MIN_SAMPLES || (acc & ACC_SUM_MASK) / n * 2 >= now_us - start))
 		return;
-	/* Few samples: wait for more, up to ten windows. */
-	if (n < AD_MIN_SAMPLES && now_us - start < 10 * win)
+	/* Few samples: wait for more, up to ten windows; a varying service
+	 * time for more of them, or its mean would be mostly chance. */
+	if (n < (own && (atomic_load_explicit(&a->alg[0], memory_order_relaxed) & FIRST_VARIES) ?
+	    AD_VARIED_SAMPLES : AD_MIN_SAMPLES) && now_us - start < 10 * win)
 		return;
 	close_window(c, start, now_us, 0, 0, 0);
 }
@@ -746,6 +1015,7 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 		st.base_us = 0;
 		st.ramp = cc->ad_initial < cc->ad_max;
 		atomic_store(&a->sample_us, 0);
+		atomic_store(&a->alg[0], 0);
 		st.floor_windows = 0;
 		st.probe = false;
 		atomic_store(&a->alg[2], 0);	/* nothing kept (keep_load) */

@@ -312,6 +312,10 @@ struct ad_window {
 	bool probe_due;		/* a periodic probe may start at this window's end */
 	uint64_t end_us;	/* CLOCK_MONOTONIC when it closed (ad_published.c) */
 	uint64_t min_us;	/* its shortest reply, 0 = not known (a stall) */
+	/* The service time's own coefficient of variation x 16, as the first
+	 * baseline measured it (0: a regular service time): how far a
+	 * window's mean of n samples strays by chance. */
+	uint32_t spread16;
 };
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);

@@ -58,7 +58,7 @@ window(struct model *m)
 	double q = m->offered < l ? m->offered : l;
 	double lat = m->service_us * (q > m->cap ? q / m->cap : 1.0) * noise(m);
 	struct ad_window w = { (uint64_t)(q * 100000.0 / lat) + 1, (uint64_t)lat,
-			       (uint64_t)(q * 16), false, 0, 0, false, 0, 0 };
+			       (uint64_t)(q * 16), false, 0, 0, false, 0, 0, 0 };
 
 	w.probe_due = m->probe_every > 0 && ++m->windows % m->probe_every == 0;
 	w.end_us = m->t_us += 100000;
@@ -109,7 +109,7 @@ model_open(struct model *m, double cap, double offered, uint32_t min, uint32_t m
 	m->st.limit16 = max * 16;
 	m->st.ramp = false;
 	first = (struct ad_window){ AD_FIRST_SAMPLES, (uint64_t)(m->service_us * noise(m)),
-				    (uint64_t)(offered * 16), false, 0, 0, false, 0, 0 };
+				    (uint64_t)(offered * 16), false, 0, 0, false, 0, 0, 0 };
 	ad_step(&m->p, &m->st, &first);
 }
 
@@ -540,7 +540,7 @@ test_a_probe_is_judged_by_the_next_window(void **state)
 {
 	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
 	struct ad_state st = { .limit16 = 6 * 16, .base_us = 30000, .high = true }, was;
-	struct ad_window w = { 40, 30000, 6 * 16, false, 0, 0, true, 0, 0 };
+	struct ad_window w = { 40, 30000, 6 * 16, false, 0, 0, true, 0, 0, 0 };
 
 	(void)state;
 	/* 6 held at the baseline, the window before high, a probe due. */
@@ -550,12 +550,12 @@ test_a_probe_is_judged_by_the_next_window(void **state)
 	ad_unpack(ad_pack(&st), &was);
 	assert_true(was.probe && was.prev16 == st.prev16 && was.limit16 == st.limit16);
 	/* Killed here: the next window, at 4, shows 20 ms. */
-	w = (struct ad_window){ 40, 20000, 4 * 16, false, 0, 0, false, 0, 0 };
+	w = (struct ad_window){ 40, 20000, 4 * 16, false, 0, 0, false, 0, 0, 0 };
 	ad_step(&p, &was, &w);
 	assert_int_equal(was.base_us, 20000);
 	assert_true(was.probe && ad_current_of(&was) == 3);
 	/* At 3 the latency stays: the probe ends, the limit grows back. */
-	w = (struct ad_window){ 40, 20000, 3 * 16, false, 0, 0, false, 0, 0 };
+	w = (struct ad_window){ 40, 20000, 3 * 16, false, 0, 0, false, 0, 0, 0 };
 	assert_int_equal(ad_step(&p, &was, &w), AD_R_GROW);
 	assert_false(was.probe);
 	assert_int_equal(was.base_us, 20000);
@@ -568,8 +568,8 @@ test_idle_and_unused_limits_stay(void **state)
 {
 	struct ad_params p = { 1, 100, 120, false };
 	struct ad_state st = { .limit16 = 40 * 16, .base_us = 10000 };
-	struct ad_window none = { 0, 0, 0, false, 0, 0, false, 0, 0 };
-	struct ad_window light = { 50, 10000, 10 * 16, false, 0, 0, false, 0, 0 };
+	struct ad_window none = { 0, 0, 0, false, 0, 0, false, 0, 0, 0 };
+	struct ad_window light = { 50, 10000, 10 * 16, false, 0, 0, false, 0, 0, 0 };
 
 	(void)state;
 	assert_int_equal(ad_step(&p, &st, &none), AD_R_NONE);
@@ -583,8 +583,8 @@ test_limit_stays_within_min_and_max(void **state)
 {
 	struct ad_params p = { 3, 10, 120, false };
 	struct ad_state st = { .limit16 = 10 * 16, .base_us = 1000 };
-	struct ad_window slow = { 10, 1000000, 1 * 16, false, 0, 0, false, 0, 0 };
-	struct ad_window fast = { 10, 500, 10 * 16, false, 0, 0, false, 0, 0 };
+	struct ad_window slow = { 10, 1000000, 1 * 16, false, 0, 0, false, 0, 0, 0 };
+	struct ad_window fast = { 10, 500, 10 * 16, false, 0, 0, false, 0, 0, 0 };
 
 	(void)state;
 	for (int i = 0; i < 20; i++) {
@@ -609,7 +609,7 @@ test_observe_mode_estimates_without_spiralling(void **state)
 	struct ad_params p = { 1, 64, 115, true };
 	struct ad_state st = { .limit16 = 64 * 16, .base_us = 20000 };
 	/* 24 in flight, 3x the latency. */
-	struct ad_window w = { 100, 60000, 24 * 16, false, 0, 0, false, 0, 0 };
+	struct ad_window w = { 100, 60000, 24 * 16, false, 0, 0, false, 0, 0, 0 };
 
 	(void)state;
 	for (int i = 0; i < 50; i++)
@@ -630,10 +630,10 @@ test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
 	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
 	struct ad_state st = { .limit16 = 16, .base_us = 22000 };
 	/* One request in flight aged 55 ms, one reply of 70 ms. */
-	struct ad_window w = { 2, 62500, 16, true, 1, 70000, false, 0, 0 };
-	struct ad_window hung = { 1, 55000, 16, true, 0, 0, false, 0, 0 };
+	struct ad_window w = { 2, 62500, 16, true, 1, 70000, false, 0, 0, 0 };
+	struct ad_window hung = { 1, 55000, 16, true, 0, 0, false, 0, 0, 0 };
 	/* An old request in flight, and a reply within the tolerance. */
-	struct ad_window calm = { 2, 40000, 16, true, 1, 22000, false, 0, 0 };
+	struct ad_window calm = { 2, 40000, 16, true, 1, 22000, false, 0, 0, 0 };
 
 	(void)state;
 	for (int i = 0; i < 10; i++) {
@@ -652,7 +652,7 @@ test_a_slower_backend_at_the_floor_is_taken_as_the_baseline(void **state)
 	assert_int_equal(st.base_us, 70000);
 	assert_true(st.ramp);
 	/* Replies as slow as the new baseline let the limit grow. */
-	w = (struct ad_window){ 10, 70000, 16, false, 0, 0, false, 0, 0 };
+	w = (struct ad_window){ 10, 70000, 16, false, 0, 0, false, 0, 0, 0 };
 	assert_int_equal(ad_step(&p, &st, &w), AD_R_RAMP);
 	assert_int_equal(st.limit16, 32);
 }
@@ -718,6 +718,71 @@ test_window_counts_every_sample_and_closes_once(void **state)
 	ad_sample(&comp, P_INFLIGHT, 10000, t + 101000);
 	assert_int_equal(atomic_load(&comp.ad.windows), 2);
 	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, 1);
+}
+
+/* Exponential-like service times (a geometric number of halvings of the
+ * mean plus a uniform part: mean 41.6 ms, spread as wide), 12 callers on a backend that
+ * serves more at once (no queue anywhere), one completion every 3.3 ms: the
+ * shortest of the first completions is the luck of the draw (about an
+ * eighth of the mean), not the latency without a queue. The first baseline
+ * is within a quarter of the mean, and ten seconds of that load are never
+ * cut below what it offers. A regular service time whose first completions
+ * met a FIFO queue (four at 20 ms, four at 40 ms) still gives the shortest,
+ * at once; so does one of capacity 2 under 16 callers (two at 20 ms, two at
+ * 40, 60, 80), once the steady latency (160 ms) shows that it hardly varies. */
+static void
+test_a_varying_service_time_is_not_taken_for_a_queue(void **state)
+{
+	struct cfg_compartment cc;
+	uint64_t t = 1000000, rng = 7, base = 0, lo = UINT64_MAX, sum = 0, n = 0, us;
+
+	(void)state;
+	comp_init();
+	cc_init(&cc);
+	cc.ad_min = 1;
+	cc.ad_initial = 64;
+	cc.ad_tolerance_pct = 115;
+	ad_apply(&comp, &cc);
+	for (int i = 0; i < 3000; i++) {
+		rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+		/* -ln(u) x 40 ms, u uniform in (0, 1], without libm: the
+		 * bits of u, each worth ln 2 halvings. */
+		us = 0;
+		for (uint64_t u = (rng >> 11) | 1; u < (1ULL << 52); u <<= 1)
+			us += 27726;	/* 40 ms x ln 2 */
+		rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+		us += (uint64_t)((double)(rng >> 11) / (double)(1ULL << 53) * 27726);
+		t += 3333;
+		sum += us;
+		n++;
+		if (i < AD_FIRST_SAMPLES && us < lo)
+			lo = us;
+		ad_sample(&comp, P_INFLIGHT, us, t);
+		if (base == 0)
+			base = AD_CTL_BASE(atomic_load(&comp.ad.ctl));
+		assert_true(ad_current(&comp) >= 12);
+	}
+	assert_true(base > 0);
+	assert_true(base * 4 >= sum / n * 3 && base * 4 <= sum / n * 5);
+	assert_true(lo * 2 < sum / n);	/* the old rule's baseline: far below */
+
+	comp_init();
+	ad_apply(&comp, &cc);
+	for (int i = 0; i < AD_FIRST_SAMPLES; i++)
+		ad_sample(&comp, P_INFLIGHT, i < 4 ? 20000 + 100 * (uint64_t)i : 40000,
+		    t + 1000 * (uint64_t)i);
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 20000);
+
+	comp_init();
+	ad_apply(&comp, &cc);
+	for (int i = 0; i < AD_FIRST_SAMPLES; i++)
+		ad_sample(&comp, P_INFLIGHT, 20000 * (uint64_t)(i / 2 + 1), t + 20000 * (uint64_t)i);
+	for (int i = 0; i < 200 && AD_CTL_BASE(atomic_load(&comp.ad.ctl)) == 0; i++) {
+		t += 10000;
+		ad_sample(&comp, P_INFLIGHT, 160000 + (uint64_t)(i % 3) * 1000, t);
+	}
+	assert_int_equal(AD_CTL_BASE(atomic_load(&comp.ad.ctl)), 20000);
+	assert_int_equal(atomic_load(&comp.ad.alg[0]), 0);
 }
 
 /* A published controller runs in close_window's place: Envoy's minRTT
@@ -945,7 +1010,7 @@ test_latency_step_sheds_within_2s(void **state)
 	assert_true(limit_of(&m) >= 0.7 * 16 && limit_of(&m) <= 1.45 * 16);
 	for (age = 100000; limit_of(&m) > 1.3 * 4 && elapsed < 4e6; ) {
 		w = (struct ad_window){ (uint64_t)limit_of(&m), (uint64_t)age, (uint64_t)(16 * 16), true,
-					0, 0, false, 0, 0 };
+					0, 0, false, 0, 0, 0 };
 		ad_step(&m.p, &m.st, &w);
 		elapsed += age > 100000 ? age : 100000;
 		age += age > 100000 ? age : 100000;
@@ -969,8 +1034,8 @@ test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue(void **state)
 	struct ad_state st = { .limit16 = 165, .base_us = 22725, .high = true, .prev16 = 20,
 			       .stuck = 1 };
 	const struct ad_window w[] = {
-		{ 40, 86422, 130, false, 0, 0, false, 0, 0 }, { 40, 100527, 154, false, 0, 0, false, 0, 0 },
-		{ 40, 52195, 80, false, 0, 0, false, 0, 0 }, { 40, 54838, 84, false, 0, 0, false, 0, 0 },
+		{ 40, 86422, 130, false, 0, 0, false, 0, 0, 0 }, { 40, 100527, 154, false, 0, 0, false, 0, 0, 0 },
+		{ 40, 52195, 80, false, 0, 0, false, 0, 0, 0 }, { 40, 54838, 84, false, 0, 0, false, 0, 0, 0 },
 	};
 
 	(void)state;
@@ -1145,6 +1210,7 @@ main(void)
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
 		cmocka_unit_test(test_window_counts_every_sample_and_closes_once),
+		cmocka_unit_test(test_a_varying_service_time_is_not_taken_for_a_queue),
 		cmocka_unit_test(test_a_closer_killed_midway_leaves_nothing_inconsistent),
 		cmocka_unit_test(test_off_pins_and_on_resumes),
 		cmocka_unit_test(test_a_stall_is_seen_without_completions),
