@@ -38,6 +38,10 @@
  * operation of X on its own tag counts the previous stamp up; one on a
  * foreign tag starts from X's mark sequence, which every reflection of X
  * (every foreign move away from X) has moved on since X's last operation.
+ * What never comes back is the tag; the count of a joint tally (kjoint.c)
+ * may: a kernel engine's program moves it alone, under the tag, and back.
+ * So whether the tally is still at an operation is read from its tag
+ * (reflect, undo), never from the whole value.
  *
  * A release (tally_release) gives back every kind the slot holds, then
  * marks it MARK_RELEASED with one compare-and-swap that fails if anything
@@ -201,15 +205,21 @@ gone(const struct seg *s, const struct seg_slot *sl, uint64_t m, uint32_t tag, i
 	    (m & MARK_RELEASED) != 0 || tally(count_of(s, sl, p, NULL)) != t;
 }
 
-/* Takes back the take that tally value w stands for, if the tally still
- * reads w (else whoever moved it did). */
+/* Takes back the take that tally value w stands for, if its tag is still
+ * w's (else whoever moved it did). The tag alone says: a kernel engine's
+ * program moves the count of a joint tally (kjoint.c) under it. */
 static void
 undo(_Atomic uint64_t *t, uint64_t w)
 {
-	uint32_t cur = (uint32_t)w;
+	uint32_t tag = (uint32_t)(w >> 32), cur;
 
-	if (atomic_compare_exchange_strong(t, &w, cur > 0 ? cur - 1 : 0))
-		futex_wake((_Atomic uint32_t *)(uintptr_t)t);
+	do {
+		cur = (uint32_t)w;
+		if (atomic_compare_exchange_weak(t, &w, cur > 0 ? cur - 1 : 0)) {
+			futex_wake((_Atomic uint32_t *)(uintptr_t)t);
+			return;
+		}
+	} while ((uint32_t)(w >> 32) == tag);
 }
 
 /* The tag bits that name slot (of generation gen): index and generation. */
@@ -334,8 +344,12 @@ tally_give_own(struct seg *s, uint32_t slot, uint32_t gen, _Atomic uint32_t *cou
  * Writes the operation that tally value w names (of a slot other than the
  * caller's) into that slot's mark, or undoes it if it is a take of a slot
  * whose socket is gone. Anyone about to move the tally away from w calls
- * this first. Always writes (the sequence moves on) while the tally reads
- * w: see the top of this file.
+ * this first. Always writes (the sequence moves on) while the tally's tag
+ * is w's: see the top of this file. The tag, not the whole value: the
+ * program of a kernel engine moves a joint tally's count alone, and can
+ * move it back before the caller's compare-and-swap, which would then
+ * move the tally away from w with w's operation never written down (a
+ * take: a permit never given back; a give: a release that gives twice).
  */
 static inline __attribute__((always_inline)) void
 reflect(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
@@ -354,7 +368,7 @@ reflect(const struct seg *s, _Atomic uint64_t *t, uint64_t w, int p)
 				undo(t, w);
 			return;
 		}
-		if (atomic_load(t) != w)
+		if ((uint32_t)(atomic_load(t) >> 32) != tag)
 			return;
 		if (atomic_compare_exchange_weak(&sl->mark, &m,
 		    seq_next((m & ~MARK_HELD(p)) | held)))

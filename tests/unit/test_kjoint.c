@@ -217,6 +217,65 @@ test_a_full_joint_count_refuses_and_gives_the_compartments_permit_back(void **st
 	seg_close(s);
 }
 
+/* The joint tally of the library's take for slot a, the program's
+ * permits counted beside it; the tag names the take. */
+static uint64_t
+take_for_the_library(struct seg *s, int *a)
+{
+	enum bs_reason why;
+
+	*a = permit_acquire(s, seg_comp(s, 0), 0, 1, false, &why);
+	assert_true(*a >= 0);
+	/* The tag speaks for the take: the slot's mark does not say it yet. */
+	assert_false(atomic_load(&s->slots[*a].mark) & MARK_HELD(P_KERN));
+	return atomic_load((_Atomic uint64_t *)(uintptr_t)&entry->joint);
+}
+
+/* A library thread about to move the joint tally away from another slot's
+ * take writes that take into the slot's mark first (reflect), also when
+ * the count it finds is not the one it read: the program moves the count
+ * alone, under the tag, and may move it back before the thread's
+ * compare-and-swap, which then succeeds. Unwritten, the slot's release
+ * would find nothing held and the joint count would keep its permit. */
+static void
+test_a_take_is_written_down_while_the_program_moves_the_count(void **state)
+{
+	struct seg *s = attach_joint();
+	int a;
+	uint64_t w = take_for_the_library(s, &a);
+
+	(void)state;
+	assert_true(prog_take());
+	reflect(s, (_Atomic uint64_t *)(uintptr_t)&entry->joint, w, P_KERN);
+	assert_true(atomic_load(&s->slots[a].mark) & MARK_HELD(P_KERN));
+	prog_give();
+	slot_drop(s, (uint32_t)a);
+	assert_int_equal(entry->joint, 0);
+	assert_int_equal(atomic_load(&s->comp[0].in_use), 0);
+	seg_close(s);
+}
+
+/* An undo of a take whose tag is still there takes it back, whatever the
+ * program did to the count meanwhile (the program's permit stays). */
+static void
+test_an_undo_takes_back_under_the_programs_count(void **state)
+{
+	struct seg *s = attach_joint();
+	int a;
+	uint64_t w = take_for_the_library(s, &a);
+
+	(void)state;
+	assert_true(prog_take());
+	assert_int_equal(entry->joint, 2);
+	undo((_Atomic uint64_t *)(uintptr_t)&entry->joint, w);
+	assert_int_equal(entry->joint, 1);
+	prog_give();
+	assert_int_equal(entry->joint, 0);
+	slot_drop(s, (uint32_t)a);
+	assert_int_equal(entry->joint, 0);
+	seg_close(s);
+}
+
 /* The killed child's work: connection permits taken and given, forever. */
 static void
 take_and_give(struct seg *s)
@@ -278,6 +337,11 @@ main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_kills_while_the_program_moves_the_count_leave_it_exact, setup,
 		    teardown_kj),
+		cmocka_unit_test_setup_teardown(
+		    test_a_take_is_written_down_while_the_program_moves_the_count, setup,
+		    teardown_kj),
+		cmocka_unit_test_setup_teardown(
+		    test_an_undo_takes_back_under_the_programs_count, setup, teardown_kj),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
