@@ -324,7 +324,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	uint64_t noise = noise_pct(w), tol = p->tolerance_pct + noise, lo;
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
-	bool in_use, held, was_high, waited, faster = false;
+	bool in_use, held, was_high, waited, lower, faster = false;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
 	if (w->n == 0)
@@ -356,11 +356,16 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		if (!w->stall && m * 800 <= pre * (700 - 8 * noise)) {
 			/* It fell: what the cut took away was a queue, and
 			 * this window is closer to the latency without one.
-			 * Lower again while it keeps falling (a baseline taken
-			 * with a queue in it is above the latency without). */
-			if (m * 16 < base * 15)
+			 * Lower again while it keeps falling under the
+			 * baseline; or while some reply of a regular service
+			 * came in well under it: the baseline was taken with
+			 * a queue in it (a fall alone may be the load going
+			 * away while the probe ran). */
+			lower = m * 16 < base * 15;
+			if (lower)
 				st->base_us = (uint32_t)m;
-			probe_start(p, st, from, m);
+			if (lower || (w->spread16 == 0 && w->min_us > 0 && w->min_us * 16 < base * 15))
+				probe_start(p, st, from, m);
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
 		/* It did not: the latency is the backend's. The window is
