@@ -39,6 +39,8 @@ struct ad_pub_params {
 #define AD_ENVOY_MINRTT		1u
 #define AD_ENVOY_AT_MIN(ph)	(((ph) >> 1) & 0x7)
 
+/* The integer square root (floor), for the windows' spread and Envoy's headroom. */
+uint64_t ad_isqrt(uint64_t v);
 uint64_t ad_pub_pack(const struct ad_pub_state *st);
 /* Unpacks ctl; aux is left as the caller set it. */
 void ad_pub_unpack(uint64_t ctl, struct ad_pub_state *st);

@@ -108,24 +108,6 @@ mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-static uint64_t
-isqrt(uint64_t v)
-{
-	uint64_t r = 0, bit = 1ULL << 62;
-
-	while (bit > v)
-		bit >>= 2;
-	for (; bit != 0; bit >>= 2) {
-		if (v >= r + bit) {
-			v -= r + bit;
-			r = (r >> 1) + bit;
-		} else {
-			r >>= 1;
-		}
-	}
-	return r;
-}
-
 /*
  * VegasLimit: the queue estimate is limit x (1 - rtt_noload / rtt). At most
  * threshold: grow by beta; under alpha: grow by log10; over beta: shrink by
@@ -312,7 +294,7 @@ ad_envoy_step(const struct ad_pub_params *p, struct ad_pub_state *st, const stru
 	g = (uint64_t)st->lat_us * (100 + ENVOY_BUFFER_PCT) * 10 / rtt;	/* thousandths */
 	g = g < 500 ? 500 : g > 2000 ? 2000 : g;
 	l16 = (uint64_t)(lim / 16) * 16 * g / 1000;
-	next = (l16 + isqrt(l16 * 16)) / 16 * 16;	/* truncated to whole, as Envoy's uint32 */
+	next = (l16 + ad_isqrt(l16 * 16)) / 16 * 16;	/* truncated to whole, as Envoy's uint32 */
 	st->limit16 = clamp16(p, (int64_t)(next < (1ULL << 40) ? next : (1ULL << 40)));
 	at_min = st->limit16 <= envoy_floor16(p) ? at_min + 1 : 0;
 	st->phase = (at_min > 7 ? 7 : at_min) << 1;

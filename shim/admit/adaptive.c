@@ -277,8 +277,8 @@ take_slower(struct ad_state *st, uint64_t m, uint32_t now_s)
 	st->base_s = now_s;
 }
 
-static uint64_t
-isqrt(uint64_t v)
+uint64_t
+ad_isqrt(uint64_t v)
 {
 	uint64_t r = 0, b = 1ULL << 62;
 
@@ -309,7 +309,7 @@ noise_pct(const struct ad_window *w)
 
 	if (w->spread16 == 0 || w->stall || w->n == 0)
 		return 0;
-	v = (uint64_t)w->spread16 * 200 / (16 * isqrt(w->n));
+	v = (uint64_t)w->spread16 * 200 / (16 * ad_isqrt(w->n));
 	return v < AD_NOISE_MAX ? v : AD_NOISE_MAX;
 }
 
@@ -690,7 +690,7 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 		 * the spread of its samples (their squares in alg[1], in
 		 * quarters of microseconds), kept before ctl is written. */
 		uint64_t sq = atomic_exchange(&a->alg[1], 0) / w.n, q = w.mean_us / 4;
-		uint64_t sd = sq > q * q ? isqrt(sq - q * q) : 0;
+		uint64_t sd = sq > q * q ? ad_isqrt(sq - q * q) : 0;
 		uint64_t cv16 = q > 0 ? sd * 16 / q : 0, lo = first_us(FIRST_SHORTEST(first));
 
 		if (cv16 < FIRST_REGULAR16) {
