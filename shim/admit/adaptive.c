@@ -324,7 +324,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	uint64_t noise = noise_pct(w), tol = p->tolerance_pct + noise, lo;
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
-	bool in_use, held, was_high, waited, lower, faster = false;
+	bool in_use, held, was_high, lower, faster = false;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
 	if (w->n == 0)
@@ -496,9 +496,9 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * over it. So that limit is probed: lowered to 3/4 of what is
 		 * in flight, lower again while the latency keeps falling, the
 		 * lowest latency the baseline. */
-		waited = w->min_us > 0 && w->min_us * 100 > base * tol;
 		if (!held && m * 200 <= 3 * base * tol) {
-			if (waited && probe_start(p, st, from, m))
+			if (w->min_us > 0 && w->min_us * 100 > base * tol &&
+			    probe_start(p, st, from, m))
 				return AD_R_QUEUE;
 			if (next < w->conc16 * 3 / 2 + 16)
 				next = w->conc16 * 3 / 2 + 16;
@@ -863,14 +863,15 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 	if (us > SAMPLE_MAX_US)
 		us = SAMPLE_MAX_US;
 	acc = atomic_fetch_add(&a->acc, (1ULL << ACC_N_SHIFT) | us) + ((1ULL << ACC_N_SHIFT) | us);
-	/* The window's shortest reply: did every request of it wait? */
-	lo = atomic_load_explicit(&a->win_min_us, memory_order_relaxed);
+	own = atomic_load_explicit(&a->algorithm, memory_order_relaxed) == AD_ALG_BULKSHIM;
+	/* The window's shortest reply (did every request of it wait?): this
+	 * controller's alone. */
+	lo = own ? atomic_load_explicit(&a->win_min_us, memory_order_relaxed) : 1;
 	while ((lo == 0 || us < lo) && us > 0 &&
 	    !atomic_compare_exchange_weak(&a->win_min_us, &lo, (uint32_t)us))
 		;
 	start = atomic_load(&a->win_start_us);
 	first = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed)) == 0;
-	own = atomic_load_explicit(&a->algorithm, memory_order_relaxed) == AD_ALG_BULKSHIM;
 	if (first) {
 		/* No baseline yet: the first completions give it
 		 * (first_sample; a published controller's, the shortest of

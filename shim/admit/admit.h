@@ -292,7 +292,7 @@ struct ad_state {
 				 * or of the window before a probe */
 	uint32_t stuck;		/* cuts of the run that did not lower the latency */
 	bool probe;		/* the limit was lowered to see whether latency falls */
-	/* Beside ctl, in seg_adaptive's alg[2] and alg[3] (ad_keep): the
+	/* Beside ctl, in seg_adaptive's alg[2] and alg[3] (keep_load): the
 	 * baseline the backend had before it was found slower (0 = none) and
 	 * when, and when the baseline was last taken anew (the start or a
 	 * slower backend); seconds of CLOCK_MONOTONIC. */

@@ -562,6 +562,24 @@ test_a_probe_is_judged_by_the_next_window(void **state)
 	assert_int_equal(ad_current_of(&was), 4);
 }
 
+/* A probe whose window fell, but not under the baseline, with no reply
+ * well under it either: the load left while the probe ran, and the probe
+ * ends there (lower again, it would refuse what is left of the traffic). */
+static void
+test_a_fall_that_is_the_load_leaving_ends_the_probe(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 12 * 16, .base_us = 20000, .probe = true,
+			       .prev16 = 24 };	/* 30 ms before the probe */
+	struct ad_window w = { 40, 25000, 12 * 16, false, 0, 0, false, 0, 19000, 0 };
+
+	(void)state;
+	ad_step(&p, &st, &w);
+	assert_false(st.probe);
+	assert_int_equal(st.base_us, 20000);
+	assert_true(ad_current_of(&st) >= 12);
+}
+
 /* No change without samples; an unused limit does not grow. */
 static void
 test_idle_and_unused_limits_stay(void **state)
@@ -1206,6 +1224,7 @@ main(void)
 		cmocka_unit_test(test_a_limit_not_in_use_does_not_grow),
 		cmocka_unit_test(test_probes_never_refuse_below_capacity),
 		cmocka_unit_test(test_a_probe_is_judged_by_the_next_window),
+		cmocka_unit_test(test_a_fall_that_is_the_load_leaving_ends_the_probe),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
