@@ -149,6 +149,7 @@
 #define AD_NOISE_MAX	80	/* percent: the most noise_pct widens the tolerance */
 #define AD_VARIED_SAMPLES	16	/* samples a window of a varying service waits for */
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
+#define AD_GROW_FREE	4	/* a limit with no queue at all grows by 1/this a window */
 #define AD_SETTLED_S	2	/* a baseline that stood this long was the backend's */
 #define AD_KEEP_S	900	/* how long the baseline from before a slowdown is kept */
 
@@ -323,7 +324,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	 * that drains in a few windows would be taken for the service time. */
 	uint64_t noise = noise_pct(w), tol = p->tolerance_pct + noise, lo;
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
-	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre;
+	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre, little;
 	bool in_use, held, was_high, lower, faster = false;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
@@ -413,6 +414,17 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->limit16 = clamp16(p, next < lim ? next : lim);
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
+		/* Little's law on the window: the concurrency its replies per
+		 * second would have at the tolerated latency. A window whose
+		 * concurrency was above the limit measured requests admitted
+		 * before the last cut, a queue still draining; when the limit
+		 * is already at or below what that throughput allows there is
+		 * nothing left to cut. Cutting again on the drain would take
+		 * the limit below the capacity (and at the floor, take the
+		 * draining queue for the backend's latency). */
+		little = w->conc16 * base * tol / (m * 100);
+		if (w->conc16 > lim && little >= whole)
+			return AD_R_NONE;
 		if (lim <= (uint64_t)p->min * 16) {
 			/* At the floor nothing is left to cut. A stall window
 			 * there that had replies is a backend slower than the
@@ -466,8 +478,9 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->ramp = false;
 			return AD_R_SLOWER;
 		}
-		/* In proportion, from what is in flight. */
-		next = from * base * tol / (m * 100);
+		/* In proportion: Little's law above, which is from what is
+		 * in flight unless a drain is still measured. */
+		next = little;
 		/* A varying service time's window is above the tolerance
 		 * by chance as much as by its queue, and the next windows
 		 * still carry that queue: the cut is the least step, unless
@@ -537,6 +550,14 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		return AD_R_QUEUE;
 	if (st->ramp)
 		next = lim * 2;
+	else if (noise == 0 && m * 400 <= base * (300 + p->tolerance_pct))
+		/* No queue at all (within a quarter of the tolerance): the
+		 * capacity is above what is in flight by an unknown amount,
+		 * as when it came back after a drop. An overshoot of 1/4 is
+		 * within twice the tolerance, cut in proportion after two
+		 * windows. A varying service time's window is near the
+		 * baseline by chance: it grows as any other. */
+		next = lim + (lim / AD_GROW_FREE > 16 ? lim / AD_GROW_FREE : 16);
 	else
 		next = lim + (lim / 16 > 16 ? lim / 16 : 16);
 	st->limit16 = clamp16(p, next);

@@ -580,6 +580,56 @@ test_a_fall_that_is_the_load_leaving_ends_the_probe(void **state)
 	assert_true(ad_current_of(&st) >= 12);
 }
 
+/* The windows after a capacity drop still carry the queue the old limit
+ * let in: their concurrency is above the limit, their replies come at the
+ * new capacity's rate. When the limit is already at what that rate allows
+ * (C x tolerance), no such window cuts it further, at the floor neither
+ * (the drain is not the backend's latency). C = 4, S = 40 ms, a window of
+ * 230 ms replies at 23 in flight (100/s). */
+static void
+test_a_queue_draining_after_a_cut_cuts_no_further(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 4 * 16, .base_us = 40000, .high = true };
+	struct ad_window drain = { 23, 230000, 23 * 16, false, 0, 0, false, 0, 180000, 0 };
+	struct ad_state floor = { .limit16 = 16, .base_us = 40000, .high = true };
+	struct ad_window at_floor = { 10, 200000, 20 * 16, false, 0, 0, false, 0, 150000, 0 };
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		ad_step(&p, &st, &drain);
+		assert_int_equal(ad_current_of(&st), 4);
+		ad_step(&p, &floor, &at_floor);
+		assert_int_equal(floor.base_us, 40000);
+	}
+	/* A window the limit held is judged as before: cut in proportion. */
+	drain.conc16 = 4 * 16;
+	drain.mean_us = 80000;
+	ad_step(&p, &st, &drain);
+	assert_true(ad_current_of(&st) < 4);
+}
+
+/* The capacity comes back (4 -> 16): a limit in use that meets no queue
+ * at all grows by a quarter a window, back within 10 % of C in 8 windows
+ * (one permit a window, as before, took 12); then it settles within 1.4 C. */
+static void
+test_a_limit_meeting_no_queue_climbs_back_fast(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	model_init(&m, 4, 64, 1, 64);
+	m.noise_pct = 2;
+	run(&m, 100, &lo, &hi);
+	run(&m, 100, &lo, &hi);
+	assert_true(hi <= 1.45 * 4);
+	m.cap = 16;
+	assert_true(windows_until(&m, 0.9 * 16, 2 * 16, 20) <= 8);
+	run(&m, 200, &lo, &hi);
+	assert_true(lo >= 0.7 * 16 && hi <= 1.4 * 16);
+}
+
 /* No change without samples; an unused limit does not grow. */
 static void
 test_idle_and_unused_limits_stay(void **state)
@@ -1225,6 +1275,8 @@ main(void)
 		cmocka_unit_test(test_probes_never_refuse_below_capacity),
 		cmocka_unit_test(test_a_probe_is_judged_by_the_next_window),
 		cmocka_unit_test(test_a_fall_that_is_the_load_leaving_ends_the_probe),
+		cmocka_unit_test(test_a_queue_draining_after_a_cut_cuts_no_further),
+		cmocka_unit_test(test_a_limit_meeting_no_queue_climbs_back_fast),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
