@@ -150,6 +150,9 @@
 #define AD_VARIED_SAMPLES	16	/* samples a window of a varying service waits for */
 #define SAMPLE_MAX_US	0xffffffffULL	/* a longer sample counts as 71 minutes */
 #define AD_GROW_FREE	4	/* a limit with no queue at all grows by 1/this a window */
+#define AD_KNEE_MAX	8	/* permits: a limit where one is 1/8 or more of it */
+#define AD_KNEE_RETRY_S	30	/* the permit above a knee is tried this often */
+#define KNEE_S_MASK	0x1fffU	/* knee_s is kept modulo this + 1 (keep_load) */
 #define AD_SETTLED_S	2	/* a baseline that stood this long was the backend's */
 #define AD_KEEP_S	900	/* how long the baseline from before a slowdown is kept */
 
@@ -278,6 +281,90 @@ take_slower(struct ad_state *st, uint64_t m, uint32_t now_s)
 	st->base_s = now_s;
 }
 
+/* Puts a step of one whole permit under test (knee_test): from n
+ * permits, whose window's latency was r16 / 16 x the baseline; `up`, a step
+ * up from the knee. */
+static void
+knee_test_start(struct ad_state *st, uint64_t n, uint64_t r16, bool up)
+{
+	st->test_n = (uint32_t)n;
+	st->test_r16 = (uint32_t)(r16 < 0xff ? r16 : 0xff);
+	st->test_up = up;
+	st->test_seen = false;
+}
+
+/*
+ * Judges a step of one whole permit under test, in the second window after
+ * it (the first one's replies were admitted before it: it is skipped). True
+ * when this window is spent on the test, with the reason of its step in
+ * *why.
+ * - A cut from test_n that Little's law asked only part of: did that permit
+ *   serve? A queue's requests only wait, and one permit fewer serves as
+ *   many per second at a lower latency; a backend that shares its
+ *   processors serves fewer (the limit held over this window's latency,
+ *   against test_n over that window's, with a quarter of margin for
+ *   noise). Then the latency at test_n was the backend's own, not a queue
+ *   of ours: it is the baseline, the limit goes back, and test_n is the knee
+ *   (processor sharing: PostgreSQL on its cores).
+ * - A step up from the knee: the permit above it stays if the latency stays
+ *   within the tolerance, or if it served an eighth more per second or
+ *   better (its latency is then the baseline): the knee moved, the backend
+ *   has more to give. Otherwise the limit is back at the knee, tried again
+ *   in AD_KNEE_RETRY_S.
+ */
+static bool
+knee_test(const struct ad_params *p, struct ad_state *st, const struct ad_window *w, uint64_t m,
+    uint32_t now_s, enum ad_reason *why)
+{
+	uint64_t n = st->test_n, before = (uint64_t)st->test_r16 * st->base_us;
+	uint64_t lim = st->limit16, whole = lim & ~15ULL;
+
+	if (w->stall) {
+		st->test_n = 0;
+		return false;
+	}
+	*why = AD_R_NONE;
+	if (!st->test_seen) {
+		st->test_seen = true;
+		return true;
+	}
+	st->test_n = 0;
+	if (st->test_up) {
+		if (m * 100 <= (uint64_t)st->base_us * p->tolerance_pct) {
+			st->knee = 0;
+			return false;
+		}
+		if (whole * st->base_us * 8 >= (n - 1) * 16 * m * 9) {
+			/* Slower, but it served an eighth more per second or
+			 * better: this latency is the backend's own. */
+			take_slower(st, m, now_s);
+			st->knee = 0;
+			st->high = false;
+			*why = AD_R_SLOWER;
+			return true;
+		}
+		st->limit16 = clamp16(p, (n - 1) * 16);
+		st->knee_s = now_s;
+		st->high = false;
+		*why = AD_R_QUEUE;
+		return true;
+	}
+	if (w->conc16 > lim * 2 || before == 0 || whole * before * 4 >= n * 256 * m * 3)
+		return false;
+	take_slower(st, before / 16, now_s);
+	st->limit16 = clamp16(p, n * 16);
+	if (st->knee != n)
+		st->knee_ok = false;
+	st->knee = (uint32_t)n;
+	st->knee_s = now_s;
+	st->high = false;
+	st->prev16 = 0;
+	st->stuck = 0;
+	st->ramp = false;
+	*why = AD_R_SLOWER;
+	return true;
+}
+
 uint64_t
 ad_isqrt(uint64_t v)
 {
@@ -326,6 +413,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre, little;
 	bool in_use, held, was_high, lower, faster = false;
+	enum ad_reason why;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
 	if (w->n == 0)
@@ -349,6 +437,8 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	/* In use: held, or within one permit of it (the limit of 9 with 8
 	 * callers). Only such a limit grows. */
 	in_use = held || w->conc16 + 16 >= whole;
+	if (st->test_n > 0 && knee_test(p, st, w, m, now_s, &why))
+		return why;
 	if (st->probe) {
 		/* The window after a probe's cut: did latency fall with it? */
 		pre = (uint64_t)st->prev16 * base / 16;
@@ -425,6 +515,32 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		little = w->conc16 * base * tol / (m * 100);
 		if (w->conc16 > lim && little >= whole)
 			return AD_R_NONE;
+		if (st->knee_ok && whole == (uint64_t)st->knee * 16 && m * 10000 <= base * tol * tol) {
+			/* At a sure knee the limit stays put, so a latency
+			 * that moves there (up to the tolerance over the
+			 * tolerance) is the backend's, not a queue of ours:
+			 * the baseline follows it up an eighth of the way, as
+			 * it follows lower ones down. Beyond that (a capacity
+			 * that halved, say), the window is judged as any other
+			 * and the cut is tested again. */
+			st->base_us = (uint32_t)(base + (m - base) / 8);
+			st->high = false;
+			return AD_R_NONE;
+		}
+		if (st->knee > 0 && !st->knee_ok && in_use && whole == (uint64_t)(st->knee + 1) * 16 &&
+		    whole * base * 8 < (uint64_t)st->knee * 16 * m * 9) {
+			/* The permit above a knee found by knee_test (whose
+			 * latency is the baseline) costs latency past the
+			 * tolerance and serves less than an eighth more per
+			 * second: a queue. The knee is sure: the limit stays
+			 * there, and the permit above it is tried again in
+			 * AD_KNEE_RETRY_S. */
+			st->knee_ok = true;
+			st->knee_s = now_s;
+			st->limit16 = clamp16(p, (uint64_t)st->knee * 16);
+			st->high = false;
+			return AD_R_QUEUE;
+		}
 		if (lim <= (uint64_t)p->min * 16) {
 			/* At the floor nothing is left to cut. A stall window
 			 * there that had replies is a backend slower than the
@@ -493,6 +609,19 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			next = whole - 16;	/* and one admission enforces */
 		if (next < from / 2)
 			next = from / 2;
+		/* Admission enforces whole permits: the cut lands on the
+		 * nearest one (at 1.97 it would admit 1). */
+		next = (next + 8) & ~15ULL;
+		if (next >= whole && whole >= 32)
+			next = whole - 16;
+		/* A whole permit cut where Little's law asked for part of
+		 * one, from a limit held at AD_KNEE_MAX or less (where one
+		 * permit is an eighth of it or more) on a regular service:
+		 * the window after the next tells whether it was a queue
+		 * (knee_test). */
+		if (w->conc16 * 4 >= whole * 3 && noise == 0 && whole <= AD_KNEE_MAX * 16 && whole >= 32 &&
+		    little + 16 > whole && next == whole - 16)
+			knee_test_start(st, whole / 16, m * 16 / base, false);
 		/* A limit well above what is in flight holds nothing back,
 		 * and a mild excess may be noise: cutting it below what is
 		 * in flight would refuse healthy traffic on a guess. So it
@@ -548,6 +677,24 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	if (!p->observe && !st->ramp && (faster || (w->probe_due && was_high)) &&
 	    probe_start(p, st, from, m))
 		return AD_R_QUEUE;
+	if (st->knee > 0 && !p->observe) {
+		/* At the knee the permit above it cost more latency than it
+		 * served: it is tried again every AD_KNEE_RETRY_S, one
+		 * permit, judged by knee_test. Above the knee (the limit
+		 * got there otherwise, or the permit above a knee not yet
+		 * sure met no queue), growing, there is none. */
+		if (st->knee_ok && whole == (uint64_t)st->knee * 16) {
+			if (((now_s - st->knee_s) & KNEE_S_MASK) < AD_KNEE_RETRY_S)
+				return AD_R_NONE;
+			st->limit16 = clamp16(p, whole + 16);
+			if (st->limit16 == lim)
+				return AD_R_NONE;
+			knee_test_start(st, st->knee + 1, m * 16 / base, true);
+			return AD_R_GROW;
+		}
+		if (whole > (uint64_t)(st->knee + !st->knee_ok) * 16)
+			st->knee = 0;
+	}
 	if (st->ramp)
 		next = lim * 2;
 	else if (noise == 0 && m * 400 <= base * (300 + p->tolerance_pct))
@@ -625,12 +772,24 @@ keep_load(struct seg_adaptive *a, struct ad_state *st, uint64_t was[2])
 	st->kept_us = (uint32_t)was[0];
 	st->kept_s = (uint32_t)(was[0] >> 32);
 	st->base_s = (uint32_t)was[1];
+	st->knee = (uint32_t)(was[1] >> 32) & 0xf;
+	st->test_n = (uint32_t)(was[1] >> 36) & 0xf;
+	st->test_seen = (was[1] >> 40 & 1) != 0;
+	st->test_up = (was[1] >> 41 & 1) != 0;
+	st->test_r16 = (uint32_t)(was[1] >> 42) & 0xff;
+	st->knee_s = (uint32_t)(was[1] >> 50) & KNEE_S_MASK;
+	st->knee_ok = (was[1] >> 63) != 0;
 }
 
 static void
 keep_store(struct seg_adaptive *a, const struct ad_state *st, uint64_t was[2])
 {
-	uint64_t now[2] = { st->kept_us | (uint64_t)st->kept_s << 32, st->base_s };
+	uint64_t now[2] = { st->kept_us | (uint64_t)st->kept_s << 32,
+			    st->base_s | (uint64_t)(st->knee & 0xf) << 32 |
+			    (uint64_t)(st->test_n & 0xf) << 36 | (uint64_t)st->test_seen << 40 |
+			    (uint64_t)st->test_up << 41 |
+			    (uint64_t)(st->test_r16 < 0xff ? st->test_r16 : 0xff) << 42 |
+			    (uint64_t)(st->knee_s & KNEE_S_MASK) << 50 | (uint64_t)st->knee_ok << 63 };
 
 	for (int i = 0; i < 2; i++)
 		if (now[i] != was[i])
@@ -752,11 +911,17 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	} else {
 		why = ad_pub_window(a, alg, &w, old, &next, aux);
 	}
-	if (next == old || !atomic_compare_exchange_strong(&a->ctl, &old, next)) {
-		if (next == old && alg != AD_ALG_BULKSHIM)
+	if (next == old) {
+		/* The limit stays; what the controller keeps beside ctl may
+		 * still have moved (a cut under test, say). */
+		if (alg != AD_ALG_BULKSHIM)
 			ad_pub_aux(a, aux);
+		else
+			keep_store(a, &st, keep);
 		return;
 	}
+	if (!atomic_compare_exchange_strong(&a->ctl, &old, next))
+		return;
 	/* A pin (ad_pin) sets the mode before it writes its limit: when the
 	 * mode changed between the check above and this swap, the pin's limit
 	 * was the one replaced (its write, if later, replaced this one). */

@@ -297,6 +297,16 @@ struct ad_state {
 	 * when, and when the baseline was last taken anew (the start or a
 	 * slower backend); seconds of CLOCK_MONOTONIC. */
 	uint32_t kept_us, kept_s, base_s;
+	/* Also in alg[3] (its upper half, keep_load): `knee`, a limit of a
+	 * few permits whose latency was found to be the backend's own (the
+	 * permit below it served less: processor sharing), 0 = none, and
+	 * when it was last found or tried (knee_s); a step of one whole
+	 * permit under test (knee_test): the limit it was taken from, that
+	 * window's latency / baseline in 1/16ths, whether it was a step up
+	 * from the knee, and whether the window after it (whose replies were
+	 * admitted before it) is over. */
+	uint32_t knee, knee_s, test_n, test_r16;
+	bool knee_ok, test_up, test_seen;
 };
 struct ad_params {
 	uint32_t min, max, tolerance_pct;

@@ -22,6 +22,7 @@ struct model {
 	double cap, service_us, offered;
 	int noise_pct;
 	bool whole;		/* concurrency in whole permits, as admission enforces */
+	bool shared;		/* cap processors shared by what is in flight (below) */
 	int probe_every;	/* a periodic probe is due every this many windows */
 	int windows;
 	uint64_t t_us;		/* the clock: 100 ms a window */
@@ -50,13 +51,27 @@ ad_current_of(const struct ad_state *st)
 	return st->limit16 / 16 > 0 ? st->limit16 / 16 : 1;
 }
 
+/* A backend that shares `cores` processors among what is in flight, as
+ * PostgreSQL running CPU-bound queries: each query beside the first slows
+ * all by a quarter up to the cores (2 at once: 1.25 x S each, 1.6 times the
+ * queries per second of one), a queue beyond them (3 at once on 2 cores:
+ * as many per second as 2, each 1.875 x S). */
+static double
+shared_slowdown(double cores, double q)
+{
+	double at = 1.0 + 0.25 * ((q < cores ? q : cores) - 1.0);
+
+	return q > cores ? at * q / cores : q > 1.0 ? at : 1.0;
+}
+
 /* One 100 ms window; returns the reason of the change. */
 static enum ad_reason
 window(struct model *m)
 {
 	double l = m->whole ? (double)ad_current_of(&m->st) : limit_of(m);
 	double q = m->offered < l ? m->offered : l;
-	double lat = m->service_us * (q > m->cap ? q / m->cap : 1.0) * noise(m);
+	double lat = m->service_us * (m->shared ? shared_slowdown(m->cap, q) :
+				      q > m->cap ? q / m->cap : 1.0) * noise(m);
 	struct ad_window w = { (uint64_t)(q * 100000.0 / lat) + 1, (uint64_t)lat,
 			       (uint64_t)(q * 16), false, 0, 0, false, 0, 0, 0 };
 
@@ -539,7 +554,7 @@ static void
 test_a_probe_is_judged_by_the_next_window(void **state)
 {
 	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
-	struct ad_state st = { .limit16 = 6 * 16, .base_us = 30000, .high = true }, was;
+	struct ad_state st = { .limit16 = 6 * 16, .base_us = 30000, .high = true }, was = { 0 };
 	struct ad_window w = { 40, 30000, 6 * 16, false, 0, 0, true, 0, 0, 0 };
 
 	(void)state;
@@ -628,6 +643,111 @@ test_a_limit_meeting_no_queue_climbs_back_fast(void **state)
 	assert_true(windows_until(&m, 0.9 * 16, 2 * 16, 20) <= 8);
 	run(&m, 200, &lo, &hi);
 	assert_true(lo >= 0.7 * 16 && hi <= 1.4 * 16);
+}
+
+/* PostgreSQL's case: 2 cores, 8 callers. Every query beside the first
+ * slows the others (2 at once: 1.25 x S), yet 2 at once serve 1.6 times
+ * as many per second as 1, and the tolerance (1.15) alone would keep the
+ * limit between 1 and 2. The cut from 2 to 1 is judged by what it served:
+ * 2 is the knee, its latency the baseline, and for a minute (with the
+ * permit above it tried twice) at least 90 % of the windows admit 2, and
+ * none admits more than 3. */
+static void
+test_a_backend_that_shares_its_processors_keeps_the_permit_that_serves(void **state)
+{
+	struct model m;
+
+	(void)state;
+	for (uint64_t seed = 1; seed <= 5; seed++) {
+		int at2 = 0;
+
+		model_open_noisy(&m, seed, 5, 2, 8, 1, 64);
+		m.whole = true;
+		m.shared = true;
+		run(&m, 100, &(double){ 0 }, &(double){ 0 });
+		for (int i = 0; i < 600; i++) {
+			window(&m);
+			at2 += ad_current_of(&m.st) == 2;
+			assert_true(ad_current_of(&m.st) <= 3);
+		}
+		assert_true(at2 >= 540);
+		assert_int_equal(m.st.knee, 2);
+		assert_true(m.st.knee_ok);
+	}
+}
+
+/* The knee moves: the backend gets 4 cores. The permit above the knee,
+ * tried every AD_KNEE_RETRY_S, now stays within the tolerance, and the
+ * limit grows to the 4 cores within the next try. */
+static void
+test_a_knee_is_tried_again_and_moves_with_the_backend(void **state)
+{
+	struct model m;
+
+	(void)state;
+	model_open_noisy(&m, 3, 5, 2, 8, 1, 64);
+	m.whole = true;
+	m.shared = true;
+	run(&m, 100, &(double){ 0 }, &(double){ 0 });
+	assert_int_equal(m.st.knee, 2);
+	m.cap = 4;
+	m.service_us = 20000 * 1.25 / 1.75;	/* 2 at once as fast as before */
+	assert_true(windows_until(&m, 4, 64, AD_KNEE_RETRY_S * 10 + 50) <= AD_KNEE_RETRY_S * 10 + 50);
+}
+
+/* At a sure knee the limit stays put: a backend 15 % slower there (other
+ * work on its processors) keeps the limit at the knee, never below it, the
+ * baseline following it; a capacity that halved (one processor left) is
+ * cut. */
+static void
+test_a_knee_follows_a_slower_backend_and_yields_to_a_queue(void **state)
+{
+	struct model m;
+	int at2 = 0;
+
+	(void)state;
+	model_open_noisy(&m, 2, 5, 2, 8, 1, 64);
+	m.whole = true;
+	m.shared = true;
+	run(&m, 100, &(double){ 0 }, &(double){ 0 });
+	assert_true(m.st.knee_ok);
+	m.service_us = 20000 * 1.15;
+	for (int i = 0; i < 200; i++) {
+		window(&m);
+		at2 += ad_current_of(&m.st) == 2;
+		assert_true(ad_current_of(&m.st) >= 2);
+	}
+	assert_true(at2 >= 190);
+	assert_true(m.st.base_us >= 1.25 * 23000 * 0.9 && m.st.base_us <= 1.25 * 23000 * 1.1);
+	m.cap = 1;
+	assert_true(windows_until(&m, 1, 1, 20) <= 20);
+}
+
+/* A FIFO backend's queue is no knee: the cut from C + 1 to C serves as
+ * many per second (C = 2, 3, 4; 1.5 and 2 x C offered; 10 % noise on every
+ * window): no knee below C is ever sure, and the baseline stays the
+ * no-queue latency. (A knee at C, found when noise made C look slow and
+ * C + 1 then met the queue, is the limit that serves most.) */
+static void
+test_a_queue_is_never_taken_for_a_knee(void **state)
+{
+	static const double offered[] = { 1.5, 2 };
+	struct model m;
+
+	(void)state;
+	for (int cap = 2; cap <= 4; cap++) {
+		for (size_t o = 0; o < sizeof(offered) / sizeof(offered[0]); o++) {
+			for (uint64_t seed = 1; seed <= 5; seed++) {
+				model_open_noisy(&m, seed, 10, cap, cap * offered[o], 1, 64);
+				m.whole = true;
+				for (int i = 0; i < 600; i++) {
+					window(&m);
+					assert_false(m.st.knee_ok && m.st.knee < (uint32_t)cap);
+					assert_true(m.st.base_us <= 1.15 * 20000);
+				}
+			}
+		}
+	}
 }
 
 /* No change without samples; an unused limit does not grow. */
@@ -1277,6 +1397,10 @@ main(void)
 		cmocka_unit_test(test_a_fall_that_is_the_load_leaving_ends_the_probe),
 		cmocka_unit_test(test_a_queue_draining_after_a_cut_cuts_no_further),
 		cmocka_unit_test(test_a_limit_meeting_no_queue_climbs_back_fast),
+		cmocka_unit_test(test_a_backend_that_shares_its_processors_keeps_the_permit_that_serves),
+		cmocka_unit_test(test_a_knee_is_tried_again_and_moves_with_the_backend),
+		cmocka_unit_test(test_a_knee_follows_a_slower_backend_and_yields_to_a_queue),
+		cmocka_unit_test(test_a_queue_is_never_taken_for_a_knee),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
