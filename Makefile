@@ -37,7 +37,7 @@ vpath %.c $(SHIM_DIRS)
 SHIM_H  := $(wildcard shim/*.h shim/*/*.h) kernel/kern.h
 # What the shim and the CLI share; the files of shim/interpose/ are the shim's own.
 COMMON  := config_load config_file config_setting config_comp config_pool config_fleet \
-           config_resolve config_adaptive match_parse match_learn match_table segment adaptive \
+           config_resolve config_adaptive match_parse match_learn match_table segment adaptive ad_step \
            ad_published ad_dispatch limit tally share pool stats slot proc reconcile kjoint permit \
            drill repair guard mappers log sys
 INTERPOSE := $(patsubst shim/interpose/%.c,%,$(wildcard shim/interpose/*.c))

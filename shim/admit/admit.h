@@ -299,12 +299,14 @@ struct ad_state {
 	uint32_t kept_us, kept_s, base_s;
 	/* Also in alg[3] (its upper half, keep_load): `knee`, a limit of a
 	 * few permits whose latency was found to be the backend's own (the
-	 * permit below it served less: processor sharing), 0 = none, and
+	 * permit below it served less: processor sharing), 0 = none, sure
+	 * (knee_ok) once the permit above it was found to serve no more, and
 	 * when it was last found or tried (knee_s); a step of one whole
 	 * permit under test (knee_test): the limit it was taken from, that
 	 * window's latency / baseline in 1/16ths, whether it was a step up
 	 * from the knee, and whether the window after it (whose replies were
 	 * admitted before it) is over. */
+#define AD_KNEE_S_MASK	0x1fffU	/* knee_s is kept modulo this + 1 */
 	uint32_t knee, knee_s, test_n, test_r16;
 	bool knee_ok, test_up, test_seen;
 };
@@ -327,11 +329,14 @@ struct ad_window {
 	 * window's mean of n samples strays by chance. */
 	uint32_t spread16;
 };
+/* The adaptive controller's rule (ad_step.c). */
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);
 /* The pure controller: the state after window w; returns the reason of a
  * change of the limit (AD_R_NONE: none). */
 enum ad_reason ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *w);
+/* v (1/16ths) within p's min and max. */
+uint32_t ad_clamp16(const struct ad_params *p, uint64_t v);
 /* The adaptive limit of c now (whole permits), UINT32_MAX if c has none. */
 uint32_t ad_current(const struct seg_comp *c);
 /* Inlined into admission under LTO (BS_LTO_INLINE). */

@@ -1,5 +1,6 @@
 /* test_adaptive.c - unit tests of the adaptive limit: the controller on synthetic latency series,
  * the window closed by compare-and-swap, and the config group. */
+#include "../../shim/admit/ad_step.c"
 #include "../../shim/admit/adaptive.c"
 
 #include <setjmp.h>
@@ -676,9 +677,10 @@ test_a_backend_that_shares_its_processors_keeps_the_permit_that_serves(void **st
 	}
 }
 
-/* The knee moves: the backend gets 4 cores. The permit above the knee,
- * tried every AD_KNEE_RETRY_S, now stays within the tolerance, and the
- * limit grows to the 4 cores within the next try. */
+/* The knee moves: the backend now serves 4 at once without slowing them
+ * (a FIFO of capacity 4, as fast at 2 as before). The permit above the
+ * knee, tried every AD_KNEE_RETRY_S, now stays within the tolerance, and
+ * the limit grows to the 4 within the next try. */
 static void
 test_a_knee_is_tried_again_and_moves_with_the_backend(void **state)
 {
@@ -691,7 +693,8 @@ test_a_knee_is_tried_again_and_moves_with_the_backend(void **state)
 	run(&m, 100, &(double){ 0 }, &(double){ 0 });
 	assert_int_equal(m.st.knee, 2);
 	m.cap = 4;
-	m.service_us = 20000 * 1.25 / 1.75;	/* 2 at once as fast as before */
+	m.shared = false;
+	m.service_us = 20000 * 1.25;
 	assert_true(windows_until(&m, 4, 64, AD_KNEE_RETRY_S * 10 + 50) <= AD_KNEE_RETRY_S * 10 + 50);
 }
 
@@ -906,6 +909,40 @@ test_window_counts_every_sample_and_closes_once(void **state)
 	ad_sample(&comp, P_INFLIGHT, 10000, t + 101000);
 	assert_int_equal(atomic_load(&comp.ad.windows), 2);
 	assert_int_equal(atomic_load(&comp.ad.acc) >> ACC_N_SHIFT, 1);
+}
+
+/* What the controller keeps beside ctl in alg[3] (the knee, a cut under
+ * test) goes there and back whole, and is written also by a window that
+ * leaves ctl as it was: the window right after a cut under test changes
+ * nothing but that it was seen, and the next one must know. */
+static void
+test_the_words_beside_ctl_are_kept_when_the_limit_stays(void **state)
+{
+	struct ad_state st = { .limit16 = 32, .base_us = 50000, .knee = 2, .knee_ok = true,
+			       .knee_s = 77, .test_n = 2, .test_r16 = 20 }, back = { 0 };
+	uint64_t was[2], t = 1000000, ctl;
+
+	(void)state;
+	comp_init();
+	keep_load(&comp.ad, &back, was);
+	keep_store(&comp.ad, &st, was);
+	keep_load(&comp.ad, &back, was);
+	assert_int_equal(back.knee, 2);
+	assert_true(back.knee_ok);
+	assert_int_equal(back.knee_s, 77);
+	assert_int_equal(back.test_n, 2);
+	assert_int_equal(back.test_r16, 20);
+	assert_false(back.test_up || back.test_seen);
+	ctl = ad_pack(&st);
+	atomic_store(&comp.ad.ctl, ctl);
+	/* One window of replies, 60 ms each. */
+	for (uint64_t i = 0; i <= AD_MIN_SAMPLES + 1; i++)
+		ad_sample(&comp, P_INFLIGHT, 60000, t + i * 25000);
+	assert_int_equal(atomic_load(&comp.ad.windows), 1);
+	assert_int_equal(atomic_load(&comp.ad.ctl), ctl);
+	keep_load(&comp.ad, &back, was);
+	assert_true(back.test_seen);
+	assert_int_equal(back.test_n, 2);
 }
 
 /* Exponential-like service times (a geometric number of halvings of the
@@ -1405,6 +1442,7 @@ main(void)
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
 		cmocka_unit_test(test_window_counts_every_sample_and_closes_once),
+		cmocka_unit_test(test_the_words_beside_ctl_are_kept_when_the_limit_stays),
 		cmocka_unit_test(test_a_varying_service_time_is_not_taken_for_a_queue),
 		cmocka_unit_test(test_a_closer_killed_midway_leaves_nothing_inconsistent),
 		cmocka_unit_test(test_off_pins_and_on_resumes),
