@@ -430,13 +430,16 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->high = true;
 			return AD_R_NONE;
 		}
+		/* Little's law on the window: the concurrency its replies per
+		 * second would have at the tolerated latency. */
+		little = w->conc16 * base * tol / (m * 100);
 		if (p->observe) {
 			/* Observe mode: the limit holds nothing back, so no
 			 * cut can show in the latency. What it would be is
 			 * the concurrency that Little's law says brings the
 			 * latency back within the tolerance. */
 			st->ramp = false;
-			st->limit16 = ad_clamp16(p, w->conc16 * base * tol / (m * 100));
+			st->limit16 = ad_clamp16(p, little);
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
 		if (w->stall && !(lim <= (uint64_t)p->min * 16 && w->done > 0)) {
@@ -446,19 +449,16 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * Little's law on what is in flight gives the limit
 			 * that keeps the latency within the tolerance, at once. */
 			st->ramp = false;
-			next = w->conc16 * base * tol / (m * 100);
-			st->limit16 = ad_clamp16(p, next < lim ? next : lim);
+			st->limit16 = ad_clamp16(p, little < lim ? little : lim);
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
-		/* Little's law on the window: the concurrency its replies per
-		 * second would have at the tolerated latency. A window whose
-		 * concurrency was above the limit measured requests admitted
-		 * before the last cut, a queue still draining; when the limit
-		 * is already at or below what that throughput allows there is
-		 * nothing left to cut. Cutting again on the drain would take
-		 * the limit below the capacity (and at the floor, take the
-		 * draining queue for the backend's latency). */
-		little = w->conc16 * base * tol / (m * 100);
+		/* A window whose concurrency was above the limit measured
+		 * requests admitted before the last cut, a queue still
+		 * draining; when the limit is already at or below what its
+		 * throughput allows (little) there is nothing left to cut.
+		 * Cutting again on the drain would take the limit below the
+		 * capacity (and at the floor, take the draining queue for the
+		 * backend's latency). */
 		if (w->conc16 > lim && little >= whole)
 			return AD_R_NONE;
 		if (st->knee_ok && whole == (uint64_t)st->knee * 16 && m * 10000 <= base * tol * tol) {
@@ -537,12 +537,11 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			next = from - from / 8;
 		if (next > from - from / 8)
 			next = from - from / 8;	/* a step the latency can show */
-		if (next >= whole && whole >= 32)
-			next = whole - 16;	/* and one admission enforces */
 		if (next < from / 2)
 			next = from / 2;
 		/* Admission enforces whole permits: the cut lands on the
-		 * nearest one (at 1.97 it would admit 1). */
+		 * nearest one (at 1.97 it would admit 1), at least one below
+		 * the limit. */
 		next = (next + 8) & ~15ULL;
 		if (next >= whole && whole >= 32)
 			next = whole - 16;
