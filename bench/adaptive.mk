@@ -1,7 +1,8 @@
 # bench/adaptive.mk - `make bench-adaptive`: every adaptive controller and the best static limit on
 # one matrix of rows (overloads, a capacity drop, a latency step, exponential service times and a
-# PostgreSQL row). Included by the main Makefile; never part of `make test`. About 20 minutes;
-# writes bench/adaptive.md, build/adaptive-ROW.png and the adaptive section of bench/results.md.
+# PostgreSQL row). Included by the main Makefile; never part of `make test`. About 40 minutes (each
+# configuration runs twice per row, pooled; ADAPTIVE_ARGS=--repeat 1 halves it); writes
+# bench/adaptive.md, build/adaptive-ROW.png and the adaptive section of bench/results.md.
 # ADAPTIVE_ARGS=--quick for a try of about 3 minutes (three rows, short phases; it writes the same
 # files, and says --quick in them).
 

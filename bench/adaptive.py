@@ -4,7 +4,7 @@ one matrix of rows, in one interleaved run, with a PASS/MISS verdict per row for
 
 usage: adaptive.py [--build DIR] [--out bench/adaptive.md] [--results bench/results.md]
                    [--quick] [--rows NAMES] [--controllers NAMES] [--statics C/2,C,2C]
-                   [--long SECONDS] [--note TEXT]
+                   [--repeat N] [--long SECONDS] [--note TEXT]
 
 The rows (bench/adaptive_rows.py): offered load 1.25x to 6x the capacity of
 tests/preload/capserver.py (C requests at once, S ms each, the rest queued), a
@@ -13,7 +13,9 @@ service times, and PostgreSQL running a CPU-bound query (bench/adaptive_pg.py),
 where every extra query slows all of them. Each configuration of a row runs
 the same schedule: 0.75 C client threads below capacity, then the row's
 overload on top for its length, then 0.75 C again; the configurations of a
-row run in an order that rotates from row to row. Writes the report to
+row run in an order that rotates from row to row, then again in the reverse
+order (--repeat, 2 by default), and each configuration's columns pool its
+runs. Writes the report to
 --out, a picture per row to build/adaptive-ROW.png, and replaces the section
 between the adaptive markers of --results with the verdicts.
 """
@@ -51,6 +53,8 @@ def args_of():
     ap.add_argument("--controllers", help="comma-separated controllers (default: all)")
     ap.add_argument("--statics", help="comma-separated static limits in multiples of C "
                     "(default C/2,C,2C)")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="runs of each configuration per row, pooled (default 2; 1 with --quick)")
     ap.add_argument("--long", type=float, default=0.0,
                     help="seconds of a sustained 6C overload for ours alone (default 0: none)")
     ap.add_argument("--note", default="", help="a line for the report (the machine's load)")
@@ -87,6 +91,7 @@ def main():
     import adaptive_rows
 
     tm = adaptive_rows.Timing(args.quick)
+    repeat = args.repeat if args.repeat > 0 else (1 if args.quick else 2)
     rows = adaptive_rows.rows()
     want = args.rows or (QUICK_ROWS if args.quick else None)
     if want:
@@ -107,7 +112,7 @@ def main():
         for turn, row in enumerate(rows):
             cfgs = ctls + ["static %d" % n for n in dict.fromkeys(row.statics(statics))]
             log("bench-adaptive: row %s (%s), %s" % (row.name, row.what, ", ".join(cfgs)))
-            res, probe = adaptive_rows.run_row(row, cfgs, tm, pgbin, turn, log)
+            res, probe = adaptive_rows.run_row(row, cfgs, tm, pgbin, turn, log, repeat)
             pg = probe or pg
             # The report lists the configurations in a fixed order.
             res = {n: res[n] for n in cfgs}
@@ -128,7 +133,7 @@ def main():
                 ", --quick" if args.quick else "", started, minutes, " ".join(load),
                 " ".join(load_end), (" " + args.note) if args.note else ""),
             "",
-            "Each row runs every configuration in turn (the order rotates from row to row): "
+            "Each row runs every configuration in turn (the order rotates from row to row)%s: "
             "%s, steps at thirds of a %.0f s overload. Client: tests/preload/legacy_client.c "
             "(bench/pg_client.c for PostgreSQL), a thread per request, no timeouts, a refused "
             "thread pauses 50 ms; 0.75 C threads all along, the row's threads in the overload. "
@@ -136,6 +141,12 @@ def main():
             "with timeout_ms = 2 S (at its 5 s default aimd never cuts). Static limits tried, in "
             "multiples of C: %s; the best is the highest goodput, ties (within 2 %%) to the "
             "lower p99." % (
+                (", then again in the reverse order (%s); a configuration's columns pool "
+                 "its %d runs (goodput and refused/s over their spans together, p50 and p99 over "
+                 "all their successes, limit range over all, the slower settle; the picture shows "
+                 "the first run), so that one run's luck (the waves 20 clients fall into on 16 "
+                 "servers, a busy minute of the machine) decides less" % (
+                     "%d runs of each, alternating" % repeat, repeat)) if repeat > 1 else "",
                 tm_text, 3 * tm.step, ", ".join(statics)),
             "",
             "Columns: goodput and p50/p99 of successes over the overload after its warm-up; "
@@ -150,7 +161,7 @@ def main():
     # The numbers behind the report, for a second look (not committed).
     with open(os.path.join(build, "adaptive.json"), "w") as f:
         json.dump([{"row": row.name, "what": row.what, "configs": {
-            n: {k: v for k, v in s.items() if k not in ("samples", "reqs")}
+            n: {k: v for k, v in s.items() if k not in ("samples", "reqs", "ok")}
             for n, s in res.items()}} for row, res, _ in matrix], f, indent=1)
     with open(args.out, "w") as f:
         f.write(text)

@@ -163,8 +163,9 @@ def summarize(row, name, tm, reqs, reqs_base, samples, marks, t_end):
     lims = [s[1] for s in samples if s[0] >= t0 and s[1] is not None]
     lims_under = [s[1] for s in samples if s[1] is not None and (
         s[0] < marks[0] or s[0] >= t_end + 1.0)]
+    refused = sum(1 for r in steady if r[1] == "refused")
     s = {"name": name, "goodput": len(ok) / span, "p50": pct(ok, 0.50), "p99": pct(ok, 0.99),
-         "refused_s": sum(1 for r in steady if r[1] == "refused") / span,
+         "refused_s": refused / span, "ok": ok, "span": span, "refused": refused,
          "errors": sum(1 for r in reqs if r[1] not in ("ok", "refused")),
          "under": sum(1 for r in under if r[1] == "refused"), "under_n": len(under),
          "under_lim": min(lims_under) if lims_under else None,
@@ -178,28 +179,63 @@ def summarize(row, name, tm, reqs, reqs_base, samples, marks, t_end):
     return s
 
 
-def run_row(row, names, tm, cbin_pg, turn, log):
-    """Every configuration on one row, in an order rotated by `turn` so that
-    no configuration always runs first; returns {name: summary} and the
-    PostgreSQL probe (or None)."""
+def pool(runs):
+    """One configuration's columns over its runs on a row: goodput and
+    refusals per second over their spans together, p50 and p99 over all
+    their successes, the refusals below capacity summed, the limit range
+    over all, and per step the slower settle (never if one never settled).
+    The series for the picture are the first run's."""
+    if len(runs) == 1:
+        return runs[0]
+    s = dict(runs[0])
+    ok = [x for r in runs for x in r["ok"]]
+    span = sum(r["span"] for r in runs)
+    refused = sum(r["refused"] for r in runs)
+    lims = [r["limit"] for r in runs if r["limit"] is not None]
+    s.update(goodput=len(ok) / span, p50=pct(ok, 0.50), p99=pct(ok, 0.99), ok=ok, span=span,
+             refused=refused, refused_s=refused / span,
+             errors=sum(r["errors"] for r in runs), under=sum(r["under"] for r in runs),
+             under_n=sum(r["under_n"] for r in runs),
+             under_lim=min((r["under_lim"] for r in runs if r["under_lim"] is not None),
+                           default=None),
+             limit=(min(lo for lo, _ in lims), max(hi for _, hi in lims)) if lims else None,
+             runs=[{k: r[k] for k in ("goodput", "p50", "p99", "refused_s", "limit", "settle")}
+                   for r in runs])
+    if runs[0]["settle"] is not None:
+        s["settle"] = [None if any(r["settle"] is None or r["settle"][i] is None for r in runs)
+                       else max(r["settle"][i] for r in runs)
+                       for i in range(len(runs[0]["settle"]))]
+    return s
+
+
+def run_row(row, names, tm, cbin_pg, turn, log, repeat=1):
+    """Every configuration on one row, `repeat` times: in an order rotated
+    by `turn` so that no configuration always runs first, then in the
+    reverse of that order, and so on (each configuration's runs sit at the
+    same mean place in the row, so a machine that slows during the row
+    slows all alike); returns {name: pooled summary} and the PostgreSQL
+    probe (or None)."""
     pg = PgBackend(cbin_pg) if row.pg else None
     if pg:
         log("  postgres: %s, alone %.1f ms; capacity probe %s" % (
             pg.sql, pg.ms, ", ".join("%d at once %.0f/s %.0f ms" % p for p in pg.probe)))
         row.S = int(round(pg.ms))
     k = turn % len(names)
-    out = {}
+    order = names[k:] + names[:k]
+    runs = {n: [] for n in names}
     try:
-        for name in names[k:] + names[:k]:
-            out[name] = run(row, name, tm, pg)
-            s = out[name]
-            log("  %-10s goodput %6.1f/s p50 %7.1f p99 %7.1f refused/s %6.1f under %d/%d "
-                "limit %s settle %s" % (name, s["goodput"], s["p50"], s["p99"], s["refused_s"],
-                                        s["under"], s["under_n"], s["limit"], s["settle"]))
+        for rep in range(repeat):
+            for name in (order if rep % 2 == 0 else order[::-1]):
+                s = run(row, name, tm, pg)
+                runs[name].append(s)
+                log("  %-10s goodput %6.1f/s p50 %7.1f p99 %7.1f refused/s %6.1f under %d/%d "
+                    "limit %s settle %s" % (name, s["goodput"], s["p50"], s["p99"],
+                                            s["refused_s"], s["under"], s["under_n"],
+                                            s["limit"], s["settle"]))
     finally:
         # The segments and config files go at the end of the run
         # (harness.cleanup, in adaptive.py): it also removes what every row
         # shares.
         if pg:
             pg.stop()
-    return out, (pg.probe, pg.sql, pg.ms) if pg else None
+    return {n: pool(runs[n]) for n in names}, (pg.probe, pg.sql, pg.ms) if pg else None
