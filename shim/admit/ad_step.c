@@ -49,7 +49,8 @@
  *   latency is the baseline), otherwise the window is judged as any
  *   other and the limit grows back. Only a limit in use is probed: after a
  *   faster backend, and once per AD_PROBE_WINDOWS windows where the window
- *   before was above the tolerance (the limit met a queue); and a limit
+ *   before was above the tolerance (the limit met a queue), except at a
+ *   sure knee (below); and a limit
  *   that is not, when a mild excess is a queue after all: every request of
  *   the window waited past the tolerance (win_min_us, its shortest reply,
  *   is above it; noise would leave some near the baseline). The
@@ -115,7 +116,9 @@
  * above it costs latency past the tolerance and serves less than a quarter
  * more: it holds there (the baseline following the latency at it, within
  * the tolerance squared), and the step above is tried every
- * AD_KNEE_RETRY_S.
+ * AD_KNEE_RETRY_S. No periodic probe runs there: one permit fewer is
+ * faster at a knee by its definition, and a probe would take that latency
+ * for the baseline and cut the knee's permit away, to be found again.
  * A FIFO backend never shows a knee below its capacity: one permit fewer
  * above the capacity serves as many per second. The knee and the test in
  * progress live beside ctl in alg[3] (keep_load); lost, the controller
@@ -358,7 +361,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	uint64_t noise = noise_pct(w), tol = p->tolerance_pct + noise, lo;
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
 	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre, little;
-	bool in_use, held, was_high, lower, faster = false;
+	bool in_use, held, was_high, lower, at_knee, faster = false;
 	enum ad_reason why;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
@@ -383,6 +386,9 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	/* In use: held, or within one permit of it (the limit of 9 with 8
 	 * callers). Only such a limit grows. */
 	in_use = held || w->conc16 + 16 >= whole;
+	/* At a sure knee (knee_test): one permit fewer is faster there, and
+	 * serves less. */
+	at_knee = st->knee_ok && st->knee > 0 && whole == (uint64_t)st->knee * 16;
 	if (st->test_n > 0 && knee_test(p, st, w, m, now_s, &why))
 		return why;
 	if (st->probe) {
@@ -423,6 +429,19 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		st->kept_us = 0;
 	}
 	if (m * 100 > base * tol) {
+		if (at_knee && m * 10000 <= base * tol * tol) {
+			/* At a sure knee the limit stays put, so a latency
+			 * that moves there (up to the tolerance over the
+			 * tolerance) is the backend's, not a queue of ours:
+			 * the baseline follows it up an eighth of the way, as
+			 * it follows lower ones down, from the first such
+			 * window (no window there is marked high). Beyond that
+			 * (a capacity that halved, say), the window is judged
+			 * as any other and the cut is tested again. */
+			st->base_us = (uint32_t)(base + (m - base) / 8);
+			st->high = false;
+			return AD_R_NONE;
+		}
 		/* A queue (or a slower backend). One window above the
 		 * tolerance may be noise; two in a row, or one far above,
 		 * is not. */
@@ -461,18 +480,6 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * backend's latency). */
 		if (w->conc16 > lim && little >= whole)
 			return AD_R_NONE;
-		if (st->knee_ok && whole == (uint64_t)st->knee * 16 && m * 10000 <= base * tol * tol) {
-			/* At a sure knee the limit stays put, so a latency
-			 * that moves there (up to the tolerance over the
-			 * tolerance) is the backend's, not a queue of ours:
-			 * the baseline follows it up an eighth of the way, as
-			 * it follows lower ones down. Beyond that (a capacity
-			 * that halved, say), the window is judged as any other
-			 * and the cut is tested again. */
-			st->base_us = (uint32_t)(base + (m - base) / 8);
-			st->high = false;
-			return AD_R_NONE;
-		}
 		if (lim <= (uint64_t)p->min * 16) {
 			/* At the floor nothing is left to cut. A stall window
 			 * there that had replies is a backend slower than the
@@ -605,7 +612,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	 * above the tolerance: this limit met a queue). A limit not in use,
 	 * or one still growing into the load, is never probed: traffic below
 	 * capacity, which it admits, is not refused by a probe. */
-	if (!p->observe && !st->ramp && (faster || (w->probe_due && was_high)) &&
+	if (!p->observe && !st->ramp && (faster || (w->probe_due && was_high && !at_knee)) &&
 	    probe_start(p, st, from, m))
 		return AD_R_QUEUE;
 	if (st->knee > 0 && !p->observe) {

@@ -726,6 +726,35 @@ test_a_knee_follows_a_slower_backend_and_yields_to_a_queue(void **state)
 	assert_true(windows_until(&m, 1, 1, 20) <= 20);
 }
 
+/* At a sure knee one permit fewer is always faster (that is what made it a
+ * knee), so a probe below it finds no queue, only the latency of fewer
+ * queries: the baseline it would take there is not the backend's at the
+ * knee, and the cut that follows refuses what the knee serves. With the
+ * latency at the knee moving by 15 % from window to window, and probes
+ * due every AD_PROBE_WINDOWS windows, the limit never leaves the knee
+ * downward and the baseline stays the latency at it. */
+static void
+test_a_sure_knee_is_not_probed_below_itself(void **state)
+{
+	struct model m;
+
+	(void)state;
+	for (uint64_t seed = 1; seed <= 5; seed++) {
+		model_open_noisy(&m, seed, 5, 2, 8, 1, 64);
+		m.whole = true;
+		m.shared = true;
+		run(&m, 100, &(double){ 0 }, &(double){ 0 });
+		assert_true(m.st.knee_ok);
+		m.noise_pct = 15;
+		for (int i = 0; i < 600; i++) {
+			window(&m);
+			assert_true(ad_current_of(&m.st) >= 2);
+			assert_true(m.st.base_us >= 1.25 * 20000 * 0.85 &&
+			    m.st.base_us <= 1.25 * 20000 * 1.15);
+		}
+	}
+}
+
 /* A FIFO backend's queue is no knee: the cut from C + 1 to C serves as
  * many per second (C = 2, 3, 4; 1.5 and 2 x C offered; 10 % noise on every
  * window): no knee below C is ever sure, and the baseline stays the
@@ -1437,6 +1466,7 @@ main(void)
 		cmocka_unit_test(test_a_backend_that_shares_its_processors_keeps_the_permit_that_serves),
 		cmocka_unit_test(test_a_knee_is_tried_again_and_moves_with_the_backend),
 		cmocka_unit_test(test_a_knee_follows_a_slower_backend_and_yields_to_a_queue),
+		cmocka_unit_test(test_a_sure_knee_is_not_probed_below_itself),
 		cmocka_unit_test(test_a_queue_is_never_taken_for_a_knee),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
