@@ -387,8 +387,8 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	 * callers). Only such a limit grows. */
 	in_use = held || w->conc16 + 16 >= whole;
 	/* At a sure knee (knee_test): one permit fewer is faster there, and
-	 * serves less. */
-	at_knee = st->knee_ok && st->knee > 0 && whole == (uint64_t)st->knee * 16;
+	 * serves less. Observe mode cuts nothing, so it has no knee. */
+	at_knee = !p->observe && st->knee_ok && st->knee > 0 && whole == (uint64_t)st->knee * 16;
 	if (st->test_n > 0 && knee_test(p, st, w, m, now_s, &why))
 		return why;
 	if (st->probe) {
@@ -429,7 +429,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		st->kept_us = 0;
 	}
 	if (m * 100 > base * tol) {
-		if (at_knee && m * 10000 <= base * tol * tol) {
+		if (at_knee && !w->stall && m * 10000 <= base * tol * tol) {
 			/* At a sure knee the limit stays put, so a latency
 			 * that moves there (up to the tolerance over the
 			 * tolerance) is the backend's, not a queue of ours:
@@ -437,7 +437,8 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * it follows lower ones down, from the first such
 			 * window (no window there is marked high). Beyond that
 			 * (a capacity that halved, say), the window is judged
-			 * as any other and the cut is tested again. */
+			 * as any other and the cut is tested again; so is a
+			 * stall, whose ages are no latency to follow. */
 			st->base_us = (uint32_t)(base + (m - base) / 8);
 			st->high = false;
 			return AD_R_NONE;
