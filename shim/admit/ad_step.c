@@ -36,7 +36,8 @@
  *   below what its replies per second allow, it cuts no further.
  * - otherwise, if the limit is in use (mean concurrency within 7/8 of it,
  *   or within one permit), it grows: doubling while ramping up from an
- *   `initial` below max (and after the baseline was taken again), until
+ *   `initial` below max (and after the baseline was taken again, or a
+ *   stall's cut, which says nothing of the capacity), until
  *   the first queue; then by 1/16 (at least one) per window, or by 1/4
  *   when the window met no queue at all (within a quarter of the
  *   tolerance: a capacity that came back). An unused limit does not grow,
@@ -467,8 +468,12 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			 * and the ages are only lower bounds: neither the floor
 			 * nor the stuck rule may take them as the baseline.
 			 * Little's law on what is in flight gives the limit
-			 * that keeps the latency within the tolerance, at once. */
-			st->ramp = false;
+			 * that keeps the latency within the tolerance, at once.
+			 * That cut says nothing of the capacity: once replies
+			 * come back within the tolerance the limit doubles back
+			 * (ramp) to the first queue, as from the start, not a
+			 * permit a window from the few the stall left. */
+			st->ramp = true;
 			st->limit16 = ad_clamp16(p, little < lim ? little : lim);
 			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}

@@ -1274,6 +1274,36 @@ test_latency_step_sheds_within_2s(void **state)
 	assert_true(windows_until(&m, 0.7 * 16, 1.45 * 16, 200) <= 200);
 }
 
+/* The end of a stall: its windows (ages only) cut the limit to the floor,
+ * a cut that says nothing of the capacity. When the replies come back at
+ * the old latency the limit doubles back to C (16) within 5 windows; a
+ * permit a window, or a quarter, took 10. Its overshoot is cut at the
+ * first queue, and within 5 s it settles in the band it held before. */
+static void
+test_after_a_stall_the_limit_doubles_back(void **state)
+{
+	struct model m;
+	struct ad_window w;
+	double lo, hi;
+
+	(void)state;
+	memset(&m, 0, sizeof(m));
+	m.service_us = 5000;
+	m.noise_pct = 2;
+	model_open(&m, 16, 64, 1, 64);
+	run(&m, 200, &lo, &hi);
+	assert_true(limit_of(&m) >= 0.7 * 16 && limit_of(&m) <= 1.45 * 16);
+	for (int i = 0; i < 20 && ad_current_of(&m.st) > 1; i++) {
+		w = (struct ad_window){ 16, 2000000, 16 * 16, true, 0, 0, false, 0, 0, 0 };
+		ad_step(&m.p, &m.st, &w);
+	}
+	assert_int_equal(ad_current_of(&m.st), 1);
+	assert_true(windows_until(&m, 0.9 * 16, 2.5 * 16, 10) <= 5);
+	run(&m, 50, &lo, &hi);
+	run(&m, 200, &lo, &hi);
+	assert_true(lo >= 0.7 * 16 && hi <= 1.45 * 16);
+}
+
 /* What the preload test's capacity step met (test_capacity_step_down_and_back,
  * 2 of 8 runs on a loaded machine): a mild excess at C = 8 had begun a run of
  * cuts (at 1.25 x the baseline), then C dropped to 2 and the queued replies
@@ -1477,6 +1507,7 @@ main(void)
 		cmocka_unit_test(test_a_closer_killed_midway_leaves_nothing_inconsistent),
 		cmocka_unit_test(test_off_pins_and_on_resumes),
 		cmocka_unit_test(test_a_stall_is_seen_without_completions),
+		cmocka_unit_test(test_after_a_stall_the_limit_doubles_back),
 		cmocka_unit_test(test_a_set_pins_at_its_value_until_on),
 		cmocka_unit_test(test_latency_step_sheds_within_2s),
 		cmocka_unit_test(test_a_capacity_drop_in_a_run_of_cuts_is_a_new_queue),
