@@ -155,6 +155,8 @@ struct cli_adaptive {
 	uint32_t last_from, last_to, last_reason;
 	uint32_t algorithm;	/* enum ad_algorithm: the controller that moves it */
 	uint64_t sample_us, sample_conc16, windows, changes, last_change_ms;
+	uint32_t knee;		/* ad_knee: 0 = none */
+	bool knee_sure;
 };
 
 /* A histogram: its buckets, their total, the sum, and the histogram's own

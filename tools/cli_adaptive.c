@@ -34,6 +34,7 @@ cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a)
 	a->last_from = atomic_load(&d->last_from);
 	a->last_to = atomic_load(&d->last_to);
 	a->last_reason = atomic_load(&d->last_reason);
+	a->knee = ad_knee(sc, &a->knee_sure);
 }
 
 const char *
@@ -54,13 +55,14 @@ cli_adaptive_json(FILE *f, const struct cli_adaptive *a)
 	    "\"min\": %u, \"max\": %u, \"window_ms\": %u, \"tolerance_pct\": %u, "
 	    "\"baseline_us\": %u, \"sample_us\": %llu, \"sample_concurrency\": %.2f, "
 	    "\"windows\": %llu, \"changes\": %llu, \"last_change_ms\": %llu, "
-	    "\"last_change_from\": %u, \"last_change_to\": %u, \"last_change_reason\": \"%s\"}",
+	    "\"last_change_from\": %u, \"last_change_to\": %u, \"last_change_reason\": \"%s\", "
+	    "\"knee\": %u, \"knee_sure\": %s}",
 	    ad_mode_name(a->mode), ad_alg_name(a->algorithm), cli_adaptive_applies(a), a->limit,
 	    a->min, a->max, a->window_ms,
 	    a->tolerance_pct, a->baseline_us, (unsigned long long)a->sample_us,
 	    a->sample_conc16 / 16.0, (unsigned long long)a->windows,
 	    (unsigned long long)a->changes, (unsigned long long)a->last_change_ms, a->last_from,
-	    a->last_to, ad_reason_name(a->last_reason));
+	    a->last_to, ad_reason_name(a->last_reason), a->knee, a->knee_sure ? "true" : "false");
 }
 
 /* Microseconds as "850us", "12.3ms" or "2.05s". */
@@ -102,6 +104,13 @@ cli_adaptive_text(FILE *f, const struct cli_comp *all, uint32_t n)
 		    a->baseline_us ? dur_text(a->baseline_us, b1, sizeof(b1)) : "-",
 		    a->windows ? dur_text(a->sample_us, b2, sizeof(b2)) : "-", a->last_from,
 		    a->last_to, ad_reason_name(a->last_reason), ago);
+		if (a->knee > 0 && a->knee_sure)
+			fprintf(f, "%-24s knee at %u: one permit more cost latency past the tolerance "
+			    "and served less than a quarter more (tried again every %d s)\n", "",
+			    a->knee, AD_KNEE_RETRY_S);
+		else if (a->knee > 0)
+			fprintf(f, "%-24s knee at %u: one permit fewer served a quarter less; the "
+			    "permit above it is under test\n", "", a->knee);
 	}
 }
 
@@ -109,15 +118,17 @@ void
 cli_adaptive_watch(FILE *f, const struct cli_comp *c, bool ansi)
 {
 	const struct cli_adaptive *a = &c->ad;
-	char b1[16], b2[16];
+	char b1[16], b2[16], knee[40] = "";
 
 	if (a->mode == AD_NONE)
 		return;
+	if (a->knee > 0)
+		snprintf(knee, sizeof(knee), ", knee %u%s", a->knee, a->knee_sure ? "" : " (under test)");
 	fprintf(f, "  adaptive %s (%s): limit %u (%u..%u), baseline %s, sample %s, last %u -> %u "
-	    "(%s)%s\n", ad_mode_name(a->mode), ad_alg_name(a->algorithm), a->limit, a->min, a->max,
+	    "(%s)%s%s\n", ad_mode_name(a->mode), ad_alg_name(a->algorithm), a->limit, a->min, a->max,
 	    a->baseline_us ? dur_text(a->baseline_us, b1, sizeof(b1)) : "-",
 	    a->windows ? dur_text(a->sample_us, b2, sizeof(b2)) : "-", a->last_from, a->last_to,
-	    ad_reason_name(a->last_reason), ansi ? "\033[K" : "");
+	    ad_reason_name(a->last_reason), knee, ansi ? "\033[K" : "");
 }
 
 /* One gauge family over the adaptive compartments. */

@@ -138,8 +138,6 @@
 #define AD_STUCK_WINDOWS	3
 #define AD_NOISE_MAX	80	/* percent: the most noise_pct widens the tolerance */
 #define AD_GROW_FREE	4	/* a limit with no queue at all grows by 1/this a window */
-#define AD_KNEE_MAX	8	/* permits: a limit where one is 1/8 or more of it */
-#define AD_KNEE_RETRY_S	30	/* the permit above a knee is tried this often */
 #define AD_SETTLED_S	2	/* a baseline that stood this long was the backend's */
 #define AD_KEEP_S	900	/* how long the baseline from before a slowdown is kept */
 

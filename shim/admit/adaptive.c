@@ -144,7 +144,7 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
  * baseline's age is older than it is.
  */
 static void
-keep_load(struct seg_adaptive *a, struct ad_state *st, uint64_t was[2])
+keep_load(const struct seg_adaptive *a, struct ad_state *st, uint64_t was[2])
 {
 	was[0] = atomic_load(&a->alg[2]);
 	was[1] = atomic_load(&a->alg[3]);
@@ -173,6 +173,20 @@ keep_store(struct seg_adaptive *a, const struct ad_state *st, uint64_t was[2])
 	for (int i = 0; i < 2; i++)
 		if (now[i] != was[i])
 			atomic_compare_exchange_strong(&a->alg[2 + i], &was[i], now[i]);
+}
+
+uint32_t
+ad_knee(const struct seg_comp *c, bool *sure)
+{
+	struct ad_state st;
+	uint64_t was[2];
+
+	*sure = false;
+	if (atomic_load(&c->ad.mode) == AD_NONE || atomic_load(&c->ad.algorithm) != AD_ALG_BULKSHIM)
+		return 0;
+	keep_load(&c->ad, &st, was);
+	*sure = st.knee > 0 && st.knee_ok;
+	return st.knee;
 }
 
 /* The open window's length: at least window_ms, and at least the last

@@ -307,6 +307,8 @@ struct ad_state {
 	 * from the knee, and whether the window after it (whose replies were
 	 * admitted before it) is over. */
 #define AD_KNEE_S_MASK	0x1fffU	/* knee_s is kept modulo this + 1 */
+#define AD_KNEE_MAX	8	/* permits: a limit where one is 1/8 or more of it */
+#define AD_KNEE_RETRY_S	30	/* the permit above a sure knee is tried this often */
 	uint32_t knee, knee_s, test_n, test_r16;
 	bool knee_ok, test_up, test_seen;
 };
@@ -339,6 +341,10 @@ enum ad_reason ad_step(const struct ad_params *p, struct ad_state *st, const str
 uint32_t ad_clamp16(const struct ad_params *p, uint64_t v);
 /* The adaptive limit of c now (whole permits), UINT32_MAX if c has none. */
 uint32_t ad_current(const struct seg_comp *c);
+/* The knee the bulkshim controller holds c's limit at (permits: one more
+ * cost latency past the tolerance and served less than a quarter more), 0
+ * if none; *sure once the step above it was tried and failed. */
+uint32_t ad_knee(const struct seg_comp *c, bool *sure);
 /* Inlined into admission under LTO (BS_LTO_INLINE). */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wattributes"

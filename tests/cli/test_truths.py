@@ -15,7 +15,7 @@ import urllib.request
 
 import harness
 from harness import PY, Server, comp_of, new_segment, shim_env, status_json
-from harness_cli import cli_ok, config_file, hold_connections
+from harness_cli import cli_ok, config_file, hold_connections, poke
 
 _WAIT_THEN_CONNECT = (
     "import socket, sys\n"
@@ -125,6 +125,40 @@ def test_set_pins_the_adaptive_limit_at_its_value_until_adaptive_on():
         ("on", 5, 64), c
     out = cli_ok("set", "-s", seg, "be", "adaptive", "off")
     assert "pinned at 5" in out, out
+
+
+def test_status_names_the_knee_an_adaptive_limit_holds_at():
+    """A compartment whose controller holds its limit at a knee (one permit more cost latency
+    and served less than a quarter more: PostgreSQL on its cores) says so: `status --json`
+    has the knee and whether it is sure, the text a line that explains it, `watch` the knee;
+    none on a fresh compartment. The knee is written where the controller keeps it (beside
+    ctl, in alg[3]: the knee in bits 32-35, sure in bit 63; adaptive.c's keep_store)."""
+    srv = Server()
+    seg = new_segment()
+    config = _adaptive_config(seg, srv.port)
+    assert subprocess.run([PY, "-c", "pass"], env=shim_env(config)).returncode == 0
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["knee"], ad["knee_sure"]) == (0, False), ad
+    assert "knee" not in cli_ok("status", "-s", seg)
+    poke(seg, "be", **{"ad.alg[3]": 2 << 32})
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["knee"], ad["knee_sure"]) == (2, False), ad
+    assert "knee at 2: one permit fewer served a quarter less; the permit above it is " \
+        "under test" in cli_ok("status", "-s", seg)
+    poke(seg, "be", **{"ad.alg[3]": 3 << 32 | 1 << 63})
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["knee"], ad["knee_sure"]) == (3, True), ad
+    text = cli_ok("status", "-s", seg)
+    assert "knee at 3: one permit more cost latency past the tolerance and served less " \
+        "than a quarter more (tried again every 30 s)" in text, text
+    # No knee is above 8 permits (a limit where one permit is an eighth of it or more): a
+    # segment that says so is damaged, and its adaptive object is not shown.
+    poke(seg, "be", **{"ad.alg[3]": 12 << 32})
+    c = comp_of(status_json(seg), "be")
+    assert c["adaptive"] is None and "adaptive" in c["damaged"], c
+    poke(seg, "be", **{"ad.alg[3]": 3 << 32 | 1 << 63})
+    frame = cli_ok("watch", "-s", seg, "-n", "1")
+    assert re.search(r"adaptive on \(bulkshim\): limit \d+ .*, knee 3\b", frame), frame
 
 
 def test_status_says_when_the_fleet_agent_is_stopped_or_gone():

@@ -46,6 +46,7 @@ static const struct field { const char *name; size_t off, size, n; } fields[] = 
 	SCALAR("h_reply.sum_us", h_reply.sum_us),
 	ARRAY("h_wait.bucket", h_wait.bucket), SCALAR("h_wait.count", h_wait.count),
 	SCALAR("h_wait.sum_us", h_wait.sum_us),
+	ARRAY("ad.alg", ad.alg),
 };
 
 static void

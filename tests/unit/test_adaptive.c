@@ -962,6 +962,18 @@ test_the_words_beside_ctl_are_kept_when_the_limit_stays(void **state)
 	assert_int_equal(back.test_n, 2);
 	assert_int_equal(back.test_r16, 20);
 	assert_false(back.test_up || back.test_seen);
+	/* What the CLI shows of it (ad_knee): the knee, and that it is sure;
+	 * none for a published controller, whose alg[3] is its own. */
+	{
+		bool sure = false;
+
+		assert_int_equal(ad_knee(&comp, &sure), 2);
+		assert_true(sure);
+		atomic_store(&comp.ad.algorithm, AD_ALG_VEGAS);
+		assert_int_equal(ad_knee(&comp, &sure), 0);
+		assert_false(sure);
+		atomic_store(&comp.ad.algorithm, AD_ALG_BULKSHIM);
+	}
 	ctl = ad_pack(&st);
 	atomic_store(&comp.ad.ctl, ctl);
 	/* One window of replies, 60 ms each. */
