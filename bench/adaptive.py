@@ -5,6 +5,7 @@ one matrix of rows, in one interleaved run, with a PASS/MISS verdict per row for
 usage: adaptive.py [--build DIR] [--out bench/adaptive.md] [--results bench/results.md]
                    [--quick] [--rows NAMES] [--controllers NAMES] [--statics C/2,C,2C]
                    [--repeat N] [--long SECONDS] [--note TEXT]
+       adaptive.py --rows ROW --trace CONFIGURATION [--build DIR] [--quick]
 
 The rows (bench/adaptive_rows.py): offered load 1.25x to 6x the capacity of
 tests/preload/capserver.py (C requests at once, S ms each, the rest queued), a
@@ -17,7 +18,9 @@ row run in an order that rotates from row to row, then again in the reverse
 order (--repeat, 2 by default), and each configuration's columns pool its
 runs. Writes the report to
 --out, a picture per row to build/adaptive-ROW.png, and replaces the section
-between the adaptive markers of --results with the verdicts.
+between the adaptive markers of --results with the verdicts. With --trace, it
+runs one configuration once on one row and prints its time line instead
+(bench/adaptive_trace.py), writing nothing.
 """
 
 import argparse
@@ -58,6 +61,9 @@ def args_of():
     ap.add_argument("--long", type=float, default=0.0,
                     help="seconds of a sustained 6C overload for ours alone (default 0: none)")
     ap.add_argument("--note", default="", help="a line for the report (the machine's load)")
+    ap.add_argument("--trace", metavar="CONFIGURATION",
+                    help="run this configuration (a controller or \"static N\") once on the "
+                    "one row of --rows and print its time line; no report")
     return ap.parse_args()
 
 
@@ -74,6 +80,25 @@ def drift_of(row, tm, seconds):
         if lims:
             out.append((k + 1, sum(lims) / len(lims), adaptive_rows.pct(ok, 0.99), len(ok) / 60))
     return out
+
+
+def trace_one(row, name, tm, pgbin, harness):
+    """--trace: `name` once on `row`, as a time line."""
+    import adaptive_rows
+    import adaptive_trace
+    if name not in adaptive_rows.CONTROLLERS and not (
+            name.startswith("static ") and name[7:].isdigit()):
+        sys.exit("bench-adaptive: --trace takes a controller (%s) or \"static N\"" % (
+            ", ".join(adaptive_rows.CONTROLLERS)))
+    pg = adaptive_rows.PgBackend(pgbin) if row.pg else None
+    try:
+        if pg:
+            row.S = int(round(pg.ms))
+        adaptive_trace.trace(row, name, tm, log, pg)
+    finally:
+        if pg:
+            pg.stop()
+        harness.cleanup()
 
 
 def main():
@@ -101,6 +126,11 @@ def main():
             sys.exit("bench-adaptive: unknown rows %s (rows: %s)" % (
                 bad, ", ".join(r.name for r in rows)))
         rows = [r for r in rows if r.name in names]
+    if args.trace:
+        if len(rows) != 1:
+            sys.exit("bench-adaptive: --trace needs one row in --rows")
+        trace_one(rows[0], args.trace, tm, pgbin, harness)
+        return
     ctls = args.controllers.split(",") if args.controllers else list(adaptive_rows.CONTROLLERS)
     statics = args.statics.split(",") if args.statics else (
         ["C"] if args.quick else list(adaptive_rows.STATICS))
