@@ -167,6 +167,7 @@ gauge(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n, const ch
 			labels(f, seg, all[i].name, NULL, NULL);
 			fprintf(f, " %d\n", a->mode == AD_ON ? 1 : 0);
 			break;
+		case 7: labels(f, seg, all[i].name, NULL, NULL); fprintf(f, " %u\n", a->knee); break;
 		}
 	}
 }
@@ -186,6 +187,8 @@ cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint3
 	    "measurement window.", 4, labels);
 	gauge(f, seg, all, n, "bulkshim_adaptive_last_change_timestamp_seconds", "When the "
 	    "adaptive limit last changed.", 5, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_knee", "The knee the limit is held at (one "
+	    "permit more cost latency and served less than a quarter more), 0 for none.", 7, labels);
 	/* Why, as a state set: one series per reason, always all of them,
 	 * so a change of reason creates no new series. */
 	fputs("# HELP bulkshim_adaptive_last_change_reason Why the adaptive limit last changed: "

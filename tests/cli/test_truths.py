@@ -130,8 +130,8 @@ def test_set_pins_the_adaptive_limit_at_its_value_until_adaptive_on():
 def test_status_names_the_knee_an_adaptive_limit_holds_at():
     """A compartment whose controller holds its limit at a knee (one permit more cost latency
     and served less than a quarter more: PostgreSQL on its cores) says so: `status --json`
-    has the knee and whether it is sure, the text a line that explains it, `watch` the knee;
-    none on a fresh compartment. The knee is written where the controller keeps it (beside
+    has the knee and whether it is sure, the text a line that explains it, `watch` and
+    `metrics` the knee; none on a fresh compartment. The knee is written where the controller keeps it (beside
     ctl, in alg[3]: the knee in bits 32-35, sure in bit 63; adaptive.c's keep_store)."""
     srv = Server()
     seg = new_segment()
@@ -159,6 +159,8 @@ def test_status_names_the_knee_an_adaptive_limit_holds_at():
     poke(seg, "be", **{"ad.alg[3]": 3 << 32 | 1 << 63})
     frame = cli_ok("watch", "-s", seg, "-n", "1")
     assert re.search(r"adaptive on \(bulkshim\): limit \d+ .*, knee 3\b", frame), frame
+    m = cli_ok("metrics", "-s", seg)
+    assert re.search(r'^bulkshim_adaptive_knee\{segment="[^"]*",compartment="be"\} 3$', m, re.M), m
 
 
 def test_status_says_when_the_fleet_agent_is_stopped_or_gone():

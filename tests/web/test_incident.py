@@ -12,7 +12,7 @@ import time
 import harness
 from harness import Agent, Server, wait_until
 from test_web import _bar, _browser, _cell, _console_errors
-from harness_cli import Serve
+from harness_cli import Serve, config_file, poke
 
 sys.path.insert(0, os.path.join(harness.ROOT, "tests", "preload"))
 import scenario  # noqa: E402  (the capacity backend and the legacy client)
@@ -173,3 +173,26 @@ def test_page_shows_the_incident_what_refuses_and_against_which_limit():
     load.kill()
     load.wait()
     assert a.finish() == 0
+
+
+def test_page_names_the_knee_an_adaptive_limit_holds_at():
+    """An adaptive limit held at a knee (PostgreSQL on its cores: one permit more cost latency
+    and served less than a quarter more) says so on its line, as `status` does: "knee 2 (under
+    test)" while the step above is tried, "knee 2" once it is sure. The knee is written where
+    the controller keeps it (alg[3]: the knee in bits 32-35, sure in bit 63)."""
+    srv = Server()
+    segment = harness.new_segment()
+    config = config_file(segment, [{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
+                                    "max_inflight": 8, "adaptive": {"min": 1, "max": 8}}])
+    assert subprocess.run([harness.PY, "-c", "pass"],
+                          env=harness.shim_env(config)).returncode == 0
+    poke(segment, "db", **{"ad.alg[3]": 2 << 32})
+    s = Serve("-s", segment)
+    b = _browser()
+    b.get(s.url + "/")
+    wait_until(lambda: "knee 2 (under test)" in (_detail(b, segment, "db", "adaptive") or ""),
+               10, 0.1, "the knee under test on the page")
+    poke(segment, "db", **{"ad.alg[3]": 2 << 32 | 1 << 63})
+    wait_until(lambda: (_detail(b, segment, "db", "adaptive") or "").endswith("knee 2"), 10, 0.1,
+               "the sure knee on the page")
+    assert not _console_errors(b), _console_errors(b)
