@@ -617,6 +617,7 @@ cmd_suggest(int argc, char **argv)
 	double seconds = 1.0;
 	struct cli_snap snap;
 	struct advice a;
+	uint64_t t0, t1;
 	struct seg *s;
 	bool json = false;
 	char *end;
@@ -645,15 +646,25 @@ cmd_suggest(int argc, char **argv)
 		return cli_help("suggest", stderr, 2);
 	if (cli_open(&t, false, &s) < 0)
 		return 1;
+	t0 = now_mono_us();
 	if (cli_snap_read(s, &snap) < 0)
 		goto nomem;
+	t0 = (t0 + now_mono_us()) / 2;
 	/* The advice is of a window: from this snapshot to one taken at its
-	 * end, watching what is held meanwhile. */
+	 * end, watching what is held meanwhile. Its rates are over the time
+	 * between the two snapshots (the middle of each read), not the
+	 * seconds asked for: the last sleep and a busy machine make it
+	 * longer, and counts over the longer time divided by the shorter
+	 * would overstate every rate. */
 	if (snap.ncomp > 0 && seconds > 0 && (w = calloc(snap.ncomp, sizeof(*w))) != NULL) {
 		watch_window(s, &snap, w, seconds);
 		cli_snap_free(&snap);
+		t1 = now_mono_us();
 		if (cli_snap_read(s, &snap) < 0)
 			goto nomem;
+		t1 = (t1 + now_mono_us()) / 2;
+		if (t1 > t0 && (double)(t1 - t0) / 1e6 > seconds)
+			seconds = (double)(t1 - t0) / 1e6;
 	}
 	seg_close(s);
 	if (json) {

@@ -597,12 +597,14 @@ def _known_workload(enforce):
     seg = new_segment()
     config = config_file(seg, [{"name": "api", "destinations": ["127.0.0.1:%d" % port],
                          "max_inflight": 2, "enforce": enforce}])
-    load = subprocess.Popen([PY, "-c", CLIENTS, str(port), "6", "6"], env=shim_env(config),
+    load = subprocess.Popen([PY, "-c", CLIENTS, str(port), "6", "8"], env=shim_env(config),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     harness.defer(load.kill)
     time.sleep(1.0)
     j = cli_json("suggest", "-s", seg, "--window", "3", "--json", timeout=30)
-    text = cli_ok("suggest", "-s", seg, "--window", "1")
+    # The text over 3 s as well, while the load lasts: the six replies of each 0.1 s come
+    # together, so a window of 1 s counts 10 or 11 of those bursts (6 or 7 in flight).
+    text = cli_ok("suggest", "-s", seg, "--window", "3")
     load.communicate(timeout=30)
     return j["compartments"][0], text
 
