@@ -385,11 +385,12 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	/* In use: held, or within one permit of it (the limit of 9 with 8
 	 * callers). Only such a limit grows. */
 	in_use = held || w->conc16 + 16 >= whole;
-	/* At a sure knee (knee_test): one permit fewer is faster there, and
-	 * serves less. Observe mode cuts nothing, so it has no knee. */
-	at_knee = !p->observe && st->knee_ok && st->knee > 0 && whole == (uint64_t)st->knee * 16;
 	if (st->test_n > 0 && knee_test(p, st, w, m, now_s, &why))
 		return why;
+	/* At a sure knee (knee_test, which may have just dropped it): one
+	 * permit fewer is faster there, and serves less. Observe mode cuts
+	 * nothing, so it has no knee. */
+	at_knee = !p->observe && st->knee_ok && st->knee > 0 && whole == (uint64_t)st->knee * 16;
 	if (st->probe) {
 		/* The window after a probe's cut: did latency fall with it? */
 		pre = (uint64_t)st->prev16 * base / 16;
