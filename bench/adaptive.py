@@ -90,10 +90,8 @@ def trace_one(row, name, tm, pgbin, harness):
             name.startswith("static ") and name[7:].isdigit()):
         sys.exit("bench-adaptive: --trace takes a controller (%s) or \"static N\"" % (
             ", ".join(adaptive_rows.CONTROLLERS)))
-    pg = adaptive_rows.PgBackend(pgbin) if row.pg else None
+    pg = adaptive_rows.pg_for(row, pgbin)
     try:
-        if pg:
-            row.S = int(round(pg.ms))
         adaptive_trace.trace(row, name, tm, log, pg)
     finally:
         if pg:

@@ -208,6 +208,16 @@ def pool(runs):
     return s
 
 
+def pg_for(row, cbin_pg):
+    """The PostgreSQL row's backend, started, with the row's S its query's
+    time alone; None for the other rows."""
+    if not row.pg:
+        return None
+    pg = PgBackend(cbin_pg)
+    row.S = int(round(pg.ms))
+    return pg
+
+
 def run_row(row, names, tm, cbin_pg, turn, log, repeat=1):
     """Every configuration on one row, `repeat` times: in an order rotated
     by `turn` so that no configuration always runs first, then in the
@@ -215,11 +225,10 @@ def run_row(row, names, tm, cbin_pg, turn, log, repeat=1):
     same mean place in the row, so a machine that slows during the row
     slows all alike); returns {name: pooled summary} and the PostgreSQL
     probe (or None)."""
-    pg = PgBackend(cbin_pg) if row.pg else None
+    pg = pg_for(row, cbin_pg)
     if pg:
         log("  postgres: %s, alone %.1f ms; capacity probe %s" % (
             pg.sql, pg.ms, ", ".join("%d at once %.0f/s %.0f ms" % p for p in pg.probe)))
-        row.S = int(round(pg.ms))
     k = turn % len(names)
     order = names[k:] + names[:k]
     runs = {n: [] for n in names}
