@@ -3,8 +3,10 @@ without limits, `run` refuses what the shim could not limit, reloads say what th
 numbers are read whole, check reports every error, and the rough edges of set, rm, prune,
 metrics, watch and suggest."""
 
+import json
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -589,7 +591,9 @@ for t in ts: t.join()
 '''
 
 
-def _known_workload(enforce):
+def _start_workload(enforce, seconds):
+    """The known workload: 6 clients, each with a request in flight on a server that answers
+    in 0.1 s, for `seconds`, under a max_inflight of 2. Returns its segment and the clients."""
     srv = subprocess.Popen([PY, "-c", SLOW_SERVER], stdout=subprocess.PIPE, text=True,
                            env=clean_env())
     harness.defer(srv.kill)
@@ -597,9 +601,15 @@ def _known_workload(enforce):
     seg = new_segment()
     config = config_file(seg, [{"name": "api", "destinations": ["127.0.0.1:%d" % port],
                          "max_inflight": 2, "enforce": enforce}])
-    load = subprocess.Popen([PY, "-c", CLIENTS, str(port), "6", "8"], env=shim_env(config),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    load = subprocess.Popen([PY, "-c", CLIENTS, str(port), "6", str(seconds)],
+                            env=shim_env(config), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     harness.defer(load.kill)
+    return seg, load
+
+
+def _known_workload(enforce):
+    seg, load = _start_workload(enforce, 8)
     time.sleep(1.0)
     j = cli_json("suggest", "-s", seg, "--window", "3", "--json", timeout=30)
     # The text over 3 s as well, while the load lasts: the six replies of each 0.1 s come
@@ -622,3 +632,26 @@ def test_suggest_max_inflight_from_a_workload_with_a_known_answer():
         if not enforce:
             assert inf["peak"] == 6, inf
         assert "too small: raise max_inflight to 6" in text, text
+
+
+def test_suggest_rates_are_over_the_time_that_passed():
+    """`suggest --window 1` stopped from 0.3 s to 1.5 s into its window (a busy machine, at
+    worst) ends it at 1.5 s: the window it reports lasted that long, and the rate of the known
+    workload (6 requests in flight, 0.1 s replies: at most 60/s) is over that time, where over
+    the second asked for it would read 90/s."""
+    seg, load = _start_workload(False, 6)
+    time.sleep(1.0)
+    s = subprocess.Popen([CLI, "suggest", "-s", seg, "--window", "1", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=clean_env())
+    harness.defer(s.kill)
+    time.sleep(0.3)
+    s.send_signal(signal.SIGSTOP)
+    time.sleep(1.2)
+    s.send_signal(signal.SIGCONT)
+    out, err = s.communicate(timeout=30)
+    assert s.returncode == 0, err
+    inf = json.loads(out)["compartments"][0]["inflight"]
+    assert inf["window_s"] >= 1.4, inf
+    assert 45 <= inf["rate"] <= 70, inf
+    load.communicate(timeout=30)
