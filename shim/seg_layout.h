@@ -182,8 +182,10 @@ struct seg_adaptive {
 	/* The state a published controller keeps beside `ctl` (its long
 	 * and short latency averages, say), each word changed by
 	 * compare-and-swap like ctl. The bulkshim controller uses alg[0]
-	 * and alg[1] while it learns its first baseline, and alg[0] for the
-	 * spread of a varying service time after it (adaptive.c). */
+	 * and alg[1] while it learns its first baseline, and after it alg[0]
+	 * for the spread of a varying service time, alg[1] for the open
+	 * window's slow replies (atomic adds) with the edge above them, and
+	 * alg[2], alg[3] for a baseline kept and the knee (adaptive.c). */
 	_Atomic uint64_t alg[4];
 };
 

@@ -125,6 +125,35 @@
  * progress live beside ctl in alg[3] (keep_load); lost, the controller
  * judges the next cut as any other.
  *
+ * A queue of a permit or two hides in the tolerance: 17 in flight on a
+ * FIFO backend of capacity 16 is 1.06 x the baseline, yet some requests
+ * waited for a server, and the p99 rises past a service time and a half.
+ * On a regular service time nothing else makes a reply take AD_SLOW_PCT of
+ * the baseline, so the window counts such replies (ad_window.slow), and
+ * their share times what was in flight is the queue (slow_queue16), above
+ * AD_KNEE_MAX in flight and while at most 3/4 of the replies are slow
+ * (more is a backend slower for all, or a queue the mean shows). A whole
+ * permit of it is cut by half of it (queue_cut: the share overstates a
+ * queue, whose waits spread over the requests behind it), at once where
+ * the limit let it in; half a permit holds the limit; a window still
+ * draining a queue let in before a cut cuts nothing. A cut of a queue that
+ * the slow replies showed sets the edge one permit above where it landed
+ * (edge_note): the limit grows to one permit under the edge, and steps to
+ * it now and then, seldom at the peak (an edge found again: each step
+ * there costs a window of a small queue), often below it (a capacity that
+ * dropped may have come back) and above it (an edge not yet found again).
+ * A step whose second window shows half a permit of queue goes back under
+ * the edge, found again; one that shows none sends the edge back to the
+ * peak, or, at the peak, climbs it by 1, 2, 4... permits a window (a
+ * capacity above any seen) until a step meets the queue. Below an edge, a
+ * window whose replies did not wait is no queue of ours whatever its mean
+ * (the clients' waves, a backend slower for every request), and is judged
+ * as one within the tolerance. The edge is for more permits than
+ * AD_KNEE_MAX: at a few, one permit is a share of the latency that a
+ * backend sharing its processors makes every reply pay (knee_test). Edge,
+ * peak and climb live in alg[1] above the window's count (keep_load):
+ * lost, the controller is what it was without them.
+ *
  * In observe mode (enforce = false) nothing is cut, so the limit is what
  * Little's law gives: the window's concurrency scaled by tolerance x
  * baseline / sample; refusals it would make are counted in would_reject.
@@ -224,6 +253,116 @@ take_slower(struct ad_state *st, uint64_t m, uint32_t now_s)
 	}
 	st->base_us = (uint32_t)m;
 	st->base_s = now_s;
+}
+
+/*
+ * Whether the window's slow replies say anything: not on a service time
+ * that varies by itself, a stall, observe mode (no cut can show), or when
+ * most replies were slow (the backend slower for every request, or a queue
+ * the mean shows by itself).
+ */
+static bool
+slow_known(const struct ad_params *p, const struct ad_window *w)
+{
+	return !p->observe && !w->stall && w->spread16 == 0 && w->done > 0 &&
+	    w->slow * 4 <= w->done * 3;
+}
+
+/*
+ * The queue the window's slow replies show, in 1/16ths of a permit: their
+ * share of the replies times what was in flight. On a regular service time
+ * (a FIFO backend of capacity C at L in flight: about (L - C) / L of the
+ * replies waited) nothing else makes a reply take AD_SLOW_PCT of the
+ * baseline, while the window's mean hides a queue of a permit or two in
+ * the tolerance. 0 where the share says nothing (slow_known), and at a few
+ * permits in flight, where one permit is a share of the latency that a
+ * backend sharing its processors makes every reply pay (knee_test).
+ */
+static uint64_t
+slow_queue16(const struct ad_params *p, const struct ad_window *w)
+{
+	if (!slow_known(p, w) || w->conc16 <= AD_KNEE_MAX * 16)
+		return 0;
+	return w->conc16 * w->slow / w->done;
+}
+
+/* A cut of the queue q16 (1/16ths) from `from` in flight: half of it, to the
+ * nearest whole permit, at least one below the limit's whole `whole`, at
+ * most halving. The share overstates the queue: a request that waits makes
+ * the ones behind it wait too (at 18 on the bench's 16 servers, a quarter
+ * of the replies took 1.25 x the baseline), and a cut below the capacity
+ * refuses what it could serve, while one short of the queue is cut again
+ * in the next window. */
+static uint64_t
+queue_cut(uint64_t from, uint64_t q16, uint64_t whole)
+{
+	uint64_t cut = (q16 / 2 + 8) & ~15ULL, next = from > cut ? from - cut : 0;
+
+	if (next < from / 2)
+		next = from / 2;
+	next = (next + 8) & ~15ULL;
+	if (next >= whole && whole >= 32)
+		next = whole - 16;
+	return next;
+}
+
+/*
+ * A cut of a queue on a regular service time landed at `lim16`: one permit
+ * above it is the edge. An edge found again (the step to it met the queue
+ * again) at or above the peak is the peak; below the peak it counts, and
+ * AD_PEAK_AGAIN of them make it the peak (the capacity that dropped stayed
+ * down). The step to the edge is then judged from its second window, and a
+ * climb (edge_climb) starts again from one permit.
+ */
+static void
+edge_note(struct ad_state *st, uint64_t lim16)
+{
+	uint32_t e = (uint32_t)(lim16 / 16) + 1;
+
+	if (e <= AD_KNEE_MAX)
+		return;		/* the knee's (knee_test): one permit is a share there */
+	if (e > AD_EDGE_MAX) {
+		st->edge = st->peak = st->edge_n = st->climb = 0;
+		return;
+	}
+	if (e == st->edge && e >= st->peak) {
+		st->peak = e;
+		st->edge_n = 0;
+	} else if (e == st->edge && ++st->edge_n >= AD_PEAK_AGAIN) {
+		st->peak = e;
+		st->edge_n = 0;
+	}
+	st->edge = e;
+	st->edge_seen = false;
+	st->climb = 0;
+}
+
+/*
+ * Two windows at the edge met no queue: the capacity is above it. Below the
+ * peak, the edge goes back to the peak (a capacity that dropped came back:
+ * the limit grows as any other up to one under it); at or above it, the
+ * edge climbs by 1, 2, 4... permits, one step a window, until a step meets
+ * the queue and is cut (a capacity above any seen). Returns false when the
+ * edge is gone (past AD_EDGE_MAX).
+ */
+static bool
+edge_climb(struct ad_state *st)
+{
+	if (st->edge < st->peak) {
+		st->edge = st->peak;
+		st->climb = 0;
+		st->edge_seen = false;
+		return true;
+	}
+	if (st->climb < AD_CLIMB_MAX)
+		st->climb++;
+	st->edge += 1u << (st->climb - 1);
+	st->edge_seen = true;	/* one step a window while it climbs */
+	if (st->edge > AD_EDGE_MAX) {
+		st->edge = st->peak = st->edge_n = st->climb = 0;
+		return false;
+	}
+	return true;
 }
 
 /* Puts a step of one whole permit under test (knee_test): from n
@@ -359,8 +498,8 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	 * that drains in a few windows would be taken for the service time. */
 	uint64_t noise = noise_pct(w), tol = p->tolerance_pct + noise, lo;
 	uint64_t m = w->mean_us > 0 ? w->mean_us : 1, lim = st->limit16;
-	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre, little;
-	bool in_use, held, was_high, lower, at_knee, faster = false;
+	uint64_t base = st->base_us, next, r16, whole = lim & ~15ULL, from, pre, little, q16;
+	bool in_use, held, was_high, lower, at_knee, below_edge, faster = false;
 	enum ad_reason why;
 	uint32_t now_s = (uint32_t)(w->end_us / 1000000);
 
@@ -428,7 +567,15 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		}
 		st->kept_us = 0;
 	}
-	if (m * 100 > base * tol) {
+	/* Below an edge, a window whose replies did not wait (less than half
+	 * a permit of them slow: slow_queue16) met no queue of ours, whatever
+	 * its mean: the edge is where the slow replies showed one. Such a mean
+	 * is the clients' waves, or a backend slower for every request at the
+	 * same capacity; the window is judged as one within the tolerance. */
+	q16 = slow_queue16(p, w);
+	below_edge = st->edge > 0 && whole < (uint64_t)st->edge * 16 && slow_known(p, w) &&
+	    w->conc16 * w->slow < 8 * w->done;
+	if (m * 100 > base * tol && !below_edge) {
 		if (at_knee && !w->stall && m * 10000 <= base * tol * tol) {
 			/* At a sure knee the limit stays put, so a latency
 			 * that moves there (up to the tolerance over the
@@ -581,17 +728,29 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * over it. So that limit is probed: lowered to 3/4 of what is
 		 * in flight, lower again while the latency keeps falling, the
 		 * lowest latency the baseline. */
+		/* Unless the slow replies show a queue of a whole permit or
+		 * more (slow_queue16): that one is cut. */
 		if (!held && m * 200 <= 3 * base * tol) {
 			if (w->min_us > 0 && w->min_us * 100 > base * tol &&
 			    probe_start(p, st, from, m))
 				return AD_R_QUEUE;
-			if (next < w->conc16 * 3 / 2 + 16)
+			if (q16 >= 16)
+				next = queue_cut(from, q16, whole);
+			else if (next < w->conc16 * 3 / 2 + 16)
 				next = w->conc16 * 3 / 2 + 16;
 		}
 		if (next > lim)
 			next = lim;
 		st->limit16 = ad_clamp16(p, next);
-		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+		if (st->limit16 == lim)
+			return AD_R_NONE;
+		/* The cut lands one permit under an edge when the slow replies
+		 * showed the queue too: a mean above the tolerance may also be
+		 * the clients' waves, or a backend that shares its processors,
+		 * which slows every reply a little and none by half. */
+		if (q16 >= 16)
+			edge_note(st, st->limit16);
+		return AD_R_QUEUE;
 	}
 	was_high = st->high;
 	st->floor_windows = 0;
@@ -605,6 +764,38 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	} else if (m < lo) {
 		st->base_us = (uint32_t)(base - (base - m) / 8);
 	}
+	/* Within the tolerance, a queue of a permit or two may still be
+	 * there: the slow replies show it (slow_queue16). Half a permit of it
+	 * or more holds the limit; a whole one is cut, at once where the limit
+	 * let it in (held, or the step to the edge), otherwise when the window
+	 * before was high too (traffic the limit does not hold back is not
+	 * refused on one window). Not at a sure knee, whose latency is the
+	 * backend's own. */
+	if (at_knee)
+		q16 = 0;
+	if (q16 >= 16 && w->conc16 > lim)
+		return AD_R_NONE;	/* a drain: the queue let in before the last cut */
+	if (q16 >= 16 && (held || was_high || (st->edge > 0 && whole == (uint64_t)st->edge * 16))) {
+		st->limit16 = ad_clamp16(p, queue_cut(from, q16, whole));
+		st->ramp = false;
+		if (st->limit16 == lim)
+			return AD_R_NONE;
+		edge_note(st, st->limit16);
+		return AD_R_QUEUE;
+	}
+	if (q16 >= 8 && st->edge > 0 && whole == (uint64_t)st->edge * 16 && st->edge_seen) {
+		/* The step to the edge met half a permit of queue: servers
+		 * that free one after another keep the wait of one permit more
+		 * short, so fewer replies show it. Back under the edge, which
+		 * is found again. */
+		st->limit16 = ad_clamp16(p, whole - 16);
+		edge_note(st, st->limit16);
+		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+	}
+	if (q16 >= 16)
+		st->high = true;
+	if (q16 >= 8)
+		return AD_R_NONE;
 	if (!in_use)
 		return AD_R_NONE;	/* the limit is not what holds the traffic back */
 	/* A limit in use on a latency within the tolerance may still hold
@@ -637,6 +828,35 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		if (whole > (uint64_t)st->knee * 16)
 			st->knee = 0;
 	}
+	if (st->edge > 0 && noise == 0 && !p->observe) {
+		/* Below the edge a limit grows to one permit under it. The step
+		 * to it is taken seldom at a peak (probe_due: each step there
+		 * costs a window of a small queue) and often elsewhere
+		 * (edge_due: below the peak a capacity that dropped may have
+		 * come back; above it the edge is not yet found again), at once
+		 * while the edge climbs (edge_climb). */
+		uint64_t e16 = (uint64_t)st->edge * 16;
+
+		if (whole + 16 == e16) {
+			if (st->climb == 0 && !(st->edge == st->peak ? w->probe_due : w->edge_due))
+				return AD_R_NONE;
+			st->limit16 = ad_clamp16(p, e16);
+			st->edge_seen = st->climb > 0;
+			st->ramp = false;
+			return st->limit16 != lim ? AD_R_GROW : AD_R_NONE;
+		}
+		if (whole == e16 && !st->edge_seen) {
+			st->edge_seen = true;
+			return AD_R_NONE;
+		}
+		if (whole == e16 && edge_climb(st) && st->climb > 0) {
+			st->limit16 = ad_clamp16(p, (uint64_t)st->edge * 16);
+			st->ramp = false;
+			return st->limit16 != lim ? AD_R_GROW : AD_R_NONE;
+		}
+		if (whole > e16)
+			st->edge = st->climb = 0;	/* the limit got there otherwise */
+	}
 	if (st->ramp)
 		next = lim * 2;
 	else if (noise == 0 && m * 400 <= base * (300 + p->tolerance_pct))
@@ -649,6 +869,10 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		next = lim + (lim / AD_GROW_FREE > 16 ? lim / AD_GROW_FREE : 16);
 	else
 		next = lim + (lim / 16 > 16 ? lim / 16 : 16);
+	if (st->edge > 0 && noise == 0 && !p->observe && next > (uint64_t)st->edge * 16 - 16)
+		next = (uint64_t)st->edge * 16 - 16;
+	if (next < lim)
+		next = lim;
 	st->limit16 = ad_clamp16(p, next);
 	if (st->limit16 == lim)
 		return AD_R_NONE;

@@ -71,6 +71,23 @@
 #define FIRST_SHORTEST(f)	((f) >> 8 & FIRST_MASK)	/* with FIRST_VARIES: the shortest, coded */
 #define FIRST_REGULAR16	4	/* a spread (x 16) under this is a regular service time */
 
+/*
+ * Once the baseline is in, alg[1] is this controller's again: the open
+ * window's replies slower than AD_SLOW_PCT of the baseline in its low
+ * SLOW_BITS (one atomic add per such reply; close_window takes them out
+ * with one atomic and), and above them the edge, the peak, edge_n and
+ * edge_seen and climb (struct ad_state, keep_load). A count above the
+ * window's replies (the sum of squares of a first phase that a late sample
+ * added to) reads as none.
+ */
+#define SLOW_BITS	24
+#define SLOW_MASK	((1ULL << SLOW_BITS) - 1)
+#define EDGE_SHIFT	SLOW_BITS
+#define PEAK_SHIFT	(SLOW_BITS + 16)
+#define EDGE_N_SHIFT	(SLOW_BITS + 32)
+#define EDGE_SEEN	(1ULL << (SLOW_BITS + 36))
+#define CLIMB_SHIFT	(SLOW_BITS + 37)
+
 /* Microseconds (at least 2) as a 15-bit code that sorts as they do: the
  * position of the leading bit, then the next 10 bits. */
 static uint64_t
@@ -144,8 +161,16 @@ note_change(struct seg_adaptive *a, uint32_t from, uint32_t to, enum ad_reason w
  * baseline's age is older than it is.
  */
 static void
-keep_load(const struct seg_adaptive *a, struct ad_state *st, uint64_t was[2])
+keep_load(const struct seg_adaptive *a, struct ad_state *st, uint64_t was[3])
 {
+	uint64_t e = atomic_load(&a->alg[1]) & ~SLOW_MASK;
+
+	was[2] = e;
+	st->edge = (uint32_t)(e >> EDGE_SHIFT) & 0xffff;
+	st->climb = (uint32_t)(e >> CLIMB_SHIFT) & 0x7;
+	st->peak = (uint32_t)(e >> PEAK_SHIFT) & 0xffff;
+	st->edge_n = (uint32_t)(e >> EDGE_N_SHIFT) & 0xf;
+	st->edge_seen = (e & EDGE_SEEN) != 0;
 	was[0] = atomic_load(&a->alg[2]);
 	was[1] = atomic_load(&a->alg[3]);
 	st->kept_us = (uint32_t)was[0];
@@ -161,8 +186,19 @@ keep_load(const struct seg_adaptive *a, struct ad_state *st, uint64_t was[2])
 }
 
 static void
-keep_store(struct seg_adaptive *a, const struct ad_state *st, uint64_t was[2])
+keep_store(struct seg_adaptive *a, const struct ad_state *st, uint64_t was[3])
 {
+	uint64_t e = (uint64_t)(st->edge & 0xffff) << EDGE_SHIFT |
+	    (uint64_t)(st->peak & 0xffff) << PEAK_SHIFT |
+	    (uint64_t)(st->edge_n < 0xf ? st->edge_n : 0xf) << EDGE_N_SHIFT |
+	    (st->edge_seen ? EDGE_SEEN : 0) | (uint64_t)(st->climb & 0x7) << CLIMB_SHIFT,
+	    cur = atomic_load(&a->alg[1]);
+
+	/* The count below moves with every slow reply: the edge is written
+	 * while the bits above it are still what keep_load read. */
+	while (e != was[2] && (cur & ~SLOW_MASK) == was[2] &&
+	    !atomic_compare_exchange_weak(&a->alg[1], &cur, (cur & SLOW_MASK) | e))
+		;
 	uint64_t now[2] = { st->kept_us | (uint64_t)st->kept_s << 32,
 			    st->base_s | (uint64_t)(st->knee & 0xf) << 32 |
 			    (uint64_t)(st->test_n & 0xf) << 36 | (uint64_t)st->test_seen << 40 |
@@ -179,7 +215,7 @@ uint32_t
 ad_knee(const struct seg_comp *c, bool *sure)
 {
 	struct ad_state st;
-	uint64_t was[2];
+	uint64_t was[3];
 
 	*sure = false;
 	if (atomic_load(&c->ad.mode) == AD_NONE || atomic_load(&c->ad.algorithm) != AD_ALG_BULKSHIM)
@@ -215,7 +251,7 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 			       atomic_load(&a->tolerance_pct), atomic_load(&c->enforce) == 0 };
 	struct ad_window w;
 	struct ad_state st;
-	uint64_t acc, old, next, sum, el = now_us - start, period, aux[2][2], keep[2], first;
+	uint64_t acc, old, next, sum, el = now_us - start, period, aux[2][2], keep[3], first;
 	enum ad_reason why;
 	uint32_t alg;
 
@@ -226,6 +262,8 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	 * whichever process closes that window may start it. */
 	period = AD_PROBE_WINDOWS * window_len(a);
 	w.probe_due = n == 0 && period > 0 && start / period != now_us / period;
+	period = AD_EDGE_WINDOWS * window_len(a);
+	w.edge_due = n == 0 && period > 0 && start / period != now_us / period;
 	acc = atomic_exchange(&a->acc, 0);
 	w.min_us = atomic_exchange(&a->win_min_us, 0);
 	if (n > 0)
@@ -242,9 +280,12 @@ close_window(struct seg_comp *c, uint64_t start, uint64_t now_us, uint64_t n, ui
 	/* alg[0] is this controller's only while it is the one running. */
 	first = alg == AD_ALG_BULKSHIM ? atomic_load(&a->alg[0]) : 0;
 	w.spread16 = 0;
+	w.slow = 0;
 	if (AD_CTL_BASE(atomic_load(&a->ctl)) != 0) {
 		if (first & FIRST_VARIES)
 			w.spread16 = FIRST_SPREAD(first);
+		if (alg == AD_ALG_BULKSHIM)
+			w.slow = atomic_fetch_and(&a->alg[1], ~SLOW_MASK) & SLOW_MASK;
 	} else if (n == 0 && !(first & FIRST_VARIES)) {
 		/* The first baseline of a regular service time: the shortest
 		 * of the first replies (first_sample). */
@@ -432,7 +473,7 @@ void
 ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 {
 	struct seg_adaptive *a = &c->ad;
-	uint64_t start, acc, win, n, f = 0;
+	uint64_t start, acc, win, n, f = 0, base;
 	uint32_t lo;
 	bool first, own;
 
@@ -450,7 +491,11 @@ ad_sample(struct seg_comp *c, int p, uint64_t us, uint64_t now_us)
 	    !atomic_compare_exchange_weak(&a->win_min_us, &lo, (uint32_t)us))
 		;
 	start = atomic_load(&a->win_start_us);
-	first = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed)) == 0;
+	base = AD_CTL_BASE(atomic_load_explicit(&a->ctl, memory_order_relaxed));
+	first = base == 0;
+	/* A reply that waited: the slow share of the window (slow_queue16). */
+	if (own && !first && us * 100 > base * AD_SLOW_PCT)
+		atomic_fetch_add_explicit(&a->alg[1], 1, memory_order_relaxed);
 	if (first) {
 		/* No baseline yet: the first completions give it
 		 * (first_sample; a published controller's, the shortest of
@@ -603,6 +648,7 @@ ad_apply(struct seg_comp *c, const struct cfg_compartment *cc)
 		atomic_store(&a->alg[0], 0);
 		st.floor_windows = 0;
 		st.probe = false;
+		atomic_store(&a->alg[1], 0);	/* no edge, no slow reply */
 		atomic_store(&a->alg[2], 0);	/* nothing kept (keep_load) */
 		atomic_store(&a->alg[3], 0);
 		atomic_store(&a->acc, 0);

@@ -311,6 +311,21 @@ struct ad_state {
 #define AD_KNEE_RETRY_S	30	/* the permit above a sure knee is tried this often */
 	uint32_t knee, knee_s, test_n, test_r16;
 	bool knee_ok, test_up, test_seen;
+	/* In alg[1]'s upper bits (keep_load), on a regular service time:
+	 * `edge`, one permit above where the last cut of a queue landed (the
+	 * least limit known to queue; 0 = none), and `peak`, the highest edge
+	 * that a step to it found again (0 = none): the limit below the edge
+	 * steps up to it only now and then, seldom at the peak, often below
+	 * it (a capacity that came back). edge_n counts the edges found again
+	 * below the peak (after AD_PEAK_AGAIN the peak is forgotten),
+	 * edge_seen the first window at the edge (its replies were admitted
+	 * below it), and climb the steps of an edge that moves up (the step
+	 * is 2^(climb - 1) permits; 0: it does not). */
+#define AD_EDGE_MAX	0xffffU	/* permits: a higher edge is not kept */
+#define AD_PEAK_AGAIN	15	/* edges found again below the peak that forget it */
+#define AD_CLIMB_MAX	7	/* a climbing edge steps by at most 2^(this - 1) */
+	uint32_t edge, peak, edge_n, climb;
+	bool edge_seen;
 };
 struct ad_params {
 	uint32_t min, max, tolerance_pct;
@@ -330,7 +345,15 @@ struct ad_window {
 	 * baseline measured it (0: a regular service time): how far a
 	 * window's mean of n samples strays by chance. */
 	uint32_t spread16;
+	/* Replies slower than AD_SLOW_PCT of the baseline among the `done`
+	 * (0 = not counted): on a regular service time only a queue makes
+	 * them, one in about L/(L - C) at L in flight on C servers. */
+	uint64_t slow;
+	bool edge_due;		/* the limit below the edge may step to it (the
+				 * clock crossed AD_EDGE_WINDOWS windows) */
 };
+#define AD_SLOW_PCT	125	/* a reply this much of the baseline waited */
+#define AD_EDGE_WINDOWS	4	/* below the peak, the step to the edge this often */
 /* The adaptive controller's rule (ad_step.c). */
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);
