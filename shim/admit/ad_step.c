@@ -144,8 +144,8 @@
  * dropped may have come back) and above it (an edge not yet found again).
  * A step whose second window shows half a permit of queue goes back under
  * the edge, found again; one that shows none sends the edge back to the
- * peak, or, at the peak, climbs it by 1, 2, 4... permits a window (a
- * capacity above any seen) until a step meets the queue. Below an edge, a
+ * peak, or, at the peak, climbs it by 1, 2, 4... permits every two windows
+ * (a capacity above any seen) until a step meets the queue. Below an edge, a
  * window whose replies did not wait is no queue of ours whatever its mean
  * (the clients' waves, a backend slower for every request), and is judged
  * as one within the tolerance. The edge is for more permits than
@@ -341,12 +341,13 @@ edge_note(struct ad_state *st, uint64_t lim16)
  * Two windows at the edge met no queue: the capacity is above it. Below the
  * peak, the edge goes back to the peak (a capacity that dropped came back:
  * the limit grows as any other up to one under it); at or above it, the
- * edge climbs by 1, 2, 4... permits, one step a window, until a step meets
- * the queue and is cut (a capacity above any seen). Returns false when the
- * edge is gone (past AD_EDGE_MAX).
+ * edge climbs by 1, 2, 4... permits, a step every two windows (the first
+ * one's replies were admitted below it), until a step meets the queue and
+ * is cut (a capacity above any seen). Returns false when the edge is gone
+ * (past max, or AD_EDGE_MAX: nothing above it to find).
  */
 static bool
-edge_climb(struct ad_state *st)
+edge_climb(const struct ad_params *p, struct ad_state *st)
 {
 	if (st->edge < st->peak) {
 		st->edge = st->peak;
@@ -357,8 +358,8 @@ edge_climb(struct ad_state *st)
 	if (st->climb < AD_CLIMB_MAX)
 		st->climb++;
 	st->edge += 1u << (st->climb - 1);
-	st->edge_seen = true;	/* one step a window while it climbs */
-	if (st->edge > AD_EDGE_MAX) {
+	st->edge_seen = false;	/* judged from its second window, as any step */
+	if (st->edge > AD_EDGE_MAX || st->edge > p->max) {
 		st->edge = st->peak = st->edge_n = st->climb = 0;
 		return false;
 	}
@@ -834,14 +835,20 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * costs a window of a small queue) and often elsewhere
 		 * (edge_due: below the peak a capacity that dropped may have
 		 * come back; above it the edge is not yet found again), at once
-		 * while the edge climbs (edge_climb). */
+		 * while the edge climbs (edge_climb). A step is judged by its
+		 * second window: the first one's replies were admitted below. */
 		uint64_t e16 = (uint64_t)st->edge * 16;
 
+		if (st->edge > p->max) {
+			/* A reload lowered max under it: nothing to find. */
+			st->edge = st->peak = st->edge_n = st->climb = 0;
+			e16 = 0;
+		}
 		if (whole + 16 == e16) {
 			if (st->climb == 0 && !(st->edge == st->peak ? w->probe_due : w->edge_due))
 				return AD_R_NONE;
 			st->limit16 = ad_clamp16(p, e16);
-			st->edge_seen = st->climb > 0;
+			st->edge_seen = false;
 			st->ramp = false;
 			return st->limit16 != lim ? AD_R_GROW : AD_R_NONE;
 		}
@@ -849,7 +856,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->edge_seen = true;
 			return AD_R_NONE;
 		}
-		if (whole == e16 && edge_climb(st) && st->climb > 0) {
+		if (whole == e16 && edge_climb(p, st) && st->climb > 0) {
 			st->limit16 = ad_clamp16(p, (uint64_t)st->edge * 16);
 			st->ramp = false;
 			return st->limit16 != lim ? AD_R_GROW : AD_R_NONE;
