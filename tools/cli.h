@@ -157,6 +157,8 @@ struct cli_adaptive {
 	uint64_t sample_us, sample_conc16, windows, changes, last_change_ms;
 	uint32_t knee;		/* ad_knee: 0 = none */
 	bool knee_sure;
+	uint32_t edge;		/* ad_edge: 0 = none */
+	bool edge_again;
 };
 
 /* A histogram: its buckets, their total, the sum, and the histogram's own

@@ -35,6 +35,7 @@ cli_read_adaptive(const struct seg_comp *sc, struct cli_adaptive *a)
 	a->last_to = atomic_load(&d->last_to);
 	a->last_reason = atomic_load(&d->last_reason);
 	a->knee = ad_knee(sc, &a->knee_sure);
+	a->edge = ad_edge(sc, &a->edge_again);
 }
 
 const char *
@@ -56,13 +57,14 @@ cli_adaptive_json(FILE *f, const struct cli_adaptive *a)
 	    "\"baseline_us\": %u, \"sample_us\": %llu, \"sample_concurrency\": %.2f, "
 	    "\"windows\": %llu, \"changes\": %llu, \"last_change_ms\": %llu, "
 	    "\"last_change_from\": %u, \"last_change_to\": %u, \"last_change_reason\": \"%s\", "
-	    "\"knee\": %u, \"knee_sure\": %s}",
+	    "\"knee\": %u, \"knee_sure\": %s, \"edge\": %u, \"edge_found_again\": %s}",
 	    ad_mode_name(a->mode), ad_alg_name(a->algorithm), cli_adaptive_applies(a), a->limit,
 	    a->min, a->max, a->window_ms,
 	    a->tolerance_pct, a->baseline_us, (unsigned long long)a->sample_us,
 	    a->sample_conc16 / 16.0, (unsigned long long)a->windows,
 	    (unsigned long long)a->changes, (unsigned long long)a->last_change_ms, a->last_from,
-	    a->last_to, ad_reason_name(a->last_reason), a->knee, a->knee_sure ? "true" : "false");
+	    a->last_to, ad_reason_name(a->last_reason), a->knee, a->knee_sure ? "true" : "false",
+	    a->edge, a->edge_again ? "true" : "false");
 }
 
 /* Microseconds as "850us", "12.3ms" or "2.05s". */
@@ -111,6 +113,11 @@ cli_adaptive_text(FILE *f, const struct cli_comp *all, uint32_t n)
 		else if (a->knee > 0)
 			fprintf(f, "%-24s knee at %u: one permit fewer served a quarter less; the "
 			    "permit above it is under test\n", "", a->knee);
+		if (a->edge > 0)
+			fprintf(f, "%-24s edge at %u: replies waited at %u in flight; the limit "
+			    "steps onto it every %d windows%s\n", "", a->edge, a->edge,
+			    a->edge_again ? AD_PROBE_WINDOWS : AD_EDGE_WINDOWS,
+			    a->edge_again ? " (found again)" : " (not yet found again)");
 	}
 }
 
@@ -118,12 +125,16 @@ void
 cli_adaptive_watch(FILE *f, const struct cli_comp *c, bool ansi)
 {
 	const struct cli_adaptive *a = &c->ad;
-	char b1[16], b2[16], knee[40] = "";
+	char b1[16], b2[16], knee[64] = "";
+	int k = 0;
 
 	if (a->mode == AD_NONE)
 		return;
 	if (a->knee > 0)
-		snprintf(knee, sizeof(knee), ", knee %u%s", a->knee, a->knee_sure ? "" : " (under test)");
+		k = snprintf(knee, sizeof(knee), ", knee %u%s", a->knee,
+		    a->knee_sure ? "" : " (under test)");
+	if (a->edge > 0 && k >= 0 && (size_t)k < sizeof(knee))
+		snprintf(knee + k, sizeof(knee) - (size_t)k, ", edge %u", a->edge);
 	fprintf(f, "  adaptive %s (%s): limit %u (%u..%u), baseline %s, sample %s, last %u -> %u "
 	    "(%s)%s%s\n", ad_mode_name(a->mode), ad_alg_name(a->algorithm), a->limit, a->min, a->max,
 	    a->baseline_us ? dur_text(a->baseline_us, b1, sizeof(b1)) : "-",
@@ -168,6 +179,7 @@ gauge(FILE *f, const char *seg, const struct cli_comp *all, uint32_t n, const ch
 			fprintf(f, " %d\n", a->mode == AD_ON ? 1 : 0);
 			break;
 		case 7: labels(f, seg, all[i].name, NULL, NULL); fprintf(f, " %u\n", a->knee); break;
+		case 8: labels(f, seg, all[i].name, NULL, NULL); fprintf(f, " %u\n", a->edge); break;
 		}
 	}
 }
@@ -189,6 +201,9 @@ cli_adaptive_metrics(FILE *f, const char *seg, const struct cli_comp *all, uint3
 	    "adaptive limit last changed.", 5, labels);
 	gauge(f, seg, all, n, "bulkshim_adaptive_knee", "The knee the limit is held at (one "
 	    "permit more cost latency and served less than a quarter more), 0 for none.", 7, labels);
+	gauge(f, seg, all, n, "bulkshim_adaptive_edge", "The least limit whose replies showed a "
+	    "queue (the limit holds one under it and steps onto it now and then), 0 for none.", 8,
+	    labels);
 	/* Why, as a state set: one series per reason, always all of them,
 	 * so a change of reason creates no new series. */
 	fputs("# HELP bulkshim_adaptive_last_change_reason Why the adaptive limit last changed: "

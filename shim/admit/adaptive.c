@@ -46,7 +46,6 @@
  * wrong limit.
  */
 
-#define AD_PROBE_WINDOWS	32	/* a probe at most every this many windows */
 #define AD_FIRST_SAMPLES	8	/* completions that give the first baseline */
 #define AD_FIRST_WINDOWS	8	/* windows the mean of a varying service is taken over */
 #define AD_VARIED_SAMPLES	16	/* samples a window of a varying service waits for */
@@ -223,6 +222,20 @@ ad_knee(const struct seg_comp *c, bool *sure)
 	keep_load(&c->ad, &st, was);
 	*sure = st.knee > 0 && st.knee_ok;
 	return st.knee;
+}
+
+uint32_t
+ad_edge(const struct seg_comp *c, bool *again)
+{
+	struct ad_state st;
+	uint64_t was[3];
+
+	*again = false;
+	if (atomic_load(&c->ad.mode) == AD_NONE || atomic_load(&c->ad.algorithm) != AD_ALG_BULKSHIM)
+		return 0;
+	keep_load(&c->ad, &st, was);
+	*again = st.edge > 0 && st.edge == st.peak;
+	return st.edge;
 }
 
 /* The open window's length: at least window_ms, and at least the last

@@ -353,7 +353,8 @@ struct ad_window {
 				 * clock crossed AD_EDGE_WINDOWS windows) */
 };
 #define AD_SLOW_PCT	125	/* a reply this much of the baseline waited */
-#define AD_EDGE_WINDOWS	4	/* below the peak, the step to the edge this often */
+#define AD_EDGE_WINDOWS	4	/* off the peak, the step to the edge this often */
+#define AD_PROBE_WINDOWS	32	/* a probe, or a step to the peak, at most this often */
 /* The adaptive controller's rule (ad_step.c). */
 uint64_t ad_pack(const struct ad_state *st);
 void ad_unpack(uint64_t ctl, struct ad_state *st);
@@ -368,6 +369,11 @@ uint32_t ad_current(const struct seg_comp *c);
  * cost latency past the tolerance and served less than a quarter more), 0
  * if none; *sure once the step above it was tried and failed. */
 uint32_t ad_knee(const struct seg_comp *c, bool *sure);
+/* The edge of c's bulkshim controller (permits: the least limit its slow
+ * replies showed a queue at), 0 if none; *again once a step onto it met
+ * the queue again (it is stepped onto every AD_PROBE_WINDOWS windows then,
+ * every AD_EDGE_WINDOWS before). */
+uint32_t ad_edge(const struct seg_comp *c, bool *again);
 /* Inlined into admission under LTO (BS_LTO_INLINE). */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wattributes"

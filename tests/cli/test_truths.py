@@ -163,6 +163,44 @@ def test_status_names_the_knee_an_adaptive_limit_holds_at():
     assert re.search(r'^bulkshim_adaptive_knee\{segment="[^"]*",compartment="be"\} 3$', m, re.M), m
 
 
+def test_status_names_the_edge_an_adaptive_limit_holds_under():
+    """A compartment whose controller holds its limit one permit under an edge (the least
+    limit whose replies showed a queue) says so: `status --json` has the edge and whether a
+    step onto it met the queue again, the text a line that explains it and how often the
+    limit steps onto it, `watch` and `metrics` the edge; none on a fresh compartment. The edge
+    is written where the controller keeps it (alg[1] above the window's count of slow replies:
+    the edge in bits 24-39, the peak, an edge found again, in bits 40-55; keep_store)."""
+    srv = Server()
+    seg = new_segment()
+    config = _adaptive_config(seg, srv.port)
+    assert subprocess.run([PY, "-c", "pass"], env=shim_env(config)).returncode == 0
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["edge"], ad["edge_found_again"]) == (0, False), ad
+    assert "edge" not in cli_ok("status", "-s", seg)
+    poke(seg, "be", **{"ad.alg[1]": 15 << 24 | 5})
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["edge"], ad["edge_found_again"]) == (15, False), ad
+    assert "edge at 15: replies waited at 15 in flight; the limit steps onto it every 4 " \
+        "windows (not yet found again)" in cli_ok("status", "-s", seg)
+    poke(seg, "be", **{"ad.alg[1]": 15 << 24 | 15 << 40})
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["edge"], ad["edge_found_again"]) == (15, True), ad
+    text = cli_ok("status", "-s", seg)
+    assert "edge at 15: replies waited at 15 in flight; the limit steps onto it every 32 " \
+        "windows (found again)" in text, text
+    # No edge is at 8 permits or fewer (the knee's): a segment that says so is damaged, and
+    # its adaptive object is not shown.
+    poke(seg, "be", **{"ad.alg[1]": 5 << 24})
+    c = comp_of(status_json(seg), "be")
+    assert c["adaptive"] is None and "adaptive" in c["damaged"], c
+    poke(seg, "be", **{"ad.alg[1]": 15 << 24 | 15 << 40})
+    frame = cli_ok("watch", "-s", seg, "-n", "1")
+    assert re.search(r"adaptive on \(bulkshim\): limit \d+ .*, edge 15\b", frame), frame
+    m = cli_ok("metrics", "-s", seg)
+    assert re.search(r'^bulkshim_adaptive_edge\{segment="[^"]*",compartment="be"\} 15$', m,
+                     re.M), m
+
+
 def test_status_says_when_the_fleet_agent_is_stopped_or_gone():
     """The agent leasing for a compartment is SIGSTOPped: status --json says fleet_agent
     "stopped" and fleet_redis "no agent" (not the "ok" of its last round trip); SIGCONT: it

@@ -178,12 +178,13 @@ def test_page_shows_the_incident_what_refuses_and_against_which_limit():
 def test_page_names_the_knee_an_adaptive_limit_holds_at():
     """An adaptive limit held at a knee (PostgreSQL on its cores: one permit more cost latency
     and served less than a quarter more) says so on its line, as `status` does: "knee 2 (under
-    test)" while the step above is tried, "knee 2" once it is sure. The knee is written where
-    the controller keeps it (alg[3]: the knee in bits 32-35, sure in bit 63)."""
+    test)" while the step above is tried, "knee 2" once it is sure; and one held under an edge
+    says "edge N". The knee is written where the controller keeps it (alg[3]: the knee in bits
+    32-35, sure in bit 63)."""
     srv = Server()
     segment = harness.new_segment()
     config = config_file(segment, [{"name": "db", "destinations": ["127.0.0.1:%d" % srv.port],
-                                    "max_inflight": 8, "adaptive": {"min": 1, "max": 8}}])
+                                    "max_inflight": 16, "adaptive": {"min": 1, "max": 16}}])
     assert subprocess.run([harness.PY, "-c", "pass"],
                           env=harness.shim_env(config)).returncode == 0
     poke(segment, "db", **{"ad.alg[3]": 2 << 32})
@@ -195,4 +196,9 @@ def test_page_names_the_knee_an_adaptive_limit_holds_at():
     poke(segment, "db", **{"ad.alg[3]": 2 << 32 | 1 << 63})
     wait_until(lambda: (_detail(b, segment, "db", "adaptive") or "").endswith("knee 2"), 10, 0.1,
                "the sure knee on the page")
+    # An edge (the least limit whose replies showed a queue: alg[1] bits 24-39) is on the
+    # same line.
+    poke(segment, "db", **{"ad.alg[3]": 0, "ad.alg[1]": 12 << 24})
+    wait_until(lambda: (_detail(b, segment, "db", "adaptive") or "").endswith("edge 12"), 10,
+               0.1, "the edge on the page")
     assert not _console_errors(b), _console_errors(b)
