@@ -210,16 +210,27 @@ keep_store(struct seg_adaptive *a, const struct ad_state *st, uint64_t was[3])
 			atomic_compare_exchange_strong(&a->alg[2 + i], &was[i], now[i]);
 }
 
+/* What c's bulkshim controller keeps beside ctl, for the views: false when
+ * c has no such controller. */
+static bool
+kept_of(const struct seg_comp *c, struct ad_state *st)
+{
+	uint64_t was[3];
+
+	if (atomic_load(&c->ad.mode) == AD_NONE || atomic_load(&c->ad.algorithm) != AD_ALG_BULKSHIM)
+		return false;
+	keep_load(&c->ad, st, was);
+	return true;
+}
+
 uint32_t
 ad_knee(const struct seg_comp *c, bool *sure)
 {
 	struct ad_state st;
-	uint64_t was[3];
 
 	*sure = false;
-	if (atomic_load(&c->ad.mode) == AD_NONE || atomic_load(&c->ad.algorithm) != AD_ALG_BULKSHIM)
+	if (!kept_of(c, &st))
 		return 0;
-	keep_load(&c->ad, &st, was);
 	*sure = st.knee > 0 && st.knee_ok;
 	return st.knee;
 }
@@ -228,12 +239,10 @@ uint32_t
 ad_edge(const struct seg_comp *c, bool *again)
 {
 	struct ad_state st;
-	uint64_t was[3];
 
 	*again = false;
-	if (atomic_load(&c->ad.mode) == AD_NONE || atomic_load(&c->ad.algorithm) != AD_ALG_BULKSHIM)
+	if (!kept_of(c, &st))
 		return 0;
-	keep_load(&c->ad, &st, was);
 	*again = st.edge > 0 && st.edge == st.peak;
 	return st.edge;
 }
