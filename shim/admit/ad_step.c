@@ -268,6 +268,14 @@ slow_known(const struct ad_params *p, const struct ad_window *w)
 	    w->slow * 4 <= w->done * 3;
 }
 
+/* What was in flight times the share of the window's replies that were slow,
+ * in 1/16ths of a permit (done > 0). */
+static uint64_t
+slow_share16(const struct ad_window *w)
+{
+	return w->conc16 * w->slow / w->done;
+}
+
 /*
  * The queue the window's slow replies show, in 1/16ths of a permit: their
  * share of the replies times what was in flight. On a regular service time
@@ -283,7 +291,21 @@ slow_queue16(const struct ad_params *p, const struct ad_window *w)
 {
 	if (!slow_known(p, w) || w->conc16 <= AD_KNEE_MAX * 16)
 		return 0;
-	return w->conc16 * w->slow / w->done;
+	return slow_share16(w);
+}
+
+/* Where a cut to `next` (1/16ths) from `from` in flight lands: at most
+ * halving, on the nearest whole permit (admission enforces whole ones: at
+ * 1.97 it would admit 1), at least one below the limit's whole `whole`. */
+static uint64_t
+land_cut(uint64_t next, uint64_t from, uint64_t whole)
+{
+	if (next < from / 2)
+		next = from / 2;
+	next = (next + 8) & ~15ULL;
+	if (next >= whole && whole >= 32)
+		next = whole - 16;
+	return next;
 }
 
 /* A cut of the queue q16 (1/16ths) from `from` in flight: half of it, to the
@@ -296,14 +318,17 @@ slow_queue16(const struct ad_params *p, const struct ad_window *w)
 static uint64_t
 queue_cut(uint64_t from, uint64_t q16, uint64_t whole)
 {
-	uint64_t cut = (q16 / 2 + 8) & ~15ULL, next = from > cut ? from - cut : 0;
+	uint64_t cut = (q16 / 2 + 8) & ~15ULL;
 
-	if (next < from / 2)
-		next = from / 2;
-	next = (next + 8) & ~15ULL;
-	if (next >= whole && whole >= 32)
-		next = whole - 16;
-	return next;
+	return land_cut(from > cut ? from - cut : 0, from, whole);
+}
+
+/* The edge and all that goes with it are forgotten: the limit is what it
+ * was without one. */
+static void
+edge_forget(struct ad_state *st)
+{
+	st->edge = st->peak = st->edge_n = st->climb = 0;
 }
 
 /*
@@ -322,7 +347,7 @@ edge_note(struct ad_state *st, uint64_t lim16)
 	if (e <= AD_KNEE_MAX)
 		return;		/* the knee's (knee_test): one permit is a share there */
 	if (e > AD_EDGE_MAX) {
-		st->edge = st->peak = st->edge_n = st->climb = 0;
+		edge_forget(st);
 		return;
 	}
 	if (e == st->edge && e >= st->peak) {
@@ -360,7 +385,7 @@ edge_climb(const struct ad_params *p, struct ad_state *st)
 	st->edge += 1u << (st->climb - 1);
 	st->edge_seen = false;	/* judged from its second window, as any step */
 	if (st->edge > AD_EDGE_MAX || st->edge > p->max) {
-		st->edge = st->peak = st->edge_n = st->climb = 0;
+		edge_forget(st);
 		return false;
 	}
 	return true;
@@ -575,7 +600,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 	 * same capacity; the window is judged as one within the tolerance. */
 	q16 = slow_queue16(p, w);
 	below_edge = st->edge > 0 && whole < (uint64_t)st->edge * 16 && slow_known(p, w) &&
-	    w->conc16 * w->slow < 8 * w->done;
+	    slow_share16(w) < 8;
 	if (m * 100 > base * tol && !below_edge) {
 		if (at_knee && !w->stall && m * 10000 <= base * tol * tol) {
 			/* At a sure knee the limit stays put, so a latency
@@ -697,14 +722,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			next = from - from / 8;
 		if (next > from - from / 8)
 			next = from - from / 8;	/* a step the latency can show */
-		if (next < from / 2)
-			next = from / 2;
-		/* Admission enforces whole permits: the cut lands on the
-		 * nearest one (at 1.97 it would admit 1), at least one below
-		 * the limit. */
-		next = (next + 8) & ~15ULL;
-		if (next >= whole && whole >= 32)
-			next = whole - 16;
+		next = land_cut(next, from, whole);
 		/* A whole permit cut where Little's law asked for part of
 		 * one, from a limit held at AD_KNEE_MAX or less (where one
 		 * permit is an eighth of it or more) on a regular service:
@@ -841,7 +859,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 
 		if (st->edge > p->max) {
 			/* A reload lowered max under it: nothing to find. */
-			st->edge = st->peak = st->edge_n = st->climb = 0;
+			edge_forget(st);
 			e16 = 0;
 		}
 		if (whole + 16 == e16) {
