@@ -268,12 +268,23 @@ slow_known(const struct ad_params *p, const struct ad_window *w)
 	    w->slow * 4 <= w->done * 3;
 }
 
-/* What was in flight times the share of the window's replies that were slow,
- * in 1/16ths of a permit (done > 0). */
+/*
+ * What was in flight times the share of the window's replies that were slow,
+ * in 1/16ths of a permit (done > 0), past the queue the limit keeps: a
+ * sixteenth of what is in flight, at least one permit (AD_QUEUE_KEPT). A
+ * request holds its permit while it connects and closes, not only while a
+ * server works on it, so a limit of exactly the capacity leaves each server
+ * idle between its requests (5 % of the bench's 16 servers' replies per
+ * second); one permit more keeps them busy, and its wait is short.
+ */
 static uint64_t
 slow_share16(const struct ad_window *w)
 {
-	return w->conc16 * w->slow / w->done;
+	uint64_t share = w->conc16 * w->slow / w->done, kept = w->conc16 / AD_QUEUE_KEPT;
+
+	if (kept < 16)
+		kept = 16;
+	return share > kept ? share - kept : 0;
 }
 
 /*
@@ -723,6 +734,12 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		if (next > from - from / 8)
 			next = from - from / 8;	/* a step the latency can show */
 		next = land_cut(next, from, whole);
+		/* Where the slow replies show a queue, the cut goes no lower
+		 * than taking all of it away: the mean of a queue of a permit
+		 * or two is mostly the waits of the requests behind it, and a
+		 * cut of an eighth would take the queue the limit keeps too. */
+		if (q16 >= 16 && from > q16 && next < land_cut(from - q16, from, whole))
+			next = land_cut(from - q16, from, whole);
 		/* A whole permit cut where Little's law asked for part of
 		 * one, from a limit held at AD_KNEE_MAX or less (where one
 		 * permit is an eighth of it or more) on a regular service:
@@ -794,22 +811,27 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		q16 = 0;
 	if (q16 >= 16 && w->conc16 > lim)
 		return AD_R_NONE;	/* a drain: the queue let in before the last cut */
-	if (q16 >= 16 && (held || was_high || (st->edge > 0 && whole == (uint64_t)st->edge * 16))) {
+	if (q16 >= 8 && st->edge > 0 && whole == (uint64_t)st->edge * 16 &&
+	    (st->edge_seen || q16 >= 16)) {
+		/* The step to the edge met the queue: half a permit of it in
+		 * its second window (servers that free one after another keep
+		 * the wait of one permit more short, so fewer replies show
+		 * it), a whole one in either. Back under the edge, which is
+		 * found again, and no further: one permit under it no reply
+		 * waited, and a window of the clients in step at the edge
+		 * (half the replies slow at 18 on 16) would cut four. */
+		st->limit16 = ad_clamp16(p, whole - 16);
+		st->ramp = false;
+		edge_note(st, st->limit16);
+		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+	}
+	if (q16 >= 16 && (held || was_high)) {
 		st->limit16 = ad_clamp16(p, queue_cut(from, q16, whole));
 		st->ramp = false;
 		if (st->limit16 == lim)
 			return AD_R_NONE;
 		edge_note(st, st->limit16);
 		return AD_R_QUEUE;
-	}
-	if (q16 >= 8 && st->edge > 0 && whole == (uint64_t)st->edge * 16 && st->edge_seen) {
-		/* The step to the edge met half a permit of queue: servers
-		 * that free one after another keep the wait of one permit more
-		 * short, so fewer replies show it. Back under the edge, which
-		 * is found again. */
-		st->limit16 = ad_clamp16(p, whole - 16);
-		edge_note(st, st->limit16);
-		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 	}
 	if (q16 >= 16)
 		st->high = true;

@@ -353,6 +353,7 @@ struct ad_window {
 				 * clock crossed AD_EDGE_WINDOWS windows) */
 };
 #define AD_SLOW_PCT	125	/* a reply this much of the baseline waited */
+#define AD_QUEUE_KEPT	16	/* the slow replies' queue kept: in flight / this */
 #define AD_EDGE_WINDOWS	4	/* off the peak, the step to the edge this often */
 #define AD_PROBE_WINDOWS	32	/* a probe, or a step to the peak, at most this often */
 /* The adaptive controller's rule (ad_step.c). */
