@@ -254,7 +254,7 @@ check_adaptive(struct cli_comp *c, uint32_t nslots, uint64_t now_ms)
 	    a->window_ms > 60000 || a->tolerance_pct < 105 || a->tolerance_pct > 1000 ||
 	    a->last_reason >= AD_R_MAX || a->algorithm >= AD_ALG_MAX || a->last_from > BS_MAX_LIMIT ||
 	    a->last_to > BS_MAX_LIMIT || a->sample_conc16 > 16ULL * nslots ||
-	    a->knee > AD_KNEE_MAX || a->knee > a->max || (a->edge > 0 && a->edge <= AD_KNEE_MAX)) {
+	    a->knee > AD_KNEE_MAX || a->knee > a->max || a->edge == 1) {
 		memset(&c->ad, 0, sizeof(c->ad));
 		flag(&c->damaged, CF_ADAPTIVE);
 	}

@@ -351,11 +351,11 @@ edge_forget(struct ad_state *st)
  * climb (edge_climb) starts again from one permit.
  */
 static void
-edge_note(struct ad_state *st, uint64_t lim16)
+edge_note(struct ad_state *st, uint64_t lim16, bool few)
 {
 	uint32_t e = (uint32_t)(lim16 / 16) + 1;
 
-	if (e <= AD_KNEE_MAX)
+	if (e <= AD_KNEE_MAX && !few)
 		return;		/* the knee's (knee_test): one permit is a share there */
 	if (e > AD_EDGE_MAX) {
 		edge_forget(st);
@@ -473,13 +473,21 @@ knee_test(const struct ad_params *p, struct ad_state *st, const struct ad_window
 		*why = AD_R_QUEUE;
 		return true;
 	}
-	if (w->conc16 > lim * 2 || before == 0 || whole * before * 4 >= n * 256 * m * 3)
+	if (w->conc16 > lim * 2 || before == 0)
 		return false;
+	if (whole * before * 4 >= n * 256 * m * 3) {
+		/* One permit fewer served three quarters as many or more:
+		 * that permit was a queue, and n is the edge. */
+		if (whole == (n - 1) * 16)
+			edge_note(st, whole, true);
+		return false;
+	}
 	take_slower(st, before / 16, now_s);
 	st->limit16 = ad_clamp16(p, n * 16);
 	if (st->knee != n)
 		st->knee_ok = false;
 	st->knee = (uint32_t)n;
+	edge_forget(st);	/* the permit served: no queue begins there */
 	st->knee_s = now_s;
 	st->high = false;
 	st->prev16 = 0;
@@ -626,6 +634,19 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 			st->base_us = (uint32_t)(base + (m - base) / 8);
 			st->high = false;
 			return AD_R_NONE;
+		}
+		/* A step onto the edge above the tolerance (not far above:
+		 * that is a capacity that dropped, cut as any other) met the
+		 * queue found there before: back under the edge at once, and
+		 * no further. A second window there would double what each
+		 * step costs; at a few permits, a fifth of the replies wait. */
+		if (st->edge > 0 && whole == (uint64_t)st->edge * 16 && !w->stall && !p->observe &&
+		    m * 100 <= 2 * base * tol) {
+			st->limit16 = ad_clamp16(p, whole - 16);
+			st->high = false;
+			st->ramp = false;
+			edge_note(st, st->limit16, true);
+			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 		}
 		/* A queue (or a slower backend). One window above the
 		 * tolerance may be noise; two in a row, or one far above,
@@ -785,7 +806,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * the clients' waves, or a backend that shares its processors,
 		 * which slows every reply a little and none by half. */
 		if (q16 >= 16)
-			edge_note(st, st->limit16);
+			edge_note(st, st->limit16, false);
 		return AD_R_QUEUE;
 	}
 	was_high = st->high;
@@ -822,7 +843,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * (half the replies slow at 18 on 16) would cut four. */
 		st->limit16 = ad_clamp16(p, whole - 16);
 		st->ramp = false;
-		edge_note(st, st->limit16);
+		edge_note(st, st->limit16, false);
 		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
 	}
 	if (q16 >= 16 && (held || was_high)) {
@@ -830,7 +851,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		st->ramp = false;
 		if (st->limit16 == lim)
 			return AD_R_NONE;
-		edge_note(st, st->limit16);
+		edge_note(st, st->limit16, false);
 		return AD_R_QUEUE;
 	}
 	if (q16 >= 16)

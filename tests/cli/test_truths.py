@@ -188,9 +188,13 @@ def test_status_names_the_edge_an_adaptive_limit_holds_under():
     text = cli_ok("status", "-s", seg)
     assert "edge at 15: replies waited at 15 in flight; the limit steps onto it every 32 " \
         "windows (found again)" in text, text
-    # No edge is at 8 permits or fewer (the knee's): a segment that says so is damaged, and
-    # its adaptive object is not shown.
-    poke(seg, "be", **{"ad.alg[1]": 5 << 24})
+    # An edge of a few permits is one (a limit of 4 held under 5); an edge of 1 is not, since
+    # no limit is under it: a segment that says so is damaged, and its adaptive object is not
+    # shown.
+    poke(seg, "be", **{"ad.alg[1]": 5 << 24 | 5 << 40})
+    ad = comp_of(status_json(seg), "be")["adaptive"]
+    assert (ad["edge"], ad["edge_found_again"]) == (5, True), ad
+    poke(seg, "be", **{"ad.alg[1]": 1 << 24})
     c = comp_of(status_json(seg), "be")
     assert c["adaptive"] is None and "adaptive" in c["damaged"], c
     poke(seg, "be", **{"ad.alg[1]": 15 << 24 | 15 << 40})

@@ -646,9 +646,14 @@ test_a_queue_draining_after_a_cut_cuts_no_further(void **state)
 	assert_true(ad_current_of(&st) < 4);
 }
 
-/* The capacity comes back (4 -> 16): a limit in use that meets no queue
- * at all grows by a quarter a window, back within 10 % of C in 8 windows
- * (one permit a window, as before, took 12); then it settles within 1.4 C. */
+/* The capacity comes back (4 -> 16). Where 16 was seen before (the peak
+ * of the edge), a limit in use that meets no queue at all grows by a
+ * quarter a window, back within 10 % of C in 8 windows (one permit a
+ * window took 12); then it settles within 1.4 C. Where 4 is the only
+ * capacity seen, the permit above it is an edge (one permit fewer served as
+ * many: knee_test), which the limit steps onto once per AD_PROBE_WINDOWS
+ * windows and then climbs 1, 2, 4, 8 permits a step: back within
+ * AD_PROBE_WINDOWS + 8 windows, the price of holding 4 without a queue. */
 static void
 test_a_limit_meeting_no_queue_climbs_back_fast(void **state)
 {
@@ -661,10 +666,16 @@ test_a_limit_meeting_no_queue_climbs_back_fast(void **state)
 	run(&m, 100, &lo, &hi);
 	run(&m, 100, &lo, &hi);
 	assert_true(hi <= 1.45 * 4);
+	assert_int_equal(m.st.edge, 5);
 	m.cap = 16;
-	assert_true(windows_until(&m, 0.9 * 16, 2 * 16, 20) <= 8);
+	assert_true(windows_until(&m, 0.9 * 16, 2 * 16, 80) <= AD_PROBE_WINDOWS + 8);
 	run(&m, 200, &lo, &hi);
 	assert_true(lo >= 0.7 * 16 && hi <= 1.4 * 16);
+	m.cap = 4;
+	run(&m, 100, &lo, &hi);
+	assert_true(m.st.peak > 16);
+	m.cap = 16;
+	assert_true(windows_until(&m, 0.9 * 16, 2 * 16, 80) <= 8);
 }
 
 /* PostgreSQL's case: 2 cores, 8 callers. Every query beside the first
@@ -984,6 +995,177 @@ test_stray_slow_replies_below_capacity_refuse_nothing(void **state)
 		m.stray_pct = 4;
 		run(&m, 3000, &lo, &hi);
 		assert_true(lo >= 12);
+	}
+}
+
+/* A window of a regular service time: n replies of mean_us, `in` permits in
+ * flight on average, `slow` of the replies slower than AD_SLOW_PCT. */
+static struct ad_window
+regular(uint64_t n, uint64_t mean_us, uint32_t in, uint64_t slow)
+{
+	return (struct ad_window){ .n = n, .mean_us = mean_us, .conc16 = (uint64_t)in * 16,
+				   .done = n, .min_us = mean_us, .slow = slow };
+}
+
+/* The queue the limit keeps: at 17 on 16 one reply in 17 waits, which is
+ * what a sixteenth of 17 in flight allows, and nothing is cut; at 18 two
+ * do, and the queue past the one kept is cut by half of it, to 17, with
+ * the edge at 18. */
+static void
+test_one_permit_of_queue_is_kept(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 17 * 16, .base_us = 40000 };
+	struct ad_window w = regular(40, 42500, 17, 3);
+
+	(void)state;
+	ad_step(&p, &st, &w);
+	assert_true(st.limit16 >= 17 * 16);
+	assert_int_equal(st.edge, 0);
+	st.limit16 = 18 * 16;
+	st.high = false;
+	w = regular(40, 44000, 18, 6);
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_QUEUE);
+	assert_int_equal(st.limit16, 17 * 16);
+	assert_int_equal(st.edge, 18);
+}
+
+/* A queue of several permits within the tolerance is cut by half of what
+ * the slow replies show past the permit kept (a quarter of the replies slow
+ * at 24: 6 permits, 4.5 past the 1.5 kept, a cut of 2), at once where the
+ * limit held; a window still draining a queue let in above the limit cuts
+ * nothing. */
+static void
+test_a_queue_is_cut_by_half_of_its_slow_share_but_not_while_it_drains(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 24 * 16, .base_us = 40000 };
+	struct ad_window w = regular(40, 44000, 24, 10);
+
+	(void)state;
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_QUEUE);
+	assert_int_equal(st.limit16, 22 * 16);
+	assert_int_equal(st.edge, 23);
+	/* 24 in flight on a limit of 22: the queue let in before the cut. */
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_NONE);
+	assert_int_equal(st.limit16, 22 * 16);
+}
+
+/* A step onto the edge that meets the queue goes back one permit under it
+ * and no further: at 18 on 16 a window of clients in step may show half
+ * the replies slow, which a cut by the share would take to 14. A mean above
+ * the tolerance there sends it back at once too (a second window would
+ * double what each step costs), also at a few permits. */
+static void
+test_a_step_onto_the_edge_goes_back_one_permit(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 18 * 16, .base_us = 40000, .edge = 18, .peak = 18 };
+	struct ad_window w = regular(40, 44000, 18, 20);
+
+	(void)state;
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_QUEUE);
+	assert_int_equal(st.limit16, 17 * 16);
+	assert_int_equal(st.edge, 18);
+	assert_int_equal(st.peak, 18);
+	st = (struct ad_state){ .limit16 = 5 * 16, .base_us = 6000, .edge = 5, .peak = 5 };
+	w = regular(80, 7200, 5, 0);
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_QUEUE);
+	assert_int_equal(st.limit16, 4 * 16);
+	assert_int_equal(st.edge, 5);
+	assert_false(st.high);
+	/* Far above the tolerance is a capacity that dropped: judged as any
+	 * other window (one far above is cut at once, by Little's law). */
+	st = (struct ad_state){ .limit16 = 18 * 16, .base_us = 40000, .edge = 18, .peak = 18 };
+	w = regular(40, 120000, 18, 40);
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_QUEUE);
+	assert_true(st.limit16 < 17 * 16);
+}
+
+/* A step of a climbing edge is judged by its second window, whose replies
+ * were admitted at it: the first, with no queue, does not climb again. */
+static void
+test_a_climb_is_judged_by_the_second_window_of_each_step(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 17 * 16, .base_us = 40000, .edge = 17, .peak = 17 };
+	struct ad_window w = regular(40, 40000, 17, 0);
+
+	(void)state;
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_NONE);	/* the first at 17 */
+	assert_true(st.edge_seen);
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_GROW);	/* no queue: climbs 1 */
+	assert_int_equal(st.edge, 18);
+	assert_int_equal(st.limit16, 18 * 16);
+	w = regular(40, 40000, 18, 0);
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_NONE);	/* the first at 18 */
+	assert_int_equal(st.edge, 18);
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_GROW);	/* climbs 2 */
+	assert_int_equal(st.edge, 20);
+	assert_int_equal(st.limit16, 20 * 16);
+}
+
+/* Below an edge, a window above the tolerance whose replies did not wait
+ * (none slow) is not cut on its mean: the clients' waves, or a backend
+ * slower for every request. Without an edge the same two windows are cut. */
+static void
+test_below_the_edge_a_mean_without_slow_replies_is_not_cut(void **state)
+{
+	struct ad_params p = { 1, 64, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 16 * 16, .base_us = 40000, .edge = 17, .peak = 17 };
+	struct ad_window w = regular(40, 48000, 16, 0);
+
+	(void)state;
+	for (int i = 0; i < 4; i++)
+		ad_step(&p, &st, &w);
+	assert_int_equal(st.limit16, 16 * 16);
+	st = (struct ad_state){ .limit16 = 16 * 16, .base_us = 40000 };
+	for (int i = 0; i < 2; i++)
+		ad_step(&p, &st, &w);
+	assert_true(st.limit16 < 16 * 16);
+}
+
+/* A reload that lowers max under the edge: the edge is forgotten, and the
+ * limit grows as it would without one. */
+static void
+test_an_edge_above_max_is_forgotten(void **state)
+{
+	struct ad_params p = { 1, 30, AD_DEF_TOLERANCE_PCT, false };
+	struct ad_state st = { .limit16 = 20 * 16, .base_us = 40000, .edge = 40, .peak = 40 };
+	struct ad_window w = regular(40, 40000, 20, 0);
+
+	(void)state;
+	assert_int_equal(ad_step(&p, &st, &w), AD_R_GROW);
+	assert_int_equal(st.edge, 0);
+	assert_int_equal(st.peak, 0);
+	assert_true(st.limit16 > 20 * 16);
+}
+
+/* A FIFO capacity of 4 (the bench's latency row): the cut of the fifth
+ * permit served as many per second (knee_test), so 5 is the edge, and the
+ * limit holds at 4 instead of growing back into the queue every other
+ * window; the step onto 5 is one window in AD_PROBE_WINDOWS. */
+static void
+test_a_few_permits_hold_under_their_edge(void **state)
+{
+	struct model m;
+	double lo, hi;
+
+	(void)state;
+	for (uint64_t seed = 1; seed <= 5; seed++) {
+		int above = 0;
+
+		model_open_noisy(&m, seed, 3, 4, 16, 1, 64);
+		m.whole = true;
+		run(&m, 100, &lo, &hi);
+		for (int i = 0; i < 640; i++) {
+			window(&m);
+			above += ad_current_of(&m.st) > 4;
+			if (ad_current_of(&m.st) < 4)
+				fail_msg("seed %d: limit %u", (int)seed, ad_current_of(&m.st));
+		}
+		if (above > 640 / AD_PROBE_WINDOWS + 4)
+			fail_msg("seed %d: %d windows of 640 above 4", (int)seed, above);
 	}
 }
 
@@ -1668,6 +1850,13 @@ main(void)
 		cmocka_unit_test(test_a_queue_within_the_tolerance_is_cut_by_its_slow_replies),
 		cmocka_unit_test(test_a_capacity_that_comes_back_is_found_below_the_peak),
 		cmocka_unit_test(test_stray_slow_replies_below_capacity_refuse_nothing),
+		cmocka_unit_test(test_one_permit_of_queue_is_kept),
+		cmocka_unit_test(test_a_queue_is_cut_by_half_of_its_slow_share_but_not_while_it_drains),
+		cmocka_unit_test(test_a_step_onto_the_edge_goes_back_one_permit),
+		cmocka_unit_test(test_a_climb_is_judged_by_the_second_window_of_each_step),
+		cmocka_unit_test(test_below_the_edge_a_mean_without_slow_replies_is_not_cut),
+		cmocka_unit_test(test_an_edge_above_max_is_forgotten),
+		cmocka_unit_test(test_a_few_permits_hold_under_their_edge),
 		cmocka_unit_test(test_idle_and_unused_limits_stay),
 		cmocka_unit_test(test_limit_stays_within_min_and_max),
 		cmocka_unit_test(test_observe_mode_estimates_without_spiralling),
