@@ -95,6 +95,7 @@ def test_grafana_dashboard_queries_only_name_metrics_bulkshim_exports():
                  "bulkshim_compartment_live_limit", "bulkshim_compartment_inflight_live_limit",
                  "bulkshim_pool_free", "bulkshim_pool_borrowed", "bulkshim_pool_rejections_total",
                  "bulkshim_adaptive_limit", "bulkshim_adaptive_baseline_seconds",
+                 "bulkshim_adaptive_edge", "bulkshim_adaptive_knee",
                  "bulkshim_fleet_share", "bulkshim_fleet_lease_age_seconds",
                  "bulkshim_fleet_redis_up", "bulkshim_kernel_attached",
                  "bulkshim_compartment_kernel"):
