@@ -384,6 +384,22 @@ edge_note(struct ad_state *st, uint64_t lim16, bool few)
 }
 
 /*
+ * A step onto the edge (the limit's whole `whole`) met the queue: back one
+ * permit under it, which is found again (edge_note, `few` as there).
+ */
+static enum ad_reason
+edge_back(const struct ad_params *p, struct ad_state *st, uint64_t whole, bool few)
+{
+	uint32_t lim = st->limit16;
+
+	st->limit16 = ad_clamp16(p, whole - 16);
+	st->high = false;
+	st->ramp = false;
+	edge_note(st, st->limit16, few);
+	return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+}
+
+/*
  * Two windows at the edge met no queue: the capacity is above it. Below the
  * peak, the edge goes back to the peak (a capacity that dropped came back:
  * the limit grows as any other up to one under it); at or above it, the
@@ -652,13 +668,8 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * no further. A second window there would double what each
 		 * step costs; at a few permits, a fifth of the replies wait. */
 		if (st->edge > 0 && whole == (uint64_t)st->edge * 16 && !w->stall && !p->observe &&
-		    m * 100 <= 2 * base * tol) {
-			st->limit16 = ad_clamp16(p, whole - 16);
-			st->high = false;
-			st->ramp = false;
-			edge_note(st, st->limit16, true);
-			return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
-		}
+		    m * 100 <= 2 * base * tol)
+			return edge_back(p, st, whole, true);
 		/* A queue (or a slower backend). One window above the
 		 * tolerance may be noise; two in a row, or one far above,
 		 * is not. */
@@ -770,8 +781,12 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * than taking all of it away: the mean of a queue of a permit
 		 * or two is mostly the waits of the requests behind it, and a
 		 * cut of an eighth would take the queue the limit keeps too. */
-		if (q16 >= 16 && from > q16 && next < land_cut(from - q16, from, whole))
-			next = land_cut(from - q16, from, whole);
+		if (q16 >= 16 && from > q16) {
+			uint64_t all = land_cut(from - q16, from, whole);
+
+			if (next < all)
+				next = all;
+		}
 		/* A whole permit cut where Little's law asked for part of
 		 * one, from a limit held at AD_KNEE_MAX or less (where one
 		 * permit is an eighth of it or more) on a regular service:
@@ -853,10 +868,7 @@ ad_step(const struct ad_params *p, struct ad_state *st, const struct ad_window *
 		 * waited past the queue kept, and a window of the clients in
 		 * step at the edge (a queue of up to five at 18 on 16) would
 		 * cut two or more. */
-		st->limit16 = ad_clamp16(p, whole - 16);
-		st->ramp = false;
-		edge_note(st, st->limit16, false);
-		return st->limit16 != lim ? AD_R_QUEUE : AD_R_NONE;
+		return edge_back(p, st, whole, false);
 	}
 	if (q16 >= 16 && (held || was_high)) {
 		st->limit16 = ad_clamp16(p, queue_cut(from, q16, whole));
